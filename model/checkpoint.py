@@ -1,0 +1,117 @@
+"""Checkpoint folders: ``config.json`` + ``model.safetensors`` + ``vocab.json`` (+ model card).
+
+A folder rebuilds its own model with one call: ``load_checkpoint(dir)``. Weights are stored
+in fp16 to keep folders small and are loaded back in fp32.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .transformer import Transformer, TransformerConfig
+from .vocab import Vocab, load_vocabs, save_vocabs
+
+CONFIG, WEIGHTS, VOCAB = "config.json", "model.safetensors", "vocab.json"
+
+
+class CheckpointError(Exception):
+    """A checkpoint folder is missing, incomplete, corrupt or does not match its config."""
+
+
+@dataclass
+class LoadedModel:
+    model: Transformer
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    src_lang: str
+    tgt_lang: str
+    path: Path | None = None
+    meta: dict = field(default_factory=dict)  # everything in config.json beside the model config
+    metrics: dict = field(default_factory=dict)  # metrics.json of the model card, if present
+
+    @property
+    def name(self) -> str:
+        return f"{self.src_lang}-{self.tgt_lang}"
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def _tied_key(cfg: TransformerConfig) -> set[str]:
+    return {"generator.weight"} if cfg.tie_embeddings else set()
+
+
+def state_dict_for_save(model: Transformer, dtype=torch.float16) -> dict[str, torch.Tensor]:
+    skip = _tied_key(model.cfg)
+    return {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items() if k not in skip}
+
+
+def save_checkpoint(path, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab, src_lang: str,
+                    tgt_lang: str, meta: dict | None = None, dtype=torch.float16) -> Path:
+    from safetensors.torch import save_file
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(state_dict_for_save(model, dtype), str(path / (WEIGHTS + ".tmp")))
+    os.replace(path / (WEIGHTS + ".tmp"), path / WEIGHTS)
+    save_vocabs(path / VOCAB, src_vocab, tgt_vocab)
+    cfg = {"model": model.cfg.to_dict(), "src_lang": src_lang, "tgt_lang": tgt_lang, **(meta or {})}
+    (path / CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
+    """Rebuild the model saved in ``path``; raises :class:`CheckpointError` with a readable message."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint folder not found: {path}")
+    for name in (CONFIG, WEIGHTS, VOCAB):
+        if not (path / name).is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
+    try:
+        meta = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+        cfg = TransformerConfig.from_dict(meta.pop("model"))
+        src_lang, tgt_lang = meta.pop("src_lang"), meta.pop("tgt_lang")
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {path}: {CONFIG} is not a valid model config ({e})") from None
+    try:
+        src_vocab, tgt_vocab = load_vocabs(path / VOCAB)
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {path}: {VOCAB} is corrupt ({e})") from None
+    if (len(src_vocab), len(tgt_vocab)) != (cfg.src_vocab_size, cfg.tgt_vocab_size):
+        raise CheckpointError(f"checkpoint {path}: vocabulary sizes {len(src_vocab)}/{len(tgt_vocab)} "
+                              f"do not match the config ({cfg.src_vocab_size}/{cfg.tgt_vocab_size})")
+    try:
+        state = load_file(str(path / WEIGHTS))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint {path}: {WEIGHTS} is corrupt or truncated ({e})") from None
+    model = Transformer(cfg)
+    expected = set(model.state_dict()) - _tied_key(cfg)
+    missing, unexpected = expected - set(state), set(state) - expected
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {path}: weights do not match the config "
+                              f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+    try:
+        model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    except RuntimeError as e:
+        raise CheckpointError(f"checkpoint {path}: weight shapes do not match the config ({e})") from None
+    metrics = {}
+    if (path / "metrics.json").is_file():
+        try:
+            metrics = json.loads((path / "metrics.json").read_text(encoding="utf-8"))
+        except ValueError:
+            metrics = {}
+    model.to(device).eval()
+    return LoadedModel(model, src_vocab, tgt_vocab, src_lang, tgt_lang, path, meta, metrics)
+
+
+def find_checkpoints(root="checkpoints") -> list[Path]:
+    """Folders under ``root`` that look like checkpoints (have a config.json), sorted by name."""
+    root = Path(root)
+    return sorted(p for p in root.iterdir() if (p / CONFIG).is_file()) if root.is_dir() else []

@@ -1,0 +1,305 @@
+"""Greedy and beam-search decoding with a KV cache, recording every step.
+
+``translate`` is the one call the CLIs and the app use: text in, a typed
+:class:`Translation` out, with per-step records taken from the real (cached) decode.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .checkpoint import LoadedModel
+from .data import pad_batch
+from .hooks import Trace, capture
+from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions, KVCache, Transformer
+from .vocab import SPECIALS, detokenize, tokenize
+
+ROW_HOOKS = ("decoder.layers.*.self_attn.hook_pattern", "decoder.layers.*.cross_attn.hook_pattern")
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    beam: int = 1
+    max_len: int = 100             # most output tokens, <eos> included
+    length_penalty: float = 0.6    # GNMT alpha; 0 = raw log-probability
+    top_k: int = 10                # next-token candidates kept per step
+    replace_unk: bool = True       # <unk> -> source token with most last-layer cross-attention
+    record: bool = True            # per-step attention rows (explicit attention path)
+    trace: bool = True             # full teacher-forced capture of every hook afterwards
+    pad_src_to: int = 0            # pad the source with <pad> to this many tokens, as in a batch
+
+
+@dataclass
+class StepRecord:
+    step: int
+    token_id: int
+    token: str
+    prob: float
+    topk_ids: list[int]
+    topk_tokens: list[str]
+    topk_probs: list[float]
+    self_attn: np.ndarray | None   # (layers, heads, step + 1): query = decoder input `step`
+    cross_attn: np.ndarray | None  # (layers, heads, source length)
+
+
+@dataclass
+class BeamStep:
+    """Hypotheses kept after one beam step: parent index (into the previous step's list), token, score."""
+    parents: list[int]
+    tokens: list[int]
+    scores: list[float]
+
+
+@dataclass
+class FinishedHypothesis:
+    ids: list[int]          # output ids, <eos> included when it ended with one
+    score: float            # summed log-probability
+    normalized: float       # score / length penalty, used to rank
+    step: int               # the step it finished at
+    beam_index: int         # index of the hypothesis it extended, in that step's input list
+
+
+@dataclass
+class BeamSearchTrace:
+    steps: list[BeamStep]
+    finished: list[FinishedHypothesis]
+    length_penalty: float
+
+
+@dataclass
+class Translation:
+    src_text: str
+    src_tokens: list[str]          # <bos> ... <eos> (then <pad> if padded)
+    src_ids: list[int]
+    output_tokens: list[str]       # generated tokens, <eos> included; <unk> kept
+    output_ids: list[int]
+    text: str                      # detokenized, <unk> replaced when asked
+    score: float
+    steps: list[StepRecord]
+    replaced: dict[int, str] = field(default_factory=dict)  # output position -> source word used
+    trace: Trace | None = None
+    beam: BeamSearchTrace | None = None
+    interventions: Interventions = NO_INTERVENTION
+    truncated: bool = False        # the source was cut to the model's maximum length
+    src_lang: str = ""
+    tgt_lang: str = ""
+
+    @property
+    def decoder_input_tokens(self) -> list[str]:
+        """The decoder's query positions: <bos> then every output token but the last."""
+        return ["<bos>"] + self.output_tokens[:-1]
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _ones_mask(batch: int, keys: int, device) -> torch.Tensor:
+    return torch.ones(batch, 1, 1, keys, dtype=torch.bool, device=device)
+
+
+def _decoder_step(model: Transformer, ys, memory, src_mask, iv, cache: KVCache | None):
+    """Logits for the next token of every row of ``ys`` (n, t+1).
+
+    With the causal mask on, only the newest token goes in and K/V come from the cache. With
+    it off, every earlier position may see later ones, so the whole prefix is recomputed.
+    """
+    if iv.causal_mask and cache is not None:
+        t = ys.size(1) - 1
+        h = model.decode(ys[:, -1:], memory, src_mask, _ones_mask(ys.size(0), t + 1, ys.device), iv, cache, t)
+    else:
+        h = model.decode(ys, memory, src_mask, model.tgt_mask(ys, iv), iv)
+    return model.generator(h[:, -1])
+
+
+@torch.inference_mode()
+def greedy_batch(model: Transformer, src: torch.Tensor, max_len: int = 100,
+                 iv: Interventions = NO_INTERVENTION, use_cache: bool = True) -> list[list[int]]:
+    """Batched greedy decoding without capture (for evaluation). Returns ids up to and with <eos>."""
+    B, device = src.size(0), src.device
+    src_mask = model.src_mask(src, iv)
+    memory = model.encode(src, src_mask, iv)
+    ys = torch.full((B, 1), BOS_ID, dtype=torch.long, device=device)
+    cache = KVCache(len(model.decoder.layers)) if use_cache else None
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    for _ in range(max_len):
+        nxt = _decoder_step(model, ys, memory, src_mask, iv, cache).argmax(-1)
+        nxt = nxt.masked_fill(done, PAD_ID)
+        ys = torch.cat([ys, nxt[:, None]], 1)
+        done |= nxt == EOS_ID
+        if done.all():
+            break
+    out = []
+    for row in ys[:, 1:].tolist():
+        out.append(row[: row.index(EOS_ID) + 1] if EOS_ID in row else [t for t in row if t != PAD_ID])
+    return out
+
+
+@dataclass
+class _StepData:
+    logp: torch.Tensor            # (n, V) log-probabilities of each input hypothesis
+    rows_self: torch.Tensor | None   # (n, L, H, t+1)
+    rows_cross: torch.Tensor | None  # (n, L, H, S)
+    parents: list[int]            # for each input hypothesis, its index in the previous step's inputs
+
+
+def _rows(trace: Trace, pattern: str, n_layers: int) -> torch.Tensor:
+    """Last query row of the newest call of every layer's hook: (n, L, H, K)."""
+    rows = [trace.calls(pattern.replace("*", str(i)))[-1][:, :, -1, :] for i in range(n_layers)]
+    return torch.stack(rows, 1)
+
+
+@torch.inference_mode()
+def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: int = 100,
+                alpha: float = 0.6, iv: Interventions = NO_INTERVENTION, record: bool = True,
+                use_cache: bool = True) -> tuple[FinishedHypothesis, list[_StepData], BeamSearchTrace]:
+    """Beam search for one source (1, S). Beam 1 is greedy decoding."""
+    device, L = src.device, len(model.decoder.layers)
+    src_mask = model.src_mask(src, iv)
+    memory = model.encode(src, src_mask, iv)
+    ys = torch.full((1, 1), BOS_ID, dtype=torch.long, device=device)
+    scores = torch.zeros(1, device=device)
+    parents_in = [0]
+    cache = KVCache(L) if use_cache else None
+    finished: list[FinishedHypothesis] = []
+    steps: list[_StepData] = []
+    history: list[BeamStep] = []
+    names = ROW_HOOKS if record else ()
+    with capture(model, names) as trace:
+        for t in range(max_len):
+            n = ys.size(0)
+            logp = _decoder_step(model, ys, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1),
+                                 iv, cache).log_softmax(-1).float()
+            steps.append(_StepData(
+                logp.cpu(),
+                _rows(trace, ROW_HOOKS[0], L) if record else None,
+                _rows(trace, ROW_HOOKS[1], L) if record else None,
+                parents_in))
+            trace.records.clear()
+            last = t == max_len - 1
+            cand = (scores[:, None] + logp).view(-1)
+            top_scores, top_idx = cand.topk(min(2 * beam, cand.numel()))
+            V = logp.size(1)
+            keep_parent, keep_tok, keep_score = [], [], []
+            for rank, (s, i) in enumerate(zip(top_scores.tolist(), top_idx.tolist())):
+                parent, tok = divmod(i, V)
+                if tok == EOS_ID or last:
+                    if rank < beam:  # only candidates that would have made the beam may finish
+                        ids = ys[parent, 1:].tolist() + [tok]
+                        finished.append(FinishedHypothesis(ids, s, s / length_penalty(len(ids), alpha), t, parent))
+                    continue
+                keep_parent.append(parent)
+                keep_tok.append(tok)
+                keep_score.append(s)
+                if len(keep_tok) == beam:
+                    break
+            history.append(BeamStep(keep_parent, keep_tok, keep_score))
+            if len(finished) >= beam or not keep_tok or last:
+                break
+            idx = torch.tensor(keep_parent, device=device)
+            ys = torch.cat([ys.index_select(0, idx), torch.tensor(keep_tok, device=device)[:, None]], 1)
+            scores = torch.tensor(keep_score, device=device)
+            if cache is not None:
+                cache.reorder(idx)
+            parents_in = keep_parent
+    best = max(finished, key=lambda h: h.normalized)
+    return best, steps, BeamSearchTrace(history, finished, alpha)
+
+
+def lineage(hyp: FinishedHypothesis, steps: list[_StepData]) -> list[int]:
+    """For each step 0..hyp.step, the input-hypothesis index the hypothesis went through."""
+    idx = [0] * (hyp.step + 1)
+    idx[hyp.step] = hyp.beam_index
+    for s in range(hyp.step, 0, -1):
+        idx[s - 1] = steps[s].parents[idx[s]]
+    return idx
+
+
+def prepare_source(lm: LoadedModel, text: str, pad_to: int = 0) -> tuple[list[str], bool]:
+    """Tokens <bos> w1..wn <eos> [<pad>...] cut to the model's length; also whether it was cut."""
+    words = tokenize(text, lm.src_lang)
+    room = lm.model.cfg.max_len - 2
+    truncated = len(words) > room
+    toks = ["<bos>"] + words[:room] + ["<eos>"]
+    if pad_to > len(toks):
+        toks += ["<pad>"] * (min(pad_to, lm.model.cfg.max_len) - len(toks))
+    return toks, truncated
+
+
+def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
+              iv: Interventions = NO_INTERVENTION) -> Translation:
+    model, device = lm.model, lm.device
+    model.validate_interventions(iv)
+    src_tokens, truncated = prepare_source(lm, text, opts.pad_src_to)
+    body = lm.src_vocab.encode(src_tokens[1:src_tokens.index("<eos>")])
+    src_ids = [BOS_ID] + body + [EOS_ID] + [PAD_ID] * (len(src_tokens) - len(body) - 2)
+    src = torch.tensor([src_ids], device=device)
+    n_real = len(body) + 2
+    max_len = max(1, min(opts.max_len, model.cfg.max_len - 1, 2 * n_real + 10))
+    record = opts.record or opts.replace_unk
+    best, steps, beam_trace = beam_search(model, src, max(1, opts.beam), max_len, opts.length_penalty,
+                                          iv, record)
+    path = lineage(best, steps)
+    out_tokens = lm.tgt_vocab.decode(best.ids)
+    records = []
+    for s, b in enumerate(path):
+        sd = steps[s]
+        probs = sd.logp[b].exp()
+        tp, ti = probs.topk(min(opts.top_k, probs.numel()))
+        tok = best.ids[s]
+        records.append(StepRecord(
+            s, tok, out_tokens[s], float(probs[tok]), ti.tolist(), lm.tgt_vocab.decode(ti.tolist()), tp.tolist(),
+            sd.rows_self[b].float().numpy() if sd.rows_self is not None else None,
+            sd.rows_cross[b].float().numpy() if sd.rows_cross is not None else None))
+    replaced = {}
+    words = list(out_tokens)
+    if opts.replace_unk:
+        special = set(SPECIALS)
+        for s, rec in enumerate(records):
+            if rec.token_id == UNK_ID and rec.cross_attn is not None:
+                weights = rec.cross_attn[-1].mean(0).copy()
+                for j, tok in enumerate(src_tokens):
+                    if tok in special:
+                        weights[j] = -1
+                if weights.max() >= 0:
+                    replaced[s] = words[s] = src_tokens[int(weights.argmax())]
+    text_out = detokenize([w for w in words if w not in ("<eos>", "<pad>", "<bos>")], lm.tgt_lang)
+    trace = full_trace(lm, src_ids, best.ids, iv) if opts.trace else None
+    return Translation(text, src_tokens, src_ids, out_tokens, best.ids, text_out, best.score,
+                       records if opts.record or opts.replace_unk else [], replaced, trace,
+                       beam_trace if opts.beam > 1 else None, iv, truncated, lm.src_lang, lm.tgt_lang)
+
+
+@torch.inference_mode()
+def full_trace(lm: LoadedModel, src_ids: list[int], out_ids: list[int],
+               iv: Interventions = NO_INTERVENTION, names=None) -> Trace:
+    """Teacher-forced pass over the finished output, capturing every hook (full matrices)."""
+    model, device = lm.model, lm.device
+    dec_in = [BOS_ID] + list(out_ids[:-1]) if out_ids else [BOS_ID]
+    with capture(model, names) as trace:
+        model(torch.tensor([src_ids], device=device), torch.tensor([dec_in], device=device), iv)
+    return trace
+
+
+def translate_batch(lm: LoadedModel, texts: list[str], beam: int = 1, alpha: float = 0.6,
+                    replace_unk: bool = True, batch_size: int = 64) -> list[str]:
+    """Translate many sentences: batched greedy when possible, per-sentence beam otherwise."""
+    out = [""] * len(texts)
+    todo = [i for i, t in enumerate(texts) if t.strip()]
+    if beam > 1 or replace_unk:
+        opts = DecodeOptions(beam=beam, length_penalty=alpha, replace_unk=replace_unk, record=False, trace=False)
+        for i in todo:
+            out[i] = translate(lm, texts[i], opts).text
+        return out
+    room = lm.model.cfg.max_len - 2
+    for k in range(0, len(todo), batch_size):
+        chunk = todo[k:k + batch_size]
+        ids = [[BOS_ID] + lm.src_vocab.encode(tokenize(texts[i], lm.src_lang)[:room]) + [EOS_ID] for i in chunk]
+        src = pad_batch(ids).to(lm.device)
+        hyps = greedy_batch(lm.model, src, min(lm.model.cfg.max_len - 1, src.size(1) * 2 + 10))
+        for i, h in zip(chunk, hyps):
+            out[i] = detokenize([w for w in lm.tgt_vocab.decode(h) if w not in ("<eos>", "<pad>")], lm.tgt_lang)
+    return out

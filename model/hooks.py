@@ -1,0 +1,103 @@
+"""Named hook points and the ``capture`` context manager (TransformerLens style).
+
+A :class:`HookPoint` is an identity module. Its name is its module path, e.g.
+``encoder.layers.0.self_attn.hook_pattern``. ``capture`` registers forward hooks
+on chosen hook points and always removes them on exit. Every call is recorded, so
+an incremental decode keeps one tensor per step for each hook.
+
+Hooks live on a model that may be shared between threads (one per web request);
+each capture only records calls made from the thread that opened it, so two
+concurrent requests each get their own trace.
+"""
+from __future__ import annotations
+
+import fnmatch
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+
+class HookPoint(nn.Module):
+    """Identity module whose output can be captured by name."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @property
+    def active(self) -> bool:
+        return bool(self._forward_hooks)
+
+
+def hook_names(model: nn.Module) -> list[str]:
+    """All hook point names of ``model``, in module order."""
+    return [name for name, mod in model.named_modules() if isinstance(mod, HookPoint)]
+
+
+NameFilter = None | str | Iterable[str] | Callable[[str], bool]
+
+
+def _matcher(names: NameFilter) -> Callable[[str], bool]:
+    if names is None:
+        return lambda _n: True
+    if callable(names):
+        return names
+    if isinstance(names, str):
+        names = [names]
+    patterns = list(names)
+    return lambda n: any(fnmatch.fnmatchcase(n, p) for p in patterns)
+
+
+@dataclass
+class Trace:
+    """Captured tensors: hook name -> one detached CPU tensor per call, in call order."""
+
+    records: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        """The tensor from the only (or last) call of ``name``."""
+        return self.records[name][-1]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.records
+
+    def calls(self, name: str) -> list[torch.Tensor]:
+        return self.records.get(name, [])
+
+    def names(self) -> list[str]:
+        return list(self.records)
+
+    def to_numpy(self) -> dict[str, list]:
+        return {k: [t.float().numpy() if t.is_floating_point() else t.numpy() for t in v]
+                for k, v in self.records.items()}
+
+
+@contextmanager
+def capture(model: nn.Module, names: NameFilter = None) -> Iterator[Trace]:
+    """Record the outputs of the hook points selected by ``names``.
+
+    ``names`` may be None (all), a glob such as ``"*.hook_pattern"``, a list of
+    names/globs, or a predicate. Hooks are removed on exit, even after an exception.
+    """
+    match = _matcher(names)
+    trace = Trace()
+    owner = threading.get_ident()
+    handles = []
+
+    def make_hook(name: str):
+        def hook(_module, _inputs, output):
+            if threading.get_ident() == owner:
+                trace.records.setdefault(name, []).append(output.detach().to("cpu", copy=True))
+        return hook
+
+    try:
+        for name, mod in model.named_modules():
+            if isinstance(mod, HookPoint) and match(name):
+                handles.append(mod.register_forward_hook(make_hook(name)))
+        yield trace
+    finally:
+        for h in handles:
+            h.remove()

@@ -1,0 +1,310 @@
+"""The encoder-decoder Transformer (Vaswani et al. 2017), pre-norm, readable top to bottom.
+
+Every number the app shows is captured from hook points inside this file:
+``{encoder,decoder}.hook_embed`` / ``hook_pos`` and, for every attention module,
+``hook_scores`` (scaled, before masking and softmax), ``hook_mask`` (the boolean
+mask as applied, True = attend) and ``hook_pattern`` (after softmax, before dropout).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .hooks import HookPoint
+from .masks import causal_mask, padding_mask
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 1, 0, 2, 3
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 256
+    n_heads: int = 8
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    d_ff: int = 512
+    dropout: float = 0.1
+    attn_dropout: float = 0.1
+    max_len: int = 256
+    tie_embeddings: bool = True  # decoder input embedding == generator weight
+    pad_id: int = PAD_ID
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TransformerConfig":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+ATTN_KINDS = ("encoder.self_attn", "decoder.self_attn", "decoder.cross_attn")
+_KIND_ALIASES = {"encoder": ATTN_KINDS[0], "enc": ATTN_KINDS[0], "decoder": ATTN_KINDS[1],
+                 "self": ATTN_KINDS[1], "dec": ATTN_KINDS[1], "cross": ATTN_KINDS[2]}
+
+
+def canonical_kind(kind: str) -> str:
+    kind = _KIND_ALIASES.get(kind, kind)
+    if kind not in ATTN_KINDS:
+        raise ValueError(f"unknown attention kind {kind!r}; expected one of {ATTN_KINDS}")
+    return kind
+
+
+@dataclass(frozen=True)
+class Interventions:
+    """Changes to the real computation. The default changes nothing."""
+
+    src_padding_mask: bool = True   # False: source <pad> keys become visible
+    causal_mask: bool = True        # False: decoder positions see later positions
+    positional_encoding: bool = True  # False: nothing is added to the token embeddings
+    ablate_heads: frozenset = field(default_factory=frozenset)  # {(kind, layer, head)}: output zeroed
+    ablate_src_tokens: frozenset = field(default_factory=frozenset)  # source positions hidden as keys
+
+    def __post_init__(self):
+        heads = frozenset((canonical_kind(k), int(l), int(h)) for k, l, h in self.ablate_heads)
+        object.__setattr__(self, "ablate_heads", heads)
+        object.__setattr__(self, "ablate_src_tokens", frozenset(int(i) for i in self.ablate_src_tokens))
+
+    def heads(self, kind: str, layer: int) -> tuple[int, ...]:
+        return tuple(sorted(h for k, l, h in self.ablate_heads if k == kind and l == layer))
+
+    @property
+    def is_default(self) -> bool:
+        return self == Interventions()
+
+
+NO_INTERVENTION = Interventions()
+
+
+def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
+    """(max_len, d_model); even dimensions sin, odd dimensions cos (interleaved, as in the paper)."""
+    pos = torch.arange(max_len, dtype=torch.float32)[:, None]
+    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)[:, : d_model // 2]
+    return pe
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, attn_dropout: float, cross: bool = False):
+        super().__init__()
+        assert d_model % n_heads == 0
+        self.n_heads, self.d_k, self.cross = n_heads, d_model // n_heads, cross
+        self.attn_dropout = attn_dropout
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_kv = nn.Linear(d_model, 2 * d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        self.hook_scores = HookPoint()
+        self.hook_mask = HookPoint()
+        self.hook_pattern = HookPoint()
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, H, T, d_k)
+        return x.view(x.size(0), x.size(1), self.n_heads, self.d_k).transpose(1, 2)
+
+    def forward(self, x, mask, memory=None, cache: dict | None = None, ablate: tuple[int, ...] = ()):
+        """x: (B, Tq, D) queries; memory: (B, S, D) for cross-attention; mask: bool, True = attend.
+
+        ``cache`` (a dict) holds K/V: cross-attention projects memory once; self-attention
+        appends the new positions' K/V each call.
+        """
+        q = self._split(self.w_q(x))
+        if self.cross and cache is not None and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            k, v = (self._split(t) for t in self.w_kv(memory if self.cross else x).chunk(2, dim=-1))
+            if cache is not None:
+                if not self.cross and "k" in cache:
+                    k, v = torch.cat([cache["k"], k], 2), torch.cat([cache["v"], v], 2)
+                cache["k"], cache["v"] = k, v
+
+        B, H, Tq, Tk = q.size(0), self.n_heads, q.size(2), k.size(2)
+        mask = self.hook_mask(mask.expand(B, 1, Tq, Tk))
+        row_ok = mask.any(-1, keepdim=True)  # a row with no visible key outputs zeros, never NaN
+        p = self.attn_dropout if self.training else 0.0
+        if self.hook_scores.active or self.hook_pattern.active or self.hook_mask.active:
+            scores = self.hook_scores(q @ k.transpose(-2, -1) / math.sqrt(self.d_k))
+            pattern = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
+            pattern = self.hook_pattern(pattern.masked_fill(~mask, 0.0))
+            z = F.dropout(pattern, p, self.training) @ v
+        else:
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~row_ok, dropout_p=p)
+            z = z * row_ok
+        if ablate:
+            keep = torch.ones(H, device=z.device, dtype=z.dtype)
+            keep[list(ablate)] = 0
+            z = z * keep[None, :, None, None]
+        return self.w_o(z.transpose(1, 2).reshape(B, Tq, H * self.d_k))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.w_1, self.w_2, self.dropout = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.norm_1, self.norm_2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, src_mask, ablate=()):
+        x = x + self.dropout(self.self_attn(self.norm_1(x), src_mask, ablate=ablate))
+        return x + self.dropout(self.ff(self.norm_2(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=True)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.norm_1, self.norm_2, self.norm_3 = (nn.LayerNorm(cfg.d_model) for _ in range(3))
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, memory, src_mask, tgt_mask, cache=None, ablate_self=(), ablate_cross=()):
+        self_cache, cross_cache = (None, None) if cache is None else (cache["self"], cache["cross"])
+        x = x + self.dropout(self.self_attn(self.norm_1(x), tgt_mask, cache=self_cache, ablate=ablate_self))
+        x = x + self.dropout(self.cross_attn(self.norm_2(x), src_mask, memory=memory,
+                                             cache=cross_cache, ablate=ablate_cross))
+        return x + self.dropout(self.ff(self.norm_3(x)))
+
+
+class _Stack(nn.Module):
+    """Token embedding x sqrt(d_model) plus the sinusoidal encoding, then layers, then a final norm."""
+
+    def __init__(self, vocab_size: int, cfg: TransformerConfig, layer_cls, n_layers: int):
+        super().__init__()
+        self.d_model = cfg.d_model
+        self.tok_embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.register_buffer("pe", sinusoidal_encoding(cfg.max_len, cfg.d_model), persistent=False)
+        self.hook_embed = HookPoint()  # scaled token embeddings
+        self.hook_pos = HookPoint()    # the positional encoding that was added (zeros when switched off)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(layer_cls(cfg) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(cfg.d_model)
+
+    def embed(self, tokens: torch.Tensor, start_pos: int, use_pos: bool) -> torch.Tensor:
+        x = self.hook_embed(self.tok_embed(tokens) * math.sqrt(self.d_model))
+        T = tokens.size(1)
+        if start_pos + T > self.pe.size(0):
+            raise ValueError(f"sequence of {start_pos + T} positions exceeds max_len {self.pe.size(0)}")
+        pe = self.pe[start_pos:start_pos + T][None].to(x.dtype)
+        pe = self.hook_pos(pe if use_pos else torch.zeros_like(pe))
+        return self.dropout(x + pe)
+
+
+class Encoder(_Stack):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__(cfg.src_vocab_size, cfg, EncoderLayer, cfg.n_encoder_layers)
+
+    def forward(self, src, src_mask, iv: Interventions = NO_INTERVENTION):
+        x = self.embed(src, 0, iv.positional_encoding)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, src_mask, ablate=iv.heads(ATTN_KINDS[0], i))
+        return self.norm(x)
+
+
+class Decoder(_Stack):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__(cfg.tgt_vocab_size, cfg, DecoderLayer, cfg.n_decoder_layers)
+
+    def forward(self, tgt, memory, src_mask, tgt_mask, iv: Interventions = NO_INTERVENTION,
+                cache: "KVCache | None" = None, start_pos: int = 0):
+        x = self.embed(tgt, start_pos, iv.positional_encoding)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache.layers[i],
+                      ablate_self=iv.heads(ATTN_KINDS[1], i), ablate_cross=iv.heads(ATTN_KINDS[2], i))
+        return self.norm(x)
+
+
+class KVCache:
+    """Per decoder layer: self-attention K/V (grow each step) and cross-attention K/V (computed once)."""
+
+    def __init__(self, n_layers: int):
+        self.layers = [{"self": {}, "cross": {}} for _ in range(n_layers)]
+
+    def __len__(self) -> int:
+        first = self.layers[0]["self"]
+        return 0 if "k" not in first else first["k"].size(2)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (beam parents) in every cached tensor."""
+        for layer in self.layers:
+            for part in layer.values():
+                for key in part:
+                    part[key] = part[key].index_select(0, index)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        self._init_weights()
+        if cfg.tie_embeddings:
+            self.generator.weight = self.decoder.tok_embed.weight
+
+    def _init_weights(self):
+        for name, p in self.named_parameters():
+            if "tok_embed" in name:
+                nn.init.normal_(p, 0.0, self.cfg.d_model ** -0.5)
+            elif p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        for emb in (self.encoder.tok_embed, self.decoder.tok_embed):
+            with torch.no_grad():
+                emb.weight[self.cfg.pad_id].zero_()
+
+    # masks -----------------------------------------------------------------
+    def src_mask(self, src: torch.Tensor, iv: Interventions = NO_INTERVENTION) -> torch.Tensor:
+        mask = padding_mask(src, self.cfg.pad_id) if iv.src_padding_mask else \
+            torch.ones_like(src, dtype=torch.bool)[:, None, None, :]
+        if iv.ablate_src_tokens:
+            idx = [i for i in iv.ablate_src_tokens if 0 <= i < src.size(1)]
+            mask = mask.clone()
+            mask[..., idx] = False
+        return mask
+
+    def tgt_mask(self, tgt: torch.Tensor, iv: Interventions = NO_INTERVENTION) -> torch.Tensor:
+        mask = padding_mask(tgt, self.cfg.pad_id).expand(-1, -1, tgt.size(1), -1)
+        return mask & causal_mask(tgt.size(1), tgt.device) if iv.causal_mask else mask
+
+    # the three parts, kept apart as in the Annotated Transformer ----------------
+    def encode(self, src, src_mask, iv: Interventions = NO_INTERVENTION):
+        return self.encoder(src, src_mask, iv)
+
+    def decode(self, tgt, memory, src_mask, tgt_mask, iv: Interventions = NO_INTERVENTION,
+               cache: KVCache | None = None, start_pos: int = 0):
+        return self.decoder(tgt, memory, src_mask, tgt_mask, iv, cache, start_pos)
+
+    def forward(self, src, tgt, iv: Interventions = NO_INTERVENTION):
+        """Teacher-forced logits (B, T, V) for decoder input ``tgt``."""
+        src_mask = self.src_mask(src, iv)
+        memory = self.encode(src, src_mask, iv)
+        return self.generator(self.decode(tgt, memory, src_mask, self.tgt_mask(tgt, iv), iv))
+
+    def validate_interventions(self, iv: Interventions) -> None:
+        n = {ATTN_KINDS[0]: self.cfg.n_encoder_layers, ATTN_KINDS[1]: self.cfg.n_decoder_layers,
+             ATTN_KINDS[2]: self.cfg.n_decoder_layers}
+        for kind, layer, head in iv.ablate_heads:
+            if not (0 <= layer < n[kind] and 0 <= head < self.cfg.n_heads):
+                raise ValueError(f"no head ({kind}, layer {layer}, head {head}) in this model")
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,37 @@
+"""Translate stdin to stdout, one sentence per line: ``python -m model.translate --checkpoint DIR``.
+
+Blank lines stay blank. ``<unk>`` in the output is replaced by the source word that gets
+the most last-layer cross-attention unless ``--no-replace-unk`` is given.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .cli_common import load_or_exit
+from .decoding import DecodeOptions, translate
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder, e.g. checkpoints/de-en")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--length-penalty", type=float, default=None, help="default: the model card's value, else 0.6")
+    p.add_argument("--max-len", type=int, default=100)
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--no-replace-unk", action="store_true")
+    args = p.parse_args(argv)
+    lm = load_or_exit(args.checkpoint, args.device)
+    alpha = args.length_penalty if args.length_penalty is not None else lm.meta.get("length_penalty", 0.6)
+    opts = DecodeOptions(beam=args.beam, max_len=args.max_len, length_penalty=alpha,
+                         replace_unk=not args.no_replace_unk, record=False, trace=False)
+    stdin = sys.stdin if sys.stdin.encoding and sys.stdin.encoding.lower() in ("utf-8", "utf8") else \
+        open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)
+    for line in stdin:
+        text = line.rstrip("\n")
+        print(translate(lm, text, opts).text if text.strip() else "", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
