@@ -62,6 +62,14 @@ def parse_args(argv=None):
                    help="write the checkpoint from the epochs saved so far in --work, without training")
     p.add_argument("--stop-after", type=int, default=0, help="stop this process after N epochs (tests)")
     args = p.parse_args(argv)
+    state = Path(args.work or f"runs/{args.src}-{args.tgt}") / STATE
+    if state.exists():  # a run's model shape comes from its saved state, not from the new command line
+        from safetensors import safe_open
+        with safe_open(str(state), "pt") as f:
+            saved = json.loads(f.metadata()["json"])["args"]
+        for key in ("src", "tgt", "min_freq", "d_model", "heads", "enc_layers", "dec_layers", "d_ff",
+                    "max_len", "no_tie", "max_train"):
+            setattr(args, key, saved[key])
     args.out = args.out or f"checkpoints/{args.src}-{args.tgt}"
     args.work = args.work or f"runs/{args.src}-{args.tgt}"
     return args
