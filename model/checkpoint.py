@@ -91,16 +91,26 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
         state = load_file(str(path / WEIGHTS))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"checkpoint {path}: {WEIGHTS} is corrupt or truncated ({e})") from None
-    model = Transformer(cfg)
+    try:
+        model = Transformer(cfg)
+    except (AssertionError, ValueError, TypeError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint {path}: {CONFIG} does not describe a buildable model "
+                              f"({type(e).__name__}{': ' if str(e) else ''}{e})") from None
     expected = set(model.state_dict()) - _tied_key(cfg)
     missing, unexpected = expected - set(state), set(state) - expected
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {path}: weights do not match the config "
                               f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    bad = [f"{k} {tuple(v.shape)} != {shapes[k]}" for k, v in sorted(state.items()) if tuple(v.shape) != shapes[k]]
+    if bad:  # one line, not torch's one line per tensor
+        raise CheckpointError(f"checkpoint {path}: weight shapes do not match the config "
+                              f"({len(bad)} tensors, e.g. {'; '.join(bad[:3])})")
     try:
         model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
     except RuntimeError as e:
-        raise CheckpointError(f"checkpoint {path}: weight shapes do not match the config ({e})") from None
+        msg = " ".join(str(e).split())
+        raise CheckpointError(f"checkpoint {path}: weights do not load ({msg[:300]})") from None
     metrics = {}
     if (path / "metrics.json").is_file():
         try:
