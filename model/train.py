@@ -2,6 +2,8 @@
 
 Resumable: the full training state is written atomically after every epoch to ``--work``;
 rerunning the same command continues from there (a ``kill -9`` loses at most one epoch).
+A resumed run keeps its saved hyperparameters; only --epochs, --data, --device, --threads and
+--out may change.
 Multi-GPU / multi-node with ``torchrun`` (DistributedDataParallel; gloo on CPU, nccl on CUDA).
 """
 from __future__ import annotations
@@ -24,6 +26,9 @@ from .transformer import PAD_ID, Transformer, TransformerConfig
 from .vocab import Vocab, load_vocabs, save_vocabs, tokenize_corpus
 
 STATE, HISTORY, VOCAB = "state.safetensors", "history.json", "vocab.json"
+# Options a resumed run may change; every other option is taken from the saved state.
+RUN_CONTROL = {"data", "base_url", "out", "work", "epochs", "threads", "device", "no_bleu", "stop_after",
+               "export_only"}
 
 
 def parse_args(argv=None):
@@ -67,9 +72,9 @@ def parse_args(argv=None):
         from safetensors import safe_open
         with safe_open(str(state), "pt") as f:
             saved = json.loads(f.metadata()["json"])["args"]
-        for key in ("src", "tgt", "min_freq", "d_model", "heads", "enc_layers", "dec_layers", "d_ff",
-                    "max_len", "no_tie", "max_train"):
-            setattr(args, key, saved[key])
+        for key, value in saved.items():  # only where data, devices and epochs may change
+            if key not in RUN_CONTROL:
+                setattr(args, key, value)
     args.out = args.out or f"checkpoints/{args.src}-{args.tgt}"
     args.work = args.work or f"runs/{args.src}-{args.tgt}"
     return args
@@ -230,7 +235,7 @@ def main(argv=None) -> int:
             opt.step()
             tot_loss += loss.item() * n_tok.item()
             tot_tok += n_tok.item()
-            bar.set_postfix(loss=f"{tot_loss / tot_tok:.3f}", lr=f"{opt.param_groups[0]['lr']:.2e}")
+            bar.set_postfix(loss=f"{tot_loss / tot_tok:.3f}", lr=f"{opt.param_groups[0]['lr']:.2e}", refresh=False)
         meta["train_seconds"] += time.time() - t0
         meta["epoch"] = epoch
         if rank == 0:

@@ -1,0 +1,88 @@
+"""A real browser (Debian's Chromium driven by Playwright) against the launched app.
+
+Screenshots are saved to test-artifacts/ (or $ARTIFACTS_DIR) as evidence of what a person sees.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.app_fixtures import launch, make_checkpoint
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(os.environ.get("ARTIFACTS_DIR", "test-artifacts"))
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
+        pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
+    from playwright.sync_api import sync_playwright
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_checkpoint(root / "de-en", "de", "en", seed=0)
+    make_checkpoint(root / "en-de", "en", "de", seed=1)
+    demo, url = launch(root)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        dialogs = []
+        pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        pg.goto(url)
+        pg.wait_for_selector("#input-text textarea", timeout=60_000)
+        pg.dialogs = dialogs
+        yield pg
+        browser.close()
+    demo.close()
+
+
+def _translate(page, text):
+    page.get_by_role("tab", name="Translate").click()
+    box = page.locator("#input-text textarea")
+    box.fill(text)
+    page.locator("#translate-btn").click()
+    page.wait_for_function(
+        "() => { const t = document.querySelector('#translation textarea'); return t && t.value.trim().length > 0 }",
+        timeout=60_000)
+    return page.locator("#translation textarea").input_value()
+
+
+def test_translate_renders_text_and_heatmaps(page):
+    out = _translate(page, "Ein Mann fährt mit dem Fahrrad durch die Stadt.")
+    assert out.strip()
+    page.get_by_role("tab", name="Attention maps").click()
+    page.wait_for_selector('#attn-plot [data-testid="plotly"] .main-svg', timeout=60_000)
+    assert page.locator('#attn-plot [data-testid="plotly"]').count() >= 1
+    # the heatmap's axes carry the source tokens
+    assert "Fahrrad" in page.locator("#attn-plot").inner_text() or \
+        "Fahrrad" in page.locator("#attn-plot").inner_html()
+    page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
+
+
+def test_step_view_and_compare_render(page):
+    _translate(page, "Zwei Hunde spielen im Schnee.")
+    page.get_by_role("tab", name="Step by step").click()
+    page.wait_for_selector("#step-slider input", timeout=30_000)
+    page.wait_for_selector('#step-topk [data-testid="plotly"] .main-svg', timeout=60_000)
+    assert page.locator("#step-slider").is_visible()
+    page.screenshot(path=str(ARTIFACTS / "steps.png"), full_page=True)
+    page.get_by_role("tab", name="Masks & compare").click()
+    page.locator("#tog-positional input[type=checkbox]").uncheck()
+    page.locator("#compare-btn").click()
+    page.wait_for_selector('#cmp-maps [data-testid="plotly"] .main-svg', timeout=60_000)
+    assert page.locator('#cmp-maps [data-testid="plotly"]').count() == 1
+    page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+
+
+def test_script_in_input_is_inert(page):
+    payload = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+    _translate(page, payload)
+    page.get_by_role("tab", name="Attention maps").click()
+    page.wait_for_selector('#attn-plot [data-testid="plotly"] .main-svg', timeout=60_000)
+    page.wait_for_timeout(500)
+    assert page.dialogs == []
+    assert page.locator("img[src=x]").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "script-input.png"), full_page=True)
