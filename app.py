@@ -1,0 +1,915 @@
+"""Attention Explorer: a Gradio app to look inside a German<->English translation Transformer.
+
+Run ``python app.py`` (serves on 127.0.0.1:7860; GRADIO_SERVER_NAME / GRADIO_SERVER_PORT
+override). Checkpoint folders are discovered under ``checkpoints/`` (or ``$ATTN_CHECKPOINTS``).
+
+Layout of this file: the ZeroGPU guard, the functions that call the model (wrapped in
+``spaces.GPU``), small glue that turns a Translation into component values with ``viz/``,
+and ``build_app`` that wires the Blocks. Model code lives in ``model/`` (``model/explore.py``
+for the plain-data helpers), figure code in ``viz/``.
+"""
+from __future__ import annotations
+
+# ZeroGPU: `spaces` has to be imported before anything touches CUDA (torch comes below).
+try:  # pragma: no cover - only on Hugging Face Spaces
+    import spaces  # type: ignore
+
+    GPU = spaces.GPU
+except Exception:  # not installed, or not usable here: a decorator that does nothing
+    spaces = None
+
+    def GPU(fn=None, **_kwargs):
+        return (lambda f: f) if fn is None else fn
+
+import html
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import torch
+
+from model import explore
+from model.decoding import DecodeOptions, Translation
+from model.transformer import ATTN_KINDS, NO_INTERVENTION, Interventions
+from viz import attention as va
+from viz import masks as vm
+from viz import positional as vp
+from viz import steps as vs
+from viz.common import message_figure
+
+log = logging.getLogger("attention-explorer")
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_ROOT = HERE / "checkpoints"
+DATA_DIRS = [HERE / "data" / "multi30k", HERE.parent / "shared" / "multi30k"]
+MODEL_GROUP = "model"           # every event that runs the model shares this concurrency group
+MAX_CHARS = explore.MAX_INPUT_CHARS
+LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech"}
+KIND_CHOICES = [(label, kind) for kind, label in explore.KIND_LABELS.items()]
+VIEW_CHOICES = [("All heads (grid)", "grid"), ("Single head", "head"), ("Mean over heads per layer", "mean")]
+TOKEN_COLOR = "#dde7f7"
+CHIP_COLORS = {"token": TOKEN_COLOR, "<unk>": "#f4a6a6", "replaced <unk>": "#ffd27f", "special": "#d9d9d9"}
+PREFIX_COLORS = {"token": TOKEN_COLOR, "special": "#d9d9d9", "new": "#ffb347"}
+DIFF_COLORS = {"token": TOKEN_COLOR, "differs": "#f4a6a6"}
+SPECIAL_TOKENS = ("<unk>", "<pad>", "<bos>", "<eos>")
+
+EXPLAIN = {
+    "padding": "On: <pad> keys get weight 0. Off: pad tokens become visible keys, as if they were words "
+               "(pad the source first, or nothing changes).",
+    "causal": "On: decoder position i sees only positions ≤ i. Off: every position also sees later ones "
+              "(no KV cache; the whole prefix is recomputed each step).",
+    "positional": "On: sin/cos vectors are added to the token embeddings. Off: nothing is added, so the model "
+                  "sees a bag of words.",
+    "heads": "The chosen heads' outputs are zeroed before the output projection (their maps are still computed).",
+    "src": "The chosen source positions are hidden as keys from the encoder and from cross-attention.",
+    "pad": "Adds <pad> tokens, as in a batch with a longer sentence (0 = no padding); the padding mask should "
+           "make them invisible.",
+}
+
+
+# --------------------------------------------------------------------------- registries and model calls
+
+_REGISTRIES: dict[str, explore.Registry] = {}
+
+
+def pick_device() -> str:
+    want = os.environ.get("ATTN_DEVICE", "auto")
+    if want != "auto":
+        return want
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_registry(root=None, device: str | None = None) -> tuple[str, explore.Registry]:
+    root = Path(root or os.environ.get("ATTN_CHECKPOINTS") or DEFAULT_ROOT)
+    reg = explore.load_all(root, device or pick_device())
+    key = f"reg{len(_REGISTRIES)}"
+    _REGISTRIES[key] = reg
+    for name, lm in reg.models.items():
+        print(f"[attention-explorer] loaded {name} from {lm.path} on {reg.device}", file=sys.stderr, flush=True)
+    for problem in reg.problems:
+        print(f"[attention-explorer] WARNING: {problem}", file=sys.stderr, flush=True)
+    if not reg.models:
+        print(f"[attention-explorer] WARNING: no usable checkpoint under {root}; the app starts without a model",
+              file=sys.stderr, flush=True)
+    return key, reg
+
+
+# Model calls also share one lock: the queue's concurrency group already runs them one at a time,
+# the lock covers the start-up warm-up and anything called outside the queue (hooks are
+# registered on the shared model while a capture runs).
+_MODEL_LOCK = threading.RLock()
+
+
+@GPU(duration=60)
+def gpu_stream(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Interventions = NO_INTERVENTION):
+    """Decode with streaming events ('tokens' / 'step' / 'done'); runs on the GPU under ZeroGPU."""
+    yield from explore.stream(_REGISTRIES[reg_key].models[name], text, opts, iv, lock=_MODEL_LOCK)
+
+
+@GPU(duration=60)
+def gpu_translate(reg_key: str, name: str, text: str, opts: DecodeOptions,
+                  iv: Interventions = NO_INTERVENTION) -> Translation:
+    with _MODEL_LOCK:
+        return explore.run(_REGISTRIES[reg_key].models[name], text, opts, iv)
+
+
+@GPU(duration=60)
+def gpu_compare(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Interventions):
+    """Baseline and modified runs, plus the modified model teacher-forced on the baseline output."""
+    lm = _REGISTRIES[reg_key].models[name]
+    with _MODEL_LOCK:
+        base = explore.run(lm, text, opts, NO_INTERVENTION)
+        mod = explore.run(lm, text, opts, iv)
+        mod_on_base = explore.teacher_forced(lm, base, base.output_ids, iv)
+    return base, mod, mod_on_base
+
+
+# --------------------------------------------------------------------------- per-request state
+
+@dataclass
+class Run:
+    """One translation of one request (kept in gr.State; never shared between sessions)."""
+    model: str
+    tr: Translation
+    notices: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CompareRun:
+    model: str
+    base: Translation
+    mod: Translation
+    mod_on_base: object  # Trace of the modified model on the baseline's output
+    iv: Interventions
+
+
+# --------------------------------------------------------------------------- small helpers
+
+def md_escape(text) -> str:
+    """Escape for gr.Markdown: HTML first, then Markdown punctuation."""
+    return re.sub(r"([\\`*_{}\[\]()#+!|~>-])", r"\\\1", html.escape(str(text), quote=False))
+
+
+def direction_label(name: str, reg: explore.Registry) -> str:
+    lm = reg.models[name]
+    base = f"{LANG_NAMES.get(lm.src_lang, lm.src_lang)} → {LANG_NAMES.get(lm.tgt_lang, lm.tgt_lang)}"
+    return base if name == lm.name else f"{base} ({name})"
+
+
+def fmt_params(n: int) -> str:
+    return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} k"
+
+
+def header_markdown(reg: explore.Registry) -> str:
+    lines = ["# Attention Explorer",
+             "Type a sentence, watch the Transformer translate it, then look at every head, every step and "
+             "every mask."]
+    parts = [f"**Device:** {md_escape(explore.device_label(reg.device))}"]
+    for name, lm in reg.models.items():
+        s = explore.model_summary(lm)
+        bleu = f", BLEU {s['bleu']:.1f} ({md_escape(s['bleu_source'])})" if s["bleu"] is not None else ", BLEU n/a"
+        parts.append(f"**{md_escape(direction_label(name, reg))}:** {fmt_params(s['parameters'])} parameters, "
+                     f"{s['encoder_layers']}+{s['decoder_layers']} layers × {s['n_heads']} heads, "
+                     f"d_model {s['d_model']}{bleu}")
+    lines.append(" · ".join(parts))
+    if reg.problems:
+        lines.append("\n".join(f"> ⚠️ {md_escape(p)}" for p in reg.problems))
+    if not reg.models:
+        lines.append(f"> **No model is available.** Put checkpoint folders (config.json, model.safetensors, "
+                     f"vocab.json) under `{md_escape(reg.root)}` or point `ATTN_CHECKPOINTS` at them, then restart.")
+    return "\n\n".join(lines)
+
+
+def no_model_message(reg: explore.Registry, name) -> str | None:
+    if not reg.models:
+        return "No model is loaded, so nothing can be translated. See the message at the top of the page."
+    if name not in reg.models:
+        return "Pick a translation direction first."
+    return None
+
+
+def chips(marks):
+    """HighlightedText value: every token a chip ('token' when it has no other label)."""
+    return [(tok, label or "token") for tok, label in marks]
+
+
+def notice_md(notices: list[str]) -> str:
+    return "\n".join(f"ℹ️ {md_escape(n)}" for n in notices)
+
+
+def layer_choices(n: int):
+    return [(f"layer {i}", i) for i in range(n)]
+
+
+def head_choices(n: int):
+    return [(f"head {i}", i) for i in range(n)]
+
+
+def opts_from(decoding: str, beam, max_len, pad_to: int = 0) -> DecodeOptions:
+    b = int(beam or 1) if decoding == "beam" else 1
+    return DecodeOptions(beam=max(1, min(b, 8)), max_len=max(1, min(int(max_len or 100), 250)),
+                         pad_src_to=max(0, int(pad_to or 0)))
+
+
+def run_notices(tr: Translation, notices: list[str], lm) -> list[str]:
+    notices = list(notices)
+    if tr.truncated:
+        notices.append(f"The sentence is longer than the model's maximum of {lm.model.cfg.max_len - 2} tokens; "
+                       "it was cut there.")
+    unk = sum(1 for tok, i in zip(tr.src_tokens, tr.src_ids) if i == 0)
+    if unk:
+        notices.append(f"{unk} source word(s) are not in the model's vocabulary and are read as <unk>.")
+    if tr.replaced:
+        notices.append(f"{len(tr.replaced)} <unk> output token(s) were replaced by the source word with the most "
+                       "cross-attention.")
+    return notices
+
+
+# --------------------------------------------------------------------------- figures from a run
+
+def attention_figure(run: Run | None, kind: str, view: str, layer, head):
+    if run is None or run.tr.trace is None:
+        return message_figure("Translate a sentence first.")
+    tr = run.tr
+    kind = kind if kind in ATTN_KINDS else ATTN_KINDS[2]
+    attn = explore.attention(tr.trace, kind)
+    q, k = explore.tokens_for(tr, kind)
+    valid = explore.query_valid(tr, kind)
+    label = explore.KIND_LABELS[kind]
+    L, H = attn.shape[:2]
+    if view == "head":
+        l, h = min(int(layer or 0), L - 1), min(int(head or 0), H - 1)
+        return va.single_head(attn[l, h], q, k, query_valid=valid, label=f"layer {l}, head {h}",
+                              title=f"{label}: layer {l}, head {h} (rows = queries, columns = keys)")
+    if view == "mean":
+        return va.layer_means(attn, q, k, query_valid=valid, title=f"{label}: mean over heads per layer")
+    return va.head_grid(attn, q, k, query_valid=valid,
+                        title=f"{label}: every layer × head, one colour scale (rows = queries, columns = keys)")
+
+
+def step_outputs(run: Run | None, t):
+    """(markdown, prefix chips, top-k figure, cross-attention figure, self-attention figure) for step t."""
+    if run is None or not run.tr.steps:
+        msg = message_figure("Translate a sentence first.")
+        return "Translate a sentence first.", [], msg, msg, msg
+    sv = explore.step_view(run.tr, t or 0)
+    prefix = [(tok, "special" if tok in SPECIAL_TOKENS else "token") for tok in sv["prefix"]] + [(sv["token"], "new")]
+    md = (f"**Step {sv['t']} of {sv['n'] - 1}.** The decoder reads the {len(sv['prefix'])} token(s) on the left "
+          f"and picks the highlighted one with probability {sv['prob']:.1%}.")
+    topk = vs.topk_bars(sv["topk_tokens"], sv["topk_probs"], sv["chosen"],
+                        title=f"Top-{len(sv['topk_tokens'])} next tokens at step {sv['t']}")
+    cross = vs.step_rows(sv["cross"], sv["src_tokens"], what="cross-attention",
+                         title=f"Cross-attention of step {sv['t']} over the source, every layer and head")
+    self_ = vs.step_rows(sv["self"], sv["prefix"], what="self-attention", highlight_key=len(sv["prefix"]) - 1,
+                         title=f"Decoder self-attention of step {sv['t']} over the prefix")
+    return md, prefix, topk, cross, self_
+
+
+def masks_figure(reg: explore.Registry, model: str, src_tokens, out_tokens, iv: Interventions, title: str):
+    lm = reg.models[model]
+    m = explore.mask_preview(lm, src_tokens, out_tokens, iv)
+    dec_in = ["<bos>"] + list(out_tokens[:-1]) if out_tokens else ["<bos>"]
+    return vm.mask_panels([
+        ("source padding mask (encoder self-attn)", m["padding"], src_tokens, src_tokens),
+        ("causal mask", m["causal"], dec_in, dec_in),
+        ("combined decoder self-attn mask", m["combined"], dec_in, dec_in),
+        ("cross-attention mask", m["cross"], dec_in, src_tokens),
+    ], title=title)
+
+
+def norms_figure(run: Run | None):
+    if run is None or run.tr.trace is None:
+        return message_figure("Translate a sentence to see its embedding norms.")
+    emb, pos = explore.embedding_norms(run.tr)
+    return vp.embedding_norms(run.tr.src_tokens, emb, pos,
+                              title="Per source position: scaled token embedding vs positional encoding (L2 norm)")
+
+
+def compare_maps_figure(cmp: CompareRun | None, kind: str, layer, head):
+    if cmp is None:
+        return message_figure("Press Compare to run the baseline and the modified model.")
+    kind = kind if kind in ATTN_KINDS else ATTN_KINDS[2]
+    base = explore.attention(cmp.base.trace, kind)
+    mod = explore.attention(cmp.mod_on_base, kind)
+    L, H = base.shape[:2]
+    l, h = min(int(layer or 0), L - 1), min(int(head or 0), H - 1)
+    q, k = explore.tokens_for(cmp.base, kind)
+    return va.comparison_maps(base[l, h], mod[l, h], q, k, query_valid=explore.query_valid(cmp.base, kind),
+                              title=f"{explore.KIND_LABELS[kind]}, layer {l}, head {h}: baseline, modified and "
+                                    "their difference (same decoder input)")
+
+
+def positional_figures(reg: explore.Registry, model: str, n_pos, dims_text: str):
+    if model not in reg.models:
+        msg = message_figure("No model loaded.")
+        return msg, msg, msg, msg
+    pe = reg.pe[model]
+    n = max(2, min(int(n_pos or 50), pe.shape[0]))
+    sub = pe[:n]
+    dims = [int(d) for d in re.findall(r"\d+", dims_text or "")][:12] or [0, 1, 4, 5, 10, 11]
+    variants = explore.pe_variants(n, pe.shape[1])
+    d_show = min(pe.shape[1], 64)
+    return (vp.encoding_heatmap(sub, title=f"The model's positional encoding: first {n} positions × "
+                                           f"{pe.shape[1]} dimensions"),
+            vp.encoding_curves(sub, dims, title="Chosen dimensions over positions"),
+            vp.similarity_matrix(sub, title="Cosine similarity between positions"),
+            vp.scheme_comparison({k: v[:, :d_show] for k, v in variants.items()},
+                                 title=f"Interleaved sin/cos (the model's) vs sin-only vs cos-only "
+                                       f"(first {d_show} dimensions)"))
+
+
+def translation_values(reg: explore.Registry, run: Run, kind, view, layer, head) -> dict:
+    """Every view's value after a translation, by component name (figures built here)."""
+    tr, lm = run.tr, reg.models[run.model]
+    cfg = lm.model.cfg
+    L = explore.layer_count(lm, kind if kind in ATTN_KINDS else ATTN_KINDS[2])
+    layer = min(int(layer or 0), L - 1)
+    head = min(int(head or 0), cfg.n_heads - 1)
+    md, pre, topk_f, cross_f, self_f = step_outputs(run, 0)
+    n_steps = max(1, len(tr.steps))
+    return {
+        "notice": notice_md(run.notices), "out_text": tr.text,
+        "src_chips": chips(explore.source_marks(tr)), "out_chips": chips(explore.output_marks(tr)),
+        "run_state": run,
+        "attn_plot": attention_figure(run, kind, view, layer, head),
+        "layer": gr.Dropdown(choices=layer_choices(L), value=layer),
+        "head": gr.Dropdown(choices=head_choices(cfg.n_heads), value=head),
+        "step": gr.Slider(minimum=0, maximum=max(1, n_steps - 1), value=0, step=1),
+        "step_md": md, "prefix": pre, "topk_plot": topk_f, "cross_plot": cross_f, "self_plot": self_f,
+        "masks_plot": masks_figure(reg, run.model, tr.src_tokens, tr.output_tokens, NO_INTERVENTION,
+                                   "Masks of this run (True = attend)"),
+        "ablate_src": gr.Dropdown(choices=explore.src_token_choices(tr.src_tokens), value=[], multiselect=True),
+        "ablate_heads": gr.Dropdown(choices=explore.head_choices(lm), multiselect=True),
+        "cmp_layer": gr.Dropdown(choices=layer_choices(cfg.n_decoder_layers)),
+        "cmp_head": gr.Dropdown(choices=head_choices(cfg.n_heads)),
+        "norms_plot": norms_figure(run),
+    }
+
+
+def warm_up(reg_key: str) -> None:
+    """One short translation and one of each figure per model, so the first visitor does not pay for
+    spaCy, lazy imports and first-call allocations. Runs in a background thread after start-up."""
+    reg = _REGISTRIES[reg_key]
+    try:
+        for name, lm in reg.models.items():
+            text = explore.EVERYDAY.get(lm.src_lang, ["a b"])[0]
+            for _ in gpu_stream(reg_key, name, text, DecodeOptions(max_len=3)):
+                pass
+            run = Run(name, gpu_translate(reg_key, name, text, DecodeOptions(max_len=3)))
+            figs = [attention_figure(run, k, v, 0, 0) for k in ATTN_KINDS for v in ("grid", "head", "mean")]
+            figs += list(step_outputs(run, 0)[2:]) + [norms_figure(run), masks_figure(
+                reg, name, run.tr.src_tokens, run.tr.output_tokens, NO_INTERVENTION, "")]
+            for fig in figs:
+                fig.to_json()
+    except Exception:  # never fatal: the first request just pays the cost instead
+        log.warning("warm-up failed: %s", traceback.format_exc())
+
+
+# --------------------------------------------------------------------------- API (JSON) endpoints
+
+def _api_model(reg: explore.Registry, direction: str) -> str:
+    if not reg.models:
+        raise gr.Error("No model is loaded on this server.")
+    if not direction:
+        return reg.names[0]
+    if direction in reg.models:
+        return direction
+    raise gr.Error(f"Unknown direction {direction!r}; available: {', '.join(reg.names)}")
+
+
+def make_api(reg_key: str):
+    reg = _REGISTRIES[reg_key]
+
+    def translate(text: str, direction: str = "", beam: int = 1, max_len: int = 100) -> dict:
+        """Translate `text`. Returns the tokens, the translation, the per-step top-k and the attention arrays
+        (encoder self, decoder self, cross), each layers x heads x queries x keys."""
+        name = _api_model(reg, direction)
+        text, notices = explore.clean_input(text)
+        if explore.is_blank(text):
+            return {"model": name, "translation": "", "src_tokens": [], "output_tokens": [], "steps": [],
+                    "attention": {}, "notices": notices + ["The input is empty: type a sentence to translate."]}
+        opts = DecodeOptions(beam=max(1, min(int(beam), 8)), max_len=max(1, min(int(max_len), 250)))
+        try:
+            tr = gpu_translate(reg_key, name, text, opts)
+        except Exception as e:
+            log.exception("translate failed")
+            raise gr.Error(f"The translation failed ({type(e).__name__}).") from None
+        return explore.to_json(tr, run_notices(tr, notices, reg.models[name]), name)
+
+    def compare(text: str, direction: str = "", beam: int = 1, max_len: int = 100, pad_to: int = 0,
+                src_padding_mask: bool = True, causal_mask: bool = True, positional_encoding: bool = True,
+                ablate_heads: list[str] | None = None, ablate_src_tokens: list[int] | None = None,
+                kind: str = "cross", layer: int = 0, head: int = 0) -> dict:
+        """Run the baseline and a modified model (mask toggles, positional encoding, ablated heads such as
+        'cross L1 H2', hidden source positions). Returns both translations, the differing tokens, the
+        per-step chosen-token probabilities and, for one layer and head of `kind`, both attention maps
+        (the modified model fed the baseline's output) and their difference."""
+        name = _api_model(reg, direction)
+        text, notices = explore.clean_input(text)
+        if explore.is_blank(text):
+            return {"model": name, "baseline": None, "modified": None,
+                    "notices": notices + ["The input is empty: type a sentence to translate."]}
+        try:
+            iv = explore.make_interventions(src_padding_mask, causal_mask, positional_encoding,
+                                            ablate_heads or [], ablate_src_tokens or [])
+            reg.models[name].model.validate_interventions(iv)
+        except ValueError as e:
+            raise gr.Error(str(e)) from None
+        opts = DecodeOptions(beam=max(1, min(int(beam), 8)), max_len=max(1, min(int(max_len), 250)),
+                             pad_src_to=max(0, int(pad_to)))
+        try:
+            base, mod, mod_on_base = gpu_compare(reg_key, name, text, opts, iv)
+        except Exception as e:
+            log.exception("compare failed")
+            raise gr.Error(f"The comparison failed ({type(e).__name__}).") from None
+        kind_c = explore.canonical_kind(kind) if kind else ATTN_KINDS[2]
+        a_base = explore.attention(base.trace, kind_c)
+        a_mod = explore.attention(mod_on_base, kind_c)
+        l = max(0, min(int(layer), a_base.shape[0] - 1))
+        h = max(0, min(int(head), a_base.shape[1] - 1))
+        da, db = explore.token_diff(base.output_tokens, mod.output_tokens)
+        q, k = explore.tokens_for(base, kind_c)
+        return {
+            "model": name, "notices": notices, "interventions": explore.describe_interventions(iv),
+            "src_tokens": list(base.src_tokens),
+            "baseline": {"translation": base.text, "output_tokens": base.output_tokens,
+                         "differs": da, "probs": [round(float(s.prob), 6) for s in base.steps]},
+            "modified": {"translation": mod.text, "output_tokens": mod.output_tokens,
+                         "differs": db, "probs": [round(float(s.prob), 6) for s in mod.steps]},
+            "map": {"kind": kind_c, "layer": l, "head": h, "query_tokens": q, "key_tokens": k,
+                    "baseline": np.round(a_base[l, h], 4).tolist(), "modified": np.round(a_mod[l, h], 4).tolist(),
+                    "difference": np.round(a_mod[l, h] - a_base[l, h], 4).tolist()},
+        }
+
+    def models() -> list:
+        """The loaded translation directions and their sizes and metrics."""
+        out = []
+        for name, lm in reg.models.items():
+            s = explore.model_summary(lm)
+            s.pop("path")  # the client would take a "path" key for a file to download
+            out.append(dict(s, direction=name, checkpoint=lm.path.name if lm.path else None))
+        return out
+
+    return translate, compare, models
+
+
+# --------------------------------------------------------------------------- About tab
+
+def about_markdown(reg: explore.Registry) -> str:
+    out = ["## What you are looking at",
+           "An encoder-decoder Transformer (Vaswani et al. 2017, pre-norm) trained from scratch on Multi30k "
+           "(about 29,000 image captions with German and English translations; tokenized with spaCy's rule-based "
+           "tokenizer, word vocabularies). Every number in the views is captured from named hook points inside "
+           "the model during the real run: `hook_pattern` is the attention after softmax, `hook_mask` the mask as "
+           "applied (True = attend), `hook_embed`/`hook_pos` the scaled token embeddings and the positional "
+           "encoding that was added. The step view uses the per-step rows recorded during the cached decode."]
+    if reg.models:
+        sums = {name: explore.model_summary(lm) for name, lm in reg.models.items()}
+        rows = [("parameters", lambda s: f"{s['parameters']:,}"), ("d_model", lambda s: s["d_model"]),
+                ("heads per layer", lambda s: s["n_heads"]), ("encoder layers", lambda s: s["encoder_layers"]),
+                ("decoder layers", lambda s: s["decoder_layers"]), ("feed-forward size", lambda s: s["d_ff"]),
+                ("vocabulary (source / target)", lambda s: f"{s['src_vocab']:,} / {s['tgt_vocab']:,}"),
+                ("max positions", lambda s: s["max_len"]), ("tied embeddings", lambda s: s["tied_embeddings"]),
+                ("headline BLEU", lambda s: "n/a" if s["bleu"] is None else f"{s['bleu']:.2f} ({s['bleu_source']})"),
+                ("checkpoint", lambda s: s["path"])]
+        out.append("## The models")
+        out.append("| | " + " | ".join(md_escape(direction_label(n, reg)) for n in sums) + " |\n|---|" +
+                   "---|" * len(sums) + "\n" + "\n".join(
+                       f"| {label} | " + " | ".join(md_escape(f(s)) for s in sums.values()) + " |"
+                       for label, f in rows))
+        for name, lm in reg.models.items():
+            if lm.metrics:
+                out.append(f"<details><summary>Metrics from the {md_escape(name)} model card</summary>\n\n```json\n" +
+                           json.dumps(lm.metrics, indent=1, ensure_ascii=False)[:6000] + "\n```\n</details>")
+        names = explore.hook_list(next(iter(reg.models.values())))
+        out.append(f"<details><summary>The {len(names)} hook points (same names in every model)</summary>\n\n```\n"
+                   + "\n".join(names) + "\n```\n</details>")
+    out.append("## Calling the API\n"
+               "The main events have stable names. With the Python client:\n\n```python\n"
+               "from gradio_client import Client\n"
+               "client = Client(\"http://127.0.0.1:7860/\")\n"
+               "out = client.predict(\"Zwei Hunde spielen im Schnee.\", \"de-en\", 1, 100, api_name=\"/translate\")\n"
+               "print(out[\"translation\"], out[\"src_tokens\"], out[\"output_tokens\"])\n"
+               "out[\"attention\"][\"cross\"]  # layers x heads x output steps x source tokens\n"
+               "cmp = client.predict(\"Zwei Hunde spielen im Schnee.\", \"de-en\", 1, 100, 0, True, False, True,\n"
+               "                     [\"cross L0 H0\"], [], \"cross\", 0, 0, api_name=\"/compare\")\n"
+               "```\n\n"
+               "`/translate` returns the source and output tokens, the translation, the per-step top-k and the "
+               "attention arrays (`encoder_self`, `decoder_self`, `cross`). `/compare` returns both translations, the "
+               "differing tokens, per-step probabilities and one head's maps with their difference. `/models` "
+               "lists the loaded directions. Inputs are capped at 2,000 characters.")
+    return "\n\n".join(out)
+
+
+# --------------------------------------------------------------------------- the Blocks
+
+CSS = """
+#header h1 {margin-bottom: 0.2em;}
+.explain {color: #555; font-size: 0.9em;}
+"""
+
+
+def build_app(root=None, device: str | None = None, warm: bool = True) -> gr.Blocks:
+    reg_key, reg = load_registry(root, device)
+    api_translate, api_compare, api_models = make_api(reg_key)
+    names = reg.names
+    default = names[0] if names else None
+    dflt_lm = reg.models.get(default)
+    n_heads = dflt_lm.model.cfg.n_heads if dflt_lm else 1
+    n_layers = dflt_lm.model.cfg.n_decoder_layers if dflt_lm else 1
+
+    examples = []
+    for name in names:
+        lang = reg.models[name].src_lang
+        for s in explore.test_examples(lang, DATA_DIRS, 3) + explore.EVERYDAY.get(lang, [])[:2]:
+            examples.append([s, name])
+
+    with gr.Blocks(title="Attention Explorer") as demo:
+        run_state = gr.State(None)
+        cmp_state = gr.State(None)
+        gr.Markdown(header_markdown(reg), elem_id="header")
+
+        with gr.Tabs():
+            # ---------------------------------------------------------------- Translate
+            with gr.Tab("Translate", id="translate"):
+                with gr.Row():
+                    with gr.Column(scale=3):
+                        text = gr.Textbox(label="Sentence", lines=1, max_lines=4, elem_id="input-text",
+                                          placeholder="Ein Mann fährt mit dem Fahrrad durch die Stadt.",
+                                          info=f"Press Enter or Translate. At most {MAX_CHARS:,} characters.")
+                    with gr.Column(scale=2):
+                        direction = gr.Dropdown([(direction_label(n, reg), n) for n in names], value=default,
+                                                label="Direction", elem_id="direction")
+                        with gr.Row():
+                            decoding = gr.Radio([("Greedy", "greedy"), ("Beam search", "beam")], value="greedy",
+                                                label="Decoding", elem_id="decoding")
+                            beam = gr.Slider(2, 8, value=4, step=1, label="Beam size", elem_id="beam", visible=False)
+                        max_len = gr.Slider(1, 200, value=100, step=1, label="Max output tokens", elem_id="max-len")
+                translate_btn = gr.Button("Translate", variant="primary", elem_id="translate-btn")
+                notice = gr.Markdown(elem_id="notice")
+                out_text = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
+                with gr.Row():
+                    src_chips = gr.HighlightedText(label="Source tokens", color_map=CHIP_COLORS, show_legend=True,
+                                                   show_inline_category=False, elem_id="src-chips")
+                    out_chips = gr.HighlightedText(label="Output tokens", color_map=CHIP_COLORS, show_legend=True,
+                                                   show_inline_category=False, elem_id="out-chips")
+                examples_block = gr.Examples(
+                    examples, inputs=[text, direction], examples_per_page=12,
+                    label="Examples: the Multi30k test set, then everyday sentences (click one to translate it)",
+                ) if examples else None
+
+            # ---------------------------------------------------------------- Attention maps
+            with gr.Tab("Attention maps", id="attention"):
+                gr.Markdown("Rows are **queries** (the token that looks), columns are **keys** (the tokens it "
+                            "looks at); each row sums to 1. Grey rows are padding queries, blanked.",
+                            elem_classes="explain")
+                with gr.Row():
+                    kind = gr.Radio(KIND_CHOICES, value=ATTN_KINDS[2], label="Attention", elem_id="attn-kind")
+                    view = gr.Radio(VIEW_CHOICES, value="grid", label="View", elem_id="attn-view")
+                    layer = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="attn-layer")
+                    head = gr.Dropdown(head_choices(n_heads), value=0, label="Head", elem_id="attn-head")
+                attn_plot = gr.Plot(label="Attention", elem_id="attn-plot")
+
+            # ---------------------------------------------------------------- Step by step
+            with gr.Tab("Step by step", id="steps"):
+                gr.Markdown("Walk through the decode. Everything here was recorded during the real, cached decode "
+                            "(not recomputed).", elem_classes="explain")
+                with gr.Row():
+                    step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="step-slider", scale=4)
+                    prev_btn = gr.Button("◀ Step", elem_id="step-prev", scale=1, min_width=80)
+                    play_btn = gr.Button("▶ Play", elem_id="step-play", scale=1, min_width=80)
+                    pause_btn = gr.Button("❚❚ Pause", elem_id="step-pause", scale=1, min_width=80)
+                    next_btn = gr.Button("Step ▶", elem_id="step-next", scale=1, min_width=80)
+                timer = gr.Timer(0.8, active=False)
+                step_md = gr.Markdown(elem_id="step-md")
+                prefix = gr.HighlightedText(label="Prefix so far → new token", color_map=PREFIX_COLORS,
+                                            show_inline_category=False, show_legend=True,
+                                            elem_id="step-prefix")
+                with gr.Row():
+                    topk_plot = gr.Plot(label="Next-token probabilities", elem_id="step-topk")
+                    self_plot = gr.Plot(label="Decoder self-attention row", elem_id="step-self")
+                cross_plot = gr.Plot(label="Cross-attention row", elem_id="step-cross")
+
+            # ---------------------------------------------------------------- Masks & compare
+            with gr.Tab("Masks & compare", id="compare"):
+                gr.Markdown("Switch parts of the computation off and compare with the unchanged model. Both runs "
+                            "use the same (padded) source.", elem_classes="explain")
+                with gr.Row():
+                    with gr.Column():
+                        pad_to = gr.Slider(0, 64, value=0, step=1, label="Pad the source to N tokens",
+                                           info=EXPLAIN["pad"], elem_id="pad-to")
+                        pad_mask = gr.Checkbox(True, label="Source padding mask", info=EXPLAIN["padding"],
+                                               elem_id="tog-padding")
+                        causal = gr.Checkbox(True, label="Causal mask", info=EXPLAIN["causal"], elem_id="tog-causal")
+                        pos_enc = gr.Checkbox(True, label="Positional encoding", info=EXPLAIN["positional"],
+                                              elem_id="tog-positional")
+                    with gr.Column():
+                        ablate_heads = gr.Dropdown(explore.head_choices(dflt_lm) if dflt_lm else [], value=[],
+                                                   multiselect=True, label="Ablate heads", info=EXPLAIN["heads"],
+                                                   elem_id="tog-heads")
+                        ablate_src = gr.Dropdown([], value=[], multiselect=True, label="Ablate source tokens",
+                                                 info=EXPLAIN["src"], elem_id="tog-src")
+                        with gr.Row():
+                            cmp_kind = gr.Radio(KIND_CHOICES, value=ATTN_KINDS[2], label="Map to compare",
+                                                elem_id="cmp-kind")
+                        with gr.Row():
+                            cmp_layer = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer",
+                                                    elem_id="cmp-layer")
+                            cmp_head = gr.Dropdown(head_choices(n_heads), value=0, label="Head", elem_id="cmp-head")
+                        compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+                masks_plot = gr.Plot(label="Masks (True = attend)", elem_id="masks-plot")
+                cmp_notice = gr.Markdown(elem_id="cmp-notice")
+                with gr.Row():
+                    base_chips = gr.HighlightedText(label="Baseline", color_map=DIFF_COLORS, show_inline_category=False,
+                                                    show_legend=True, elem_id="cmp-base")
+                    mod_chips = gr.HighlightedText(label="Modified", color_map=DIFF_COLORS, show_inline_category=False,
+                                                   show_legend=True, elem_id="cmp-mod")
+                prob_plot = gr.Plot(label="Chosen-token probability per step", elem_id="cmp-probs")
+                cmp_plot = gr.Plot(label="Attention: baseline, modified, difference", elem_id="cmp-maps")
+
+            # ---------------------------------------------------------------- Positional encodings
+            with gr.Tab("Positional encodings", id="positional") as pos_tab:
+                gr.Markdown("The model's own sinusoidal encoding, read from its buffer (the same tensor the "
+                            "`hook_pos` points capture).", elem_classes="explain")
+                with gr.Row():
+                    n_pos = gr.Slider(8, 128, value=50, step=1, label="Positions shown", elem_id="pe-npos")
+                    dims = gr.Textbox("0, 1, 4, 5, 10, 11", label="Dimensions as curves (comma-separated)",
+                                      elem_id="pe-dims")
+                pe_heat = gr.Plot(label="Encoding matrix", elem_id="pe-heat")
+                pe_curves = gr.Plot(label="Dimensions over positions", elem_id="pe-curves")
+                with gr.Row():
+                    pe_sim = gr.Plot(label="Position similarity", elem_id="pe-sim")
+                    norms_plot = gr.Plot(label="Embedding vs encoding norms (current sentence)", elem_id="pe-norms")
+                pe_var = gr.Plot(label="Interleaved vs sin-only vs cos-only", elem_id="pe-variants")
+
+            # ---------------------------------------------------------------- About
+            with gr.Tab("About", id="about"):
+                gr.Markdown(about_markdown(reg), elem_id="about")
+
+        # ==================================================================== handlers
+        translate_outputs = [notice, out_text, src_chips, out_chips, run_state, attn_plot, layer, head, step,
+                             step_md, prefix, topk_plot, cross_plot, self_plot, masks_plot, ablate_src,
+                             ablate_heads, cmp_layer, cmp_head, norms_plot]
+        components = dict(notice=notice, out_text=out_text, src_chips=src_chips, out_chips=out_chips,
+                          run_state=run_state, attn_plot=attn_plot, layer=layer, head=head, step=step,
+                          step_md=step_md, prefix=prefix, topk_plot=topk_plot, cross_plot=cross_plot,
+                          self_plot=self_plot, masks_plot=masks_plot, ablate_src=ablate_src,
+                          ablate_heads=ablate_heads, cmp_layer=cmp_layer, cmp_head=cmp_head, norms_plot=norms_plot)
+
+        def on_translate(text_in, name, decoding_in, beam_in, max_len_in, kind_in, view_in, layer_in, head_in):
+            problem = no_model_message(reg, name)
+            if problem:
+                yield {notice: f"⚠️ {problem}"}
+                return
+            text_in, notices = explore.clean_input(text_in)
+            if explore.is_blank(text_in):
+                yield {notice: "✏️ Type a sentence to translate (the box is empty).", out_text: "",
+                       src_chips: [], out_chips: []}
+                return
+            lm = reg.models[name]
+            opts = opts_from(decoding_in, beam_in, max_len_in)
+            yield {notice: notice_md(notices + ["Translating…"]), out_text: "", out_chips: []}
+            tr, partial = None, []
+            try:
+                for ev, value in gpu_stream(reg_key, name, text_in, opts):
+                    if ev == "tokens":
+                        partial.extend(value)
+                        yield {out_text: " ".join(partial)}
+                    elif ev == "step":
+                        yield {notice: notice_md(notices + [f"Beam search, step {value + 1}…"])}
+                    elif ev == "done":
+                        tr = value
+            except Exception as e:
+                log.error("translate failed: %s", traceback.format_exc())
+                gr.Warning("The translation failed; please try another sentence.")
+                yield {notice: f"⚠️ The translation failed ({md_escape(type(e).__name__)})."}
+                return
+            run = Run(name, tr, run_notices(tr, notices, lm))
+            yield translate_view(run, kind_in, view_in, layer_in, head_in)
+
+        def translate_view(run: Run, kind_in, view_in, layer_in, head_in) -> dict:
+            values = translation_values(reg, run, kind_in, view_in, layer_in, head_in)
+            return {components[k]: v for k, v in values.items()}
+
+        translate_inputs = [text, direction, decoding, beam, max_len, kind, view, layer, head]
+        for trigger in (translate_btn.click, text.submit):
+            trigger(on_translate, translate_inputs, translate_outputs, api_name="translate_stream",
+                    api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=1,
+                    show_progress="minimal")
+        if examples_block is not None and getattr(examples_block, "load_input_event", None) is not None:
+            examples_block.load_input_event.then(on_translate, translate_inputs, translate_outputs,
+                                                 api_visibility="private", concurrency_id=MODEL_GROUP,
+                                                 concurrency_limit=1, show_progress="minimal")
+        decoding.change(lambda d: gr.Slider(visible=d == "beam"), decoding, beam, api_visibility="private",
+                        queue=False, show_progress="hidden")
+
+        # ---------------------------------------------------------------- attention view
+        def on_attention(run, kind_in, view_in, layer_in, head_in):
+            try:
+                if run is None:
+                    return message_figure("Translate a sentence first."), gr.skip()
+                lm = reg.models[run.model]
+                L = explore.layer_count(lm, kind_in)
+                layer_in = min(int(layer_in or 0), L - 1)
+                return (attention_figure(run, kind_in, view_in, layer_in, head_in),
+                        gr.Dropdown(choices=layer_choices(L), value=layer_in))
+            except Exception:
+                log.error("attention view failed: %s", traceback.format_exc())
+                return message_figure("This view could not be drawn."), gr.skip()
+
+        for comp in (kind, view, layer, head):
+            comp.input(on_attention, [run_state, kind, view, layer, head], [attn_plot, layer],
+                       api_name="attention_view" if comp is kind else None,
+                       api_visibility="undocumented" if comp is kind else "private",
+                       concurrency_limit=4, show_progress="hidden")
+
+        # ---------------------------------------------------------------- steps
+        step_view_outputs = [step, step_md, prefix, topk_plot, cross_plot, self_plot]
+
+        def on_step(run, t, delta=0):
+            try:
+                n = len(run.tr.steps) if run is not None else 1
+                t = max(0, min(int(t or 0) + int(delta), max(0, n - 1)))
+                return (t, *step_outputs(run, t))
+            except Exception:
+                log.error("step view failed: %s", traceback.format_exc())
+                msg = message_figure("This step could not be drawn.")
+                return gr.skip(), "This step could not be drawn.", [], msg, msg, msg
+
+        step.release(on_step, [run_state, step], step_view_outputs, api_name="step_view",
+                     api_visibility="undocumented", concurrency_limit=4, show_progress="hidden")
+        prev_btn.click(lambda r, t: on_step(r, t, -1), [run_state, step], step_view_outputs, api_visibility="private",
+                       concurrency_limit=4, show_progress="hidden")
+        next_btn.click(lambda r, t: on_step(r, t, 1), [run_state, step], step_view_outputs, api_visibility="private",
+                       concurrency_limit=4, show_progress="hidden")
+
+        def on_play(run, t):
+            n = len(run.tr.steps) if run is not None else 0
+            if n <= 1:
+                return gr.Timer(active=False), gr.skip()
+            start = 0 if int(t or 0) >= n - 1 else int(t or 0)
+            return gr.Timer(active=True), start
+
+        def on_tick(run, t):
+            n = len(run.tr.steps) if run is not None else 0
+            t = int(t or 0)
+            if n == 0 or t >= n - 1:
+                return (gr.Timer(active=False), *[gr.skip()] * len(step_view_outputs))
+            out = on_step(run, t, 1)
+            return (gr.Timer(active=out[0] < n - 1), *out)
+
+        play_btn.click(on_play, [run_state, step], [timer, step], api_visibility="private", show_progress="hidden")
+        pause_btn.click(lambda: gr.Timer(active=False), None, timer, api_visibility="private",
+                        show_progress="hidden")
+        timer.tick(on_tick, [run_state, step], [timer, *step_view_outputs], api_visibility="private",
+                   concurrency_limit=4, show_progress="hidden")
+
+        # ---------------------------------------------------------------- masks preview
+        def on_masks(run, pad_in, pad_on, causal_on, pos_on, src_sel):
+            try:
+                if run is None:
+                    return message_figure("Translate a sentence first.")
+                lm = reg.models[run.model]
+                src_tokens, _ = explore.prepare_source(lm, run.tr.src_text, int(pad_in or 0))
+                iv = explore.make_interventions(pad_on, causal_on, pos_on, (), src_sel)
+                return masks_figure(reg, run.model, src_tokens, run.tr.output_tokens, iv,
+                                    "Masks for the current settings (True = attend)")
+            except Exception:
+                log.error("mask preview failed: %s", traceback.format_exc())
+                return message_figure("The masks could not be drawn.")
+
+        mask_inputs = [run_state, pad_to, pad_mask, causal, pos_enc, ablate_src]
+        for comp in (pad_to, pad_mask, causal, pos_enc, ablate_src):
+            comp.input(on_masks, mask_inputs, masks_plot, api_name="masks" if comp is pad_to else None,
+                       api_visibility="undocumented" if comp is pad_to else "private", concurrency_limit=4, show_progress="hidden")
+
+        # ---------------------------------------------------------------- compare
+        compare_outputs = [cmp_notice, base_chips, mod_chips, prob_plot, cmp_plot, masks_plot, cmp_state,
+                           ablate_src]
+
+        def on_compare(text_in, name, decoding_in, beam_in, max_len_in, pad_in, pad_on, causal_on, pos_on,
+                       heads_sel, src_sel, kind_in, layer_in, head_in):
+            problem = no_model_message(reg, name)
+            if problem:
+                return {cmp_notice: f"⚠️ {problem}"}
+            text_in, notices = explore.clean_input(text_in)
+            if explore.is_blank(text_in):
+                return {cmp_notice: "✏️ Type a sentence on the Translate tab first (the box is empty)."}
+            lm = reg.models[name]
+            try:
+                iv = explore.make_interventions(pad_on, causal_on, pos_on, heads_sel, src_sel)
+                lm.model.validate_interventions(iv)
+            except ValueError as e:
+                gr.Warning(str(e))
+                return {cmp_notice: f"⚠️ {md_escape(e)}"}
+            opts = opts_from(decoding_in, beam_in, max_len_in, pad_in)
+            try:
+                base, mod, mod_on_base = gpu_compare(reg_key, name, text_in, opts, iv)
+            except Exception as e:
+                log.error("compare failed: %s", traceback.format_exc())
+                gr.Warning("The comparison failed; please try another sentence.")
+                return {cmp_notice: f"⚠️ The comparison failed ({md_escape(type(e).__name__)})."}
+            cmp = CompareRun(name, base, mod, mod_on_base, iv)
+            da, db = explore.token_diff(base.output_tokens, mod.output_tokens)
+            changes = explore.describe_interventions(iv) or ["nothing changed (all toggles at their defaults)"]
+            n_diff = sum(db)
+            msgs = run_notices(base, notices, lm) + [
+                "Modified: " + "; ".join(changes) + ".",
+                f"{n_diff} of {len(mod.output_tokens)} modified output tokens differ from the baseline.",
+                "The maps below feed both models the baseline's output, so their rows line up."]
+            if not pad_on and "<pad>" not in mod.src_tokens:
+                msgs.append("The source has no padding, so switching the padding mask off changes nothing: "
+                            "pad it to N tokens first.")
+            return {
+                cmp_notice: notice_md(msgs),
+                base_chips: gr.HighlightedText(
+                    value=[(t, "differs" if d else "token") for t, d in zip(base.output_tokens, da)],
+                    label=f"Baseline: {base.text[:300]}"),
+                mod_chips: gr.HighlightedText(
+                    value=[(t, "differs" if d else "token") for t, d in zip(mod.output_tokens, db)],
+                    label=f"Modified: {mod.text[:300]}"),
+                prob_plot: vs.step_probabilities([("baseline", base.output_tokens, [s.prob for s in base.steps]),
+                                                  ("modified", mod.output_tokens, [s.prob for s in mod.steps])],
+                                                 title="Probability of the chosen token at each step"),
+                cmp_plot: compare_maps_figure(cmp, kind_in, layer_in, head_in),
+                masks_plot: masks_figure(reg, name, mod.src_tokens, mod.output_tokens, iv,
+                                         "Masks of the modified run (True = attend)"),
+                cmp_state: cmp,
+                ablate_src: gr.Dropdown(choices=explore.src_token_choices(mod.src_tokens), multiselect=True),
+            }
+
+        compare_btn.click(on_compare, [text, direction, decoding, beam, max_len, pad_to, pad_mask, causal, pos_enc,
+                                       ablate_heads, ablate_src, cmp_kind, cmp_layer, cmp_head],
+                          compare_outputs, api_name="compare_ui", api_visibility="undocumented",
+                          concurrency_id=MODEL_GROUP, concurrency_limit=1)
+
+        def on_compare_maps(cmp, kind_in, layer_in, head_in):
+            try:
+                if cmp is None:
+                    return message_figure("Press Compare first."), gr.skip()
+                L = explore.layer_count(reg.models[cmp.model], kind_in)
+                layer_in = min(int(layer_in or 0), L - 1)
+                return compare_maps_figure(cmp, kind_in, layer_in, head_in), gr.Dropdown(
+                    choices=layer_choices(L), value=layer_in)
+            except Exception:
+                log.error("compare maps failed: %s", traceback.format_exc())
+                return message_figure("This map could not be drawn."), gr.skip()
+
+        for comp in (cmp_kind, cmp_layer, cmp_head):
+            comp.input(on_compare_maps, [cmp_state, cmp_kind, cmp_layer, cmp_head], [cmp_plot, cmp_layer],
+                       api_name="compare_maps" if comp is cmp_kind else None,
+                       api_visibility="undocumented" if comp is cmp_kind else "private",
+                       concurrency_limit=4, show_progress="hidden")
+
+        # ---------------------------------------------------------------- positional
+        def on_positional(name, n_in, dims_in):
+            try:
+                return positional_figures(reg, name, n_in, dims_in)
+            except Exception:
+                log.error("positional view failed: %s", traceback.format_exc())
+                msg = message_figure("This view could not be drawn.")
+                return msg, msg, msg, msg
+
+        pe_inputs, pe_outputs = [direction, n_pos, dims], [pe_heat, pe_curves, pe_sim, pe_var]
+        pos_tab.select(on_positional, pe_inputs, pe_outputs, api_name="positional", api_visibility="undocumented",
+                       concurrency_limit=4, show_progress="hidden")
+        n_pos.release(on_positional, pe_inputs, pe_outputs, api_visibility="private", concurrency_limit=4,
+                      show_progress="hidden")
+        dims.submit(on_positional, pe_inputs, pe_outputs, api_visibility="private", concurrency_limit=4,
+                    show_progress="hidden")
+        direction.input(on_positional, pe_inputs, pe_outputs, api_visibility="private", concurrency_limit=4,
+                        show_progress="hidden")
+
+        # ---------------------------------------------------------------- JSON API
+        gr.api(api_translate, api_name="translate", concurrency_id=MODEL_GROUP, concurrency_limit=1)
+        gr.api(api_compare, api_name="compare", concurrency_id=MODEL_GROUP, concurrency_limit=1)
+        gr.api(api_models, api_name="models")
+
+    demo.queue(default_concurrency_limit=1)
+    demo.registry = reg  # for tests and benchmarks
+    if warm and reg.models:
+        threading.Thread(target=warm_up, args=(reg_key,), name="warm-up", daemon=True).start()
+    return demo
+
+
+def launch_kwargs() -> dict:
+    return dict(css=CSS, theme=gr.themes.Soft(), show_error=False)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    demo = build_app()
+    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_kwargs())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,521 @@
+"""Plain-data helpers for the web app: load every checkpoint, run translations, pull arrays out of traces.
+
+Nothing here knows about plots or Gradio. Each function takes a :class:`LoadedModel` or a
+:class:`~model.decoding.Translation` and returns numpy arrays, token lists, dicts and strings.
+"""
+from __future__ import annotations
+
+import difflib
+import gzip
+import math
+import re
+import threading
+import unicodedata
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checkpoint import CONFIG, VOCAB, WEIGHTS, CheckpointError, LoadedModel, load_checkpoint
+from .decoding import DecodeOptions, Translation, full_trace, prepare_source, translate
+from .hooks import hook_names
+from .transformer import ATTN_KINDS, NO_INTERVENTION, Interventions, canonical_kind, sinusoidal_encoding
+from .vocab import SPECIALS
+
+MAX_INPUT_CHARS = 2000
+
+KIND_LABELS = {
+    "encoder.self_attn": "Encoder self-attention",
+    "decoder.self_attn": "Decoder masked self-attention",
+    "decoder.cross_attn": "Decoder cross-attention",
+}
+KIND_SHORT = {"encoder.self_attn": "enc", "decoder.self_attn": "dec", "decoder.cross_attn": "cross"}
+KIND_JSON = {"encoder.self_attn": "encoder_self", "decoder.self_attn": "decoder_self", "decoder.cross_attn": "cross"}
+
+
+# --------------------------------------------------------------------------- loading
+
+@dataclass
+class Registry:
+    """Every checkpoint found under a root, loaded once, plus what went wrong with the others."""
+
+    models: dict[str, LoadedModel] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    pe: dict[str, np.ndarray] = field(default_factory=dict)  # the encoder's own positional buffer
+    root: Path | None = None
+    device: str = "cpu"
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.models)
+
+
+def _candidate_dirs(root: Path) -> list[Path]:
+    if (root / CONFIG).is_file():
+        return [root]
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+
+def load_all(root, device: str = "cpu") -> Registry:
+    """Load every checkpoint folder under ``root`` (or ``root`` itself if it is one).
+
+    A missing root, a folder without the checkpoint files, or a corrupt one is reported in
+    ``problems`` by name; the good checkpoints still load.
+    """
+    root = Path(root)
+    reg = Registry(root=root, device=str(device))
+    if not root.is_dir():
+        reg.problems.append(f"checkpoint folder not found: {root}")
+        return reg
+    for path in _candidate_dirs(root):
+        if not any((path / n).exists() for n in (CONFIG, WEIGHTS, VOCAB)):
+            reg.problems.append(f"{path} is not a checkpoint (no {CONFIG}, {WEIGHTS} or {VOCAB}); skipped")
+            continue
+        try:
+            lm = load_checkpoint(path, "cpu")
+        except CheckpointError as e:
+            reg.problems.append(str(e))
+            continue
+        except Exception as e:  # anything else a broken folder can raise
+            reg.problems.append(f"checkpoint {path} could not be loaded ({type(e).__name__}: {e})")
+            continue
+        name = lm.name
+        if name in reg.models:
+            name = f"{lm.name} ({path.name})"
+        reg.pe[name] = lm.model.encoder.pe.detach().cpu().numpy().copy()
+        lm.model.to(device)
+        reg.models[name] = lm
+    if not reg.models and not reg.problems:
+        reg.problems.append(f"no checkpoint folders under {root}")
+    return reg
+
+
+def device_label(device) -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        try:
+            return f"GPU ({torch.cuda.get_device_name(device)})"
+        except Exception:
+            return "GPU"
+    return "CPU"
+
+
+def _flatten(d, prefix: str = "") -> Iterator[tuple[str, object]]:
+    if isinstance(d, dict):
+        for k, v in d.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    else:
+        yield prefix, d
+
+
+def headline_bleu(metrics: dict) -> tuple[float, str] | None:
+    """The most telling BLEU in a model card's metrics: test over val, beam over greedy, lowercased."""
+    best = None
+    for path, value in _flatten(metrics or {}):
+        p = path.lower()
+        if "bleu" not in p or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(float(value)) or "signature" in p:
+            continue
+        score = (4 if "test" in p else 0) + (2 if "beam" in p else 0) + (1 if ("lc" in p or "lower" in p) else 0)
+        if best is None or score > best[0]:
+            best = (score, float(value), path)
+    return (best[1], best[2]) if best else None
+
+
+def model_summary(lm: LoadedModel) -> dict:
+    cfg = lm.model.cfg
+    bleu = headline_bleu(lm.metrics)
+    return {
+        "name": lm.name, "src_lang": lm.src_lang, "tgt_lang": lm.tgt_lang,
+        "parameters": lm.model.num_parameters(),
+        "d_model": cfg.d_model, "n_heads": cfg.n_heads, "d_ff": cfg.d_ff,
+        "encoder_layers": cfg.n_encoder_layers, "decoder_layers": cfg.n_decoder_layers,
+        "src_vocab": cfg.src_vocab_size, "tgt_vocab": cfg.tgt_vocab_size, "max_len": cfg.max_len,
+        "tied_embeddings": cfg.tie_embeddings, "dropout": cfg.dropout,
+        "bleu": bleu[0] if bleu else None, "bleu_source": bleu[1] if bleu else None,
+        "path": str(lm.path) if lm.path else None,
+    }
+
+
+def hook_list(lm: LoadedModel) -> list[str]:
+    return hook_names(lm.model)
+
+
+# --------------------------------------------------------------------------- examples
+
+EVERYDAY = {
+    "de": ["Ein Mann fährt mit dem Fahrrad durch die Stadt.", "Zwei Hunde spielen im Schnee.",
+           "Eine Frau liest ein Buch im Park.", "Die Kinder essen Eis am Strand."],
+    "en": ["A man rides his bike through the city.", "Two dogs are playing in the snow.",
+           "A woman is reading a book in the park.", "The children are eating ice cream on the beach."],
+}
+TEST_FALLBACK = {  # the first lines of Multi30k test_2016_flickr, used when the data folder is absent
+    "de": ["Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
+           "Ein Boston Terrier läuft über saftig-grünes Gras vor einem weißen Zaun.",
+           "Eine Gruppe von Menschen steht vor einem Iglu."],
+    "en": ["A man in an orange hat starring at something.",
+           "A Boston Terrier is running on lush green grass in front of a white fence.",
+           "A group of people standing in front of an igloo."],
+}
+
+
+def test_examples(lang: str, data_dirs: Iterable[Path], n: int = 3, max_chars: int = 90) -> list[str]:
+    """A few short sentences of the Multi30k test set for ``lang`` (built-in ones if it is absent)."""
+    for d in data_dirs:
+        path = Path(d) / f"test_2016_flickr.{lang}.gz"
+        if path.is_file():
+            try:
+                with gzip.open(path, "rt", encoding="utf-8") as f:
+                    lines = [line.strip() for _, line in zip(range(200), f)]
+            except (OSError, EOFError, UnicodeDecodeError):
+                continue
+            picked = [s for s in lines if s and len(s) <= max_chars][:n]
+            if picked:
+                return picked
+    return TEST_FALLBACK.get(lang, [])[:n]
+
+
+# --------------------------------------------------------------------------- input
+
+def clean_input(text, max_chars: int = MAX_INPUT_CHARS) -> tuple[str, list[str]]:
+    """Cap the text at ``max_chars`` characters; return it and notices for the user."""
+    text = "" if text is None else str(text)
+    notices = []
+    if len(text) > max_chars:
+        notices.append(f"The input had {len(text):,} characters; only the first {max_chars:,} were used.")
+        text = text[:max_chars]
+    return text, notices
+
+
+def is_blank(text: str) -> bool:
+    """True for text with nothing the tokenizer would keep (whitespace, control and format chars)."""
+    return not any(not unicodedata.category(c).startswith(("Z", "C")) for c in text or "")
+
+
+# --------------------------------------------------------------------------- interventions
+
+def head_choices(lm: LoadedModel) -> list[str]:
+    """Labels of every head, e.g. 'cross L1 H2', for the ablation picker."""
+    cfg = lm.model.cfg
+    n = {ATTN_KINDS[0]: cfg.n_encoder_layers, ATTN_KINDS[1]: cfg.n_decoder_layers,
+         ATTN_KINDS[2]: cfg.n_decoder_layers}
+    return [f"{KIND_SHORT[k]} L{l} H{h}" for k in ATTN_KINDS for l in range(n[k]) for h in range(cfg.n_heads)]
+
+
+_HEAD_RE = re.compile(r"^\s*([a-z_.]+)\s*[ :/,-]?\s*l?(\d+)\s*[ .:/,-]?\s*h?(\d+)\s*$", re.I)
+
+
+def parse_heads(items) -> frozenset:
+    """'cross L1 H2' / 'enc 0 1' / ('decoder.cross_attn', 1, 2) -> {(kind, layer, head)}."""
+    out = set()
+    for item in items or ():
+        if isinstance(item, (list, tuple)) and len(item) == 3:
+            out.add((canonical_kind(str(item[0])), int(item[1]), int(item[2])))
+            continue
+        m = _HEAD_RE.match(str(item))
+        if not m:
+            raise ValueError(f"cannot read head {item!r}; write it like 'cross L1 H2'")
+        out.add((canonical_kind(m.group(1).lower()), int(m.group(2)), int(m.group(3))))
+    return frozenset(out)
+
+
+def src_token_choices(src_tokens: list[str]) -> list[str]:
+    return [f"{i}: {t}" for i, t in enumerate(src_tokens)]
+
+
+def parse_positions(items) -> frozenset:
+    """'3: Mann' / '3' / 3 -> {3}."""
+    out = set()
+    for item in items or ():
+        if isinstance(item, (int, np.integer)):
+            out.add(int(item))
+            continue
+        m = re.match(r"^\s*(\d+)", str(item))
+        if not m:
+            raise ValueError(f"cannot read source position {item!r}")
+        out.add(int(m.group(1)))
+    return frozenset(out)
+
+
+def make_interventions(src_padding_mask: bool = True, causal_mask: bool = True, positional_encoding: bool = True,
+                       ablate_heads=(), ablate_src_tokens=()) -> Interventions:
+    return Interventions(src_padding_mask=bool(src_padding_mask), causal_mask=bool(causal_mask),
+                         positional_encoding=bool(positional_encoding), ablate_heads=parse_heads(ablate_heads),
+                         ablate_src_tokens=parse_positions(ablate_src_tokens))
+
+
+def describe_interventions(iv: Interventions) -> list[str]:
+    out = []
+    if not iv.src_padding_mask:
+        out.append("source padding mask off")
+    if not iv.causal_mask:
+        out.append("causal mask off")
+    if not iv.positional_encoding:
+        out.append("positional encoding off")
+    for k, l, h in sorted(iv.ablate_heads):
+        out.append(f"{KIND_SHORT[k]} L{l} H{h} ablated")
+    if iv.ablate_src_tokens:
+        out.append("source positions " + ", ".join(map(str, sorted(iv.ablate_src_tokens))) + " hidden")
+    return out
+
+
+# --------------------------------------------------------------------------- running
+
+def run(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
+        iv: Interventions = NO_INTERVENTION) -> Translation:
+    return translate(lm, text, opts, iv)
+
+
+def stream(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
+           iv: Interventions = NO_INTERVENTION, lock=None) -> Iterator[tuple[str, object]]:
+    """Run ``translate`` in a worker thread and report the decode as it happens.
+
+    Yields ``("tokens", [str, ...])`` with the tokens greedy decoding committed since the last
+    event (read from the decoder's input embedding as each step feeds its token back), or
+    ``("step", int)`` with the latest beam step, then ``("done", Translation)``. Events that pile
+    up while the consumer is busy are merged, so a slow consumer gets fewer, larger events. An
+    exception in the decode is re-raised here.
+
+    Everything that touches the model (the hook, the decode) happens in the worker thread, under
+    ``lock`` when one is given, so a consumer that stops early never leaves the lock held.
+    """
+    import contextlib
+    import queue
+
+    q: queue.Queue = queue.Queue()
+    emb = lm.model.decoder.tok_embed
+    state = {"calls": 0, "owner": None}
+    cached = iv.causal_mask
+
+    def hook(_module, inputs, _output):
+        if threading.get_ident() != state["owner"]:
+            return
+        ids = inputs[0]
+        k = state["calls"]
+        state["calls"] += 1
+        if ids.size(1) != (1 if cached else k + 1):  # the teacher-forced trace pass afterwards
+            return
+        if opts.beam > 1:
+            q.put(("step", k))
+        elif k > 0:
+            tok = int(ids[0, -1])
+            q.put(("tokens", [lm.tgt_vocab.itos[tok] if 0 <= tok < len(lm.tgt_vocab) else "<unk>"]))
+
+    def work():
+        state["owner"] = threading.get_ident()
+        try:
+            with lock if lock is not None else contextlib.nullcontext():
+                handle = emb.register_forward_hook(hook)
+                try:
+                    result = translate(lm, text, opts, iv)
+                finally:
+                    handle.remove()
+            q.put(("done", result))
+        except BaseException as e:  # handed to the caller
+            q.put(("error", e))
+
+    worker = threading.Thread(target=work, name="decode", daemon=True)
+    worker.start()
+    done = False
+    while not done:
+        events = [q.get()]
+        while True:  # merge whatever else is already waiting
+            try:
+                events.append(q.get_nowait())
+            except queue.Empty:
+                break
+        tokens, step = [], None
+        for kind, value in events:
+            if kind == "error":
+                raise value
+            if kind == "tokens":
+                tokens.extend(value)
+            elif kind == "step":
+                step = value
+        if tokens:
+            yield "tokens", tokens
+        if step is not None:
+            yield "step", step
+        for kind, value in events:
+            if kind == "done":
+                done = True
+                yield kind, value
+    worker.join()
+
+
+def teacher_forced(lm: LoadedModel, tr: Translation, out_ids: list[int], iv: Interventions):
+    """Trace of the model under ``iv`` fed ``out_ids`` as the decoder's output (for same-shape maps)."""
+    return full_trace(lm, tr.src_ids, out_ids, iv)
+
+
+# --------------------------------------------------------------------------- reading a translation
+
+def attention(trace, kind: str) -> np.ndarray:
+    """(layers, heads, queries, keys) weights of one attention kind from a full trace."""
+    kind = canonical_kind(kind)
+    part, attn = kind.split(".")
+    layers = []
+    i = 0
+    while f"{part}.layers.{i}.{attn}.hook_pattern" in trace:
+        layers.append(trace[f"{part}.layers.{i}.{attn}.hook_pattern"][0].float().numpy())
+        i += 1
+    if not layers:
+        raise KeyError(f"the trace holds no {kind} patterns")
+    return np.stack(layers)
+
+
+def tokens_for(tr: Translation, kind: str) -> tuple[list[str], list[str]]:
+    """(query tokens, key tokens) of an attention kind."""
+    kind = canonical_kind(kind)
+    if kind == ATTN_KINDS[0]:
+        return list(tr.src_tokens), list(tr.src_tokens)
+    if kind == ATTN_KINDS[1]:
+        return tr.decoder_input_tokens, tr.decoder_input_tokens
+    return tr.decoder_input_tokens, list(tr.src_tokens)
+
+
+def query_valid(tr: Translation, kind: str) -> np.ndarray:
+    """One bool per query row: False for padding queries (blanked in the views)."""
+    q, _ = tokens_for(tr, kind)
+    return np.array([t != "<pad>" for t in q], dtype=bool)
+
+
+def layer_count(lm: LoadedModel, kind: str) -> int:
+    cfg = lm.model.cfg
+    return cfg.n_encoder_layers if canonical_kind(kind) == ATTN_KINDS[0] else cfg.n_decoder_layers
+
+
+def masks(tr: Translation) -> dict[str, np.ndarray]:
+    """The masks as applied in the run (True = attend), from the trace's hook_mask records."""
+    t = tr.trace
+    return {
+        "encoder": t["encoder.layers.0.self_attn.hook_mask"][0, 0].numpy(),
+        "decoder": t["decoder.layers.0.self_attn.hook_mask"][0, 0].numpy(),
+        "cross": t["decoder.layers.0.cross_attn.hook_mask"][0, 0].numpy(),
+    }
+
+
+def mask_preview(lm: LoadedModel, src_tokens: list[str], out_tokens: list[str],
+                 iv: Interventions = NO_INTERVENTION) -> dict[str, np.ndarray]:
+    """The masks the model would build for these tokens under ``iv``, without running it.
+
+    Returns the source padding mask (S,), the causal mask (T, T), the combined decoder
+    self-attention mask (T, T) and the cross-attention mask (T, S), True = attend.
+    """
+    from .masks import causal_mask
+    model = lm.model
+    src = torch.tensor([lm.src_vocab.encode(src_tokens)])  # specials map to their own ids
+    dec_in = ["<bos>"] + list(out_tokens[:-1]) if out_tokens else ["<bos>"]
+    tgt = torch.tensor([lm.tgt_vocab.encode(dec_in)])
+    src_mask = model.src_mask(src, iv)[0, 0, 0].numpy()
+    T = tgt.size(1)
+    causal = causal_mask(T)[0, 0].numpy() if iv.causal_mask else np.ones((T, T), dtype=bool)
+    combined = model.tgt_mask(tgt, iv)[0, 0].numpy()
+    return {"padding": src_mask, "causal": causal, "combined": combined,
+            "cross": np.broadcast_to(src_mask[None, :], (T, len(src_tokens))).copy()}
+
+
+def embedding_norms(tr: Translation) -> tuple[np.ndarray, np.ndarray]:
+    """Per source position: ||scaled token embedding|| and ||positional encoding added||."""
+    t = tr.trace
+    emb = t["encoder.hook_embed"][0].float().numpy()
+    pos = t["encoder.hook_pos"][0].float().numpy()
+    return np.linalg.norm(emb, axis=-1), np.linalg.norm(pos, axis=-1)
+
+
+def pe_variants(n_pos: int, d_model: int) -> dict[str, np.ndarray]:
+    """The paper's interleaved sin/cos encoding next to sin-only and cos-only versions (same frequencies)."""
+    inter = sinusoidal_encoding(n_pos, d_model).numpy()
+    pos = np.arange(n_pos, dtype=np.float64)[:, None]
+    div = np.exp(np.arange(0, d_model, 2, dtype=np.float64) * (-math.log(10000.0) / d_model))
+    freq = np.repeat(div, 2)[:d_model]
+    return {"interleaved sin/cos": inter, "sin only": np.sin(pos * freq).astype(np.float32),
+            "cos only": np.cos(pos * freq).astype(np.float32)}
+
+
+def output_marks(tr: Translation) -> list[tuple[str, str | None]]:
+    """Output tokens with a label each: '<unk>', 'replaced' (an <unk> replaced by a source word), 'special'."""
+    out = []
+    for i, tok in enumerate(tr.output_tokens):
+        if i in tr.replaced:
+            out.append((f"{tr.replaced[i]}", "replaced <unk>"))
+        elif tok == "<unk>":
+            out.append((tok, "<unk>"))
+        elif tok in SPECIALS:
+            out.append((tok, "special"))
+        else:
+            out.append((tok, None))
+    return out
+
+
+def source_marks(tr: Translation) -> list[tuple[str, str | None]]:
+    """Source tokens labelled '<unk>' when the vocabulary does not know them, 'special' for specials."""
+    out = []
+    for tok, i in zip(tr.src_tokens, tr.src_ids):
+        if tok in SPECIALS:
+            out.append((tok, "special"))
+        elif i == 0:
+            out.append((tok, "<unk>"))
+        else:
+            out.append((tok, None))
+    return out
+
+
+def token_diff(a: list[str], b: list[str]) -> tuple[list[bool], list[bool]]:
+    """For each token of ``a`` and of ``b``: True where it is not part of their common alignment."""
+    da, db = [True] * len(a), [True] * len(b)
+    for block in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks():
+        for k in range(block.size):
+            da[block.a + k] = False
+            db[block.b + k] = False
+    return da, db
+
+
+def step_view(tr: Translation, t: int) -> dict:
+    """Everything the step view shows at step ``t`` (clamped), from the recorded steps."""
+    if not tr.steps:
+        raise ValueError("the translation holds no step records")
+    t = max(0, min(int(t), len(tr.steps) - 1))
+    rec = tr.steps[t]
+    tokens, probs = list(rec.topk_tokens), list(rec.topk_probs)
+    chosen = rec.topk_ids.index(rec.token_id) if rec.token_id in rec.topk_ids else None
+    if chosen is None:  # beam search may keep a token outside this hypothesis's top-k
+        tokens.append(rec.token)
+        probs.append(rec.prob)
+        chosen = len(tokens) - 1
+    return {"t": t, "n": len(tr.steps), "token": rec.token, "prob": rec.prob,
+            "prefix": tr.decoder_input_tokens[: t + 1], "topk_tokens": tokens, "topk_probs": probs,
+            "chosen": chosen, "cross": rec.cross_attn, "self": rec.self_attn,
+            "src_tokens": list(tr.src_tokens)}
+
+
+def _r(a, nd: int = 4):
+    return np.round(np.asarray(a, dtype=np.float64), nd).tolist()
+
+
+def to_json(tr: Translation, notices: list[str] | None = None, model: str | None = None,
+            attention_arrays: bool = True) -> dict:
+    """A JSON-able dict: tokens, the translation, per-step records and the attention arrays."""
+    out = {
+        "model": model or f"{tr.src_lang}-{tr.tgt_lang}",
+        "src_text": tr.src_text,
+        "src_tokens": list(tr.src_tokens),
+        "output_tokens": list(tr.output_tokens),
+        "decoder_input_tokens": tr.decoder_input_tokens,
+        "translation": tr.text,
+        "replaced": {str(k): v for k, v in tr.replaced.items()},
+        "truncated": bool(tr.truncated),
+        "score": float(tr.score),
+        "interventions": describe_interventions(tr.interventions),
+        "notices": list(notices or []),
+        "steps": [{"step": s.step, "token": s.token, "prob": round(float(s.prob), 6),
+                   "topk": [[tok, round(float(p), 6)] for tok, p in zip(s.topk_tokens, s.topk_probs)]}
+                  for s in tr.steps],
+    }
+    if attention_arrays and tr.trace is not None:
+        out["attention"] = {KIND_JSON[k]: _r(attention(tr.trace, k)) for k in ATTN_KINDS}
+        out["attention_shape"] = "layers x heads x queries x keys"
+    return out

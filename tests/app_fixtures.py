@@ -1,0 +1,70 @@
+"""Helpers for the app tests: tiny random-weight checkpoints and an in-process server."""
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import torch
+
+from model.checkpoint import save_checkpoint
+from model.transformer import Transformer, TransformerConfig
+from model.vocab import Vocab, tokenize
+
+SENTENCES = {
+    "de": ["Ein Mann fährt mit dem Fahrrad durch die Stadt.", "Zwei Hunde spielen im Schnee.",
+           "Eine Frau liest ein Buch im Park.", "Die Kinder spielen am Strand.",
+           "Ein Mann mit einem Hut steht vor einem Haus."],
+    "en": ["A man rides a bike through the city.", "Two dogs are playing in the snow.",
+           "A woman is reading a book in the park.", "The children are playing on the beach.",
+           "A man with a hat stands in front of a house."],
+}
+
+
+def tiny_vocab(lang: str) -> Vocab:
+    return Vocab.build([tokenize(s, lang) for s in SENTENCES[lang]], min_freq=1)
+
+
+def make_checkpoint(path: Path, src: str, tgt: str, seed: int = 0, **cfg_kwargs) -> Path:
+    """A random-weight checkpoint folder (2+2 layers, d_model 32, 4 heads, max_len 64)."""
+    torch.manual_seed(seed)
+    sv, tv = tiny_vocab(src), tiny_vocab(tgt)
+    cfg = TransformerConfig(src_vocab_size=len(sv), tgt_vocab_size=len(tv), d_model=32, n_heads=4,
+                            n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0, attn_dropout=0.0,
+                            max_len=cfg_kwargs.pop("max_len", 64), **cfg_kwargs)
+    model = Transformer(cfg).eval()
+    return save_checkpoint(path, model, sv, tv, src, tgt, {"training": {"note": "random weights for tests"}})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, timeout: float = 60.0) -> None:
+    """Poll /gradio_api/info: 'Running on local URL' is printed before the server answers."""
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + "/gradio_api/info", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except Exception as e:  # not up yet
+            last = e
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer /gradio_api/info within {timeout}s ({last})")
+
+
+def launch(root: Path):
+    """Build the app on ``root`` and serve it on a free port; returns (demo, url)."""
+    import app as app_module
+    demo = app_module.build_app(root, device="cpu")
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **app_module.launch_kwargs())
+    url = f"http://127.0.0.1:{port}/"
+    wait_ready(url)
+    return demo, url

@@ -1,0 +1,68 @@
+"""Hugging Face Spaces: the README front matter parses and matches requirements.txt; app.py is Spaces-ready."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def front_matter(text: str) -> dict:
+    """The YAML block between the leading '---' lines (flat keys, as Spaces uses)."""
+    lines = text.lstrip("\ufeff").splitlines()
+    assert lines and lines[0].strip() == "---", "README.md must start with a '---' front-matter block"
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+    assert end is not None, "the front-matter block is not closed by '---'"
+    block = "\n".join(lines[1:end])
+    try:
+        import yaml
+    except ImportError:  # a flat key: value parser is enough for this block
+        out = {}
+        for line in block.splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                key, _, value = line.partition(":")
+                out[key.strip()] = value.strip().strip("\"'")
+        return out
+    data = yaml.safe_load(block)
+    assert isinstance(data, dict), "front matter is not a mapping"
+    return data
+
+
+def pinned(requirements: str, package: str) -> str | None:
+    for line in requirements.splitlines():
+        m = re.match(rf"^\s*{re.escape(package)}\s*==\s*([\w.]+)", line, re.I)
+        if m:
+            return m.group(1)
+    return None
+
+
+def test_readme_front_matter_matches_requirements():
+    meta = front_matter((ROOT / "README.md").read_text(encoding="utf-8"))
+    gradio_pin = pinned((ROOT / "requirements.txt").read_text(encoding="utf-8"), "gradio")
+    assert gradio_pin, "requirements.txt must pin gradio==X.Y.Z"
+    assert meta.get("sdk") == "gradio"
+    assert str(meta.get("sdk_version")) == gradio_pin
+    assert re.fullmatch(r"\d+\.\d+\.\d+", str(meta["sdk_version"])), "sdk_version must be a full semver"
+    assert meta.get("app_file") == "app.py" and (ROOT / "app.py").is_file()
+    assert re.fullmatch(r"3\.\d+", str(meta.get("python_version"))), "python_version must be quoted, e.g. \"3.11\""
+
+
+def test_app_imports_spaces_before_torch():
+    src = (ROOT / "app.py").read_text(encoding="utf-8")
+    assert "spaces.GPU" in src
+    i_spaces = src.index("import spaces")
+    for mod in ("import torch", "import gradio", "from model", "import numpy"):
+        assert src.index(mod) > i_spaces, f"{mod!r} comes before 'import spaces'"
+    # the import is guarded so the app runs where `spaces` is absent
+    before = [line.strip() for line in src[:i_spaces].splitlines() if line.strip()][-1]
+    assert before.startswith("try:")
+
+
+def test_no_file_over_10_mb():
+    skip = {".git", "runs", ".pytest_cache", "__pycache__", ".hypothesis", "test-artifacts", ".benchmarks"}
+    big = []
+    for path in ROOT.rglob("*"):
+        if path.is_file() and not (set(path.relative_to(ROOT).parts) & skip):
+            if path.stat().st_size > 10 * 1024 * 1024:
+                big.append(str(path.relative_to(ROOT)))
+    assert not big, f"files over 10 MB need Git LFS on Spaces: {big}"

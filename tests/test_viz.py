@@ -1,0 +1,319 @@
+"""viz/ figure builders on hand-made arrays: shapes, labels, repeated tokens, scales, blanking, escaping."""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from viz import attention as va
+from viz import masks as vm
+from viz import positional as vp
+from viz import steps as vs
+from viz.common import ATTN_SCALE, DIVERGING, esc, message_figure, token_axis, token_labels
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKS = ["<bos>", "the", "dog", "saw", "the", "dog", "<eos>"]  # repeated tokens on purpose
+EVIL = ["<bos>", "<script>alert(1)</script>", "<b>x</b>", 'a"b', "it's", "&amp;", "<eos>"]
+
+
+def softmax_rows(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=shape)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def strings(obj):
+    """Every string anywhere in a figure's JSON."""
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            yield from strings(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from strings(v)
+
+
+def as_json(fig: go.Figure) -> dict:
+    return json.loads(fig.to_json())
+
+
+def validated(fig: go.Figure) -> go.Figure:
+    """Check the figure against Plotly's full validation (the builders skip it for speed); return it."""
+    go.Figure(fig.to_plotly_json())
+    return fig
+
+
+def z_of(trace) -> np.ndarray:
+    return np.asarray(trace["z"], dtype=float)
+
+
+def traces(fig: go.Figure) -> list[dict]:
+    """The traces as built (numpy arrays intact; to_plotly_json would base64-encode them)."""
+    return [t.to_plotly_json() if hasattr(t, "to_plotly_json") else t for t in fig.data]
+
+
+# --------------------------------------------------------------------------- common
+
+def test_esc_and_labels():
+    assert esc("<script>") == "&lt;script&gt;"
+    assert esc("a&b") == "a&amp;b"
+    assert esc('"') == "&#34;" and esc("'") == "&#39;"
+    labels = token_labels(["x" * 100, "   ", "ok"])
+    assert labels[0].endswith("…") and len(labels[0]) <= 24
+    assert labels[1] == "␣" and labels[2] == "ok"
+
+
+def test_token_axis_is_integer_with_repeated_tokens():
+    ax = token_axis(TOKS)
+    assert ax["tickmode"] == "array"
+    assert ax["tickvals"] == list(range(len(TOKS)))
+    assert ax["ticktext"] == ["&lt;bos&gt;", "the", "dog", "saw", "the", "dog", "&lt;eos&gt;"]
+
+
+def test_message_figure_escapes():
+    fig = message_figure("<img src=x onerror=alert(1)>")
+    assert all("<img" not in s for s in strings(fig.to_plotly_json()))
+    validated(fig)
+
+
+# --------------------------------------------------------------------------- attention
+
+def test_head_grid_shapes_shared_scale_and_labels():
+    L, H, Q, K = 2, 3, len(TOKS), len(TOKS) - 1
+    attn = softmax_rows((L, H, Q, K))
+    fig = va.head_grid(attn, TOKS, TOKS[:-1], title="grid")
+    validated(fig)
+    data = traces(fig)
+    assert len(data) == L * H
+    assert {t["coloraxis"] for t in data} == {"coloraxis"}  # one shared colour scale
+    ca = fig.layout.coloraxis
+    assert ca.cmin == 0 and ca.cmax == pytest.approx(attn.max(), rel=1e-5)
+    for l in range(L):
+        for h in range(H):
+            t = data[l * H + h]
+            assert z_of(t).shape == (Q, K)
+            assert np.allclose(z_of(t), attn[l, h], atol=1e-6)
+            assert t["x0"] == h * (K + 1) and t["y0"] == l * (Q + 1)
+            assert f"layer {l}, head {h}" in t["hovertemplate"]
+            assert "%{y}" in t["hovertemplate"] and "%{x}" in t["hovertemplate"] and "%{z" in t["hovertemplate"]
+    assert fig.layout.yaxis.autorange == "reversed"
+    # repeated tokens stay separate ticks, once per head block (keys) and layer block (queries)
+    assert list(fig.layout.xaxis.ticktext) == token_labels(TOKS[:-1]) * H
+    assert list(fig.layout.yaxis.ticktext) == token_labels(TOKS) * L
+    assert len(set(fig.layout.xaxis.tickvals)) == K * H
+    assert fig.layout.height and json.loads(fig.to_json())["layout"]["template"] == {}  # no template payload
+
+
+def test_head_grid_blanks_padding_query_rows():
+    toks = ["<bos>", "a", "b", "<eos>", "<pad>", "<pad>"]
+    attn = softmax_rows((2, 2, 6, 6))
+    valid = [t != "<pad>" for t in toks]
+    fig = va.head_grid(attn, toks, toks, query_valid=valid)
+    for t in traces(fig):
+        z = z_of(t)
+        assert np.isnan(z[4:]).all() and np.isfinite(z[:4]).all()
+        assert t["hoverongaps"] is False
+
+
+def test_single_head_labels_values_and_blanking():
+    attn = softmax_rows((len(TOKS), len(TOKS)))
+    valid = [True] * 5 + [False, False]
+    fig = validated(va.single_head(attn, TOKS, TOKS, query_valid=valid, label="layer 1, head 2", title="t"))
+    (tr,) = fig.data
+    z = np.asarray(tr.z, dtype=float)
+    assert z.shape == (7, 7) and np.isnan(z[5:]).all()
+    assert np.allclose(z[:5], attn[:5], atol=1e-6)
+    assert list(fig.layout.xaxis.ticktext) == token_labels(TOKS)
+    assert list(fig.layout.yaxis.tickvals) == list(range(7))
+    assert fig.layout.yaxis.autorange == "reversed"
+    assert "layer 1, head 2" in tr.hovertemplate and tr.texttemplate  # small matrix: values written in cells
+
+
+def test_single_head_rejects_wrong_shape():
+    with pytest.raises(ValueError):
+        va.single_head(np.zeros((3, 4)), ["a", "b", "c"], ["a", "b", "c"])
+    with pytest.raises(ValueError):
+        va.head_grid(np.zeros((3, 3)), ["a"] * 3, ["a"] * 3)
+
+
+def test_layer_means_is_mean_over_heads():
+    attn = softmax_rows((3, 4, 5, 6))
+    q, k = list("abcde"), list("uvwxyz")
+    fig = validated(va.layer_means(attn, q, k))
+    assert len(fig.data) == 3
+    for l, tr in enumerate(fig.data):
+        assert np.allclose(np.asarray(tr.z, dtype=float), attn[l].mean(0), atol=1e-6)
+        assert tr.coloraxis == "coloraxis"
+    assert fig.layout.yaxis.autorange == "reversed"
+
+
+def test_difference_map_diverging_centred_on_zero():
+    rng = np.random.default_rng(1)
+    diff = rng.normal(size=(4, 5)) * 0.1
+    diff[0, 0] = -0.9  # asymmetric extremes
+    fig = validated(va.difference_map(diff, list("abcd"), list("vwxyz")))
+    (tr,) = fig.data
+    assert tr.zmid == 0
+    assert tr.zmin == pytest.approx(-0.9, rel=1e-5) and tr.zmax == pytest.approx(0.9, rel=1e-5)
+    scale = [c for _, c in tr.colorscale]
+    assert scale[0] == DIVERGING[0][1] and scale[-1] == DIVERGING[-1][1]
+    assert scale[0] != scale[-1]  # red to blue, not a sequential scale
+
+
+def test_comparison_maps_difference_and_scales():
+    base = softmax_rows((5, 5), 2)
+    mod = softmax_rows((5, 5), 3)
+    toks = ["<bos>", "a", "a", "b", "<eos>"]
+    fig = validated(va.comparison_maps(base, mod, toks, toks, labels=("base", "<i>mod</i>")))
+    assert len(fig.data) == 3
+    assert [t.coloraxis for t in fig.data] == ["coloraxis", "coloraxis", "coloraxis2"]
+    assert np.allclose(np.asarray(fig.data[2].z, dtype=float), mod - base, atol=1e-6)
+    c2 = fig.layout.coloraxis2
+    assert c2.cmid == 0 and c2.cmin == pytest.approx(-c2.cmax)
+    assert [c for _, c in c2.colorscale][0] == DIVERGING[0][1]
+    assert [c for _, c in fig.layout.coloraxis.colorscale][0] == ATTN_SCALE[0][1]
+    assert all("<i>" not in s for s in strings(fig.to_plotly_json()))
+
+
+# --------------------------------------------------------------------------- steps
+
+def test_topk_bars_marks_chosen():
+    fig = validated(vs.topk_bars(["dog", "cat", "<unk>"], [0.5, 0.3, 0.1], chosen=1))
+    (tr,) = fig.data
+    assert list(tr.y) == [0, 1, 2]
+    assert tr.marker.color[1] != tr.marker.color[0] and tr.marker.color[0] == tr.marker.color[2]
+    assert "chosen" in tr.text[1]
+    assert fig.layout.yaxis.ticktext[1] == "<b>cat</b>" and fig.layout.yaxis.ticktext[2] == "&lt;unk&gt;"
+    assert fig.layout.yaxis.autorange == "reversed"
+
+
+def test_step_rows_one_row_per_head():
+    rows = softmax_rows((2, 3, 4))
+    fig = validated(vs.step_rows(rows, ["<bos>", "a", "a", "<eos>"], highlight_key=2))
+    (tr,) = fig.data
+    z = np.asarray(tr.z, dtype=float)
+    assert z.shape == (6, 4) and np.allclose(z, rows.reshape(6, 4), atol=1e-6)
+    assert list(fig.layout.yaxis.ticktext) == ["L0 H0", "L0 H1", "L0 H2", "L1 H0", "L1 H1", "L1 H2"]
+    assert list(fig.layout.xaxis.ticktext) == ["&lt;bos&gt;", "a", "a", "&lt;eos&gt;"]
+    with pytest.raises(ValueError):
+        vs.step_rows(rows, ["a", "b"])
+
+
+def test_step_probabilities_two_runs():
+    fig = validated(vs.step_probabilities([("baseline", ["a", "<eos>"], [0.9, 0.8]),
+                                           ("modified", ["<script>", "b", "<eos>"], [0.2, 0.4, 0.6])]))
+    assert [len(t.y) for t in fig.data] == [2, 3]
+    assert fig.data[1].text[0] == "&lt;script&gt;"
+
+
+# --------------------------------------------------------------------------- masks
+
+def test_mask_heatmap_values_and_broadcast_row():
+    causal = np.tril(np.ones((4, 4), dtype=bool))
+    fig = validated(vm.mask_heatmap(causal, list("abcd"), list("abcd")))
+    z = np.asarray(fig.data[0].z)
+    assert z.tolist() == causal.astype(int).tolist()
+    row = np.array([True, True, False])
+    fig = vm.mask_heatmap(row, ["q1", "q2"], ["a", "b", "<pad>"])
+    assert np.asarray(fig.data[0].z).tolist() == [[1, 1, 0], [1, 1, 0]]
+    with pytest.raises(ValueError):
+        vm.mask_heatmap(causal, list("abc"), list("abcd"))
+
+
+def test_mask_panels():
+    src = ["<bos>", "a", "<eos>", "<pad>"]
+    dec = ["<bos>", "x", "x"]
+    pad = np.array([1, 1, 1, 0], dtype=bool)
+    causal = np.tril(np.ones((3, 3), dtype=bool))
+    fig = validated(vm.mask_panels([("padding", pad, src, src), ("causal", causal, dec, dec),
+                                    ("cross", np.broadcast_to(pad, (3, 4)), dec, src)]))
+    assert len(fig.data) == 3
+    assert np.asarray(fig.data[0].z).shape == (4, 4) and np.asarray(fig.data[0].z)[:, 3].sum() == 0
+    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis3.autorange == "reversed"
+    assert list(fig.layout.xaxis2.ticktext) == ["&lt;bos&gt;", "x", "x"]
+
+
+# --------------------------------------------------------------------------- positional
+
+def sinusoid(n, d):
+    pos = np.arange(n)[:, None]
+    div = np.exp(np.arange(0, d, 2) * (-np.log(10000.0) / d))
+    pe = np.zeros((n, d))
+    pe[:, 0::2] = np.sin(pos * div)
+    pe[:, 1::2] = np.cos(pos * div)
+    return pe
+
+
+def test_positional_figures():
+    pe = sinusoid(20, 16)
+    heat = validated(vp.encoding_heatmap(pe))
+    assert np.asarray(heat.data[0].z).shape == (20, 16) and heat.data[0].zmid == 0
+    curves = validated(vp.encoding_curves(pe, [0, 1, 99]))
+    assert len(curves.data) == 2  # dimension 99 does not exist and is skipped
+    sim = vp.cosine_similarity(pe)
+    assert sim.shape == (20, 20) and np.allclose(np.diag(sim), 1.0)
+    validated(vp.similarity_matrix(pe))
+    comp = validated(vp.scheme_comparison({"interleaved": pe, "sin": np.sin(pe), "cos": np.cos(pe)}))
+    assert len(comp.data) == 6
+    norms = validated(vp.embedding_norms(["<bos>", "a", "a", "<eos>"], [1, 2, 3, 4], [4, 3, 2, 1]))
+    assert len(norms.data) == 2 and list(norms.layout.xaxis.tickvals) == [0, 1, 2, 3]
+    with pytest.raises(ValueError):
+        vp.embedding_norms(["a"], [1, 2], [1, 2])
+
+
+def test_zero_rows_give_zero_similarity():
+    pe = np.zeros((3, 4))
+    pe[1] = 1
+    sim = vp.cosine_similarity(pe)
+    assert sim[0, 0] == 0 and sim[1, 1] == pytest.approx(1)
+
+
+# --------------------------------------------------------------------------- escaping everywhere
+
+@pytest.mark.parametrize("build", [
+    lambda: va.head_grid(softmax_rows((1, 2, 7, 7)), EVIL, EVIL),
+    lambda: va.single_head(softmax_rows((7, 7)), EVIL, EVIL, title="<b>t</b>", label="<i>l</i>"),
+    lambda: va.layer_means(softmax_rows((2, 2, 7, 7)), EVIL, EVIL),
+    lambda: va.difference_map(softmax_rows((7, 7)), EVIL, EVIL, title="<script>x</script>"),
+    lambda: vs.topk_bars(EVIL, np.linspace(0.3, 0.01, 7), 1, title="<script>"),
+    lambda: vs.step_rows(softmax_rows((1, 2, 7)), EVIL),
+    lambda: vm.mask_heatmap(np.ones((7, 7), bool), EVIL, EVIL),
+    lambda: vp.embedding_norms(EVIL, np.ones(7), np.ones(7)),
+])
+def test_user_text_is_escaped(build):
+    fig = build()
+    for s in strings(as_json(fig)):
+        assert "<script" not in s and "<i>" not in s and "<b>x" not in s, s
+    ticks = [s for s in strings(as_json(fig)) if "script" in s]
+    assert ticks and all("&lt;script&gt;" in s for s in ticks)
+
+
+def test_float32_payload():
+    fig = va.single_head(softmax_rows((5, 5)), list("abcde"), list("abcde"))
+    z = as_json(fig)["data"][0]["z"]
+    assert isinstance(z, dict) and z["dtype"] == "f4"  # binary typed array, not a list of floats
+
+
+# --------------------------------------------------------------------------- isolation
+
+def test_viz_imports_no_torch_gradio_or_model():
+    for path in (ROOT / "viz").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            for name in names:
+                assert name.split(".")[0] not in {"torch", "gradio", "model"}, f"{path.name} imports {name}"
+    code = ("import sys; import viz.attention, viz.steps, viz.masks, viz.positional, viz.common; "
+            "bad = [m for m in ('torch', 'gradio', 'model') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr

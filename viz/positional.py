@@ -1,0 +1,113 @@
+"""Positional encodings: the matrix, chosen dimensions as curves, position similarity, variants, norms."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .common import (DIVERGING, axis_ids, base_layout, esc, figure, grid_domains, label_font_size, subplot_title,
+                     token_axis)
+
+
+def cosine_similarity(pe: np.ndarray) -> np.ndarray:
+    """(P, D) -> (P, P) cosine similarity between positions (zero rows give 0)."""
+    pe = np.asarray(pe, dtype=np.float64)
+    norm = np.linalg.norm(pe, axis=1, keepdims=True)
+    unit = np.divide(pe, norm, out=np.zeros_like(pe), where=norm > 0)
+    return unit @ unit.T
+
+
+def encoding_heatmap(pe: np.ndarray, *, title: str | None = None) -> go.Figure:
+    """(positions, dimensions) encoding values on a diverging scale (they lie in [-1, 1])."""
+    pe = np.asarray(pe)
+    if pe.ndim != 2:
+        raise ValueError(f"expected (positions, dims), got {pe.shape}")
+    trace = dict(type="heatmap", z=pe.astype(np.float32), colorscale=DIVERGING, zmid=0.0, zmin=-1.0, zmax=1.0,
+                       hovertemplate="position %{y}<br>dimension %{x}<br>value %{z:.4f}<extra></extra>",
+                       colorbar=dict(title=dict(text="value"), thickness=12))
+    layout = base_layout(min(620, 160 + 5 * pe.shape[0]), title,
+                         xaxis=dict(title=dict(text="dimension (even = sin, odd = cos)"), showgrid=False,
+                                    zeroline=False),
+                         yaxis=dict(title=dict(text="position"), autorange="reversed", showgrid=False,
+                                    zeroline=False))
+    return figure([trace], layout)
+
+
+def encoding_curves(pe: np.ndarray, dims: Sequence[int], *, title: str | None = None) -> go.Figure:
+    """Chosen dimensions as curves over positions."""
+    pe = np.asarray(pe)
+    data = []
+    for d in dims:
+        if not 0 <= int(d) < pe.shape[1]:
+            continue
+        kind = "sin" if int(d) % 2 == 0 else "cos"
+        data.append(dict(type="scatter", x=np.arange(pe.shape[0]), y=pe[:, int(d)].astype(np.float32), mode="lines",
+                               name=f"dim {int(d)} ({kind})",
+                               hovertemplate=f"dim {int(d)}<br>position %{{x}}<br>%{{y:.4f}}<extra></extra>"))
+    layout = base_layout(320, title, plot_bgcolor="white",
+                         xaxis=dict(title=dict(text="position"), showgrid=True, gridcolor="#eee"),
+                         yaxis=dict(title=dict(text="value"), range=[-1.1, 1.1], showgrid=True, gridcolor="#eee"))
+    return figure(data, layout)
+
+
+def similarity_matrix(pe: np.ndarray, *, title: str | None = None) -> go.Figure:
+    """Cosine similarity between every pair of positions."""
+    sim = cosine_similarity(pe).astype(np.float32)
+    trace = dict(type="heatmap", z=sim, colorscale=DIVERGING, zmid=0.0, zmin=-1.0, zmax=1.0,
+                       hovertemplate="position %{y} vs %{x}<br>cosine %{z:.4f}<extra></extra>",
+                       colorbar=dict(title=dict(text="cosine"), thickness=12))
+    layout = base_layout(480, title, xaxis=dict(title=dict(text="position"), showgrid=False, zeroline=False),
+                         yaxis=dict(title=dict(text="position"), autorange="reversed", showgrid=False,
+                                    zeroline=False))
+    return figure([trace], layout)
+
+
+def scheme_comparison(variants: Mapping[str, np.ndarray], *, title: str | None = None) -> go.Figure:
+    """Each variant's encoding (top row) and its position similarity (bottom row), same scales."""
+    names = list(variants)
+    n = len(names)
+    doms = grid_domains(2, n, hgap=0.05, vgap=0.16, left=0.05, right=0.93, top=0.93)
+    layout = base_layout(640, title, coloraxis=dict(colorscale=DIVERGING, cmin=-1, cmax=1, cmid=0,
+                                                    colorbar=dict(thickness=12, x=0.95)))
+    layout["margin"] = dict(l=30, r=10, t=70 if title else 40, b=40)
+    data, annotations = [], []
+    for row in range(2):
+        for c, name in enumerate(names):
+            i = row * n + c
+            xr, yr, xa, ya = axis_ids(i)
+            xd, yd = doms[i]
+            z = np.asarray(variants[name]) if row == 0 else cosine_similarity(variants[name])
+            what = "value" if row == 0 else "cosine"
+            xlab = "dimension" if row == 0 else "position"
+            data.append(dict(type="heatmap", z=z.astype(np.float32), coloraxis="coloraxis", xaxis=xr, yaxis=yr,
+                                   hovertemplate=f"{esc(name)}<br>position %{{y}}<br>{xlab} %{{x}}<br>"
+                                                 f"{what} %{{z:.3f}}<extra></extra>"))
+            layout[xa] = dict(domain=list(xd), anchor=yr, showgrid=False, zeroline=False,
+                              title=dict(text=xlab, font=dict(size=10)))
+            layout[ya] = dict(domain=list(yd), anchor=xr, autorange="reversed", showgrid=False, zeroline=False)
+            label = f"{esc(name)}: encoding" if row == 0 else f"{esc(name)}: position similarity"
+            annotations.append(subplot_title(label, xd, yd))
+    layout["annotations"] = annotations
+    return figure(data, layout)
+
+
+def embedding_norms(tokens: Sequence[str], embed_norm: Sequence[float], pos_norm: Sequence[float], *,
+                    title: str | None = None) -> go.Figure:
+    """Per position: the norm of the scaled token embedding next to the norm of the encoding added."""
+    embed_norm = np.asarray(embed_norm, dtype=np.float32)
+    pos_norm = np.asarray(pos_norm, dtype=np.float32)
+    if not len(tokens) == len(embed_norm) == len(pos_norm):
+        raise ValueError("tokens, embed_norm and pos_norm differ in length")
+    x = list(range(len(tokens)))
+    data = [dict(type="bar", x=x, y=embed_norm, name="token embedding × √d_model", marker=dict(color="#4a90d9"),
+                   hovertemplate="%{x}<br>‖embedding‖ = %{y:.3f}<extra></extra>"),
+            dict(type="bar", x=x, y=pos_norm, name="positional encoding", marker=dict(color="#f28e2b"),
+                   hovertemplate="%{x}<br>‖encoding‖ = %{y:.3f}<extra></extra>")]
+    fs = label_font_size(len(tokens))
+    layout = base_layout(340, title, plot_bgcolor="white", barmode="group",
+                         xaxis=token_axis(tokens, font_size=fs, angle=-60 if len(tokens) > 8 else None),
+                         yaxis=dict(title=dict(text="L2 norm"), showgrid=True, gridcolor="#eee"),
+                         legend=dict(orientation="h", y=1.12, x=1, xanchor="right"))
+    layout["margin"] = dict(l=60, r=30, t=60 if title else 40, b=90)
+    return figure(data, layout)
