@@ -12,10 +12,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-pytest.importorskip("gradio")
-from gradio_client import Client  # noqa: E402
+from gradio_client import Client
 
-from tests.app_fixtures import launch, make_checkpoint  # noqa: E402
+from tests.app_fixtures import launch, make_checkpoint
 
 # Outputs of the UI translate event, in order (the gr.State output is not sent to clients).
 T_OUT = ["notice", "out_text", "src_chips", "out_chips", "attn_plot", "layer", "head", "step", "step_md", "prefix",
