@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -52,6 +53,10 @@ DEFAULT_ROOT = HERE / "checkpoints"
 DATA_DIRS = [HERE / "data" / "multi30k", HERE.parent / "shared" / "multi30k"]
 MODEL_GROUP = "model"           # every event that runs the model shares this concurrency group
 MAX_CHARS = explore.MAX_INPUT_CHARS
+# Requests waiting in the queue (all events together) before new ones are refused: Gradio answers
+# HTTP 503, which the browser shows as "This application is currently busy. Please try again." and
+# gradio_client raises as QueueError("Queue is full! Please try again."). $ATTN_QUEUE_SIZE overrides.
+QUEUE_SIZE = 64
 LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech"}
 KIND_CHOICES = [(label, kind) for kind, label in explore.KIND_LABELS.items()]
 VIEW_CHOICES = [("All heads (grid)", "grid"), ("Single head", "head"), ("Mean over heads per layer", "mean")]
@@ -509,6 +514,186 @@ def about_markdown(reg: explore.Registry) -> str:
     return "\n\n".join(out)
 
 
+# --------------------------------------------------------------------------- analysis views (issue 5)
+# Rollout, alignment lines, beam tree, head profiles, two sentences, export, deep links. None of
+# these runs on the translate path: each is computed when its tab is opened or a control changes.
+
+from model import analysis as an  # noqa: E402
+from viz import alignment as v_align  # noqa: E402
+from viz import beam as v_beam  # noqa: E402
+from viz import pair as v_pair  # noqa: E402
+from viz import profiles as v_prof  # noqa: E402
+from viz import rollout as v_roll  # noqa: E402
+
+ALIGN_CHOICES = [("One head", "head"), ("Mean over the heads of a layer", "layer"),
+                 ("Mean over every layer and head", "mean"), ("Rollout attribution", "rollout")]
+STAT_CHOICES = [(v_prof.STAT_LABELS[s], s) for s in an.STATS]
+PROFILE_SCOPES = [("Average over validation sentences", "average"), ("Current sentence", "current")]
+FIGURE_CHOICES = [("Attention maps (current view)", "attention"), ("Attention rollout", "rollout"),
+                  ("Alignment lines", "alignment"), ("Beam search tree", "beam"), ("Head profiles", "profiles"),
+                  ("Two sentences", "pair")]
+PROFILE_SENTENCES = 16
+# Averaged head profiles: computed once per (registry, model, N) and kept for the server's life.
+# Read-only after insertion (tuples), so sessions share it safely.
+_PROFILE_CACHE: dict[tuple, tuple] = {}
+_PROFILE_LOCK = threading.Lock()
+LINK_JS = """(t, d, dec, b, _base) => [t, d, dec, b, window.location.origin + window.location.pathname]"""
+COPY_JS = """(link) => { try { if (link && navigator.clipboard) navigator.clipboard.writeText(link).catch(() => {}); }
+ catch (e) {} return []; }"""
+
+
+@dataclass
+class BeamView:
+    """The beam search shown in the beam-tree tab (per session)."""
+    model: str
+    tr: Translation
+    tree: dict
+
+
+@dataclass
+class PairRun:
+    model: str
+    a: Translation
+    b: Translation
+
+
+@GPU(duration=60)
+def gpu_beam(reg_key: str, name: str, text: str, beam: int, max_len: int = 100) -> Translation:
+    opts = DecodeOptions(beam=max(2, min(int(beam), 8)), max_len=max(1, min(int(max_len or 100), 250)),
+                         record=False, replace_unk=False, trace=False)
+    with _MODEL_LOCK:
+        return explore.run(_REGISTRIES[reg_key].models[name], text, opts)
+
+
+@GPU(duration=60)
+def gpu_hypothesis(reg_key: str, name: str, tr: Translation, ids: list[int]) -> Translation:
+    with _MODEL_LOCK:
+        return explore.hypothesis_translation(_REGISTRIES[reg_key].models[name], tr, ids)
+
+
+@GPU(duration=60)
+def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
+    opts = DecodeOptions(record=False, replace_unk=False)
+    lm = _REGISTRIES[reg_key].models[name]
+    with _MODEL_LOCK:
+        return explore.run(lm, text_a, opts), explore.run(lm, text_b, opts)
+
+
+@GPU(duration=120)
+def gpu_profiles(reg_key: str, name: str, sentences: list[str], progress=None) -> list[dict]:
+    return explore.average_head_profiles(_REGISTRIES[reg_key].models[name], sentences, progress, _MODEL_LOCK)
+
+
+def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tuple, str]:
+    """Averaged head-profile rows of a model over ``n`` validation sentences (computed once)."""
+    key = (reg_key, name, int(n))
+    with _PROFILE_LOCK:
+        hit = _PROFILE_CACHE.get(key)
+    if hit is not None:
+        return hit
+    lm = _REGISTRIES[reg_key].models[name]
+    sentences, source = explore.validation_sentences(lm.src_lang, DATA_DIRS, int(n))
+    rows = gpu_profiles(reg_key, name, sentences, progress)
+    value = (tuple(dict(r) for r in rows), source)
+    with _PROFILE_LOCK:
+        return _PROFILE_CACHE.setdefault(key, value)
+
+
+def _pad_valid(tokens) -> list[bool]:
+    return [t != "<pad>" for t in tokens]
+
+
+def rollout_view_figure(run: Run | None, layer_sel):
+    if run is None or run.tr.trace is None:
+        return message_figure("Translate a sentence first.")
+    tr = run.tr
+    n_dec = explore.attention(tr.trace, ATTN_KINDS[2]).shape[0]
+    layer = None if layer_sel in (None, "", "all") else max(0, min(int(layer_sel), n_dec - 1))
+    d = explore.rollout_data(tr, layer)
+    which = "mean over every layer and head" if layer is None else f"layer {layer}, mean over heads"
+    return v_roll.rollout_figure(d["rollout"], d["attribution"], tr.src_tokens, tr.output_tokens,
+                                 formula=an.ROLLOUT_FORMULA, src_valid=_pad_valid(tr.src_tokens),
+                                 title=f"Attention rollout; cross-attention c_t: {which}")
+
+
+def alignment_view_figure(run: Run | None, mode, layer, head):
+    if run is None or run.tr.trace is None:
+        return message_figure("Translate a sentence first.")
+    tr = run.tr
+    L, H = explore.attention(tr.trace, ATTN_KINDS[2]).shape[:2]
+    mode = mode if mode in dict((v, k) for k, v in ALIGN_CHOICES) else "layer"
+    l, h = max(0, min(int(layer or 0), L - 1)), max(0, min(int(head or 0), H - 1))
+    w = explore.alignment_data(tr, mode, l, h)
+    what = {"head": f"cross-attention, layer {l}, head {h}", "layer": f"cross-attention, layer {l}, mean of heads",
+            "mean": "cross-attention, mean of every layer and head",
+            "rollout": "rollout attribution"}[mode]
+    return v_align.alignment_lines(w, tr.src_tokens, tr.output_tokens, what="weight",
+                                   title=f"Alignment lines ({what}); hover a token to highlight its lines")
+
+
+def beam_view_figure(view: BeamView | None):
+    if view is None:
+        return message_figure("Open this tab after translating to see the beam search.")
+    return v_beam.beam_tree_figure(view.tree["nodes"], view.tree["y"], length_penalty=view.tree["length_penalty"],
+                                   title=f"Beam search tree: {len(view.tree['nodes']) - 1} hypotheses explored, "
+                                         f"{len(view.tree['finished'])} finished")
+
+
+def beam_pick_choices(view: BeamView) -> list[tuple[str, int]]:
+    nodes = view.tree["nodes"]
+    return [(f"#{nodes[n]['rank_norm']} ({nodes[n]['normalized']:.3f}): {nodes[n].get('text', '')[:80]}", i)
+            for i, n in enumerate(view.tree["finished"])]
+
+
+def profile_rows_table(rows) -> list[list]:
+    return [[explore.KIND_SHORT.get(r["kind"], r["kind"]), r["layer"], r["head"]] +
+            [round(float(r[s]), 4) for s in an.STATS] for r in rows]
+
+
+def profiles_view_figure(rows, stat, label: str = ""):
+    if not rows:
+        return message_figure("No head profiles yet.")
+    stat = stat if stat in an.STATS else an.STATS[0]
+    grids = [(explore.KIND_LABELS[k], an.profile_grid(list(rows), k, stat)) for k in ATTN_KINDS]
+    return v_prof.profile_heatmaps(grids, stat, title=f"{v_prof.STAT_LABELS[stat]} per layer × head{label}")
+
+
+def head_map_figure(run: Run | None, head_label):
+    if run is None or run.tr.trace is None:
+        return message_figure("Translate a sentence to see a head's map.")
+    if not head_label:
+        return message_figure("Pick a head (or click a row of the table).")
+    (kind, l, h), = explore.parse_heads([head_label])
+    attn = explore.attention(run.tr.trace, kind)
+    l, h = min(l, attn.shape[0] - 1), min(h, attn.shape[1] - 1)
+    q, k = explore.tokens_for(run.tr, kind)
+    return va.single_head(attn[l, h], q, k, query_valid=explore.query_valid(run.tr, kind), label=f"layer {l}, head {h}",
+                          title=f"{explore.KIND_LABELS[kind]}: layer {l}, head {h}")
+
+
+def pair_view_figure(pair: PairRun | None, kind, layer, head):
+    if pair is None:
+        return message_figure("Enter two sentences and press Compare sentences.")
+    kind = kind if kind in ATTN_KINDS else ATTN_KINDS[2]
+    maps, valid = [], []
+    for label, tr in (("sentence A", pair.a), ("sentence B", pair.b)):
+        attn = explore.attention(tr.trace, kind)
+        l, h = max(0, min(int(layer or 0), attn.shape[0] - 1)), max(0, min(int(head or 0), attn.shape[1] - 1))
+        q, k = explore.tokens_for(tr, kind)
+        maps.append((f"{label}: {tr.text[:60]}", attn[l, h], q, k))
+        valid.append(explore.query_valid(tr, kind))
+    return v_pair.side_by_side(maps, query_valid=valid,
+                               title=f"{explore.KIND_LABELS[kind]}, layer {l}, head {h}: both sentences on one "
+                                     "colour scale")
+
+
+def figure_html(fig, path: Path) -> Path:
+    """Standalone HTML with plotly.js inline (works offline); user text is already escaped by viz/."""
+    html_text = fig.to_html(include_plotlyjs=True, full_html=True)
+    path.write_text(html_text, encoding="utf-8")
+    return path
+
+
 # --------------------------------------------------------------------------- the Blocks
 
 CSS = """
@@ -517,7 +702,7 @@ CSS = """
 """
 
 
-def build_app(root=None, device: str | None = None, warm: bool = True) -> gr.Blocks:
+def build_app(root=None, device: str | None = None, warm: bool = True, max_queue: int | None = None) -> gr.Blocks:
     reg_key, reg = load_registry(root, device)
     api_translate, api_compare, api_models = make_api(reg_key)
     names = reg.names
@@ -649,6 +834,110 @@ def build_app(root=None, device: str | None = None, warm: bool = True) -> gr.Blo
                     pe_sim = gr.Plot(label="Position similarity", elem_id="pe-sim")
                     norms_plot = gr.Plot(label="Embedding vs encoding norms (current sentence)", elem_id="pe-norms")
                 pe_var = gr.Plot(label="Interleaved vs sin-only vs cos-only", elem_id="pe-variants")
+
+            # ================================================================ analysis views (issue 5)
+            # ---------------------------------------------------------------- Rollout
+            with gr.Tab("Rollout", id="rollout") as rollout_tab:
+                gr.Markdown("**Attention rollout** (Abnar & Zuidema 2020): each encoder layer's head-mean attention "
+                            "is mixed with the residual identity, rows renormalised, and the layers multiplied up. "
+                            "Each output token's cross-attention row is then carried back through that rollout, "
+                            f"giving its attribution over the source words.\n\n`{an.ROLLOUT_FORMULA}`",
+                            elem_classes="explain", elem_id="rollout-note")
+                rollout_layer = gr.Dropdown([("Mean of every decoder layer", "all")] +
+                                            [(f"decoder layer {i}", str(i)) for i in range(n_layers)], value="all",
+                                            label="Cross-attention c_t taken from", elem_id="rollout-layer")
+                rollout_plot = gr.Plot(label="Rollout and source attribution", elem_id="rollout-plot")
+
+            # ---------------------------------------------------------------- Alignment lines
+            with gr.Tab("Alignment", id="alignment") as align_tab:
+                gr.Markdown("Source tokens on the left, output tokens on the right. Each line's opacity (and width) "
+                            "is proportional to the weight. Hover a token to highlight its lines; hover a line for "
+                            "its weight.", elem_classes="explain")
+                with gr.Row():
+                    align_mode = gr.Radio(ALIGN_CHOICES, value="layer", label="Weights", elem_id="align-mode")
+                    align_layer = gr.Dropdown(layer_choices(n_layers), value=max(0, n_layers - 1), label="Layer",
+                                              elem_id="align-layer")
+                    align_head = gr.Dropdown(head_choices(n_heads), value=0, label="Head", elem_id="align-head")
+                align_plot = gr.Plot(label="Alignment lines", elem_id="align-plot")
+
+            # ---------------------------------------------------------------- Beam search tree
+            with gr.Tab("Beam tree", id="beam-tree") as beam_tab:
+                gr.Markdown("Every hypothesis the beam kept, step by step, with its cumulative log-probability. "
+                            "Grey branches were pruned, blue ones finished but lost, red is the chosen translation. "
+                            "Finished hypotheses are ranked by the length-normalised score. A greedy run is "
+                            "re-decoded here with beam search (computed when this tab opens).",
+                            elem_classes="explain")
+                with gr.Row():
+                    beam_size = gr.Slider(2, 8, value=4, step=1, label="Beam size (for a greedy run)",
+                                          elem_id="beam-size")
+                    beam_btn = gr.Button("Re-run beam search", elem_id="beam-rerun")
+                beam_md = gr.Markdown(elem_id="beam-md")
+                beam_plot = gr.Plot(label="Beam search tree", elem_id="beam-plot")
+                beam_table = gr.Dataframe(headers=["rank (normalised)", "rank (raw log-prob)", "translation",
+                                                   "length", "log-prob", "normalised"],
+                                          label="Finished hypotheses: the length penalty's effect",
+                                          interactive=False, elem_id="beam-table")
+                beam_pick = gr.Dropdown([], label="Show another finished hypothesis", elem_id="beam-pick")
+                beam_text = gr.Textbox(label="Its translation", interactive=False, elem_id="beam-text")
+                beam_attn = gr.Plot(label="Its cross-attention (mean over heads per layer)", elem_id="beam-attn")
+                beam_state = gr.State(None)
+
+            # ---------------------------------------------------------------- Head profiles
+            with gr.Tab("Head profiles", id="profiles") as prof_tab:
+                gr.Markdown("Per head of every attention kind: entropy, mean distance |i − j| (query vs key "
+                            "position), weight on the previous and on the same position, on <bos>/<eos>, and the "
+                            "maximum weight. The validation average is computed once per model (with progress) "
+                            "and then cached. Click a table row (or pick a head) to open its map for the current "
+                            "sentence.", elem_classes="explain")
+                with gr.Row():
+                    prof_scope = gr.Radio(PROFILE_SCOPES, value="average", label="Over", elem_id="prof-scope")
+                    prof_n = gr.Slider(4, 64, value=PROFILE_SENTENCES, step=4, label="Validation sentences",
+                                       elem_id="prof-n")
+                    prof_stat = gr.Dropdown(STAT_CHOICES, value="entropy", label="Statistic", elem_id="prof-stat")
+                prof_md = gr.Markdown(elem_id="prof-md")
+                prof_heat = gr.Plot(label="Layer × head", elem_id="prof-heat")
+                prof_table = gr.Dataframe(headers=["kind", "layer", "head", *an.STATS], label="Every head (sortable)",
+                                          interactive=False, elem_id="prof-table")
+                prof_pick = gr.Dropdown(explore.head_choices(dflt_lm) if dflt_lm else [], label="Open a head's map",
+                                        elem_id="prof-pick")
+                prof_head_plot = gr.Plot(label="Head map (current sentence)", elem_id="prof-head-plot")
+                prof_state = gr.State(None)
+
+            # ---------------------------------------------------------------- Two sentences
+            with gr.Tab("Two sentences", id="pair") as pair_tab:
+                gr.Markdown("Two inputs, the same layer and head, one colour scale.", elem_classes="explain")
+                with gr.Row():
+                    pair_a = gr.Textbox("Der Mann sieht die Frau.", label="Sentence A", elem_id="pair-a")
+                    pair_b = gr.Textbox("Die Frau sieht den Mann.", label="Sentence B", elem_id="pair-b")
+                with gr.Row():
+                    pair_kind = gr.Radio(KIND_CHOICES, value=ATTN_KINDS[0], label="Attention", elem_id="pair-kind")
+                    pair_layer = gr.Dropdown(layer_choices(max(n_layers, dflt_lm.model.cfg.n_encoder_layers)
+                                                           if dflt_lm else 1), value=0, label="Layer",
+                                             elem_id="pair-layer")
+                    pair_head = gr.Dropdown(head_choices(n_heads), value=0, label="Head", elem_id="pair-head")
+                pair_btn = gr.Button("Compare sentences", variant="primary", elem_id="pair-btn")
+                pair_text = gr.Markdown(elem_id="pair-md")
+                pair_plot = gr.Plot(label="Side by side", elem_id="pair-plot")
+                pair_state = gr.State(None)
+
+            # ---------------------------------------------------------------- Export & share
+            with gr.Tab("Export & share", id="export"):
+                gr.Markdown("Download everything captured for the current run: an `.npz` with every hook's tensor "
+                            "(keyed by hook name) and a JSON file with the tokens, the settings and the model id. "
+                            "Figures download as standalone HTML (plotly.js inline, works offline).",
+                            elem_classes="explain")
+                with gr.Row():
+                    export_btn = gr.Button("Export the current run", elem_id="export-btn")
+                    export_files = gr.File(label="Trace (.npz) and run (.json)", file_count="multiple",
+                                           elem_id="export-files")
+                with gr.Row():
+                    fig_choice = gr.Dropdown(FIGURE_CHOICES, value="attention", label="Figure", elem_id="fig-choice")
+                    fig_btn = gr.Button("Download as HTML", elem_id="fig-btn")
+                    fig_file = gr.File(label="Figure (.html)", elem_id="fig-file")
+                with gr.Row():
+                    link_btn = gr.Button("Copy link to this sentence", elem_id="link-btn")
+                    link_box = gr.Textbox(label="Link (?text=…&model=…&beam=…)", interactive=False,
+                                          elem_id="link-box")
 
             # ---------------------------------------------------------------- About
             with gr.Tab("About", id="about"):
@@ -888,12 +1177,247 @@ def build_app(root=None, device: str | None = None, warm: bool = True) -> gr.Blo
         direction.input(on_positional, pe_inputs, pe_outputs, api_visibility="private", concurrency_limit=4,
                         show_progress="hidden")
 
+        # ================================================================ analysis views (issue 5)
+        # Each view is computed when its tab is selected or one of its controls changes; nothing
+        # here runs on the translate path.
+        def safe(fn, what, n_out=1):
+            def wrapped(*args, **kwargs):
+                try:
+                    return fn(*args, **kwargs)
+                except Exception:
+                    log.error("%s failed: %s", what, traceback.format_exc())
+                    msg = message_figure(f"The {what} could not be drawn.")
+                    return msg if n_out == 1 else (msg, *[gr.skip()] * (n_out - 1))
+            wrapped.__name__ = getattr(fn, "__name__", what)
+            return wrapped
+
+        # ---------------------------------------------------------------- rollout
+        rollout_tab.select(safe(rollout_view_figure, "rollout view"), [run_state, rollout_layer], rollout_plot,
+                           api_name="rollout_view", api_visibility="undocumented", concurrency_limit=4,
+                           show_progress="hidden")
+        rollout_layer.input(safe(rollout_view_figure, "rollout view"), [run_state, rollout_layer], rollout_plot,
+                            api_visibility="private", concurrency_limit=4, show_progress="hidden")
+
+        # ---------------------------------------------------------------- alignment lines
+        align_inputs = [run_state, align_mode, align_layer, align_head]
+        align_tab.select(safe(alignment_view_figure, "alignment view"), align_inputs, align_plot,
+                         api_name="alignment_view", api_visibility="undocumented", concurrency_limit=4,
+                         show_progress="hidden")
+        for comp in (align_mode, align_layer, align_head):
+            comp.input(safe(alignment_view_figure, "alignment view"), align_inputs, align_plot,
+                       api_visibility="private", concurrency_limit=4, show_progress="hidden")
+
+        # ---------------------------------------------------------------- beam tree
+        beam_outputs = [beam_md, beam_plot, beam_table, beam_pick, beam_state]
+
+        def on_beam(run, old, size, force=False):
+            try:
+                if run is None:
+                    return ("Translate a sentence first.", message_figure("Translate a sentence first."), None,
+                            gr.Dropdown(choices=[], value=None), None)
+                size = max(2, min(int(size or 4), 8))
+                lm = reg.models[run.model]
+                if old is not None and not force and old.model == run.model and \
+                        old.tr.src_text == run.tr.src_text and (
+                            old.tr.output_ids == run.tr.output_ids if run.tr.beam is not None
+                            else old.tree.get("size") == size):
+                    view_ = old  # this run's tree is already drawn
+                elif run.tr.beam is not None and not force:
+                    view_ = BeamView(run.model, run.tr, explore.beam_tree_data(lm, run.tr))
+                else:
+                    tr_b = gpu_beam(reg_key, run.model, run.tr.src_text, size)
+                    view_ = BeamView(run.model, tr_b, dict(explore.beam_tree_data(lm, tr_b), size=size))
+                nodes = view_.tree["nodes"]
+                best = nodes[view_.tree["best"]]
+                raw_best = min(view_.tree["finished"], key=lambda n: nodes[n]["rank_raw"])
+                md = (f"**Chosen:** {md_escape(best.get('text', ''))} (log-prob {best['score']:.3f}, normalised "
+                      f"{best['normalized']:.3f}, length penalty α = {view_.tree['length_penalty']:g}).")
+                if raw_best != view_.tree["best"]:
+                    md += (f" Without the length penalty the raw log-probability would have picked "
+                           f"*{md_escape(nodes[raw_best].get('text', ''))}* ({nodes[raw_best]['score']:.3f}).")
+                else:
+                    md += " The raw log-probability picks the same hypothesis."
+                return (md, beam_view_figure(view_), v_beam.finished_rows(nodes, view_.tree["finished"]),
+                        gr.Dropdown(choices=beam_pick_choices(view_), value=None), view_)
+            except Exception as e:
+                log.error("beam tree failed: %s", traceback.format_exc())
+                return (f"⚠️ The beam tree failed ({md_escape(type(e).__name__)}).",
+                        message_figure("The beam tree could not be drawn."), gr.skip(), gr.skip(), gr.skip())
+
+        beam_tab.select(on_beam, [run_state, beam_state, beam_size], beam_outputs, api_name="beam_tree",
+                        api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=1)
+        beam_btn.click(lambda r, o, s: on_beam(r, o, s, True), [run_state, beam_state, beam_size], beam_outputs,
+                       api_visibility="private", concurrency_id=MODEL_GROUP, concurrency_limit=1)
+
+        def on_beam_pick(view_, idx):
+            try:
+                if view_ is None or idx is None:
+                    return "", message_figure("Pick a finished hypothesis.")
+                nodes = view_.tree["nodes"]
+                node = nodes[view_.tree["finished"][int(idx)]]
+                hyp = gpu_hypothesis(reg_key, view_.model, view_.tr, node["ids"])
+                attn = explore.attention(hyp.trace, ATTN_KINDS[2])
+                q, k = explore.tokens_for(hyp, ATTN_KINDS[2])
+                return hyp.text, va.layer_means(attn, q, k, query_valid=explore.query_valid(hyp, ATTN_KINDS[2]),
+                                                title=f"Hypothesis #{node['rank_norm']}: cross-attention, mean over "
+                                                      "heads per layer (teacher-forced on this hypothesis)")
+            except Exception:
+                log.error("beam pick failed: %s", traceback.format_exc())
+                return gr.skip(), message_figure("This hypothesis could not be drawn.")
+
+        beam_pick.input(on_beam_pick, [beam_state, beam_pick], [beam_text, beam_attn], api_name="beam_pick",
+                        api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=1)
+
+        # ---------------------------------------------------------------- head profiles
+        prof_outputs = [prof_md, prof_heat, prof_table, prof_state]
+
+        def on_profiles(run, name, scope, n, stat, progress=gr.Progress()):
+            try:
+                if scope == "current":
+                    if run is None:
+                        return ("Translate a sentence first (or choose the validation average).",
+                                message_figure("Translate a sentence first."), None, None)
+                    rows = an.profiles_table(explore.head_profiles(run.tr))
+                    label = " (current sentence)"
+                    md = f"Current sentence: {len(run.tr.src_tokens)} source, {len(run.tr.output_tokens)} output tokens."
+                else:
+                    problem = no_model_message(reg, name)
+                    if problem:
+                        return f"⚠️ {problem}", message_figure(problem), None, None
+                    n = max(1, min(int(n or PROFILE_SENTENCES), 64))
+                    rows, source = cached_profiles(reg_key, name, n,
+                                                   lambda i, k: progress((i, k), desc="Head profiles", unit="sentences"))
+                    label = f" ({name}, mean over {n} sentences)"
+                    md = f"Averaged over {md_escape(source)} for {md_escape(name)}; cached for this server's life."
+                return md, profiles_view_figure(rows, stat, label), profile_rows_table(rows), (tuple(rows), label)
+            except Exception as e:
+                log.error("head profiles failed: %s", traceback.format_exc())
+                return (f"⚠️ The head profiles failed ({md_escape(type(e).__name__)}).",
+                        message_figure("The head profiles could not be drawn."), gr.skip(), gr.skip())
+
+        prof_inputs = [run_state, direction, prof_scope, prof_n, prof_stat]
+        prof_tab.select(on_profiles, prof_inputs, prof_outputs, api_name="head_profiles",
+                        api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=1)
+        for comp in (prof_scope, prof_n):
+            comp.input(on_profiles, prof_inputs, prof_outputs, api_visibility="private", concurrency_id=MODEL_GROUP,
+                       concurrency_limit=1)
+        prof_stat.input(safe(lambda st, s: profiles_view_figure(st[0], s, st[1]) if st else
+                             message_figure("No head profiles yet."), "head profiles"),
+                        [prof_state, prof_stat], prof_heat, api_visibility="private", concurrency_limit=4,
+                        show_progress="hidden")
+
+        def on_head_select(run, evt: gr.SelectData):
+            try:
+                row = evt.row_value
+                short_kind, l, h = row[0], int(row[1]), int(row[2])
+                label = f"{short_kind} L{l} H{h}"
+                return label, head_map_figure(run, label)
+            except Exception:
+                log.error("head select failed: %s", traceback.format_exc())
+                return gr.skip(), message_figure("This head's map could not be drawn.")
+
+        prof_table.select(on_head_select, [run_state], [prof_pick, prof_head_plot], api_visibility="private",
+                          concurrency_limit=4, show_progress="hidden")
+        prof_pick.input(safe(head_map_figure, "head map"), [run_state, prof_pick], prof_head_plot,
+                        api_name="head_map", api_visibility="undocumented", concurrency_limit=4,
+                        show_progress="hidden")
+
+        # ---------------------------------------------------------------- two sentences
+        def on_pair(text_a, text_b, name, kind_in, layer_in, head_in):
+            problem = no_model_message(reg, name)
+            if problem:
+                return f"⚠️ {problem}", message_figure(problem), gr.skip()
+            text_a, _ = explore.clean_input(text_a)
+            text_b, _ = explore.clean_input(text_b)
+            if explore.is_blank(text_a) or explore.is_blank(text_b):
+                return "✏️ Type two sentences.", message_figure("Type two sentences."), gr.skip()
+            try:
+                a, b = gpu_pair(reg_key, name, text_a, text_b)
+                pair = PairRun(name, a, b)
+                md = f"**A:** {md_escape(a.text)}  \n**B:** {md_escape(b.text)}"
+                return md, pair_view_figure(pair, kind_in, layer_in, head_in), pair
+            except Exception as e:
+                log.error("pair failed: %s", traceback.format_exc())
+                return f"⚠️ The comparison failed ({md_escape(type(e).__name__)}).", \
+                    message_figure("The two sentences could not be drawn."), gr.skip()
+
+        pair_btn.click(on_pair, [pair_a, pair_b, direction, pair_kind, pair_layer, pair_head],
+                       [pair_text, pair_plot, pair_state], api_name="pair_view", api_visibility="undocumented",
+                       concurrency_id=MODEL_GROUP, concurrency_limit=1)
+        for comp in (pair_kind, pair_layer, pair_head):
+            comp.input(safe(pair_view_figure, "two-sentence view"), [pair_state, pair_kind, pair_layer, pair_head],
+                       pair_plot, api_visibility="private", concurrency_limit=4, show_progress="hidden")
+
+        # ---------------------------------------------------------------- export & deep links
+        def on_export(run, decoding_in, beam_in, max_len_in):
+            if run is None or run.tr.trace is None:
+                gr.Warning("Translate a sentence first.")
+                return None
+            tr = run.tr
+            settings = {"decoding": "beam" if tr.beam is not None else "greedy",
+                        "length_penalty": tr.beam.length_penalty if tr.beam is not None else None,
+                        "controls": {"decoding": decoding_in, "beam": beam_in, "max_len": max_len_in},
+                        "interventions": explore.describe_interventions(tr.interventions)}
+            folder = Path(tempfile.mkdtemp(prefix="attn-export-"))
+            npz, js = explore.write_export(tr, run.model, folder, reg.models.get(run.model), settings)
+            return [str(npz), str(js)]
+
+        export_btn.click(on_export, [run_state, decoding, beam, max_len], export_files, api_name="export_run",
+                         api_visibility="undocumented", concurrency_limit=4)
+
+        def on_figure_html(which, run, kind_in, view_in, layer_in, head_in, roll_in, amode, alayer, ahead, bview,
+                           pstate, pstat, pair, pkind, playeer, phead):
+            builders = {
+                "attention": lambda: attention_figure(run, kind_in, view_in, layer_in, head_in),
+                "rollout": lambda: rollout_view_figure(run, roll_in),
+                "alignment": lambda: alignment_view_figure(run, amode, alayer, ahead),
+                "beam": lambda: beam_view_figure(bview),
+                "profiles": lambda: profiles_view_figure(pstate[0], pstat, pstate[1]) if pstate else
+                message_figure("Open the Head profiles tab first."),
+                "pair": lambda: pair_view_figure(pair, pkind, playeer, phead),
+            }
+            which = which if which in builders else "attention"
+            fig = builders[which]()
+            folder = Path(tempfile.mkdtemp(prefix="attn-figure-"))
+            return str(figure_html(fig, folder / f"{which}.html"))
+
+        fig_btn.click(on_figure_html, [fig_choice, run_state, kind, view, layer, head, rollout_layer, align_mode,
+                                       align_layer, align_head, beam_state, prof_state, prof_stat, pair_state,
+                                       pair_kind, pair_layer, pair_head], fig_file, api_name="export_figure",
+                      api_visibility="undocumented", concurrency_limit=4)
+
+        def on_make_link(text_in, name, decoding_in, beam_in, base):
+            b = int(beam_in or 1) if decoding_in == "beam" else 1
+            return explore.deep_link(str(base or "/"), text_in or "", name, b)
+
+        link_btn.click(on_make_link, [text, direction, decoding, beam, link_box], link_box, js=LINK_JS,
+                       api_name="make_link", api_visibility="undocumented", queue=False).then(
+            None, link_box, None, js=COPY_JS, api_visibility="private")
+
+        def on_deep_link(request: gr.Request):
+            params = dict(request.query_params) if request is not None else {}
+            link = explore.parse_link(params, names)
+            if link is None:  # no ?text=: leave the page as it is
+                yield {text: gr.skip()}
+                return
+            decoding_v = "beam" if link["beam"] > 1 else "greedy"
+            beam_v = link["beam"] if link["beam"] > 1 else 4
+            yield {text: link["text"], direction: link["model"], decoding: decoding_v,
+                   beam: gr.Slider(value=beam_v, visible=decoding_v == "beam")}
+            yield from on_translate(link["text"], link["model"], decoding_v, beam_v, 100, ATTN_KINDS[2], "grid", 0, 0)
+
+        demo.load(on_deep_link, None, [text, direction, decoding, beam, *translate_outputs], api_name="deep_link",
+                  api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=1,
+                  show_progress="minimal")
+
         # ---------------------------------------------------------------- JSON API
         gr.api(api_translate, api_name="translate", concurrency_id=MODEL_GROUP, concurrency_limit=1)
         gr.api(api_compare, api_name="compare", concurrency_id=MODEL_GROUP, concurrency_limit=1)
         gr.api(api_models, api_name="models")
 
-    demo.queue(default_concurrency_limit=1)
+    if max_queue is None:
+        max_queue = int(os.environ.get("ATTN_QUEUE_SIZE") or QUEUE_SIZE)
+    demo.queue(default_concurrency_limit=1, max_size=max(1, int(max_queue)))
     demo.registry = reg  # for tests and benchmarks
     if warm and reg.models:
         threading.Thread(target=warm_up, args=(reg_key,), name="warm-up", daemon=True).start()

@@ -73,3 +73,164 @@ def profiles_table(per_module: dict[str, dict]) -> list[dict]:
         for h in range(len(prof[STATS[0]])):
             out.append({"kind": kind, "layer": layer, "head": h, **{s: float(prof[s][h]) for s in STATS}})
     return out
+
+
+# --------------------------------------------------------------------------- rollout views
+
+def encoder_rollout(enc_attn: np.ndarray, residual: float = 0.5) -> np.ndarray:
+    """(layers, heads, S, S) encoder self-attention -> (S, S) rollout ``R_enc``."""
+    enc_attn = np.asarray(enc_attn, dtype=np.float64)
+    if enc_attn.ndim != 4 or enc_attn.shape[-1] != enc_attn.shape[-2]:
+        raise ValueError(f"expected (layers, heads, S, S), got {enc_attn.shape}")
+    return rollout(list(enc_attn), residual)
+
+
+def cross_rows(cross: np.ndarray, layer: int | None = None, head: int | None = None) -> np.ndarray:
+    """(layers, heads, T, S) cross-attention -> (T, S) rows.
+
+    ``layer`` None averages over every layer and head; an int takes that layer, averaged over
+    heads unless ``head`` names one.
+    """
+    c = np.asarray(cross, dtype=np.float64)
+    if c.ndim != 4:
+        raise ValueError(f"expected (layers, heads, T, S), got {c.shape}")
+    if layer is None:
+        return c.mean((0, 1))
+    c = c[int(layer)]
+    return c.mean(0) if head is None else c[int(head)]
+
+
+def rollout_views(enc_attn: np.ndarray, cross: np.ndarray, layer: int | None = None,
+                  residual: float = 0.5) -> dict:
+    """Encoder rollout and per-output-token source attribution ``a_t = c_t · R_enc``.
+
+    ``c_t`` is the cross-attention row of output step t (mean over heads of ``layer``, or over
+    every layer when None). Returns {"rollout": (S, S), "cross": (T, S), "attribution": (T, S)}.
+    """
+    r = encoder_rollout(enc_attn, residual)
+    c = cross_rows(cross, layer)
+    return {"rollout": r, "cross": c, "attribution": source_attribution(c, r)}
+
+
+def alignment_weights(cross: np.ndarray, mode: str = "layer", layer: int = 0, head: int = 0,
+                      enc_attn: np.ndarray | None = None) -> np.ndarray:
+    """(T, S) weights for the alignment lines.
+
+    ``mode``: "head" (one head of ``layer``), "layer" (mean over the heads of ``layer``), "mean"
+    (every layer and head) or "rollout" (mean cross-attention carried through the encoder rollout;
+    needs ``enc_attn``).
+    """
+    if mode == "head":
+        return cross_rows(cross, layer, head)
+    if mode == "layer":
+        return cross_rows(cross, layer)
+    if mode == "mean":
+        return cross_rows(cross)
+    if mode == "rollout":
+        if enc_attn is None:
+            raise ValueError("rollout alignment needs the encoder attention")
+        return source_attribution(cross_rows(cross), encoder_rollout(enc_attn))
+    raise ValueError(f"unknown alignment mode {mode!r}")
+
+
+# --------------------------------------------------------------------------- head profiles
+
+def average_profiles(profiles: list[dict[str, dict]]) -> dict[str, dict]:
+    """Mean of several {module: head_profile} dicts (one per sentence), module by module."""
+    if not profiles:
+        raise ValueError("no profiles to average")
+    out = {}
+    for name in profiles[0]:
+        have = [p[name] for p in profiles if name in p]
+        out[name] = {s: np.mean([np.asarray(h[s], dtype=np.float64) for h in have], axis=0) for s in STATS}
+    return out
+
+
+def profile_grid(rows: list[dict], kind: str, stat: str) -> np.ndarray:
+    """(layers, heads) array of one statistic of one attention kind, from profiles_table rows."""
+    if stat not in STATS:
+        raise ValueError(f"unknown statistic {stat!r}")
+    sel = [r for r in rows if r["kind"] == kind]
+    if not sel:
+        raise ValueError(f"no rows for {kind!r}")
+    L = max(r["layer"] for r in sel) + 1
+    H = max(r["head"] for r in sel) + 1
+    z = np.full((L, H), np.nan)
+    for r in sel:
+        z[r["layer"], r["head"]] = r[stat]
+    return z
+
+
+# --------------------------------------------------------------------------- beam search tree
+
+def beam_tree(steps, finished) -> dict:
+    """Every hypothesis a beam search explored, as plain nodes and edges.
+
+    ``steps``: per step an object with ``parents``, ``tokens``, ``scores`` (the kept hypotheses;
+    parents index the previous step's kept list, or the root at step 0). ``finished``: objects
+    with ``ids``, ``score``, ``normalized``, ``step``, ``beam_index``.
+
+    Returns {"nodes": [...], "best": node id of the chosen hypothesis, "finished": [node ids,
+    best first by normalized score]}. Node 0 is the root (<bos>). Each node: id, parent, step,
+    token_id, score (cumulative log-probability), status: "chosen" (on the path of the chosen
+    hypothesis), "finished" (on the path of another finished hypothesis), "pruned" (dropped
+    later); finished leaves also carry "final": True, "normalized", "length", "rank_raw",
+    "rank_norm" and "ids".
+    """
+    nodes = [dict(id=0, parent=None, step=-1, token_id=None, score=0.0, status="pruned", final=False)]
+    level = [0]  # node ids of the previous step's kept hypotheses
+    kept_ids = []
+    for t, st in enumerate(steps):
+        here = []
+        for p, tok, s in zip(st.parents, st.tokens, st.scores):
+            nid = len(nodes)
+            nodes.append(dict(id=nid, parent=level[p] if t > 0 else 0, step=t, token_id=int(tok), score=float(s),
+                              status="pruned", final=False))
+            here.append(nid)
+        kept_ids.append(here)
+        level = here
+    leaves = []
+    for h in finished:
+        parent = 0 if h.step == 0 else kept_ids[h.step - 1][h.beam_index]
+        nid = len(nodes)
+        nodes.append(dict(id=nid, parent=parent, step=int(h.step), token_id=int(h.ids[-1]) if h.ids else None,
+                          score=float(h.score), status="pruned", final=True, normalized=float(h.normalized),
+                          length=len(h.ids), ids=[int(i) for i in h.ids]))
+        leaves.append(nid)
+    by_norm = sorted(leaves, key=lambda n: -nodes[n]["normalized"])
+    by_raw = sorted(leaves, key=lambda n: -nodes[n]["score"])
+    for n in leaves:
+        nodes[n]["rank_norm"] = by_norm.index(n) + 1
+        nodes[n]["rank_raw"] = by_raw.index(n) + 1
+    best = by_norm[0] if by_norm else None
+    for leaf in by_norm[::-1]:  # mark paths; the best last so its path wins
+        status = "chosen" if leaf == best else "finished"
+        n = leaf
+        while n is not None:
+            if nodes[n]["status"] != "chosen":
+                nodes[n]["status"] = status
+            n = nodes[n]["parent"]
+    return {"nodes": nodes, "best": best, "finished": by_norm}
+
+
+def tree_layout(nodes: list[dict]) -> list[float]:
+    """A y position per node: leaves in depth-first order, parents at the mean of their children."""
+    children: dict[int, list[int]] = {}
+    for n in nodes:
+        if n["parent"] is not None:
+            children.setdefault(n["parent"], []).append(n["id"])
+    y = [0.0] * len(nodes)
+    counter = [0]
+
+    def visit(i: int) -> float:  # iterative depth would be nicer; trees here are <= ~250 deep
+        kids = children.get(i, [])
+        if not kids:
+            y[i] = float(counter[0])
+            counter[0] += 1
+        else:
+            y[i] = float(np.mean([visit(k) for k in kids]))
+        return y[i]
+
+    if nodes:
+        visit(0)
+    return y

@@ -81,6 +81,11 @@ def load_all(root, device: str = "cpu") -> Registry:
         except Exception as e:  # anything else a broken folder can raise
             reg.problems.append(f"checkpoint {path} could not be loaded ({type(e).__name__}: {e})")
             continue
+        bad = next((k for k, v in lm.model.state_dict().items()
+                    if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+        if bad is not None:  # safetensors has no checksum: flipped bytes load as NaN/inf weights
+            reg.problems.append(f"checkpoint {path}: {WEIGHTS} is corrupt (weights are not finite, e.g. {bad})")
+            continue
         name = lm.name
         if name in reg.models:
             name = f"{lm.name} ({path.name})"
@@ -187,12 +192,21 @@ def clean_input(text, max_chars: int = MAX_INPUT_CHARS) -> tuple[str, list[str]]
     if len(text) > max_chars:
         notices.append(f"The input had {len(text):,} characters; only the first {max_chars:,} were used.")
         text = text[:max_chars]
-    return text, notices
+    # A lone surrogate (JSON allows "\ud800") is not valid UTF-8: it would break every response
+    # that echoes the text back, so it becomes U+FFFD.
+    return _SURROGATE.sub("\ufffd", text), notices
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_DROPPED = ("Cc", "Cf", "Cs", "Co")  # what vocab.clean_text drops or turns into spaces
 
 
 def is_blank(text: str) -> bool:
-    """True for text with nothing the tokenizer would keep (whitespace, control and format chars)."""
-    return not any(not unicodedata.category(c).startswith(("Z", "C")) for c in text or "")
+    """True for text with nothing the tokenizer would keep (whitespace, control and format chars).
+
+    Unassigned code points (Cn) are kept by the tokenizer (as <unk>), so they are not blank."""
+    return all(unicodedata.category(c).startswith("Z") or unicodedata.category(c) in _DROPPED
+               for c in text or "")
 
 
 # --------------------------------------------------------------------------- interventions
@@ -519,3 +533,181 @@ def to_json(tr: Translation, notices: list[str] | None = None, model: str | None
         out["attention"] = {KIND_JSON[k]: _r(attention(tr.trace, k)) for k in ATTN_KINDS}
         out["attention_shape"] = "layers x heads x queries x keys"
     return out
+
+
+# --------------------------------------------------------------------------- analysis views (issue 5)
+# Lazily computed views: nothing here runs on the translate path.
+
+def rollout_data(tr: Translation, layer: int | None = None) -> dict:
+    """Encoder rollout (S, S) and per-output-token source attribution (T, S) of a translation."""
+    from . import analysis
+    return analysis.rollout_views(attention(tr.trace, ATTN_KINDS[0]), attention(tr.trace, ATTN_KINDS[2]), layer)
+
+
+def alignment_data(tr: Translation, mode: str = "layer", layer: int = 0, head: int = 0) -> np.ndarray:
+    """(T, S) weights between output tokens and source tokens for the alignment lines."""
+    from . import analysis
+    return analysis.alignment_weights(attention(tr.trace, ATTN_KINDS[2]), mode, layer, head,
+                                      attention(tr.trace, ATTN_KINDS[0]))
+
+
+def head_profiles(tr: Translation, trace=None) -> dict[str, dict]:
+    """{module name: analysis.head_profile(...)} for every attention module of a run."""
+    from . import analysis
+    trace = trace if trace is not None else tr.trace
+    out = {}
+    for kind in ATTN_KINDS:
+        part, attn_name = kind.split(".")
+        q, k = tokens_for(tr, kind)
+        valid = query_valid(tr, kind)
+        for l, pattern in enumerate(attention(trace, kind)):
+            out[f"{part}.layers.{l}.{attn_name}"] = analysis.head_profile(pattern, k, valid)
+    return out
+
+
+def validation_sentences(lang: str, data_dirs: Iterable[Path], n: int = 24, max_chars: int = 200
+                         ) -> tuple[list[str], str]:
+    """Up to ``n`` held-out sentences: val.{lang}.gz, else test_2016_flickr, else the built-in ones.
+
+    Returns the sentences and where they came from.
+    """
+    for split in ("val", "test_2016_flickr"):
+        for d in data_dirs:
+            path = Path(d) / f"{split}.{lang}.gz"
+            if not path.is_file():
+                continue
+            try:
+                with gzip.open(path, "rt", encoding="utf-8") as f:
+                    lines = [line.strip() for _, line in zip(range(4 * n + 50), f)]
+            except (OSError, EOFError, UnicodeDecodeError):
+                continue
+            picked = [s for s in lines if s and len(s) <= max_chars][:n]
+            if picked:
+                return picked, f"{path.name} (first {len(picked)})"
+    builtin = (TEST_FALLBACK.get(lang, []) + EVERYDAY.get(lang, []))[:n]
+    return builtin, f"built-in examples ({len(builtin)})"
+
+
+def average_head_profiles(lm: LoadedModel, sentences: list[str], progress=None, lock=None) -> list[dict]:
+    """profiles_table rows averaged over ``sentences`` (each greedily translated, then traced).
+
+    ``progress(i, n)`` is called before each sentence; ``lock`` (if given) is held per sentence.
+    """
+    from . import analysis
+    opts = DecodeOptions(beam=1, record=False, replace_unk=False, trace=True, max_len=60)
+    profs = []
+    for i, s in enumerate(sentences):
+        if progress is not None:
+            progress(i, len(sentences))
+        if is_blank(s):
+            continue
+        if lock is not None:
+            with lock:
+                tr = translate(lm, s, opts)
+        else:
+            tr = translate(lm, s, opts)
+        profs.append(head_profiles(tr))
+    return analysis.profiles_table(analysis.average_profiles(profs))
+
+
+def beam_tree_data(lm: LoadedModel, tr: Translation) -> dict:
+    """analysis.beam_tree of a beam-search translation, with token strings and leaf translations."""
+    from . import analysis
+    if tr.beam is None:
+        raise ValueError("this translation was decoded greedily; it has no beam-search trace")
+    tree = analysis.beam_tree(tr.beam.steps, tr.beam.finished)
+    for n in tree["nodes"]:
+        n["token"] = "<bos>" if n["token_id"] is None and n["parent"] is None else (
+            lm.tgt_vocab.decode([n["token_id"]])[0] if n["token_id"] is not None else "")
+        if n.get("final"):
+            toks = lm.tgt_vocab.decode(n["ids"])
+            n["tokens"] = toks
+            n["text"] = detokenize_tokens(toks, lm.tgt_lang)
+    tree["length_penalty"] = tr.beam.length_penalty
+    tree["y"] = analysis.tree_layout(tree["nodes"])
+    return tree
+
+
+def detokenize_tokens(tokens: list[str], lang: str) -> str:
+    from .vocab import detokenize
+    return detokenize([w for w in tokens if w not in ("<eos>", "<pad>", "<bos>")], lang)
+
+
+def hypothesis_translation(lm: LoadedModel, tr: Translation, ids: list[int]) -> Translation:
+    """A Translation of another hypothesis of the same source: teacher-forced trace, no step records."""
+    ids = [int(i) for i in ids]
+    toks = lm.tgt_vocab.decode(ids)
+    trace = full_trace(lm, tr.src_ids, ids, tr.interventions)
+    return Translation(tr.src_text, list(tr.src_tokens), list(tr.src_ids), toks, ids,
+                       detokenize_tokens(toks, lm.tgt_lang), float("nan"), [], {}, trace, None, tr.interventions,
+                       tr.truncated, tr.src_lang, tr.tgt_lang)
+
+
+# --------------------------------------------------------------------------- export
+
+def trace_arrays(trace) -> dict[str, np.ndarray]:
+    """Every captured tensor keyed by hook name ('name#i' for the i-th call when a hook fired more than once)."""
+    out = {}
+    for name, calls in trace.records.items():
+        for i, t in enumerate(calls):
+            a = t.float().numpy() if t.is_floating_point() else t.numpy()
+            out[name if len(calls) == 1 else f"{name}#{i}"] = a
+    return out
+
+
+def export_metadata(tr: Translation, model: str, lm: LoadedModel | None = None, settings: dict | None = None) -> dict:
+    """The JSON that goes with an export: tokens, settings, model id."""
+    card = None
+    if lm is not None:
+        card = {"name": lm.name, "checkpoint": lm.path.name if lm.path else None,
+                "src_lang": lm.src_lang, "tgt_lang": lm.tgt_lang}
+    return {"model": model, "model_card": card, "src_text": tr.src_text, "src_tokens": list(tr.src_tokens),
+            "src_ids": [int(i) for i in tr.src_ids], "output_tokens": list(tr.output_tokens),
+            "output_ids": [int(i) for i in tr.output_ids], "decoder_input_tokens": tr.decoder_input_tokens,
+            "translation": tr.text, "settings": dict(settings or {}),
+            "interventions": describe_interventions(tr.interventions),
+            "hooks": sorted(trace_arrays(tr.trace)) if tr.trace is not None else []}
+
+
+def write_export(tr: Translation, model: str, folder, lm: LoadedModel | None = None,
+                 settings: dict | None = None) -> tuple[Path, Path]:
+    """Write ``<folder>/trace.npz`` (every tensor by hook name) and ``<folder>/run.json``; return both paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if tr.trace is None:
+        raise ValueError("the run holds no trace to export")
+    npz, js = folder / "attention-trace.npz", folder / "attention-run.json"
+    np.savez_compressed(npz, **trace_arrays(tr.trace))
+    import json
+    js.write_text(json.dumps(export_metadata(tr, model, lm, settings), ensure_ascii=False, indent=1),
+                  encoding="utf-8")
+    return npz, js
+
+
+# --------------------------------------------------------------------------- deep links
+
+def deep_link(base_url: str, text: str, model: str | None = None, beam: int | None = None) -> str:
+    """``base_url?text=…&model=…&beam=…`` (beam only when > 1)."""
+    from urllib.parse import urlencode
+    q = {"text": text or ""}
+    if model:
+        q["model"] = model
+    if beam and int(beam) > 1:
+        q["beam"] = int(beam)
+    return base_url.split("?")[0].split("#")[0] + "?" + urlencode(q)
+
+
+def parse_link(params, models: list[str]) -> dict | None:
+    """Query parameters -> {"text", "model", "beam"} (None without a text). Unknown models are dropped."""
+    params = dict(params or {})
+    text = params.get("text")
+    if not text or not str(text).strip():
+        return None
+    text, _ = clean_input(str(text))
+    model = params.get("model")
+    model = model if model in models else (models[0] if models else None)
+    try:
+        beam = max(1, min(int(params.get("beam", 1)), 8))
+    except (TypeError, ValueError):
+        beam = 1
+    return {"text": text, "model": model, "beam": beam}

@@ -86,3 +86,28 @@ def test_script_in_input_is_inert(page):
     assert page.dialogs == []
     assert page.locator("img[src=x]").count() == 0
     page.screenshot(path=str(ARTIFACTS / "script-input.png"), full_page=True)
+
+
+def test_deep_link_alignment_and_beam_tree_render(page):
+    """?text=…&model=…&beam=… pre-fills and runs; the alignment lines and the beam tree draw plotly figures."""
+    from urllib.parse import urlencode
+    base = page.url.split("?")[0]
+    text = "Zwei Hunde spielen im Schnee."
+    page.goto(base + "?" + urlencode({"text": text, "model": "de-en", "beam": 3}))
+    page.wait_for_selector("#input-text textarea", timeout=60_000)
+    page.wait_for_function(
+        "() => { const t = document.querySelector('#translation textarea'); return t && t.value.trim().length > 0 }",
+        timeout=60_000)
+    assert page.locator("#input-text textarea").input_value() == text
+    page.get_by_role("tab", name="Alignment").click()
+    page.wait_for_selector('#align-plot [data-testid="plotly"] .main-svg', timeout=60_000)
+    assert page.locator("#align-plot .sankey").count() >= 1
+    page.screenshot(path=str(ARTIFACTS / "alignment.png"), full_page=True)
+    page.get_by_role("tab", name="Beam tree").click()
+    page.wait_for_selector('#beam-plot [data-testid="plotly"] .main-svg', timeout=60_000)
+    page.wait_for_function("() => document.querySelector('#beam-plot .scatterlayer .trace') !== null",
+                           timeout=60_000)
+    assert "Chosen" in page.locator("#beam-md").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "beam-tree.png"), full_page=True)
+    page.goto(base)  # leave the page as the other tests expect it
+    page.wait_for_selector("#input-text textarea", timeout=60_000)

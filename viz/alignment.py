@@ -1,0 +1,68 @@
+"""Alignment lines: source tokens in the left column, output tokens in the right, one line per pair.
+
+Drawn as a Plotly Sankey with fixed node positions: each link's colour opacity (and width) is
+proportional to its weight, and hovering a token (a node) highlights its own lines, which is
+built into Plotly (no extra JavaScript). Node labels are escaped token strings.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .common import base_layout, esc, figure, token_labels
+
+SRC_COLOR = "#4c78a8"
+OUT_COLOR = "#f58518"
+LINE_RGB = "31, 119, 180"
+HOVER_LINE = "rgba(214, 39, 40, 0.85)"
+
+
+def _positions(n: int) -> list[float]:
+    if n == 1:
+        return [0.5]
+    return [0.02 + 0.96 * i / (n - 1) for i in range(n)]
+
+
+def alignment_lines(weights: np.ndarray, src_tokens: Sequence[str], out_tokens: Sequence[str], *,
+                    title: str | None = None, min_weight: float = 0.0, what: str = "weight") -> go.Figure:
+    """Two columns joined by lines; ``weights`` is (output tokens, source tokens), rows summing to ~1.
+
+    Lines below ``min_weight`` are left out (payload). Opacity = weight / max weight.
+    """
+    w = np.nan_to_num(np.asarray(weights, dtype=np.float64), nan=0.0)
+    T, S = len(out_tokens), len(src_tokens)
+    if w.shape != (T, S):
+        raise ValueError(f"weights {w.shape} do not match {T} output and {S} source tokens")
+    wmax = float(w.max()) if w.size and w.max() > 0 else 1.0
+    src_lab, out_lab = token_labels(src_tokens), token_labels(out_tokens)
+    labels = [f"{i}: {lab}" for i, lab in enumerate(src_lab)] + [f"{t}: {lab}" for t, lab in enumerate(out_lab)]
+    src_idx, tgt_idx, vals, colors, custom = [], [], [], [], []
+    for t in range(T):
+        for s in range(S):
+            v = float(w[t, s])
+            if v <= min_weight or v <= 0:
+                continue
+            src_idx.append(s)
+            tgt_idx.append(S + t)
+            vals.append(v)
+            colors.append(f"rgba({LINE_RGB}, {max(0.03, v / wmax):.3f})")
+            custom.append(f"{src_lab[s]} → {out_lab[t]}")
+    node = dict(label=labels, pad=4, thickness=10, line=dict(width=0),
+                color=[SRC_COLOR] * S + [OUT_COLOR] * T,
+                x=[0.001] * S + [0.999] * T, y=_positions(S) + _positions(T),
+                hovertemplate="%{label}<br>total " + esc(what) + ": %{value:.3f}<extra></extra>")
+    link = dict(source=src_idx, target=tgt_idx, value=vals, color=colors, customdata=custom,
+                hovercolor=HOVER_LINE,
+                hovertemplate="%{customdata}<br>" + esc(what) + ": %{value:.4f}<extra></extra>")
+    trace = dict(type="sankey", arrangement="fixed", node=node, link=link, valueformat=".3f")
+    height = 120 + min(900, max(300, 26 * max(S, T)))
+    layout = base_layout(height, title, plot_bgcolor="white")
+    layout["margin"] = dict(l=20, r=20, t=70 if title else 40, b=20)
+    layout["annotations"] = [
+        dict(text="source", x=0.0, y=1.0, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
+             showarrow=False, font=dict(size=12, color=SRC_COLOR)),
+        dict(text="output", x=1.0, y=1.0, xref="paper", yref="paper", xanchor="right", yanchor="bottom",
+             showarrow=False, font=dict(size=12, color=OUT_COLOR))]
+    return figure([trace], layout)

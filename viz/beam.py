@@ -1,0 +1,77 @@
+"""The beam-search tree: every hypothesis explored, by step, with its cumulative log-probability.
+
+x = decoding step, y = a tree layout (leaves in depth-first order). Edges and nodes are grey for
+pruned branches, blue for other finished hypotheses, red for the chosen one. Finished leaves
+show the raw score and the length-normalised score that ranked them.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from .common import CHOSEN_COLOR, base_layout, esc, figure, short
+
+STATUS_COLORS = {"chosen": CHOSEN_COLOR, "finished": "#1f77b4", "pruned": "#c7c7c7"}
+STATUS_NAMES = {"chosen": "chosen hypothesis", "finished": "other finished hypotheses", "pruned": "pruned"}
+
+
+def beam_tree_figure(nodes: list[dict], y: list[float], *, title: str | None = None,
+                     length_penalty: float | None = None) -> go.Figure:
+    """``nodes`` as from model.analysis.beam_tree (plus "token"), ``y`` one position per node."""
+    if len(y) != len(nodes):
+        raise ValueError("one y position per node")
+    data = []
+    for status in ("pruned", "finished", "chosen"):
+        xs, ys = [], []
+        for n in nodes:
+            if n["parent"] is None or n["status"] != status:
+                continue
+            p = nodes[n["parent"]]
+            xs += [p["step"] + 1, n["step"] + 1, None]
+            ys += [y[p["id"]], y[n["id"]], None]
+        if xs:
+            data.append(dict(type="scatter", mode="lines", x=xs, y=ys, hoverinfo="skip", legendgroup=status,
+                             showlegend=False,
+                             line=dict(color=STATUS_COLORS[status], width=3 if status == "chosen" else 1.5)))
+    for status in ("pruned", "finished", "chosen"):
+        sel = [n for n in nodes if n["status"] == status]
+        if not sel:
+            continue
+        hover = []
+        for n in sel:
+            h = f"step {n['step']}: <b>{esc(short(n.get('token', '')))}</b><br>cumulative log-prob {n['score']:.3f}"
+            if n.get("final"):
+                h += (f"<br>finished, length {n['length']}<br>normalised score {n['normalized']:.3f}"
+                      f"<br>rank by normalised score {n['rank_norm']}, by raw log-prob {n['rank_raw']}"
+                      f"<br>{esc(short(n.get('text', ''), 80))}")
+            hover.append(h)
+        data.append(dict(
+            type="scatter", mode="markers+text", x=[n["step"] + 1 for n in sel], y=[y[n["id"]] for n in sel],
+            text=[esc(short(n.get("token", ""), 12)) for n in sel], textposition="top center",
+            textfont=dict(size=10, color="#333" if status != "pruned" else "#999"),
+            marker=dict(color=STATUS_COLORS[status], size=[12 if n.get("final") else 7 for n in sel],
+                        symbol=["star" if n.get("final") else "circle" for n in sel], line=dict(width=0)),
+            name=STATUS_NAMES[status], legendgroup=status, hovertext=hover, hoverinfo="text"))
+    n_leaves = max(1.0, max(y, default=0.0) + 1)
+    max_step = max((n["step"] for n in nodes), default=0) + 1
+    layout = base_layout(min(1100, max(320, 120 + 28 * n_leaves)), title, plot_bgcolor="white")
+    layout["xaxis"] = dict(title=dict(text="decoding step (0 = <bos>)"), tickmode="linear", dtick=1,
+                           range=[-0.5, max_step + 0.8], showgrid=True, gridcolor="#f0f0f0", zeroline=False)
+    layout["yaxis"] = dict(visible=False, autorange="reversed")
+    layout["legend"] = dict(orientation="h", x=0, y=-0.08, yanchor="top")
+    layout["hovermode"] = "closest"
+    if length_penalty is not None:
+        layout["annotations"] = [dict(
+            text=f"normalised score = log-prob / ((5 + length) / 6)^{length_penalty:g} (GNMT length penalty)",
+            x=1.0, y=1.0, xref="paper", yref="paper", xanchor="right", yanchor="bottom", showarrow=False,
+            font=dict(size=11, color="#555"))]
+    return figure(data, layout)
+
+
+def finished_rows(nodes: list[dict], order: list[int]) -> list[list]:
+    """Table rows for the finished hypotheses, best (by normalised score) first."""
+    out = []
+    for nid in order:
+        n = nodes[nid]
+        out.append([n["rank_norm"], n["rank_raw"], n.get("text", ""), n["length"], round(n["score"], 4),
+                    round(n["normalized"], 4)])
+    return out

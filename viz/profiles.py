@@ -1,0 +1,44 @@
+"""Head profiles: one layer x head heatmap per attention kind for a chosen statistic."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .common import ATTN_SCALE, base_layout, blank_rows, esc, figure, finite_max, grid_domains, subplot_title
+
+STAT_LABELS = {"entropy": "entropy (nats)", "mean_distance": "mean distance |i − j|",
+               "prev_token": "weight on the previous token", "same_token": "weight on the same token",
+               "special_tokens": "weight on <bos>/<eos>", "max_weight": "maximum weight"}
+
+
+def profile_heatmaps(grids: Sequence[tuple[str, np.ndarray]], stat: str, *, title: str | None = None) -> go.Figure:
+    """``grids``: (label, (layers, heads) array) per attention kind, side by side on ONE colour scale."""
+    if not grids:
+        raise ValueError("no grids")
+    n = len(grids)
+    doms = grid_domains(1, n, hgap=0.06, right=0.92)
+    zmax = max(finite_max(np.asarray(g, dtype=float)) for _, g in grids)
+    data, layout_axes, notes = [], {}, []
+    for i, ((label, g), (xd, yd)) in enumerate(zip(grids, doms)):
+        z = blank_rows(np.asarray(g, dtype=float), None)
+        L, H = z.shape
+        sfx = "" if i == 0 else str(i + 1)
+        data.append(dict(type="heatmap", z=z, xaxis="x" + sfx, yaxis="y" + sfx, coloraxis="coloraxis",
+                         texttemplate="%{z:.2f}", hoverongaps=False,
+                         hovertemplate=esc(label) + "<br>layer %{y}, head %{x}<br>" + esc(STAT_LABELS.get(stat, stat))
+                                       + ": %{z:.4f}<extra></extra>"))
+        layout_axes["xaxis" + sfx] = dict(domain=list(xd), anchor="y" + sfx, tickmode="array",
+                                          tickvals=list(range(H)), ticktext=[f"H{h}" for h in range(H)],
+                                          showgrid=False, zeroline=False)
+        layout_axes["yaxis" + sfx] = dict(domain=list(yd), anchor="x" + sfx, tickmode="array",
+                                          tickvals=list(range(L)), ticktext=[f"L{l}" for l in range(L)],
+                                          autorange="reversed", showgrid=False, zeroline=False)
+        notes.append(subplot_title(esc(label), xd, yd))
+    layout = base_layout(330, title, **layout_axes)
+    layout["annotations"] = notes
+    layout["margin"] = dict(l=50, r=40, t=80 if title else 40, b=40)
+    layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=zmax,
+                               colorbar=dict(title=dict(text=esc(stat)), thickness=12, x=0.95))
+    return figure(data, layout)
