@@ -97,8 +97,8 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _ones_mask(batch: int, keys: int, device) -> torch.Tensor:
-    return torch.ones(batch, 1, 1, keys, dtype=torch.bool, device=device)
+def _hides_nothing(mask: torch.Tensor | None) -> bool:
+    return mask is None or bool(mask.all())
 
 
 def _decoder_step(model: Transformer, ys, memory, src_mask, iv, cache: KVCache | None):
@@ -106,10 +106,14 @@ def _decoder_step(model: Transformer, ys, memory, src_mask, iv, cache: KVCache |
 
     With the causal mask on, only the newest token goes in and K/V come from the cache. With
     it off, every earlier position may see later ones, so the whole prefix is recomputed.
+    Masks that hide nothing are passed as None, which spares the attention modules all mask
+    work (a hook capture still records them, all True).
     """
+    if _hides_nothing(src_mask):  # no <pad> or hidden token in the source
+        src_mask = None
     if iv.causal_mask and cache is not None:
-        t = ys.size(1) - 1
-        h = model.decode(ys[:, -1:], memory, src_mask, _ones_mask(ys.size(0), t + 1, ys.device), iv, cache, t)
+        t = ys.size(1) - 1  # the newest position sees itself and every cached one
+        h = model.decode(ys[:, -1:], memory, src_mask, None, iv, cache, t)
     else:
         h = model.decode(ys, memory, src_mask, model.tgt_mask(ys, iv), iv)
     return model.generator(h[:, -1])
@@ -121,6 +125,7 @@ def greedy_batch(model: Transformer, src: torch.Tensor, max_len: int = 100,
     """Batched greedy decoding without capture (for evaluation). Returns ids up to and with <eos>."""
     B, device = src.size(0), src.device
     src_mask = model.src_mask(src, iv)
+    src_mask = None if _hides_nothing(src_mask) else src_mask  # None: no mask work in any step
     memory = model.encode(src, src_mask, iv)
     ys = torch.full((B, 1), BOS_ID, dtype=torch.long, device=device)
     cache = KVCache(len(model.decoder.layers)) if use_cache else None
@@ -159,6 +164,7 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
     """Beam search for one source (1, S). Beam 1 is greedy decoding."""
     device, L = src.device, len(model.decoder.layers)
     src_mask = model.src_mask(src, iv)
+    src_mask = None if _hides_nothing(src_mask) else src_mask  # None: no mask work in any step
     memory = model.encode(src, src_mask, iv)
     ys = torch.full((1, 1), BOS_ID, dtype=torch.long, device=device)
     scores = torch.zeros(1, device=device)
@@ -171,8 +177,8 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
     with capture(model, names) as trace:
         for t in range(max_len):
             n = ys.size(0)
-            logp = _decoder_step(model, ys, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1),
-                                 iv, cache).log_softmax(-1).float()
+            rows_mask = None if src_mask is None else src_mask.expand(n, -1, -1, -1)
+            logp = _decoder_step(model, ys, memory.expand(n, -1, -1), rows_mask, iv, cache).log_softmax(-1).float()
             steps.append(_StepData(
                 logp.cpu(),
                 _rows(trace, ROW_HOOKS[0], L) if record else None,

@@ -4,6 +4,9 @@ Every number the app shows is captured from hook points inside this file:
 ``{encoder,decoder}.hook_embed`` / ``hook_pos`` and, for every attention module,
 ``hook_scores`` (scaled, before masking and softmax), ``hook_mask`` (the boolean
 mask as applied, True = attend) and ``hook_pattern`` (after softmax, before dropout).
+
+A KV-cached decode step with nothing hooked runs ``_decoder_layer_step`` instead of the
+decoder layers' modules: the same arithmetic with less Python overhead per token.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .hooks import HookPoint
+from .hooks import HookPoint, global_hooks
 from .masks import causal_mask, padding_mask
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 1, 0, 2, 3
@@ -72,6 +75,8 @@ class Interventions:
         object.__setattr__(self, "ablate_src_tokens", frozenset(int(i) for i in self.ablate_src_tokens))
 
     def heads(self, kind: str, layer: int) -> tuple[int, ...]:
+        if not self.ablate_heads:  # the usual case, asked once per layer per decode step
+            return ()
         return tuple(sorted(h for k, l, h in self.ablate_heads if k == kind and l == layer))
 
     @property
@@ -92,6 +97,30 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
     return pe
 
 
+def _dropout(module: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
+    """nn.Dropout is the identity in eval(); skip the module call there (decoding calls it ~20x a step)."""
+    return module(x) if module.training else x
+
+
+def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:  # (B, T, D) -> (B, H, T, d_k)
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)
+
+
+def _merge_heads(z: torch.Tensor) -> torch.Tensor:  # (B, H, T, d_k) -> (B, T, D)
+    B, H, T, d_k = z.shape
+    return z.transpose(1, 2).reshape(B, T, H * d_k)
+
+
+def _attend(q, k, v, mask: torch.Tensor | None, dropout_p: float = 0.0) -> torch.Tensor:
+    """Fused softmax(q k^T / sqrt(d_k)) v. mask: bool (B, 1, Tq, Tk), True = attend; None = all visible."""
+    if mask is None:  # no mask to convert, combine or check
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    row_ok = mask.any(-1, keepdim=True)  # a row with no visible key outputs zeros, never NaN
+    z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~row_ok, dropout_p=dropout_p)
+    return z * row_ok
+
+
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, attn_dropout: float, cross: bool = False):
         super().__init__()
@@ -105,42 +134,47 @@ class MultiHeadAttention(nn.Module):
         self.hook_mask = HookPoint()
         self.hook_pattern = HookPoint()
 
-    def _split(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, H, T, d_k)
-        return x.view(x.size(0), x.size(1), self.n_heads, self.d_k).transpose(1, 2)
-
     def forward(self, x, mask, memory=None, cache: dict | None = None, ablate: tuple[int, ...] = ()):
-        """x: (B, Tq, D) queries; memory: (B, S, D) for cross-attention; mask: bool, True = attend.
+        """x: (B, Tq, D) queries; memory: (B, S, D) for cross-attention; mask: bool, True = attend,
+        or None when every key is visible (then no mask work is done).
 
         ``cache`` (a dict) holds K/V: cross-attention projects memory once; self-attention
         appends the new positions' K/V each call.
         """
-        q = self._split(self.w_q(x))
+        H = self.n_heads
+        q = _split_heads(self.w_q(x), H)
         if self.cross and cache is not None and "k" in cache:
             k, v = cache["k"], cache["v"]
         else:
-            k, v = (self._split(t) for t in self.w_kv(memory if self.cross else x).chunk(2, dim=-1))
+            k, v = (_split_heads(t, H) for t in self.w_kv(memory if self.cross else x).chunk(2, dim=-1))
             if cache is not None:
                 if not self.cross and "k" in cache:
                     k, v = torch.cat([cache["k"], k], 2), torch.cat([cache["v"], v], 2)
                 cache["k"], cache["v"] = k, v
 
-        B, H, Tq, Tk = q.size(0), self.n_heads, q.size(2), k.size(2)
-        mask = self.hook_mask(mask.expand(B, 1, Tq, Tk))
-        row_ok = mask.any(-1, keepdim=True)  # a row with no visible key outputs zeros, never NaN
+        B, Tq, Tk = q.size(0), q.size(2), k.size(2)
+        if self.hook_mask.active:  # a capture records the mask as applied: all True for None
+            mask = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=q.device) if mask is None else mask
+            mask = self.hook_mask(mask.expand(B, 1, Tq, Tk))
+        elif mask is not None:
+            mask = mask.expand(B, 1, Tq, Tk)
         p = self.attn_dropout if self.training else 0.0
         if self.hook_scores.active or self.hook_pattern.active or self.hook_mask.active:
+            # explicit path, so that scores and pattern exist to be captured
             scores = self.hook_scores(q @ k.transpose(-2, -1) / math.sqrt(self.d_k))
-            pattern = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
-            pattern = self.hook_pattern(pattern.masked_fill(~mask, 0.0))
-            z = F.dropout(pattern, p, self.training) @ v
+            if mask is None:
+                pattern = scores.softmax(-1)
+            else:
+                pattern = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
+                pattern = pattern.masked_fill(~mask, 0.0)
+            z = F.dropout(self.hook_pattern(pattern), p, self.training) @ v
         else:
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~row_ok, dropout_p=p)
-            z = z * row_ok
+            z = _attend(q, k, v, mask, p)
         if ablate:
             keep = torch.ones(H, device=z.device, dtype=z.dtype)
             keep[list(ablate)] = 0
             z = z * keep[None, :, None, None]
-        return self.w_o(z.transpose(1, 2).reshape(B, Tq, H * self.d_k))
+        return self.w_o(_merge_heads(z))
 
 
 class FeedForward(nn.Module):
@@ -149,7 +183,7 @@ class FeedForward(nn.Module):
         self.w_1, self.w_2, self.dropout = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
 
     def forward(self, x):
-        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+        return self.w_2(_dropout(self.dropout, F.relu(self.w_1(x))))
 
 
 class EncoderLayer(nn.Module):
@@ -161,8 +195,8 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x, src_mask, ablate=()):
-        x = x + self.dropout(self.self_attn(self.norm_1(x), src_mask, ablate=ablate))
-        return x + self.dropout(self.ff(self.norm_2(x)))
+        x = x + _dropout(self.dropout, self.self_attn(self.norm_1(x), src_mask, ablate=ablate))
+        return x + _dropout(self.dropout, self.ff(self.norm_2(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -176,10 +210,52 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, memory, src_mask, tgt_mask, cache=None, ablate_self=(), ablate_cross=()):
         self_cache, cross_cache = (None, None) if cache is None else (cache["self"], cache["cross"])
-        x = x + self.dropout(self.self_attn(self.norm_1(x), tgt_mask, cache=self_cache, ablate=ablate_self))
-        x = x + self.dropout(self.cross_attn(self.norm_2(x), src_mask, memory=memory,
-                                             cache=cross_cache, ablate=ablate_cross))
-        return x + self.dropout(self.ff(self.norm_3(x)))
+        x = x + _dropout(self.dropout, self.self_attn(self.norm_1(x), tgt_mask, cache=self_cache,
+                                                      ablate=ablate_self))
+        x = x + _dropout(self.dropout, self.cross_attn(self.norm_2(x), src_mask, memory=memory,
+                                                       cache=cross_cache, ablate=ablate_cross))
+        return x + _dropout(self.dropout, self.ff(self.norm_3(x)))
+
+
+def _step_weights(layer: DecoderLayer) -> dict:
+    """A decoder layer's tensors by module name, as the arguments of F.linear / F.layer_norm."""
+    w: dict = {"n_heads": layer.self_attn.n_heads}
+    for name, m in layer.named_modules():
+        if isinstance(m, nn.Linear):
+            w[name] = (m.weight, m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            w[name] = (m.normalized_shape, m.weight, m.bias, m.eps)
+    return w
+
+
+def _decoder_layer_step(x, w: dict, cache: dict, memory, src_mask):
+    """DecoderLayer.forward for one new position that sees every cached one (eval, nothing hooked).
+
+    The same operations on the same tensors, written with F.* on the weights in ``w`` (gathered
+    once per decode): at one token per step, nn.Module calls, attribute look-ups and reshapes
+    cost more than the matmuls themselves. With one position, (B, 1, D) <-> (B, H, 1, d_k) are views.
+    """
+    H, own, cross = w["n_heads"], cache["self"], cache["cross"]
+    B, D = x.size(0), x.size(2)
+    h = F.layer_norm(x, *w["norm_1"])
+    q = F.linear(h, *w["self_attn.w_q"]).view(B, H, 1, D // H)
+    k, v = F.linear(h, *w["self_attn.w_kv"]).view(B, 2, H, 1, D // H).unbind(1)
+    if "k" in own:
+        k, v = torch.cat([own["k"], k], 2), torch.cat([own["v"], v], 2)
+    own["k"], own["v"] = k, v
+    x = x + F.linear(_attend(q, k, v, None).reshape(B, 1, D), *w["self_attn.w_o"])
+
+    h = F.layer_norm(x, *w["norm_2"])
+    q = F.linear(h, *w["cross_attn.w_q"]).view(B, H, 1, D // H)
+    if "k" not in cross:
+        cross["k"], cross["v"] = (_split_heads(t, H) for t in
+                                  F.linear(memory, *w["cross_attn.w_kv"]).chunk(2, dim=-1))
+    k, v = cross["k"], cross["v"]
+    mask = None if src_mask is None else src_mask.expand(B, 1, 1, k.size(2))
+    x = x + F.linear(_attend(q, k, v, mask).reshape(B, 1, D), *w["cross_attn.w_o"])
+
+    h = F.layer_norm(x, *w["norm_3"])
+    return x + F.linear(F.relu(F.linear(h, *w["ff.w_1"])), *w["ff.w_2"])
 
 
 class _Stack(nn.Module):
@@ -203,7 +279,7 @@ class _Stack(nn.Module):
             raise ValueError(f"sequence of {start_pos + T} positions exceeds max_len {self.pe.size(0)}")
         pe = self.pe[start_pos:start_pos + T][None].to(x.dtype)
         pe = self.hook_pos(pe if use_pos else torch.zeros_like(pe))
-        return self.dropout(x + pe)
+        return _dropout(self.dropout, x + pe)
 
 
 class Encoder(_Stack):
@@ -223,18 +299,40 @@ class Decoder(_Stack):
 
     def forward(self, tgt, memory, src_mask, tgt_mask, iv: Interventions = NO_INTERVENTION,
                 cache: "KVCache | None" = None, start_pos: int = 0):
+        """Masks: bool, True = attend, or None = every key visible. With ``cache``, ``tgt`` holds only
+        the new positions, ``start_pos`` is the first one's index."""
         x = self.embed(tgt, start_pos, iv.positional_encoding)
+        if cache is not None and tgt_mask is None and tgt.size(1) == 1 and self._lean_step_allowed(iv, cache):
+            # one greedy/beam step, nothing to capture: the lean per-layer step (same numbers)
+            if cache.weights is None:
+                cache.weights = [_step_weights(layer) for layer in self.layers]
+            for w, layer_cache in zip(cache.weights, cache.layers):
+                x = _decoder_layer_step(x, w, layer_cache, memory, src_mask)
+            return self.norm(x)
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache.layers[i],
                       ablate_self=iv.heads(ATTN_KINDS[1], i), ablate_cross=iv.heads(ATTN_KINDS[2], i))
         return self.norm(x)
 
+    def _lean_step_allowed(self, iv: Interventions, cache: "KVCache") -> bool:
+        """Whether _decoder_layer_step computes what the layers would: eval, no autograd, no
+        ablated head, and no hook on any decoder module (a capture must see its hook points fire)."""
+        if self.training or torch.is_grad_enabled() or iv.ablate_heads or global_hooks():
+            return False
+        if cache.modules is None:  # self.modules() walks the tree: once per decode, not per step
+            cache.modules = tuple(self.modules())
+        return not any(m._forward_hooks or m._forward_pre_hooks for m in cache.modules)
+
 
 class KVCache:
-    """Per decoder layer: self-attention K/V (grow each step) and cross-attention K/V (computed once)."""
+    """Per decoder layer: self-attention K/V (grow each step) and cross-attention K/V (computed once).
+    One cache per decode (a sequence or a batch of them)."""
 
     def __init__(self, n_layers: int):
         self.layers = [{"self": {}, "cross": {}} for _ in range(n_layers)]
+        # looked up once per decode by Decoder.forward's lean step: its modules and their tensors
+        self.modules: tuple[nn.Module, ...] | None = None
+        self.weights: list[dict] | None = None
 
     def __len__(self) -> int:
         first = self.layers[0]["self"]
