@@ -383,11 +383,19 @@ def warm_up(reg_key: str) -> None:
 def _api_model(reg: explore.Registry, direction: str) -> str:
     if not reg.models:
         raise gr.Error("No model is loaded on this server.")
-    if not direction:
+    if direction is None or direction == "":
         return reg.names[0]
-    if direction in reg.models:
+    if isinstance(direction, str) and direction in reg.models:  # only a discovered name, never a path
         return direction
-    raise gr.Error(f"Unknown direction {direction!r}; available: {', '.join(reg.names)}")
+    raise gr.Error(f"Unknown direction {str(direction)[:60]!r}; available: {', '.join(reg.names)}")
+
+
+def _api_int(value, name: str, lo: int, hi: int) -> int:
+    """A whole-number API argument clamped to [lo, hi]; anything else is a clear error, not a traceback."""
+    try:
+        return max(lo, min(int(value), hi))
+    except (TypeError, ValueError, OverflowError):
+        raise gr.Error(f"{name} must be a whole number, not {str(value)[:40]!r}.") from None
 
 
 def make_api(reg_key: str):
@@ -401,7 +409,7 @@ def make_api(reg_key: str):
         if explore.is_blank(text):
             return {"model": name, "translation": "", "src_tokens": [], "output_tokens": [], "steps": [],
                     "attention": {}, "notices": notices + ["The input is empty: type a sentence to translate."]}
-        opts = DecodeOptions(beam=max(1, min(int(beam), 8)), max_len=max(1, min(int(max_len), 250)))
+        opts = DecodeOptions(beam=_api_int(beam, "beam", 1, 8), max_len=_api_int(max_len, "max_len", 1, 250))
         try:
             tr = gpu_translate(reg_key, name, text, opts)
         except Exception as e:
@@ -426,20 +434,20 @@ def make_api(reg_key: str):
             iv = explore.make_interventions(src_padding_mask, causal_mask, positional_encoding,
                                             ablate_heads or [], ablate_src_tokens or [])
             reg.models[name].model.validate_interventions(iv)
-        except ValueError as e:
-            raise gr.Error(str(e)) from None
-        opts = DecodeOptions(beam=max(1, min(int(beam), 8)), max_len=max(1, min(int(max_len), 250)),
-                             pad_src_to=max(0, int(pad_to)))
+            kind_c = explore.canonical_kind(kind) if kind else ATTN_KINDS[2]  # checked before the model runs
+        except (ValueError, TypeError) as e:
+            raise gr.Error(str(e)[:300]) from None
+        opts = DecodeOptions(beam=_api_int(beam, "beam", 1, 8), max_len=_api_int(max_len, "max_len", 1, 250),
+                             pad_src_to=_api_int(pad_to, "pad_to", 0, 1024))
         try:
             base, mod, mod_on_base = gpu_compare(reg_key, name, text, opts, iv)
         except Exception as e:
             log.exception("compare failed")
             raise gr.Error(f"The comparison failed ({type(e).__name__}).") from None
-        kind_c = explore.canonical_kind(kind) if kind else ATTN_KINDS[2]
         a_base = explore.attention(base.trace, kind_c)
         a_mod = explore.attention(mod_on_base, kind_c)
-        l = max(0, min(int(layer), a_base.shape[0] - 1))
-        h = max(0, min(int(head), a_base.shape[1] - 1))
+        l = _api_int(layer, "layer", 0, a_base.shape[0] - 1)
+        h = _api_int(head, "head", 0, a_base.shape[1] - 1)
         da, db = explore.token_diff(base.output_tokens, mod.output_tokens)
         q, k = explore.tokens_for(base, kind_c)
         return {

@@ -192,9 +192,9 @@ def clean_input(text, max_chars: int = MAX_INPUT_CHARS) -> tuple[str, list[str]]
     if len(text) > max_chars:
         notices.append(f"The input had {len(text):,} characters; only the first {max_chars:,} were used.")
         text = text[:max_chars]
-    # A lone surrogate (JSON allows "\ud800") is not valid UTF-8: it would break every response
-    # that echoes the text back, so it becomes U+FFFD.
-    return _SURROGATE.sub("\ufffd", text), notices
+    # A lone surrogate (JSON allows "\ud800") is not valid UTF-8 and would break a response that echoes
+    # the text back; the tokenizer drops it anyway (vocab.clean_text), so it is dropped here too.
+    return _SURROGATE.sub("", text), notices
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

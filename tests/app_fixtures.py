@@ -58,10 +58,10 @@ def wait_ready(url: str, timeout: float = 60.0) -> None:
     raise TimeoutError(f"{url} did not answer /gradio_api/info within {timeout}s ({last})")
 
 
-def launch(root: Path):
-    """Build the app on ``root`` and serve it on a free port; returns (demo, url)."""
+def launch(root: Path, **build_kwargs):
+    """Build the app on ``root`` (``build_kwargs`` go to build_app) and serve it on a free port; returns (demo, url)."""
     import app as app_module
-    demo = app_module.build_app(root, device="cpu")
+    demo = app_module.build_app(root, **{"device": "cpu", **build_kwargs})
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                 **app_module.launch_kwargs())

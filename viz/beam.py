@@ -54,7 +54,7 @@ def beam_tree_figure(nodes: list[dict], y: list[float], *, title: str | None = N
     n_leaves = max(1.0, max(y, default=0.0) + 1)
     max_step = max((n["step"] for n in nodes), default=0) + 1
     layout = base_layout(min(1100, max(320, 120 + 28 * n_leaves)), title, plot_bgcolor="white")
-    layout["xaxis"] = dict(title=dict(text="decoding step (0 = <bos>)"), tickmode="linear", dtick=1,
+    layout["xaxis"] = dict(title=dict(text="decoding step (0 = &lt;bos&gt;)"), tickmode="linear", dtick=1,
                            range=[-0.5, max_step + 0.8], showgrid=True, gridcolor="#f0f0f0", zeroline=False)
     layout["yaxis"] = dict(visible=False, autorange="reversed")
     layout["legend"] = dict(orientation="h", x=0, y=-0.08, yanchor="top")
