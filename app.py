@@ -189,7 +189,10 @@ def header_markdown(reg: explore.Registry) -> str:
         lines.append("\n".join(f"> ⚠️ {md_escape(p)}" for p in reg.problems))
     if not reg.models:
         lines.append(f"> **No model is available.** Put checkpoint folders (config.json, model.safetensors, "
-                     f"vocab.json) under `{md_escape(reg.root)}` or point `ATTN_CHECKPOINTS` at them, then restart.")
+                     f"vocab.json) under `{md_escape(reg.root)}` or point `ATTN_CHECKPOINTS` at them, then restart. "
+                     "To train one: `python -m model.train --src de --tgt en --d-model 128 --heads 4 "
+                     "--enc-layers 4 --dec-layers 4 --d-ff 512 --dropout 0.2 --lr 2e-3 --warmup 800` "
+                     "(see the README).")
     return "\n\n".join(lines)
 
 
