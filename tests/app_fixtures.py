@@ -68,3 +68,16 @@ def launch(root: Path, **build_kwargs):
     url = f"http://127.0.0.1:{port}/"
     wait_ready(url)
     return demo, url
+
+
+def all_strings(obj):
+    """Every string (keys too) in nested dicts, lists and tuples, e.g. a figure's JSON."""
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from all_strings(k)
+            yield from all_strings(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from all_strings(v)

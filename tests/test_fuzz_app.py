@@ -23,7 +23,7 @@ import app
 from model import explore
 from model.transformer import ATTN_KINDS
 from model.vocab import tokenize
-from tests.app_fixtures import SENTENCES, make_checkpoint
+from tests.app_fixtures import SENTENCES, all_strings, make_checkpoint
 from viz.common import esc
 
 VIEWS = ("grid", "head", "mean")
@@ -63,18 +63,6 @@ texts = st.one_of(
 
 
 # --------------------------------------------------------------------------- checks
-
-def all_strings(obj):
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from all_strings(k)
-            yield from all_strings(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from all_strings(v)
-
 
 def check_attention(trace, name: str):
     """Every captured pattern: no NaN, masked entries 0, visible rows sum to 1."""

@@ -21,7 +21,7 @@ from gradio_client import Client
 import app
 from model import checkpoint as ckpt_module
 from model import explore
-from tests.app_fixtures import launch, make_checkpoint
+from tests.app_fixtures import all_strings, launch, make_checkpoint
 from viz.common import esc
 
 T_OUT = ["notice", "out_text", "src_chips", "out_chips", "attn_plot", "layer", "head", "step", "step_md", "prefix",
@@ -60,18 +60,6 @@ def ui_translate(client, text, direction="de-en", max_len=8):
 def plot_json(value) -> dict:
     assert isinstance(value, dict) and value["type"] == "plotly", value
     return json.loads(value["plot"])
-
-
-def all_strings(obj):
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from all_strings(k)
-            yield from all_strings(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from all_strings(v)
 
 
 def no_traceback(text: str) -> bool:
