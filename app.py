@@ -315,12 +315,17 @@ def compare_maps_figure(cmp: CompareRun | None, kind: str, layer, head):
                                     "their difference (same decoder input)")
 
 
+# Positions shown by default: Multi30k sentences are ~13 tokens, and the four encoding figures are
+# the largest payload the page sends (issue 4's per-interaction byte budget).
+PE_POSITIONS = 32
+
+
 def positional_figures(reg: explore.Registry, model: str, n_pos, dims_text: str):
     if model not in reg.models:
         msg = message_figure("No model loaded.")
         return msg, msg, msg, msg
     pe = reg.pe[model]
-    n = max(2, min(int(n_pos or 50), pe.shape[0]))
+    n = max(2, min(int(n_pos or PE_POSITIONS), pe.shape[0]))
     sub = pe[:n]
     dims = [int(d) for d in re.findall(r"\d+", dims_text or "")][:12] or [0, 1, 4, 5, 10, 11]
     variants = explore.pe_variants(n, pe.shape[1])
@@ -836,7 +841,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                 gr.Markdown("The model's own sinusoidal encoding, read from its buffer (the same tensor the "
                             "`hook_pos` points capture).", elem_classes="explain")
                 with gr.Row():
-                    n_pos = gr.Slider(8, 128, value=50, step=1, label="Positions shown", elem_id="pe-npos")
+                    n_pos = gr.Slider(8, 128, value=PE_POSITIONS, step=1, label="Positions shown", elem_id="pe-npos")
                     dims = gr.Textbox("0, 1, 4, 5, 10, 11", label="Dimensions as curves (comma-separated)",
                                       elem_id="pe-dims")
                 pe_heat = gr.Plot(label="Encoding matrix", elem_id="pe-heat")
