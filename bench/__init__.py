@@ -40,6 +40,8 @@ BENCHES: list[Bench] = [
     Bench("server", "bench.server", "app server time from request to all figures built, p50/p95 (greedy)"),
     Bench("payload", "bench.payload", "bytes sent to the browser per translate interaction, every view filled"),
     Bench("cold_start", "bench.cold_start", "from `python app.py` to /gradio_api/info answering"),
+    Bench("views", "bench.views", "issue 5's views (rollout, alignment, beam tree, head map, two sentences): "
+          "server time and figure payload per view; head-profile averaging"),
     Bench("load", "bench.load", "N concurrent gradio_client users: throughput, p50/p95/p99, errors, peak RSS"),
 ]
 

@@ -1,0 +1,80 @@
+"""Issue 5's views: added server time per view and its figure payload, in-process (shipped model).
+
+Each view is built the way its tab's handler builds it, after a greedy translate (the beam tree
+after a beam-4 decode, as the tab does); payload = the figure's JSON, as Gradio sends it.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from .appbench import load_note, resolve_root, standalone, unavailable
+from .common import ROOT, BenchConfig, entry, figure, read_lines, stats
+
+N_SENTENCES = 20
+
+
+def available(cfg: BenchConfig) -> str | None:
+    return unavailable(cfg, need_server=False)
+
+
+def run(cfg: BenchConfig) -> dict:
+    root, how = resolve_root(cfg)
+    if root is None:
+        raise SystemExit(f"error: {how}")
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import app  # noqa: E402
+    from model import explore
+
+    load_note(cfg)
+    reg_key, reg = app.load_registry(root, cfg.device)
+    name = cfg.direction if cfg.direction in reg.models else reg.names[0]
+    lm = reg.models[name]
+    sentences, _ = read_lines(cfg, "test_2016_flickr", lm.src_lang, 5 if cfg.quick else N_SENTENCES)
+    opts = app.opts_from("greedy", 4, 100)
+    app.warm_up(reg_key)
+
+    def timed(fn):
+        t0 = time.perf_counter()
+        value = fn()
+        return (time.perf_counter() - t0) * 1e3, value
+
+    views = {
+        "rollout": lambda r: app.rollout_view_figure(r, "all"),
+        "alignment": lambda r: app.alignment_view_figure(r, "layer", 3, 0),
+        "alignment_rollout": lambda r: app.alignment_view_figure(r, "rollout", 0, 0),
+        "head_map": lambda r: app.head_map_figure(r, explore.head_choices(lm)[0]),
+        "beam_tree": lambda r: app.beam_view_figure(app.BeamView(
+            r.model, (tb := app.gpu_beam(reg_key, name, r.tr.src_text, 4)), explore.beam_tree_data(lm, tb))),
+        "pair": lambda r: app.pair_view_figure(app.PairRun(name, *app.gpu_pair(reg_key, name, r.tr.src_text,
+                                                                                   r.tr.src_text)), "decoder.cross_attn", 0, 0),
+    }
+    ms = {k: [] for k in views}
+    kb = {k: [] for k in views}
+    for s in sentences:
+        tr = app.gpu_translate(reg_key, name, s, opts)
+        r = app.Run(name, tr)
+        for k, fn in views.items():
+            t, fig = timed(lambda: fn(r))
+            t2, js = timed(fig.to_json)
+            ms[k].append(t + t2)
+            kb[k].append(len(js) / 1000)
+    figures = []
+    for k in views:
+        st, sb = stats(ms[k]), stats(kb[k])
+        print(f"  {k:<18} p50 {st['p50']:7.1f} ms  p95 {st['p95']:7.1f} ms  payload p50 {sb['p50']:6.1f} kB", flush=True)
+        figures.append(figure(f"views.{k}.p50_ms", f"{k}: server time (build + JSON): p50", st["p50"], "ms"))
+        figures.append(figure(f"views.{k}.p50_kb", f"{k}: figure payload: p50", sb["p50"], "kB"))
+    t0 = time.perf_counter()
+    app.cached_profiles(reg_key, name, 16)
+    figures.append(figure("views.profiles16.s", "head profiles averaged over 16 val sentences: first (uncached) "
+                          "computation", time.perf_counter() - t0, "s"))
+    return entry("views", cfg, figures, {
+        "method": "in-process, greedy translate then each view as its tab builds it (beam tree includes its "
+                  "beam-4 decode, pair its two decodes); payload = the figure's JSON",
+        "models": f"{name} from {root} ({how})"})
+
+
+if __name__ == "__main__":
+    raise SystemExit(standalone("views", sys.modules[__name__]))
