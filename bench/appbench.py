@@ -328,3 +328,22 @@ def standalone(name: str, module, argv=None) -> int:
         save({name: e}, cfg, args.results, args.markdown)
         print(f"\nwrote {args.results} and {args.markdown}")
     return 0
+
+
+def load_app(cfg: BenchConfig):
+    """Import app.py and load its models as the server does: (app, reg_key, registry, direction, root, how)."""
+    root, how = resolve_root(cfg)
+    if root is None:
+        raise SystemExit(f"error: {how}")
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import app  # noqa: E402  (the app under test; imports gradio)
+
+    load_note(cfg)
+    reg_key, reg = app.load_registry(root, cfg.device)
+    if not reg.models:
+        raise SystemExit(f"error: the app loaded no model from {root}: {reg.problems}")
+    name = cfg.direction if cfg.direction in reg.models else reg.names[0]
+    if name != cfg.direction:
+        cfg.notes.append(f"direction {cfg.direction} not loaded; timed {name}")
+    return app, reg_key, reg, name, root, how

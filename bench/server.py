@@ -25,8 +25,8 @@ import statistics
 import sys
 import time
 
-from .appbench import load_note, models_line, models_used, resolve_root, standalone, unavailable
-from .common import ROOT, BenchConfig, entry, figure, read_lines, stats
+from .appbench import load_app, models_line, models_used, standalone, unavailable
+from .common import BenchConfig, entry, figure, read_lines, stats
 
 N_SENTENCES = 20
 TARGET_P50_MS = 150.0
@@ -53,22 +53,10 @@ def _serialise(values: dict) -> tuple[int, int]:
 
 
 def run(cfg: BenchConfig) -> dict:
-    root, how = resolve_root(cfg)
-    if root is None:
-        raise SystemExit(f"error: {how}")
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    import app  # noqa: E402  (the app under test; imports gradio)
+    app, reg_key, reg, name, root, how = load_app(cfg)
     from model import explore
     from model.transformer import ATTN_KINDS
 
-    load_note(cfg)
-    reg_key, reg = app.load_registry(root, cfg.device)
-    if not reg.models:
-        raise SystemExit(f"error: the app loaded no model from {root}: {reg.problems}")
-    name = cfg.direction if cfg.direction in reg.models else reg.names[0]
-    if name != cfg.direction:
-        cfg.notes.append(f"direction {cfg.direction} not loaded; timed {name}")
     lm = reg.models[name]
     sentences, origin = read_lines(cfg, "test_2016_flickr", lm.src_lang, N_SENTENCES)
     reps = cfg.reps or (1 if cfg.quick else 3)

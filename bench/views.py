@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 import time
 
-from .appbench import load_note, resolve_root, standalone, unavailable
-from .common import ROOT, BenchConfig, entry, figure, read_lines, stats
+from .appbench import load_app, standalone, unavailable
+from .common import BenchConfig, entry, figure, read_lines, stats
 
 N_SENTENCES = 20
 
@@ -19,17 +19,9 @@ def available(cfg: BenchConfig) -> str | None:
 
 
 def run(cfg: BenchConfig) -> dict:
-    root, how = resolve_root(cfg)
-    if root is None:
-        raise SystemExit(f"error: {how}")
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    import app  # noqa: E402
+    app, reg_key, reg, name, root, how = load_app(cfg)
     from model import explore
 
-    load_note(cfg)
-    reg_key, reg = app.load_registry(root, cfg.device)
-    name = cfg.direction if cfg.direction in reg.models else reg.names[0]
     lm = reg.models[name]
     sentences, _ = read_lines(cfg, "test_2016_flickr", lm.src_lang, 5 if cfg.quick else N_SENTENCES)
     opts = app.opts_from("greedy", 4, 100)
