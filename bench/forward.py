@@ -26,6 +26,7 @@ from torch import nn
 
 from model.data import pad_batch, with_specials
 from model.hooks import capture
+from model.masks import causal_mask, padding_mask, to_ignore_mask
 from model.transformer import PAD_ID, Transformer, sinusoidal_encoding
 from model.vocab import tokenize_corpus
 
@@ -59,8 +60,10 @@ class TorchReference(nn.Module):
         S, T, scale = src.size(1), tgt.size(1), math.sqrt(self.d_model)
         s = self.src_embed(src) * scale + self.pe[:S]
         t = self.tgt_embed(tgt) * scale + self.pe[:T]
-        src_pad, tgt_pad = src == self.pad_id, tgt == self.pad_id          # True = ignore (nn convention)
-        causal = torch.ones(T, T, dtype=torch.bool, device=tgt.device).triu(1)  # True = ignore
+        # the project's masks (True = attend), converted at the edge to nn's True = ignore
+        src_pad = to_ignore_mask(padding_mask(src, self.pad_id))[:, 0, 0]
+        tgt_pad = to_ignore_mask(padding_mask(tgt, self.pad_id))[:, 0, 0]
+        causal = to_ignore_mask(causal_mask(T, tgt.device))[0, 0]
         h = self.transformer(s, t, tgt_mask=causal, src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
                              memory_key_padding_mask=src_pad, tgt_is_causal=True)
         return self.generator(h)
