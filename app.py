@@ -45,6 +45,7 @@ from viz import masks as vm
 from viz import positional as vp
 from viz import steps as vs
 from viz.common import message_figure
+from viz import export as v_export
 
 log = logging.getLogger("attention-explorer")
 
@@ -703,13 +704,6 @@ def pair_view_figure(pair: PairRun | None, kind, layer, head):
                                      "colour scale")
 
 
-def figure_html(fig, path: Path) -> Path:
-    """Standalone HTML with plotly.js inline (works offline); user text is already escaped by viz/."""
-    html_text = fig.to_html(include_plotlyjs=True, full_html=True)
-    path.write_text(html_text, encoding="utf-8")
-    return path
-
-
 # --------------------------------------------------------------------------- the Blocks
 
 CSS = """
@@ -940,7 +934,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             with gr.Tab("Export & share", id="export"):
                 gr.Markdown("Download everything captured for the current run: an `.npz` with every hook's tensor "
                             "(keyed by hook name) and a JSON file with the tokens, the settings and the model id. "
-                            "Figures download as standalone HTML (plotly.js inline, works offline).",
+                            "Figures download as standalone HTML (plotly.js inline, works offline), or as PNG "
+                            "where the server has Kaleido and a Chromium (a PNG takes a few seconds to render).",
                             elem_classes="explain")
                 with gr.Row():
                     export_btn = gr.Button("Export the current run", elem_id="export-btn")
@@ -948,8 +943,9 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                                            elem_id="export-files")
                 with gr.Row():
                     fig_choice = gr.Dropdown(FIGURE_CHOICES, value="attention", label="Figure", elem_id="fig-choice")
-                    fig_btn = gr.Button("Download as HTML", elem_id="fig-btn")
-                    fig_file = gr.File(label="Figure (.html)", elem_id="fig-file")
+                    fig_format = gr.Radio(["HTML", "PNG"], value="HTML", label="Format", elem_id="fig-format")
+                    fig_btn = gr.Button("Download figure", elem_id="fig-btn")
+                    fig_file = gr.File(label="Figure (.html or .png)", elem_id="fig-file")
                 with gr.Row():
                     link_btn = gr.Button("Copy link to this sentence", elem_id="link-btn")
                     link_box = gr.Textbox(label="Link (?text=…&model=…&beam=…)", interactive=False,
@@ -1381,8 +1377,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         export_btn.click(on_export, [run_state, decoding, beam, max_len], export_files, api_name="export_run",
                          api_visibility="undocumented", concurrency_limit=4)
 
-        def on_figure_html(which, run, kind_in, view_in, layer_in, head_in, roll_in, amode, alayer, ahead, bview,
-                           pstate, pstat, pair, pkind, playeer, phead):
+        def on_figure_file(which, run, kind_in, view_in, layer_in, head_in, roll_in, amode, alayer, ahead, bview,
+                           pstate, pstat, pair, pkind, playeer, phead, fmt="HTML"):
             builders = {
                 "attention": lambda: attention_figure(run, kind_in, view_in, layer_in, head_in),
                 "rollout": lambda: rollout_view_figure(run, roll_in),
@@ -1395,11 +1391,18 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             which = which if which in builders else "attention"
             fig = builders[which]()
             folder = Path(tempfile.mkdtemp(prefix="attn-figure-"))
-            return str(figure_html(fig, folder / f"{which}.html"))
+            if fmt != "PNG":
+                return str(v_export.figure_html(fig, folder / f"{which}.html"))
+            try:
+                return str(v_export.figure_png(fig, folder / f"{which}.png"))
+            except v_export.ImageExportUnavailable as e:
+                log.warning("PNG export unavailable: %s", e)
+                raise gr.Error(str(e)[:400]) from None
 
-        fig_btn.click(on_figure_html, [fig_choice, run_state, kind, view, layer, head, rollout_layer, align_mode,
+        fig_btn.click(on_figure_file, [fig_choice, run_state, kind, view, layer, head, rollout_layer, align_mode,
                                        align_layer, align_head, beam_state, prof_state, prof_stat, pair_state,
-                                       pair_kind, pair_layer, pair_head], fig_file, api_name="export_figure",
+                                       pair_kind, pair_layer, pair_head, fig_format], fig_file,
+                      api_name="export_figure",
                       api_visibility="undocumented", concurrency_limit=4)
 
         def on_make_link(text_in, name, decoding_in, beam_in, base):

@@ -62,10 +62,36 @@ def run(cfg: BenchConfig) -> dict:
     app.cached_profiles(reg_key, name, 16)
     figures.append(figure("views.profiles16.s", "head profiles averaged over 16 val sentences: first (uncached) "
                           "computation", time.perf_counter() - t0, "s"))
+    figures += png_export(app, r)
     return entry("views", cfg, figures, {
         "method": "in-process, greedy translate then each view as its tab builds it (beam tree includes its "
                   "beam-4 decode, pair its two decodes); payload = the figure's JSON",
         "models": f"{name} from {root} ({how})"})
+
+
+def png_export(app, r) -> list[dict]:
+    """PNG download of the alignment figure: each render starts a headless Chromium through Kaleido."""
+    import tempfile
+    from pathlib import Path
+
+    from viz import export
+    fig = app.alignment_view_figure(r, "layer", 3, 0)
+    folder = Path(tempfile.mkdtemp(prefix="bench-png-"))
+    times, sizes = [], []
+    for i in range(3):
+        t0 = time.perf_counter()
+        try:
+            path = export.figure_png(fig, folder / f"{i}.png")
+        except export.ImageExportUnavailable as e:
+            print(f"  png export unavailable: {str(e)[:120]}", flush=True)
+            return []
+        times.append((time.perf_counter() - t0) * 1e3)
+        sizes.append(path.stat().st_size / 1000)
+    st = stats(times)
+    print(f"  png_export         p50 {st['p50']:7.1f} ms  file {sizes[0]:6.1f} kB", flush=True)
+    return [figure("views.png_export.p50_ms", "figure download as PNG (Kaleido + Chromium, 3 renders): p50",
+                   st["p50"], "ms"),
+            figure("views.png_export.kb", "figure download as PNG: file size", sizes[0], "kB")]
 
 
 if __name__ == "__main__":

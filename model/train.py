@@ -27,7 +27,7 @@ from .vocab import Vocab, load_vocabs, save_vocabs, tokenize_corpus
 
 STATE, HISTORY, VOCAB = "state.safetensors", "history.json", "vocab.json"
 # Options a resumed run may change; every other option is taken from the saved state.
-RUN_CONTROL = {"data", "base_url", "out", "work", "epochs", "threads", "device", "no_bleu", "stop_after",
+RUN_CONTROL = {"data", "base_url", "out", "work", "epochs", "average", "threads", "device", "no_bleu", "stop_after",
                "export_only"}
 
 

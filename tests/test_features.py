@@ -269,9 +269,13 @@ def test_app_export_and_link(client):
     S, T = len(meta["src_tokens"]), len(meta["output_tokens"])
     assert data["decoder.layers.1.cross_attn.hook_pattern"].shape == (1, 4, T, S)
     out = client.predict("alignment", "decoder.cross_attn", "grid", 0, 0, "all", "layer", 1, 0, "entropy",
-                         "encoder.self_attn", 0, 0, api_name="/export_figure")
+                         "encoder.self_attn", 0, 0, "HTML", api_name="/export_figure")
     html_text = open(out if isinstance(out, str) else out["path"], encoding="utf-8").read()
     assert "sankey" in html_text and len(html_text) > 1_000_000  # plotly.js inline: works offline
     assert '<script src="http' not in html_text and "<b>" not in html_text
+    out = client.predict("alignment", "decoder.cross_attn", "grid", 0, 0, "all", "layer", 1, 0, "entropy",
+                         "encoder.self_attn", 0, 0, "PNG", api_name="/export_figure")
+    png = open(out if isinstance(out, str) else out["path"], "rb").read()  # CI installs kaleido and chromium
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
     link = client.predict("Ein <b>Mann</b>", "de-en", "beam", 3, "http://host/", api_name="/make_link")
     assert link == "http://host/?text=Ein+%3Cb%3EMann%3C%2Fb%3E&model=de-en&beam=3"

@@ -317,3 +317,27 @@ def test_viz_imports_no_torch_gradio_or_model():
             "bad = [m for m in ('torch', 'gradio', 'model') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# --------------------------------------------------------------------------- figure files
+
+def test_figure_png_without_kaleido_says_what_is_missing(tmp_path, monkeypatch):
+    from viz import export
+    monkeypatch.setitem(sys.modules, "kaleido", None)  # makes `import kaleido` raise ImportError
+    with pytest.raises(export.ImageExportUnavailable, match="Kaleido is not installed"):
+        export.figure_png(message_figure("x"), tmp_path / "f.png")
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_figure_png_without_a_browser_says_what_is_missing(tmp_path, monkeypatch):
+    from viz import export
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-such-chromium"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # and none on PATH either
+    with pytest.raises(export.ImageExportUnavailable, match="Chromium"):
+        export.figure_png(message_figure("x"), tmp_path / "f.png")
+
+
+def test_figure_html_is_standalone(tmp_path):
+    from viz import export
+    page = export.figure_html(message_figure("<b>x</b>"), tmp_path / "f.html").read_text(encoding="utf-8")
+    assert page.lstrip().lower().startswith("<!doctype html>") and '<script src="http' not in page and "<b>x</b>" not in page
