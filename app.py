@@ -53,6 +53,9 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_ROOT = HERE / "checkpoints"
 DATA_DIRS = [HERE / "data" / "multi30k", HERE.parent / "shared" / "multi30k"]
 MODEL_GROUP = "model"           # every event that runs the model shares this concurrency group
+# Events of that group in flight at once. The model itself still runs one call at a time (_MODEL_LOCK);
+# the other slots overlap Gradio's pre/post-processing and JSON with the model's work. $ATTN_MODEL_CONCURRENCY.
+MODEL_CONCURRENCY = max(1, int(os.environ.get("ATTN_MODEL_CONCURRENCY") or 1))
 MAX_CHARS = explore.MAX_INPUT_CHARS
 # Requests waiting in the queue (all events together) before new ones are refused: Gradio answers
 # HTTP 503, which the browser shows as "This application is currently busy. Please try again." and
@@ -1003,12 +1006,12 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         translate_inputs = [text, direction, decoding, beam, max_len, kind, view, layer, head]
         for trigger in (translate_btn.click, text.submit):
             trigger(on_translate, translate_inputs, translate_outputs, api_name="translate_stream",
-                    api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=1,
+                    api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY,
                     show_progress="minimal")
         if examples_block is not None and getattr(examples_block, "load_input_event", None) is not None:
             examples_block.load_input_event.then(on_translate, translate_inputs, translate_outputs,
                                                  api_visibility="private", concurrency_id=MODEL_GROUP,
-                                                 concurrency_limit=1, show_progress="minimal")
+                                                 concurrency_limit=MODEL_CONCURRENCY, show_progress="minimal")
         decoding.change(lambda d: gr.Slider(visible=d == "beam"), decoding, beam, api_visibility="private",
                         queue=False, show_progress="hidden")
 
@@ -1150,7 +1153,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         compare_btn.click(on_compare, [text, direction, decoding, beam, max_len, pad_to, pad_mask, causal, pos_enc,
                                        ablate_heads, ablate_src, cmp_kind, cmp_layer, cmp_head],
                           compare_outputs, api_name="compare_ui", api_visibility="undocumented",
-                          concurrency_id=MODEL_GROUP, concurrency_limit=1)
+                          concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY)
 
         def on_compare_maps(cmp, kind_in, layer_in, head_in):
             try:
@@ -1257,9 +1260,9 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                         message_figure("The beam tree could not be drawn."), gr.skip(), gr.skip(), gr.skip())
 
         beam_tab.select(on_beam, [run_state, beam_state, beam_size], beam_outputs, api_name="beam_tree",
-                        api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=1)
+                        api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY)
         beam_btn.click(lambda r, o, s: on_beam(r, o, s, True), [run_state, beam_state, beam_size], beam_outputs,
-                       api_visibility="private", concurrency_id=MODEL_GROUP, concurrency_limit=1)
+                       api_visibility="private", concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY)
 
         def on_beam_pick(view_, idx):
             try:
@@ -1278,7 +1281,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                 return gr.skip(), message_figure("This hypothesis could not be drawn.")
 
         beam_pick.input(on_beam_pick, [beam_state, beam_pick], [beam_text, beam_attn], api_name="beam_pick",
-                        api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=1)
+                        api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY)
 
         # ---------------------------------------------------------------- head profiles
         prof_outputs = [prof_md, prof_heat, prof_table, prof_state]
@@ -1309,10 +1312,10 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
 
         prof_inputs = [run_state, direction, prof_scope, prof_n, prof_stat]
         prof_tab.select(on_profiles, prof_inputs, prof_outputs, api_name="head_profiles",
-                        api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=1)
+                        api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY)
         for comp in (prof_scope, prof_n):
             comp.input(on_profiles, prof_inputs, prof_outputs, api_visibility="private", concurrency_id=MODEL_GROUP,
-                       concurrency_limit=1)
+                       concurrency_limit=MODEL_CONCURRENCY)
         prof_stat.input(safe(lambda st, s: profiles_view_figure(st[0], s, st[1]) if st else
                              message_figure("No head profiles yet."), "head profiles"),
                         [prof_state, prof_stat], prof_heat, api_visibility="private", concurrency_limit=4,
@@ -1355,7 +1358,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
 
         pair_btn.click(on_pair, [pair_a, pair_b, direction, pair_kind, pair_layer, pair_head],
                        [pair_text, pair_plot, pair_state], api_name="pair_view", api_visibility="undocumented",
-                       concurrency_id=MODEL_GROUP, concurrency_limit=1)
+                       concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY)
         for comp in (pair_kind, pair_layer, pair_head):
             comp.input(safe(pair_view_figure, "two-sentence view"), [pair_state, pair_kind, pair_layer, pair_head],
                        pair_plot, api_visibility="private", concurrency_limit=4, show_progress="hidden")
@@ -1426,12 +1429,12 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             yield from on_translate(link["text"], link["model"], decoding_v, beam_v, 100, ATTN_KINDS[2], "grid", 0, 0)
 
         demo.load(on_deep_link, None, [text, direction, decoding, beam, *translate_outputs], api_name="deep_link",
-                  api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=1,
+                  api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY,
                   show_progress="minimal")
 
         # ---------------------------------------------------------------- JSON API
-        gr.api(api_translate, api_name="translate", concurrency_id=MODEL_GROUP, concurrency_limit=1)
-        gr.api(api_compare, api_name="compare", concurrency_id=MODEL_GROUP, concurrency_limit=1)
+        gr.api(api_translate, api_name="translate", concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY)
+        gr.api(api_compare, api_name="compare", concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY)
         gr.api(api_models, api_name="models")
 
     if max_queue is None:
@@ -1447,8 +1450,17 @@ def launch_kwargs() -> dict:
     return dict(css=CSS, theme=gr.themes.Soft(), show_error=False)
 
 
+def set_cpu_threads() -> None:
+    """On the CPU, one torch thread ($ATTN_TORCH_THREADS to change): model calls run one at a time
+    anyway, and idle OpenMP workers spinning between the small ops take the CPU that the web
+    server and the queue need (16-user load on 2 cores: 8.2 req/s with 1 thread, 5.4 with 2)."""
+    if pick_device() == "cpu":
+        torch.set_num_threads(max(1, int(os.environ.get("ATTN_TORCH_THREADS") or 1)))
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    set_cpu_threads()
     demo = build_app()
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                 server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_kwargs())

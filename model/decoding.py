@@ -160,8 +160,11 @@ def _rows(trace: Trace, pattern: str, n_layers: int) -> torch.Tensor:
 @torch.inference_mode()
 def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: int = 100,
                 alpha: float = 0.6, iv: Interventions = NO_INTERVENTION, record: bool = True,
-                use_cache: bool = True) -> tuple[FinishedHypothesis, list[_StepData], BeamSearchTrace]:
-    """Beam search for one source (1, S). Beam 1 is greedy decoding."""
+                use_cache: bool = True, on_step=None) -> tuple[FinishedHypothesis, list[_StepData], BeamSearchTrace]:
+    """Beam search for one source (1, S). Beam 1 is greedy decoding.
+
+    ``on_step(t, kept_tokens)``, when given, is called after each step with the ids of the
+    hypotheses kept (for greedy: the one token committed, or [] when it finished)."""
     device, L = src.device, len(model.decoder.layers)
     src_mask = model.src_mask(src, iv)
     src_mask = None if _hides_nothing(src_mask) else src_mask  # None: no mask work in any step
@@ -203,12 +206,16 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
                 if len(keep_tok) == beam:
                     break
             history.append(BeamStep(keep_parent, keep_tok, keep_score))
+            if on_step is not None:
+                on_step(t, keep_tok)
             if len(finished) >= beam or not keep_tok or last:
                 break
-            idx = torch.tensor(keep_parent, device=device)
-            ys = torch.cat([ys.index_select(0, idx), torch.tensor(keep_tok, device=device)[:, None]], 1)
+            same_rows = keep_parent == list(range(n))  # always so for greedy: nothing to reorder
+            idx = None if same_rows else torch.tensor(keep_parent, device=device)
+            ys = torch.cat([ys if same_rows else ys.index_select(0, idx),
+                            torch.tensor(keep_tok, device=device)[:, None]], 1)
             scores = torch.tensor(keep_score, device=device)
-            if cache is not None:
+            if cache is not None and not same_rows:
                 cache.reorder(idx)
             parents_in = keep_parent
     best = max(finished, key=lambda h: h.normalized)
@@ -235,8 +242,19 @@ def prepare_source(lm: LoadedModel, text: str, pad_to: int = 0) -> tuple[list[st
     return toks, truncated
 
 
+def _step_rows(s: int, b: int, sd: _StepData, self_all, cross_all) -> tuple:
+    """Step s's (L, H, s+1) self and (L, H, S) cross rows: from the trace's stacked patterns when
+    given, else as recorded for input hypothesis b during the decode, else (None, None)."""
+    if self_all is not None:
+        return self_all[:, :, s, :s + 1].float().numpy(), cross_all[:, :, s].float().numpy()
+    if sd.rows_self is None:
+        return None, None
+    return sd.rows_self[b].float().numpy(), sd.rows_cross[b].float().numpy()
+
+
 def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
-              iv: Interventions = NO_INTERVENTION) -> Translation:
+              iv: Interventions = NO_INTERVENTION, on_step=None) -> Translation:
+    """Decode ``text``; ``on_step`` is passed to :func:`beam_search` (progress for streaming UIs)."""
     model, device = lm.model, lm.device
     model.validate_interventions(iv)
     src_tokens, truncated = prepare_source(lm, text, opts.pad_src_to)
@@ -245,10 +263,21 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     src = torch.tensor([src_ids], device=device)
     n_real = len(body) + 2
     max_len = max(1, min(opts.max_len, model.cfg.max_len - 1, 2 * n_real + 10))
-    record = opts.record or opts.replace_unk
+    want_rows = opts.record or opts.replace_unk
+    # With the causal mask on, the teacher-forced trace holds exactly the rows the cached decode
+    # would record (tested), so the decode runs uncaptured (the lean step) and the rows come from it.
+    # With it off, step s saw only its s+1 inputs, unlike the trace: record them during the decode.
+    rows_from_trace = want_rows and opts.trace and iv.causal_mask
     best, steps, beam_trace = beam_search(model, src, max(1, opts.beam), max_len, opts.length_penalty,
-                                          iv, record)
+                                          iv, want_rows and not rows_from_trace, on_step=on_step)
     path = lineage(best, steps)
+    trace = full_trace(lm, src_ids, best.ids, iv) if opts.trace else None
+    if rows_from_trace:
+        L = len(model.decoder.layers)
+        self_all = torch.stack([trace[f"decoder.layers.{i}.self_attn.hook_pattern"][0] for i in range(L)])
+        cross_all = torch.stack([trace[f"decoder.layers.{i}.cross_attn.hook_pattern"][0] for i in range(L)])
+    else:
+        self_all = cross_all = None
     out_tokens = lm.tgt_vocab.decode(best.ids)
     records = []
     for s, b in enumerate(path):
@@ -258,8 +287,7 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
         tok = best.ids[s]
         records.append(StepRecord(
             s, tok, out_tokens[s], float(probs[tok]), ti.tolist(), lm.tgt_vocab.decode(ti.tolist()), tp.tolist(),
-            sd.rows_self[b].float().numpy() if sd.rows_self is not None else None,
-            sd.rows_cross[b].float().numpy() if sd.rows_cross is not None else None))
+            *_step_rows(s, b, sd, self_all, cross_all)))
     replaced = {}
     words = list(out_tokens)
     if opts.replace_unk:
@@ -273,9 +301,8 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
                 if weights.max() >= 0:
                     replaced[s] = words[s] = src_tokens[int(weights.argmax())]
     text_out = detokenize([w for w in words if w not in ("<eos>", "<pad>", "<bos>")], lm.tgt_lang)
-    trace = full_trace(lm, src_ids, best.ids, iv) if opts.trace else None
     return Translation(text, src_tokens, src_ids, out_tokens, best.ids, text_out, best.score,
-                       records if opts.record or opts.replace_unk else [], replaced, trace,
+                       records if want_rows else [], replaced, trace,
                        beam_trace if opts.beam > 1 else None, iv, truncated, lm.src_lang, lm.tgt_lang)
 
 

@@ -288,45 +288,30 @@ def stream(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     """Run ``translate`` in a worker thread and report the decode as it happens.
 
     Yields ``("tokens", [str, ...])`` with the tokens greedy decoding committed since the last
-    event (read from the decoder's input embedding as each step feeds its token back), or
-    ``("step", int)`` with the latest beam step, then ``("done", Translation)``. Events that pile
-    up while the consumer is busy are merged, so a slow consumer gets fewer, larger events. An
-    exception in the decode is re-raised here.
+    event, or ``("step", int)`` with the latest beam step, then ``("done", Translation)``. Events
+    that pile up while the consumer is busy are merged, so a slow consumer gets fewer, larger
+    events. An exception in the decode is re-raised here.
 
-    Everything that touches the model (the hook, the decode) happens in the worker thread, under
-    ``lock`` when one is given, so a consumer that stops early never leaves the lock held.
+    The decode runs in the worker thread, under ``lock`` when one is given, so a consumer that
+    stops early never leaves the lock held. Progress comes from translate's ``on_step``
+    callback: no hook on the model, so the decode keeps its lean cached step.
     """
     import contextlib
     import queue
 
     q: queue.Queue = queue.Queue()
-    emb = lm.model.decoder.tok_embed
-    state = {"calls": 0, "owner": None}
-    cached = iv.causal_mask
+    itos = lm.tgt_vocab.itos
 
-    def hook(_module, inputs, _output):
-        if threading.get_ident() != state["owner"]:
-            return
-        ids = inputs[0]
-        k = state["calls"]
-        state["calls"] += 1
-        if ids.size(1) != (1 if cached else k + 1):  # the teacher-forced trace pass afterwards
-            return
+    def on_step(t: int, kept: list[int]) -> None:
         if opts.beam > 1:
-            q.put(("step", k))
-        elif k > 0:
-            tok = int(ids[0, -1])
-            q.put(("tokens", [lm.tgt_vocab.itos[tok] if 0 <= tok < len(lm.tgt_vocab) else "<unk>"]))
+            q.put(("step", t))
+        elif kept:  # greedy committed one token (none when it finished with <eos>)
+            q.put(("tokens", [itos[k] if 0 <= k < len(itos) else "<unk>" for k in kept]))
 
     def work():
-        state["owner"] = threading.get_ident()
         try:
             with lock if lock is not None else contextlib.nullcontext():
-                handle = emb.register_forward_hook(hook)
-                try:
-                    result = translate(lm, text, opts, iv)
-                finally:
-                    handle.remove()
+                result = translate(lm, text, opts, iv, on_step=on_step)
             q.put(("done", result))
         except BaseException as e:  # handed to the caller
             q.put(("error", e))

@@ -90,9 +90,17 @@ def test_beam_scores_are_real_log_probabilities(tiny_model):
 
 @pytest.mark.parametrize("beam,pad_to", [(1, 0), (3, 0), (3, 12)])
 def test_step_rows_equal_full_trace(tiny_lm, beam, pad_to):
-    """Rows recorded during the cached decode == rows of the teacher-forced full recomputation."""
-    opts = DecodeOptions(beam=beam, max_len=8, pad_src_to=pad_to)
-    t = translate(tiny_lm, "katze hund baum rot blau", opts)
+    """Rows recorded during the cached decode == rows of the teacher-forced full recomputation
+    (which is why, with a trace asked for, translate takes the rows from the trace instead)."""
+    recorded = translate(tiny_lm, "katze hund baum rot blau", DecodeOptions(beam=beam, max_len=8, pad_src_to=pad_to,
+                                                                          trace=False))
+    assert recorded.trace is None and recorded.steps[0].self_attn is not None
+    t = translate(tiny_lm, "katze hund baum rot blau", DecodeOptions(beam=beam, max_len=8, pad_src_to=pad_to))
+    assert t.output_ids == recorded.output_ids
+    for a, b in zip(recorded.steps, t.steps):
+        np.testing.assert_allclose(a.self_attn, b.self_attn, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(a.cross_attn, b.cross_attn, atol=1e-5, rtol=0)
+        assert a.topk_ids == b.topk_ids
     assert t.src_tokens[:7] == ["<bos>", "katze", "hund", "baum", "rot", "blau", "<eos>"]
     assert len(t.src_tokens) == max(7, pad_to) and t.src_tokens[7:] == ["<pad>"] * (len(t.src_tokens) - 7)
     assert len(t.steps) == len(t.output_ids) == len(t.output_tokens)
@@ -165,3 +173,20 @@ def test_long_source_is_truncated(tiny_lm):
     t = translate(tiny_lm, " ".join(["haus"] * 80), DecodeOptions(max_len=3, trace=False))
     assert t.truncated and len(t.src_tokens) == 64 and t.src_tokens[-1] == "<eos>"
     assert not translate(tiny_lm, "haus", DecodeOptions(max_len=3, trace=False)).truncated
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_stream_reports_the_decode_as_it_happens(tiny_lm, beam):
+    from model import explore
+    events = list(explore.stream(tiny_lm, "katze hund baum", DecodeOptions(beam=beam, max_len=8)))
+    kind, tr = events[-1]
+    assert kind == "done" and tr.output_ids
+    assert translate(tiny_lm, "katze hund baum", DecodeOptions(beam=beam, max_len=8)).output_ids == tr.output_ids
+    if beam == 1:  # every committed token, in order; the final <eos> arrives with "done"
+        streamed = [t for k, v in events if k == "tokens" for t in v]
+        assert streamed == [t for t in tr.output_tokens if t != "<eos>"][:len(streamed)]
+        assert len(streamed) >= len(tr.output_tokens) - 1
+    else:
+        steps = [v for k, v in events if k == "step"]
+        assert steps and steps == sorted(steps) and steps[-1] <= len(tr.beam.steps) - 1
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in tiny_lm.model.modules())
