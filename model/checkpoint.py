@@ -16,6 +16,7 @@ from .transformer import Transformer, TransformerConfig
 from .vocab import Vocab, load_vocabs, save_vocabs
 
 CONFIG, WEIGHTS, VOCAB = "config.json", "model.safetensors", "vocab.json"
+WEIGHTS_CONFIG_KEY = "model_config"  # safetensors metadata: the config the weights were saved with
 
 
 class CheckpointError(Exception):
@@ -56,12 +57,24 @@ def save_checkpoint(path, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab
     from safetensors.torch import save_file
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    save_file(state_dict_for_save(model, dtype), str(path / (WEIGHTS + ".tmp")))
-    os.replace(path / (WEIGHTS + ".tmp"), path / WEIGHTS)
-    save_vocabs(path / VOCAB, src_vocab, tgt_vocab)
+    # The weights carry their own model config, so load_checkpoint can tell when config.json and
+    # the weights come from different saves (an interrupted save, or a hand-edited config).
+    save_file(state_dict_for_save(model, dtype), str(path / (WEIGHTS + ".tmp")),
+              metadata={WEIGHTS_CONFIG_KEY: json.dumps(model.cfg.to_dict(), sort_keys=True)})
+    save_vocabs(path / (VOCAB + ".tmp"), src_vocab, tgt_vocab)
     cfg = {"model": model.cfg.to_dict(), "src_lang": src_lang, "tgt_lang": tgt_lang, **(meta or {})}
-    (path / CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False), encoding="utf-8")
+    (path / (CONFIG + ".tmp")).write_text(json.dumps(cfg, indent=2, ensure_ascii=False), encoding="utf-8")
+    for name in (WEIGHTS, VOCAB, CONFIG):  # everything is written before anything is replaced
+        os.replace(path / (name + ".tmp"), path / name)
     return path
+
+
+def _weights_config(path: Path) -> dict | None:
+    """The model config stored in the weights' metadata (None for checkpoints saved without it)."""
+    from safetensors import safe_open
+    with safe_open(str(path), "pt") as f:
+        raw = (f.metadata() or {}).get(WEIGHTS_CONFIG_KEY)
+    return json.loads(raw) if raw else None
 
 
 def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
@@ -106,6 +119,17 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     if bad:  # one line, not torch's one line per tensor
         raise CheckpointError(f"checkpoint {path}: weight shapes do not match the config "
                               f"({len(bad)} tensors, e.g. {'; '.join(bad[:3])})")
+    try:
+        saved_cfg = _weights_config(path / WEIGHTS)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {path}: {WEIGHTS} is corrupt or truncated ({e})") from None
+    now_cfg = json.loads(json.dumps(cfg.to_dict()))  # as JSON has it (tuples become lists)
+    if saved_cfg is not None and saved_cfg != now_cfg:
+        diff = [f"{k}: weights {saved_cfg.get(k)!r}, {CONFIG} {v!r}" for k, v in now_cfg.items()
+                if saved_cfg.get(k) != v]
+        raise CheckpointError(f"checkpoint {path}: {WEIGHTS} was saved with a different model config than "
+                              f"{CONFIG} ({'; '.join(diff[:3]) or 'different keys'}): an interrupted save or "
+                              f"an edited config")
     try:
         model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
     except RuntimeError as e:

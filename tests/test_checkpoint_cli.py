@@ -97,6 +97,8 @@ BREAKAGES = {
     "d-model-changed": (lambda p: edit_config(p, d_model=64), r"shapes do not match"),
     "layers-changed": (lambda p: edit_config(p, n_encoder_layers=3), r"weights do not match the config"),
     "heads-invalid": (lambda p: edit_config(p, n_heads=5), r"config\.json does not describe a buildable model"),
+    # loadable shapes, wrong model: the weights' own config (safetensors metadata) catches it
+    "heads-changed": (lambda p: edit_config(p, n_heads=2), r"n_heads: weights 4, config\.json 2"),
     "size-not-a-number": (lambda p: edit_config(p, d_ff="wide"), r"config\.json does not describe a buildable model"),
 }
 
