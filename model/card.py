@@ -161,6 +161,7 @@ def render_card(lm, m: dict, args, hooks: list[str]) -> str:
         f"- Training time: {t.get('train_seconds', 0) / 3600:.2f} h of training steps on "
         f"{args.hardware or 'a 2-core x86-64 CPU (no GPU), torch.set_num_threads(' + str(ta.get('threads')) + ')'}.",
         "", "Reproduce:", "", f"```\n{cmd}\npython -m model.card --checkpoint checkpoints/{lm.name}\n```", "",
+        *(["## Checkpoint selection", t["selection"], ""] if t.get("selection") else []),
         "## BLEU (sacreBLEU on detokenized output)",
         f"Length penalty {m['length_penalty']} (GNMT alpha), chosen on val with beam {m['beam']} from "
         f"{m['length_penalty_val_bleu']} (cased val BLEU); never tuned on test.", "",
