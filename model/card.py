@@ -81,10 +81,14 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, default=0, help="only the first N sentences of each split (smoke runs)")
     p.add_argument("--workers", type=int, default=2, help="decoding processes")
     p.add_argument("--hardware", default=None, help="how training hardware is described in the card")
+    p.add_argument("--selection", default=None,
+                   help="how the shipped epochs were chosen (kept in config.json's training record, shown in the card)")
     args = p.parse_args(argv)
     path = Path(args.checkpoint)
     lm = load_checkpoint(path)
-    training = lm.meta.get("training", {})
+    training = dict(lm.meta.get("training", {}))
+    if args.selection:
+        training["selection"] = args.selection
     val_src, val_ref = load_pairs(args.data, "val", lm.src_lang, lm.tgt_lang)
     test_src, test_ref = load_pairs(args.data, "test_2016_flickr", lm.src_lang, lm.tgt_lang)
     if args.limit:
@@ -122,6 +126,8 @@ def main(argv=None) -> int:
     (path / "metrics.json").write_text(json.dumps(metrics, indent=1, ensure_ascii=False))
     cfg = json.loads((path / CONFIG).read_text())
     cfg["length_penalty"] = best_lp
+    if args.selection:
+        cfg.setdefault("training", {})["selection"] = args.selection
     (path / CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
     (path / "MODEL_CARD.md").write_text(render_card(lm, metrics, args, hook_names(lm.model)), encoding="utf-8")
     print(f"wrote {path / 'metrics.json'} and {path / 'MODEL_CARD.md'}")
