@@ -300,7 +300,7 @@ def load_note(cfg: BenchConfig, where: str = "at start") -> None:
     la = load_average()
     if la:
         n = (f"1/5/15-min load average {where}: {la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} on "
-             f"{os.cpu_count()} cores (a training run and other jobs share this CPU; figures are noisy)")
+             f"{os.cpu_count()} cores (a lagging figure: it also counts the benchmarks that ran just before)")
         if n not in cfg.notes:
             cfg.notes.append(n)
 
