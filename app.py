@@ -53,8 +53,8 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_ROOT = HERE / "checkpoints"
 DATA_DIRS = [HERE / "data" / "multi30k", HERE.parent / "shared" / "multi30k"]
 MODEL_GROUP = "model"           # every event that runs the model shares this concurrency group
-# Events of that group in flight at once. The model itself still runs one call at a time (_MODEL_LOCK);
-# the other slots overlap Gradio's pre/post-processing and JSON with the model's work. $ATTN_MODEL_CONCURRENCY.
+# Events of that group in flight at once ($ATTN_MODEL_CONCURRENCY); the model itself runs one call at a
+# time (_MODEL_LOCK) either way. 1 measured best: with 2 or 3, 16-user throughput fell (GIL contention).
 MODEL_CONCURRENCY = max(1, int(os.environ.get("ATTN_MODEL_CONCURRENCY") or 1))
 MAX_CHARS = explore.MAX_INPUT_CHARS
 # Requests waiting in the queue (all events together) before new ones are refused: Gradio answers
@@ -1453,7 +1453,7 @@ def launch_kwargs() -> dict:
 def set_cpu_threads() -> None:
     """On the CPU, one torch thread ($ATTN_TORCH_THREADS to change): model calls run one at a time
     anyway, and idle OpenMP workers spinning between the small ops take the CPU that the web
-    server and the queue need (16-user load on 2 cores: 8.2 req/s with 1 thread, 5.4 with 2)."""
+    server and the queue need (16-user load on 2 cores: about 7-8 req/s with 1 thread, 5.4 with 2)."""
     if pick_device() == "cpu":
         torch.set_num_threads(max(1, int(os.environ.get("ATTN_TORCH_THREADS") or 1)))
 
