@@ -108,9 +108,13 @@ def models_line(models: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def unavailable(cfg: BenchConfig, need_server: bool = False) -> str | None:
+def unavailable(cfg: BenchConfig, need_server: bool = False, need_module: str | None = None) -> str | None:
     if need_server and not APP_FILE.is_file():
         return f"{APP_FILE} not found"
+    if need_module:
+        import importlib.util
+        if importlib.util.find_spec(need_module) is None:
+            return f"{need_module} is not installed"
     root, why = resolve_root(cfg)
     if root is None:
         return (f"no checkpoints for the app ({why}); pass --checkpoints DIR or set ${CHECKPOINTS_ENV}, or export "

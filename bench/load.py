@@ -48,14 +48,7 @@ TARGET_LEAK_PCT = 5.0
 
 
 def available(cfg: BenchConfig) -> str | None:
-    reason = unavailable(cfg, need_server=True)
-    if reason:
-        return reason
-    try:
-        import gradio_client  # noqa: F401
-    except ImportError:
-        return "gradio_client is not installed"
-    return None
+    return unavailable(cfg, need_server=True, need_module="gradio_client")
 
 
 def _client(url: str):

@@ -43,14 +43,7 @@ EVENT_TIMEOUT = 120.0
 
 
 def available(cfg: BenchConfig) -> str | None:
-    reason = unavailable(cfg, need_server=True)
-    if reason:
-        return reason
-    try:
-        import httpx  # noqa: F401
-    except ImportError:
-        return "httpx is not installed"
-    return None
+    return unavailable(cfg, need_server=True, need_module="httpx")
 
 
 class Browser:
