@@ -1,0 +1,144 @@
+"""Joint subword vocabulary: round trip, word grouping, checkpoints, spaCy-free training, tokenized BLEU."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from model.bleu import moses_tokenize, tokenized_bleu
+from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from model.decoding import DecodeOptions, translate, translate_batch
+from model.transformer import Transformer, TransformerConfig
+from model.vocab import SubwordVocab, detokenize, tokenize, tokenize_corpus
+from tests.app_fixtures import SENTENCES
+
+ROOT = Path(__file__).resolve().parents[1]
+EXTRA = {"de": ["Ein Hund rennt über die Wiese.", "Eine Gruppe von Menschen steht vor einem Gebäude.",
+                "Ein kleines Mädchen spielt mit einem Ball."],
+         "en": ["A dog runs across the meadow.", "A group of people stands in front of a building.",
+                "A little girl plays with a ball."]}
+
+
+def corpus(lang: str) -> list[str]:
+    return SENTENCES[lang] + EXTRA[lang]
+
+
+@pytest.fixture(scope="module")
+def sv() -> SubwordVocab:
+    words = tokenize_corpus(corpus("de"), "de") + tokenize_corpus(corpus("en"), "en")
+    return SubwordVocab.train(words * 3, vocab_size=400, threads=1)
+
+
+def test_specials_first_and_no_unk_for_unseen_latin_text(sv):
+    assert sv.itos[:4] == ["<unk>", "<pad>", "<bos>", "<eos>"]
+    pieces = sv.segment(tokenize("Ødegaard's naïve Café in Zürich", "de"))
+    assert 0 not in sv.encode(pieces)  # byte fallback: unseen characters still get pieces
+    assert len(pieces) > 5  # unseen words are split, not kept whole
+
+
+@pytest.mark.parametrize("lang,text", [("de", "Ein Mann fährt mit dem Fahrrad durch die Stadt."),
+                                       ("en", "Two dogs, a cat and Ødegaard's naïve café \"here\".")])
+def test_round_trip_reads_as_normal_text(sv, lang, text):
+    words = tokenize(text, lang)
+    pieces = sv.segment(words)
+    assert sv.join(pieces) == words  # pieces -> the spaCy words again
+    assert sv.to_text(["<bos>"] + sv.decode(sv.encode(pieces)) + ["<eos>"], lang) == detokenize(words, lang)
+    assert sv.to_text(sv.decode(sv.encode(pieces)), lang) == text
+
+
+def test_pieces_group_into_words(sv):
+    words = tokenize("Ein Fahrradhelm liegt auf Ødegaards Tisch.", "de")
+    pieces = ["<bos>"] + sv.segment(words) + ["<eos>", "<pad>"]
+    spans = sv.word_spans(pieces)
+    assert [i for s in spans for i in s] == list(range(len(pieces)))  # a partition, in order
+    assert spans[0] == [0] and spans[-2:] == [[len(pieces) - 2], [len(pieces) - 1]]
+    assert sv.join(pieces) == ["<bos>"] + words + ["<eos>", "<pad>"]
+    assert any(len(s) > 1 for s in spans)  # some word really is several pieces
+    for s in spans[1:-2]:
+        assert pieces[s[0]].startswith("\u2581") and not any(pieces[i].startswith("\u2581") for i in s[1:])
+    # a piece right after a special starts a word even without the word mark
+    assert sv.word_spans(["<bos>", "rad", "\u2581Ein"]) == [[0], [1], [2]]
+
+
+def tiny_subword_checkpoint(path: Path, sv: SubwordVocab) -> Path:
+    torch.manual_seed(0)
+    cfg = TransformerConfig(len(sv), len(sv), d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1,
+                            d_ff=64, dropout=0.0, attn_dropout=0.0, max_len=64, share_embeddings=True)
+    return save_checkpoint(path, Transformer(cfg).eval(), sv, sv, "de", "en")
+
+
+def test_subword_checkpoint_saves_loads_and_translates(tmp_path, sv):
+    path = tiny_subword_checkpoint(tmp_path / "ck", sv)
+    assert json.loads((path / "vocab.json").read_text())["kind"] == "subword"
+    assert (path / "spm.model").is_file()
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert "decoder.tok_embed.weight" in keys and "encoder.tok_embed.weight" not in keys
+    lm = load_checkpoint(path)
+    m = lm.model
+    assert m.encoder.tok_embed.weight is m.decoder.tok_embed.weight is m.generator.weight  # one matrix
+    assert lm.src_vocab == sv and lm.tgt_vocab is lm.src_vocab
+    t = translate(lm, "Ein Mann fährt Fahrrad.", DecodeOptions(beam=2, max_len=8))
+    assert t.src_tokens == ["<bos>"] + sv.segment(tokenize("Ein Mann fährt Fahrrad.", "de")) + ["<eos>"]
+    assert isinstance(t.text, str) and t.replaced == {}
+    assert translate_batch(lm, ["Ein Mann fährt Fahrrad.", ""], beam=1) [1] == ""
+    (path / "spm.model").unlink()
+    with pytest.raises(CheckpointError, match="spm.model is missing"):
+        load_checkpoint(path)
+
+
+def test_old_word_level_checkpoint_still_loads_and_translates():
+    lm = load_checkpoint(ROOT / "checkpoints" / "en-de")
+    assert lm.src_vocab.kind == "word" and not lm.model.cfg.share_embeddings
+    assert lm.model.encoder.tok_embed.weight is not lm.model.decoder.tok_embed.weight
+    out = translate_batch(lm, ["A man rides a bike."], beam=2)[0]
+    assert "Mann" in out
+
+
+def write_tiny_data(root: Path) -> Path:
+    for split, n in (("train", 8), ("val", 2), ("test_2016_flickr", 2)):
+        for lang in ("de", "en"):
+            lines = corpus(lang)[:n] if split != "train" else corpus(lang) * 2
+            with gzip.open(root / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+    return root
+
+
+def test_prepare_then_train_without_spacy(tmp_path):
+    from model.prepare import main as prepare_main
+    data = write_tiny_data(tmp_path)
+    prep = tmp_path / "prep"
+    assert prepare_main(["--langs", "de", "en", "--data", str(data), "--out", str(prep), "--vocab-size", "400"]) == 0
+    script = ("import sys; sys.modules['spacy'] = None\n"  # any spaCy import now fails
+              "from model.train import main\n"
+              f"sys.exit(main(['--prepared', {str(prep)!r}, '--src', 'en', '--tgt', 'de', '--work', "
+              f"{str(tmp_path / 'work')!r}, '--out', {str(tmp_path / 'ck')!r}, '--epochs', '1', '--d-model', '32', "
+              "'--heads', '4', '--enc-layers', '1', '--dec-layers', '1', '--d-ff', '64', '--threads', '1', "
+              "'--max-tokens', '200', '--average', '1']))\n")
+    res = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    lm = load_checkpoint(tmp_path / "ck")
+    assert (lm.src_lang, lm.tgt_lang, lm.src_vocab.kind) == ("en", "de", "subword")
+    assert lm.model.cfg.share_embeddings and lm.model.cfg.src_vocab_size == len(lm.src_vocab)
+    hist = json.loads((tmp_path / "ck" / "history.json").read_text())
+    assert len(hist) == 1 and "val_bleu_tok" in hist[0]
+
+
+def test_tokenized_bleu_by_hand():
+    assert moses_tokenize('A "big" dog\'s ball.', "en") == "a &quot; big &quot; dog &apos;s ball ."
+    hyps = ['A "big" dog\'s ball.', "Two cats sleep."]
+    official = ["a &quot; big &quot; dog &apos;s ball .", "two cats sleep ."]
+    res = tokenized_bleu(hyps, "en", tok_refs=official)
+    assert res.bleu == 100.0 and res.refs.startswith("official") and "tok:none" in res.signature
+    raw = tokenized_bleu(hyps, "en", raw_refs=['a "big" dog\'s ball.', "TWO CATS SLEEP."])
+    assert raw.bleu == 100.0 and raw.refs.startswith("raw")
+    assert tokenized_bleu(["A big dog sleeps.", "Two cats sleep."], "en", tok_refs=official).bleu < 60
+    with pytest.raises(ValueError):
+        tokenized_bleu(hyps, "en", tok_refs=official[:1])
