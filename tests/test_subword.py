@@ -43,12 +43,12 @@ def test_specials_first_and_no_unk_for_unseen_latin_text(sv):
 
 
 @pytest.mark.parametrize("lang,text", [("de", "Ein Mann fährt mit dem Fahrrad durch die Stadt."),
-                                       ("en", "Two dogs, a cat and Ødegaard's naïve café \"here\".")])
+                                       ("en", "Two dogs, a cat on dirt-bikes and Ødegaard's naïve café \"here\".")])
 def test_round_trip_reads_as_normal_text(sv, lang, text):
     words = tokenize(text, lang)
     pieces = sv.segment(words)
     assert sv.join(pieces) == words  # pieces -> the spaCy words again
-    assert sv.to_text(["<bos>"] + sv.decode(sv.encode(pieces)) + ["<eos>"], lang) == detokenize(words, lang)
+    assert sv.to_text(["<bos>"] + sv.decode(sv.encode(pieces)) + ["<eos>"], lang) == text
     assert sv.to_text(sv.decode(sv.encode(pieces)), lang) == text
 
 
