@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -753,6 +754,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                         max_len = gr.Slider(1, 200, value=100, step=1, label="Max output tokens", elem_id="max-len")
                 translate_btn = gr.Button("Translate", variant="primary", elem_id="translate-btn")
                 notice = gr.Markdown(elem_id="notice")
+                # "✓" plus a fresh id once the last value of a run is on the page: browser tests wait on it
+                run_status = gr.Markdown(elem_id="run-status")
                 out_text = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
                 with gr.Row():
                     src_chips = gr.HighlightedText(label="Source tokens", color_map=CHIP_COLORS, show_legend=True,
@@ -961,8 +964,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         # ==================================================================== handlers
         translate_outputs = [notice, out_text, src_chips, out_chips, run_state, attn_plot, layer, head, step,
                              step_md, prefix, topk_plot, cross_plot, self_plot, masks_plot, ablate_src,
-                             ablate_heads, cmp_layer, cmp_head, norms_plot]
-        components = dict(notice=notice, out_text=out_text, src_chips=src_chips, out_chips=out_chips,
+                             ablate_heads, cmp_layer, cmp_head, norms_plot, run_status]
+        components = dict(notice=notice, run_status=run_status, out_text=out_text, src_chips=src_chips, out_chips=out_chips,
                           run_state=run_state, attn_plot=attn_plot, layer=layer, head=head, step=step,
                           step_md=step_md, prefix=prefix, topk_plot=topk_plot, cross_plot=cross_plot,
                           self_plot=self_plot, masks_plot=masks_plot, ablate_src=ablate_src,
@@ -980,7 +983,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                 return
             lm = reg.models[name]
             opts = opts_from(decoding_in, beam_in, max_len_in)
-            yield {notice: notice_md(notices + ["Translating…"]), out_text: "", out_chips: []}
+            yield {notice: notice_md(notices + ["Translating…"]), out_text: "", out_chips: [],
+                   run_status: "⏳ translating…"}
             tr, partial = None, []
             try:
                 for ev, value in gpu_stream(reg_key, name, text_in, opts):
@@ -994,10 +998,12 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             except Exception as e:
                 log.error("translate failed: %s", traceback.format_exc())
                 gr.Warning("The translation failed; please try another sentence.")
-                yield {notice: f"⚠️ The translation failed ({md_escape(type(e).__name__)})."}
+                yield {notice: f"⚠️ The translation failed ({md_escape(type(e).__name__)}).",
+                       run_status: "✗ failed"}
                 return
             run = Run(name, tr, run_notices(tr, notices, lm))
-            yield translate_view(run, kind_in, view_in, layer_in, head_in)
+            yield translate_view(run, kind_in, view_in, layer_in, head_in) | {
+                run_status: f"✓ translated · run {uuid.uuid4().hex[:6]}"}
 
         def translate_view(run: Run, kind_in, view_in, layer_in, head_in) -> dict:
             values = translation_values(reg, run, kind_in, view_in, layer_in, head_in)

@@ -97,6 +97,19 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+# Only the decoder's input starts with <bos>, and <pad> only fills finished rows: neither is ever
+# chosen as a next token (an untrained model may rank them first). The recorded probabilities stay
+# the model's own.
+NEVER_GENERATED = [BOS_ID, PAD_ID]
+
+
+def generable(scores: torch.Tensor) -> torch.Tensor:
+    """A copy of next-token scores (..., V) with the tokens decoding never chooses set to -inf."""
+    out = scores.clone()
+    out[..., NEVER_GENERATED] = float("-inf")
+    return out
+
+
 def _hides_nothing(mask: torch.Tensor | None) -> bool:
     return mask is None or bool(mask.all())
 
@@ -131,7 +144,7 @@ def greedy_batch(model: Transformer, src: torch.Tensor, max_len: int = 100,
     cache = KVCache(len(model.decoder.layers)) if use_cache else None
     done = torch.zeros(B, dtype=torch.bool, device=device)
     for _ in range(max_len):
-        nxt = _decoder_step(model, ys, memory, src_mask, iv, cache).argmax(-1)
+        nxt = generable(_decoder_step(model, ys, memory, src_mask, iv, cache)).argmax(-1)
         nxt = nxt.masked_fill(done, PAD_ID)
         ys = torch.cat([ys, nxt[:, None]], 1)
         done |= nxt == EOS_ID
@@ -189,7 +202,7 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
                 parents_in))
             trace.records.clear()
             last = t == max_len - 1
-            cand = (scores[:, None] + logp).view(-1)
+            cand = (scores[:, None] + generable(logp)).view(-1)
             top_scores, top_idx = cand.topk(min(2 * beam, cand.numel()))
             V = logp.size(1)
             keep_parent, keep_tok, keep_score = [], [], []

@@ -19,7 +19,7 @@ from tests.app_fixtures import launch, make_checkpoint
 # Outputs of the UI translate event, in order (the gr.State output is not sent to clients).
 T_OUT = ["notice", "out_text", "src_chips", "out_chips", "attn_plot", "layer", "head", "step", "step_md", "prefix",
          "topk_plot", "cross_plot", "self_plot", "masks_plot", "ablate_src", "ablate_heads", "cmp_layer", "cmp_head",
-         "norms_plot"]
+         "norms_plot", "run_status"]
 C_OUT = ["cmp_notice", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "ablate_src"]
 DE = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
 EN = "Two dogs are playing in the snow."
