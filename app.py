@@ -1,4 +1,4 @@
-"""Attention Explorer: a Gradio app to look inside a German<->English translation Transformer.
+"""Attention Explorer: a Gradio app to look inside translation Transformers (German, English, French).
 
 Run ``python app.py`` (serves on 127.0.0.1:7860; GRADIO_SERVER_NAME / GRADIO_SERVER_PORT
 override). Checkpoint folders are discovered under ``checkpoints/`` (or ``$ATTN_CHECKPOINTS``).
@@ -248,24 +248,31 @@ def run_notices(tr: Translation, notices: list[str], lm) -> list[str]:
 
 # --------------------------------------------------------------------------- figures from a run
 
-def attention_figure(run: Run | None, kind: str, view: str, layer, head):
+GRANULARITY_CHOICES = [("Words (pieces pooled)", "words"), ("Pieces", "pieces")]
+
+
+def attention_figure(run: Run | None, kind: str, view: str, layer, head, granularity: str = "words", lm=None):
     if run is None or run.tr.trace is None:
         return message_figure("Translate a sentence first.")
     tr = run.tr
     kind = kind if kind in ATTN_KINDS else ATTN_KINDS[2]
-    attn = explore.attention(tr.trace, kind)
-    q, k = explore.tokens_for(tr, kind)
-    valid = explore.query_valid(tr, kind)
+    if granularity == "words" and lm is not None and lm.src_vocab.kind != "word":
+        attn, q, k = explore.attention_by_word(lm, tr, kind)
+        valid, unit = np.array([t != "<pad>" for t in q], dtype=bool), "words"
+    else:
+        attn, (q, k) = explore.attention(tr.trace, kind), explore.tokens_for(tr, kind)
+        valid, unit = explore.query_valid(tr, kind), "tokens"
     label = explore.KIND_LABELS[kind]
     L, H = attn.shape[:2]
+    axes = f"rows = query {unit}, columns = key {unit}"
     if view == "head":
         l, h = min(int(layer or 0), L - 1), min(int(head or 0), H - 1)
         return va.single_head(attn[l, h], q, k, query_valid=valid, label=f"layer {l}, head {h}",
-                              title=f"{label}: layer {l}, head {h} (rows = queries, columns = keys)")
+                              title=f"{label}: layer {l}, head {h} ({axes})")
     if view == "mean":
-        return va.layer_means(attn, q, k, query_valid=valid, title=f"{label}: mean over heads per layer")
+        return va.layer_means(attn, q, k, query_valid=valid, title=f"{label}: mean over heads per layer ({axes})")
     return va.head_grid(attn, q, k, query_valid=valid,
-                        title=f"{label}: every layer × head, one colour scale (rows = queries, columns = keys)")
+                        title=f"{label}: every layer × head, one colour scale ({axes})")
 
 
 def step_outputs(run: Run | None, t):
@@ -344,7 +351,7 @@ def positional_figures(reg: explore.Registry, model: str, n_pos, dims_text: str)
                                        f"(first {d_show} dimensions)"))
 
 
-def translation_values(reg: explore.Registry, run: Run, kind, view, layer, head) -> dict:
+def translation_values(reg: explore.Registry, run: Run, kind, view, layer, head, granularity="words") -> dict:
     """Every view's value after a translation, by component name (figures built here)."""
     tr, lm = run.tr, reg.models[run.model]
     cfg = lm.model.cfg
@@ -357,7 +364,7 @@ def translation_values(reg: explore.Registry, run: Run, kind, view, layer, head)
         "notice": notice_md(run.notices), "out_text": tr.text,
         "src_chips": chips(explore.source_marks(tr)), "out_chips": chips(explore.output_marks(tr)),
         "run_state": run,
-        "attn_plot": attention_figure(run, kind, view, layer, head),
+        "attn_plot": attention_figure(run, kind, view, layer, head, granularity, lm),
         "layer": gr.Dropdown(choices=layer_choices(L), value=layer),
         "head": gr.Dropdown(choices=head_choices(cfg.n_heads), value=head),
         "step": gr.Slider(minimum=0, maximum=max(1, n_steps - 1), value=0, step=1),
@@ -492,8 +499,9 @@ def make_api(reg_key: str):
 def about_markdown(reg: explore.Registry) -> str:
     out = ["## What you are looking at",
            "An encoder-decoder Transformer (Vaswani et al. 2017, pre-norm) trained from scratch on Multi30k "
-           "(about 29,000 image captions with German and English translations; tokenized with spaCy's rule-based "
-           "tokenizer, word vocabularies). Every number in the views is captured from named hook points inside "
+           "(about 29,000 image captions with German, English and French translations; tokenized with spaCy's "
+           "rule-based tokenizer, then split into pieces of a joint SentencePiece vocabulary per language pair, "
+           "marked ▁ where a word starts; older checkpoints use whole-word vocabularies). Every number in the views is captured from named hook points inside "
            "the model during the real run: `hook_pattern` is the attention after softmax, `hook_mask` the mask as "
            "applied (True = attend), `hook_embed`/`hook_pos` the scaled token embeddings and the positional "
            "encoding that was added. The step view uses the per-step rows recorded during the cached decode."]
@@ -728,7 +736,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
     examples = []
     for name in names:
         lang = reg.models[name].src_lang
-        for s in explore.test_examples(lang, DATA_DIRS, 3) + explore.EVERYDAY.get(lang, [])[:2]:
+        for s in (explore.DIRECTION_EXAMPLES.get(name, []) + explore.test_examples(lang, DATA_DIRS, 3)
+                  + explore.EVERYDAY.get(lang, [])[:2]):
             examples.append([s, name])
 
     with gr.Blocks(title="Attention Explorer") as demo:
@@ -777,6 +786,9 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                     view = gr.Radio(VIEW_CHOICES, value="grid", label="View", elem_id="attn-view")
                     layer = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="attn-layer")
                     head = gr.Dropdown(head_choices(n_heads), value=0, label="Head", elem_id="attn-head")
+                    granularity = gr.Radio(GRANULARITY_CHOICES, value="words", label="Units", elem_id="attn-units",
+                                           info="Subword models: a word's weight sums its key pieces and averages "
+                                                "its query pieces (Clark et al. 2019); rows still sum to 1.")
                 attn_plot = gr.Plot(label="Attention", elem_id="attn-plot")
 
             # ---------------------------------------------------------------- Step by step
@@ -971,7 +983,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                           self_plot=self_plot, masks_plot=masks_plot, ablate_src=ablate_src,
                           ablate_heads=ablate_heads, cmp_layer=cmp_layer, cmp_head=cmp_head, norms_plot=norms_plot)
 
-        def on_translate(text_in, name, decoding_in, beam_in, max_len_in, kind_in, view_in, layer_in, head_in):
+        def on_translate(text_in, name, decoding_in, beam_in, max_len_in, kind_in, view_in, layer_in, head_in,
+                         units_in="words"):
             problem = no_model_message(reg, name)
             if problem:
                 yield {notice: f"⚠️ {problem}"}
@@ -1002,14 +1015,14 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                        run_status: "✗ failed"}
                 return
             run = Run(name, tr, run_notices(tr, notices, lm))
-            yield translate_view(run, kind_in, view_in, layer_in, head_in) | {
+            yield translate_view(run, kind_in, view_in, layer_in, head_in, units_in) | {
                 run_status: f"✓ translated · run {uuid.uuid4().hex[:6]}"}
 
-        def translate_view(run: Run, kind_in, view_in, layer_in, head_in) -> dict:
-            values = translation_values(reg, run, kind_in, view_in, layer_in, head_in)
+        def translate_view(run: Run, kind_in, view_in, layer_in, head_in, units_in="words") -> dict:
+            values = translation_values(reg, run, kind_in, view_in, layer_in, head_in, units_in)
             return {components[k]: v for k, v in values.items()}
 
-        translate_inputs = [text, direction, decoding, beam, max_len, kind, view, layer, head]
+        translate_inputs = [text, direction, decoding, beam, max_len, kind, view, layer, head, granularity]
         for trigger in (translate_btn.click, text.submit):
             trigger(on_translate, translate_inputs, translate_outputs, api_name="translate_stream",
                     api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY,
@@ -1022,21 +1035,21 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                         queue=False, show_progress="hidden")
 
         # ---------------------------------------------------------------- attention view
-        def on_attention(run, kind_in, view_in, layer_in, head_in):
+        def on_attention(run, kind_in, view_in, layer_in, head_in, units_in="words"):
             try:
                 if run is None:
                     return message_figure("Translate a sentence first."), gr.skip()
                 lm = reg.models[run.model]
                 L = explore.layer_count(lm, kind_in)
                 layer_in = min(int(layer_in or 0), L - 1)
-                return (attention_figure(run, kind_in, view_in, layer_in, head_in),
+                return (attention_figure(run, kind_in, view_in, layer_in, head_in, units_in, lm),
                         gr.Dropdown(choices=layer_choices(L), value=layer_in))
             except Exception:
                 log.error("attention view failed: %s", traceback.format_exc())
                 return message_figure("This view could not be drawn."), gr.skip()
 
-        for comp in (kind, view, layer, head):
-            comp.input(on_attention, [run_state, kind, view, layer, head], [attn_plot, layer],
+        for comp in (kind, view, layer, head, granularity):
+            comp.input(on_attention, [run_state, kind, view, layer, head, granularity], [attn_plot, layer],
                        api_name="attention_view" if comp is kind else None,
                        api_visibility="undocumented" if comp is kind else "private",
                        concurrency_limit=4, show_progress="hidden")

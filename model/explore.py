@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .analysis import pool_words
 from .checkpoint import CONFIG, VOCAB, WEIGHTS, CheckpointError, LoadedModel, load_checkpoint
 from .decoding import DecodeOptions, Translation, full_trace, prepare_source, translate
 from .hooks import hook_names
@@ -156,6 +157,14 @@ EVERYDAY = {
            "Eine Frau liest ein Buch im Park.", "Die Kinder essen Eis am Strand."],
     "en": ["A man rides his bike through the city.", "Two dogs are playing in the snow.",
            "A woman is reading a book in the park.", "The children are eating ice cream on the beach."],
+    "fr": ["Un homme fait du vélo dans la ville.", "Deux chiens jouent dans la neige.",
+           "Une femme lit un livre dans le parc.", "Les enfants mangent une glace sur la plage."],
+}
+# French puts most adjectives after the noun ("un chien noir" / "a black dog"), so these show
+# crossing lines in the cross-attention, which German-English word order rarely does.
+DIRECTION_EXAMPLES = {
+    "en-fr": ["A black dog runs on the beach.", "A woman in a red dress is walking down the street."],
+    "fr-en": ["Un chien noir court sur la plage.", "Une femme en robe rouge marche dans la rue."],
 }
 TEST_FALLBACK = {  # the first lines of Multi30k test_2016_flickr, used when the data folder is absent
     "de": ["Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
@@ -164,6 +173,9 @@ TEST_FALLBACK = {  # the first lines of Multi30k test_2016_flickr, used when the
     "en": ["A man in an orange hat starring at something.",
            "A Boston Terrier is running on lush green grass in front of a white fence.",
            "A group of people standing in front of an igloo."],
+    "fr": ["Un homme avec un chapeau orange regardant quelque chose.",
+           "Un terrier de Boston court sur l'herbe verdoyante devant une clôture blanche.",
+           "Une fille en tenue de karaté brisant un bâton avec un coup de pied."],
 }
 
 
@@ -374,6 +386,18 @@ def tokens_for(tr: Translation, kind: str) -> tuple[list[str], list[str]]:
     if kind == ATTN_KINDS[1]:
         return tr.decoder_input_tokens, tr.decoder_input_tokens
     return tr.decoder_input_tokens, list(tr.src_tokens)
+
+
+def attention_by_word(lm: LoadedModel, tr: Translation, kind: str
+                      ) -> tuple[np.ndarray, list[str], list[str]]:
+    """(layers, heads, query words, key words) attention of a kind with pieces pooled into words
+    (keys summed, queries averaged), and the word labels. Word-level models come back unchanged."""
+    kind = canonical_kind(kind)
+    q, k = tokens_for(tr, kind)
+    q_vocab = lm.src_vocab if kind == ATTN_KINDS[0] else lm.tgt_vocab
+    k_vocab = lm.tgt_vocab if kind == ATTN_KINDS[1] else lm.src_vocab
+    pooled = pool_words(attention(tr.trace, kind), q_vocab.word_spans(q), k_vocab.word_spans(k))
+    return pooled, q_vocab.join(q), k_vocab.join(k)
 
 
 def query_valid(tr: Translation, kind: str) -> np.ndarray:

@@ -66,3 +66,18 @@ def test_no_file_over_10_mb():
             if path.stat().st_size > 10 * 1024 * 1024:
                 big.append(str(path.relative_to(ROOT)))
     assert not big, f"files over 10 MB need Git LFS on Spaces: {big}"
+
+
+def _names(path: Path) -> set[str]:
+    lines = [ln.split("#")[0].strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+    return {re.split(r"[<>=!~\[; ]", ln, maxsplit=1)[0].lower() for ln in lines if ln and not ln.startswith("-")}
+
+
+def test_runtime_and_development_requirements_are_apart():
+    """A Space installs requirements.txt alone: no test tools there; .ci/run installs the dev file on top."""
+    runtime, dev = _names(ROOT / "requirements.txt"), _names(ROOT / "requirements-dev.txt")
+    assert {"torch", "gradio", "plotly", "spacy", "sentencepiece", "sacremoses", "safetensors"} <= runtime
+    assert not runtime & {"pytest", "hypothesis", "playwright"}
+    assert {"pytest", "hypothesis", "playwright"} <= dev
+    assert "-r requirements.txt" in (ROOT / "requirements-dev.txt").read_text(encoding="utf-8")
+    assert "pip install -q -r requirements-dev.txt" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")

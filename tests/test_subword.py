@@ -7,16 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
 
+from model.analysis import pool_words
 from model.bleu import moses_tokenize, tokenized_bleu
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from model.decoding import DecodeOptions, translate, translate_batch
 from model.transformer import Transformer, TransformerConfig
 from model.vocab import SubwordVocab, detokenize, tokenize, tokenize_corpus
-from tests.app_fixtures import SENTENCES
+from tests.app_fixtures import SENTENCES, make_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRA = {"de": ["Ein Hund rennt über die Wiese.", "Eine Gruppe von Menschen steht vor einem Gebäude.",
@@ -93,12 +95,39 @@ def test_subword_checkpoint_saves_loads_and_translates(tmp_path, sv):
         load_checkpoint(path)
 
 
-def test_old_word_level_checkpoint_still_loads_and_translates():
-    lm = load_checkpoint(ROOT / "checkpoints" / "en-de")
+def test_word_level_checkpoint_still_loads_and_translates(tmp_path):
+    """The format of the first shipped models (word vocabularies, separate embeddings, no spm.model)."""
+    path = make_checkpoint(tmp_path / "en-de", "en", "de")
+    cfg = json.loads((path / "config.json").read_text())
+    assert not (path / "spm.model").exists() and isinstance(json.loads((path / "vocab.json").read_text())["src"], list)
+    assert cfg["model"]["share_embeddings"] is False
+    lm = load_checkpoint(path)
     assert lm.src_vocab.kind == "word" and not lm.model.cfg.share_embeddings
     assert lm.model.encoder.tok_embed.weight is not lm.model.decoder.tok_embed.weight
-    out = translate_batch(lm, ["A man rides a bike."], beam=2)[0]
-    assert "Mann" in out
+    t = translate(lm, "A man rides a bike.", DecodeOptions(beam=2, max_len=6))
+    assert t.src_tokens == ["<bos>", "A", "man", "rides", "a", "bike", ".", "<eos>"]
+    assert lm.src_vocab.word_spans(t.src_tokens) == [[i] for i in range(len(t.src_tokens))]
+
+
+def test_pooled_rows_sum_to_one_and_single_pieces_are_unchanged(sv):
+    rng = np.random.default_rng(0)
+    q = ["<bos>"] + sv.segment(["Ein", "Feuerwehrmann", "fährt"])
+    k = ["<bos>"] + sv.segment(["Zweirädrige", "Fahrräder", "stehen", "."]) + ["<eos>"]
+    q_spans, k_spans = sv.word_spans(q), sv.word_spans(k)
+    assert any(len(s) > 1 for s in q_spans) and any(len(s) > 1 for s in k_spans)
+    w = rng.random((2, 3, len(q), len(k)))
+    w /= w.sum(-1, keepdims=True)
+    pooled = pool_words(w, q_spans, k_spans)
+    assert pooled.shape == (2, 3, len(q_spans), len(k_spans))
+    np.testing.assert_allclose(pooled.sum(-1), 1.0, atol=1e-12)
+    for a, qs in enumerate(q_spans):
+        for b, ks in enumerate(k_spans):
+            expected = w[..., qs, :][..., ks].sum(-1).mean(-1)
+            np.testing.assert_allclose(pooled[..., a, b], expected, atol=1e-12)
+            if len(qs) == 1 and len(ks) == 1:  # a one-piece word keeps its own weight
+                np.testing.assert_array_equal(pooled[..., a, b], w[..., qs[0], ks[0]])
+    identity = [[i] for i in range(len(k))]
+    np.testing.assert_array_equal(pool_words(w, [[i] for i in range(len(q))], identity), w)
 
 
 def write_tiny_data(root: Path) -> Path:
@@ -142,3 +171,21 @@ def test_tokenized_bleu_by_hand():
     assert tokenized_bleu(["A big dog sleeps.", "Two cats sleep."], "en", tok_refs=official).bleu < 60
     with pytest.raises(ValueError):
         tokenized_bleu(hyps, "en", tok_refs=official[:1])
+
+
+def test_attention_view_reads_as_words_by_default(tmp_path, sv):
+    """The app's map of a subword model labels whole words (pieces pooled); "Pieces" shows the pieces."""
+    import app
+    lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
+    tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(max_len=5))
+    assert "Feuerwehrmann" not in tr.src_tokens  # the word is several pieces
+    run = app.Run("de-en", tr, [])
+
+    def ticks(fig):
+        return {t for ax in fig.to_dict()["layout"].values() if isinstance(ax, dict)
+                for t in ax.get("ticktext", []) or []}
+    words = app.attention_figure(run, "encoder.self_attn", "head", 0, 0, "words", lm)
+    pieces = app.attention_figure(run, "encoder.self_attn", "head", 0, 0, "pieces", lm)
+    assert any("Feuerwehrmann" in t for t in ticks(words))
+    assert not any("Feuerwehrmann" in t for t in ticks(pieces))
+    assert "query words" in words.layout.title.text and "query tokens" in pieces.layout.title.text
