@@ -150,6 +150,23 @@ class Run:
     model: str
     tr: Translation
     notices: list[str] = field(default_factory=list)
+    # subword models: which pieces form each word of the source and the output (None: one token a word)
+    src_spans: list[list[int]] | None = None
+    out_spans: list[list[int]] | None = None
+
+    @classmethod
+    def of(cls, lm, name: str, tr: Translation, notices: list[str] | None = None) -> "Run":
+        subword = lm.src_vocab.kind != "word"
+        return cls(name, tr, list(notices or []),
+                   lm.src_vocab.word_spans(tr.src_tokens) if subword else None,
+                   lm.tgt_vocab.word_spans(tr.output_tokens) if subword else None)
+
+    def words(self, tokens: list[str], spans: list[list[int]]) -> list[str]:
+        """Labels of pooled words: the pieces joined, without the ▁ word mark."""
+        return ["".join(tokens[i] for i in s).replace("\u2581", "") for s in spans]
+
+    def by_word(self, units: str) -> bool:
+        return units == "words" and self.src_spans is not None
 
 
 @dataclass
@@ -632,7 +649,7 @@ def _pad_valid(tokens) -> list[bool]:
     return [t != "<pad>" for t in tokens]
 
 
-def rollout_view_figure(run: Run | None, layer_sel):
+def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
     if run is None or run.tr.trace is None:
         return message_figure("Translate a sentence first.")
     tr = run.tr
@@ -640,12 +657,17 @@ def rollout_view_figure(run: Run | None, layer_sel):
     layer = None if layer_sel in (None, "", "all") else max(0, min(int(layer_sel), n_dec - 1))
     d = explore.rollout_data(tr, layer)
     which = "mean over every layer and head" if layer is None else f"layer {layer}, mean over heads"
-    return v_roll.rollout_figure(d["rollout"], d["attribution"], tr.src_tokens, tr.output_tokens,
-                                 formula=an.ROLLOUT_FORMULA, src_valid=_pad_valid(tr.src_tokens),
+    roll, attr, src, out = d["rollout"], d["attribution"], tr.src_tokens, tr.output_tokens
+    if run.by_word(units):  # keys summed, queries averaged over a word's pieces
+        roll = an.pool_words(roll, run.src_spans, run.src_spans)
+        attr = an.pool_words(attr, run.out_spans, run.src_spans)
+        src, out = run.words(src, run.src_spans), run.words(out, run.out_spans)
+        which += "; pieces pooled into words"
+    return v_roll.rollout_figure(roll, attr, src, out, formula=an.ROLLOUT_FORMULA, src_valid=_pad_valid(src),
                                  title=f"Attention rollout; cross-attention c_t: {which}")
 
 
-def alignment_view_figure(run: Run | None, mode, layer, head):
+def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "words"):
     if run is None or run.tr.trace is None:
         return message_figure("Translate a sentence first.")
     tr = run.tr
@@ -656,7 +678,12 @@ def alignment_view_figure(run: Run | None, mode, layer, head):
     what = {"head": f"cross-attention, layer {l}, head {h}", "layer": f"cross-attention, layer {l}, mean of heads",
             "mean": "cross-attention, mean of every layer and head",
             "rollout": "rollout attribution"}[mode]
-    return v_align.alignment_lines(w, tr.src_tokens, tr.output_tokens, what="weight",
+    src, out = tr.src_tokens, tr.output_tokens
+    if run.by_word(units):  # keys summed, queries averaged over a word's pieces
+        w = an.pool_words(w, run.out_spans, run.src_spans)
+        src, out = run.words(src, run.src_spans), run.words(out, run.out_spans)
+        what += "; pieces pooled into words"
+    return v_align.alignment_lines(w, src, out, what="weight",
                                    title=f"Alignment lines ({what}); hover a token to highlight its lines")
 
 
@@ -1014,7 +1041,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                 yield {notice: f"⚠️ The translation failed ({md_escape(type(e).__name__)}).",
                        run_status: "✗ failed"}
                 return
-            run = Run(name, tr, run_notices(tr, notices, lm))
+            run = Run.of(lm, name, tr, run_notices(tr, notices, lm))
             yield translate_view(run, kind_in, view_in, layer_in, head_in, units_in) | {
                 run_status: f"✓ translated · run {uuid.uuid4().hex[:6]}"}
 
@@ -1226,14 +1253,16 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             return wrapped
 
         # ---------------------------------------------------------------- rollout
-        rollout_tab.select(safe(rollout_view_figure, "rollout view"), [run_state, rollout_layer], rollout_plot,
+        rollout_tab.select(safe(rollout_view_figure, "rollout view"), [run_state, rollout_layer, granularity],
+                           rollout_plot,
                            api_name="rollout_view", api_visibility="undocumented", concurrency_limit=4,
                            show_progress="hidden")
-        rollout_layer.input(safe(rollout_view_figure, "rollout view"), [run_state, rollout_layer], rollout_plot,
+        rollout_layer.input(safe(rollout_view_figure, "rollout view"), [run_state, rollout_layer, granularity],
+                            rollout_plot,
                             api_visibility="private", concurrency_limit=4, show_progress="hidden")
 
         # ---------------------------------------------------------------- alignment lines
-        align_inputs = [run_state, align_mode, align_layer, align_head]
+        align_inputs = [run_state, align_mode, align_layer, align_head, granularity]
         align_tab.select(safe(alignment_view_figure, "alignment view"), align_inputs, align_plot,
                          api_name="alignment_view", api_visibility="undocumented", concurrency_limit=4,
                          show_progress="hidden")

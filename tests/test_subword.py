@@ -179,7 +179,8 @@ def test_attention_view_reads_as_words_by_default(tmp_path, sv):
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(max_len=5))
     assert "Feuerwehrmann" not in tr.src_tokens  # the word is several pieces
-    run = app.Run("de-en", tr, [])
+    run = app.Run.of(lm, "de-en", tr, [])
+    assert run.src_spans == lm.src_vocab.word_spans(tr.src_tokens)
 
     def ticks(fig):
         return {t for ax in fig.to_dict()["layout"].values() if isinstance(ax, dict)
@@ -189,3 +190,12 @@ def test_attention_view_reads_as_words_by_default(tmp_path, sv):
     assert any("Feuerwehrmann" in t for t in ticks(words))
     assert not any("Feuerwehrmann" in t for t in ticks(pieces))
     assert "query words" in words.layout.title.text and "query tokens" in pieces.layout.title.text
+    # rollout and alignment lines pool the same way, and show pieces when asked
+    roll = app.rollout_view_figure(run, "all", "words").to_dict()
+    assert "pieces pooled into words" in roll["layout"]["title"]["text"]
+    assert any("Feuerwehrmann" in t for ax in roll["layout"].values() if isinstance(ax, dict)
+               for t in ax.get("ticktext", []) or [])
+    aligned = json.dumps(app.alignment_view_figure(run, "layer", 0, 0, "words").to_dict(), ensure_ascii=False)
+    assert "Feuerwehrmann" in aligned
+    assert "Feuerwehrmann" not in json.dumps(app.alignment_view_figure(run, "layer", 0, 0, "pieces").to_dict(),
+                                             ensure_ascii=False)
