@@ -111,8 +111,9 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     try:
         model = Transformer(cfg)
     except (AssertionError, ValueError, TypeError, RuntimeError) as e:
+        why = " ".join(str(e).split())[:300]  # one line: some torch releases list every overload
         raise CheckpointError(f"checkpoint {path}: {CONFIG} does not describe a buildable model "
-                              f"({type(e).__name__}{': ' if str(e) else ''}{e})") from None
+                              f"({type(e).__name__}{': ' if why else ''}{why})") from None
     expected = set(model.state_dict()) - tied_keys(cfg)
     missing, unexpected = expected - set(state), set(state) - expected
     if missing or unexpected:
