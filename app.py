@@ -11,15 +11,32 @@ for the plain-data helpers), figure code in ``viz/``.
 from __future__ import annotations
 
 # ZeroGPU: `spaces` has to be imported before anything touches CUDA (torch comes below).
+import os
+
 try:  # pragma: no cover - only on Hugging Face Spaces
     import spaces  # type: ignore
-
-    GPU = spaces.GPU
-except Exception:  # not installed, or not usable here: a decorator that does nothing
+except Exception:  # not installed, or not usable here
     spaces = None
 
-    def GPU(fn=None, **_kwargs):
-        return (lambda f: f) if fn is None else fn
+
+def _no_gpu(fn=None, **_kwargs):
+    return (lambda f: f) if fn is None else fn
+
+
+def on_zero_gpu() -> bool:
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+
+
+def gpu_calls_wrapped() -> bool:
+    """Model calls go through ``spaces.GPU`` (a forked worker per call) only where the models run on
+    CUDA (``ATTN_DEVICE=cuda``), or when ``ATTN_GPU_CALLS=on`` asks for the boundary anyway (tests).
+    On ZeroGPU the models run on the Space's CPU by default: see pick_device."""
+    if spaces is None or os.environ.get("ATTN_GPU_CALLS") == "off":
+        return False
+    return os.environ.get("ATTN_GPU_CALLS") == "on" or os.environ.get("ATTN_DEVICE") == "cuda"
+
+
+GPU = spaces.GPU if gpu_calls_wrapped() else _no_gpu
 
 import html
 import json
@@ -91,10 +108,13 @@ _REGISTRIES: dict[str, explore.Registry] = {}
 
 
 def pick_device() -> str:
+    """``ATTN_DEVICE`` (auto, cpu, cuda). Auto means CUDA where present, except on ZeroGPU: there a
+    sentence costs about 35 ms of CPU, while every GPU call pays for acquiring a GPU and counts against
+    the visitor's daily quota, so the model stays on the Space's CPU unless ATTN_DEVICE=cuda."""
     want = os.environ.get("ATTN_DEVICE", "auto")
     if want != "auto":
         return want
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if torch.cuda.is_available() and not on_zero_gpu() else "cpu"
 
 
 def load_registry(root=None, device: str | None = None) -> tuple[str, explore.Registry]:
@@ -626,8 +646,9 @@ def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
 
 
 @GPU(duration=120)
-def gpu_profiles(reg_key: str, name: str, sentences: list[str], progress=None) -> list[dict]:
-    return explore.average_head_profiles(_REGISTRIES[reg_key].models[name], sentences, progress, _MODEL_LOCK)
+def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[dict]:
+    """Averaged head profiles of ``sentences``. No progress callback: a GPU call's arguments are pickled."""
+    return explore.average_head_profiles(_REGISTRIES[reg_key].models[name], sentences, None, _MODEL_LOCK)
 
 
 def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tuple, str]:
@@ -639,7 +660,9 @@ def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tup
         return hit
     lm = _REGISTRIES[reg_key].models[name]
     sentences, source = explore.validation_sentences(lm.src_lang, DATA_DIRS, int(n))
-    rows = gpu_profiles(reg_key, name, sentences, progress)
+    if progress is not None:  # one step: the call itself runs where no callback can reach
+        progress(0, len(sentences))
+    rows = gpu_profiles(reg_key, name, sentences)
     value = (tuple(dict(r) for r in rows), source)
     with _PROFILE_LOCK:
         return _PROFILE_CACHE.setdefault(key, value)
