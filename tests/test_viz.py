@@ -76,7 +76,8 @@ def test_token_axis_is_integer_with_repeated_tokens():
     ax = token_axis(TOKS)
     assert ax["tickmode"] == "array"
     assert ax["tickvals"] == list(range(len(TOKS)))
-    assert ax["ticktext"] == ["&lt;bos&gt;", "the", "dog", "saw", "the", "dog", "&lt;eos&gt;"]
+    assert ax["ticktext"] == ["&lt;bos&gt;", "the₁", "dog₂", "saw", "the₄", "dog₅", "&lt;eos&gt;"]
+    assert token_axis(TOKS, number=False)["ticktext"][1] == "the"
 
 
 def test_message_figure_escapes():
@@ -96,7 +97,8 @@ def test_head_grid_shapes_shared_scale_and_labels():
     assert len(data) == L * H
     assert {t["coloraxis"] for t in data} == {"coloraxis"}  # one shared colour scale
     ca = fig.layout.coloraxis
-    assert ca.cmin == 0 and ca.cmax == pytest.approx(attn.max(), rel=1e-5)
+    assert ca.cmin == 0 and ca.cmax == 1  # "shared": 0–1 in every panel, and the title says so
+    assert "0–1" in fig.layout.title.text
     for l in range(L):
         for h in range(H):
             t = data[l * H + h]
@@ -184,6 +186,116 @@ def test_comparison_maps_difference_and_scales():
     assert all("<i>" not in s for s in strings(fig.to_plotly_json()))
 
 
+# --------------------------------------------------------------------------- masks drawn, scale mode, numbering, thinning
+
+def masked_traces(fig):
+    return [t for t in traces(fig) if t.get("name") == "masked"]
+
+
+def test_single_head_draws_masked_cells_unlike_zero_weight():
+    n = 5
+    causal = np.tril(np.ones((n, n), dtype=bool))
+    attn = softmax_rows((n, n)) * causal
+    attn /= attn.sum(-1, keepdims=True)
+    attn[4, 1] = 0.0  # a real zero weight on an attended cell
+    valid = [True] * 4 + [False]
+    fig = validated(va.single_head(attn, list("abcde"), list("abcde"), mask=causal, query_valid=valid))
+    weights, (masked,) = traces(fig)[0], masked_traces(fig)
+    zw, zm = z_of(weights), z_of(masked)
+    upper = ~causal
+    upper[4] = False  # the padding query row stays blank in both layers
+    assert np.isnan(zw[upper]).all() and np.isfinite(zm[upper]).all()       # masked: grey layer, no weight
+    assert np.isnan(zm[causal]).all() and np.isfinite(zw[:4][causal[:4]]).all()
+    assert np.isnan(zw[4]).all() and np.isnan(zm[4]).all()                   # padding row blanked
+    assert masked["colorscale"][0][1] != ATTN_SCALE[0][1]                   # not the colour of weight 0
+    assert "masked" in masked["hovertemplate"] and "%{z" not in masked["hovertemplate"]
+    assert "masked" in fig.layout.title.text
+
+
+def test_grid_and_means_draw_masks_per_panel():
+    toks = ["<bos>", "a", "b", "c"]
+    causal = np.tril(np.ones((4, 4), dtype=bool))
+    attn = softmax_rows((2, 3, 4, 4)) * causal
+    grid = validated(va.head_grid(attn, toks, toks, mask=causal[None, None], kind="decoder self"))
+    assert len(masked_traces(grid)) == 6
+    for t in traces(grid):
+        if t.get("name") != "masked":
+            assert np.isnan(z_of(t)[~causal]).all() and not np.isnan(z_of(t)[causal]).any()
+    means = validated(va.layer_means(attn, toks, toks, mask=causal))
+    assert len(masked_traces(means)) == 2
+    cmp = validated(va.comparison_maps(attn[0, 0], softmax_rows((4, 4)), toks, toks, masks=(causal, None)))
+    assert len(masked_traces(cmp)) == 1 and masked_traces(cmp)[0]["xaxis"] == "x"  # only the masked baseline
+
+
+def test_no_mask_no_masked_layer():
+    fig = va.single_head(softmax_rows((3, 3)), list("abc"), list("abc"), mask=np.ones((3, 3), bool))
+    assert masked_traces(fig) == [] and "masked" not in (fig.layout.title.text or "")
+
+
+def test_colour_scale_mode_in_title():
+    attn = softmax_rows((2, 2, 4, 4)) * 0.5
+    head = va.single_head(attn[0, 0], list("abcd"), list("abcd"), title="L0 H0")
+    assert head.data[0].zmax == pytest.approx(float(attn[0, 0].max()), rel=1e-5)
+    assert "maximum" in head.layout.title.text and head.layout.title.text.startswith("L0 H0")
+    shared = va.single_head(attn[0, 0], list("abcd"), list("abcd"), scale="shared")
+    assert shared.data[0].zmax == 1 and "0–1" in shared.layout.title.text
+    grid = validated(va.head_grid(attn, list("abcd"), list("abcd"), scale="head"))
+    assert [t.zmax for t in grid.data] == pytest.approx([float(attn[l, h].max()) for l in range(2) for h in range(2)])
+    assert "own maximum" in grid.layout.title.text and not grid.layout.coloraxis.cmax
+    with pytest.raises(ValueError):
+        va.single_head(attn[0, 0], list("abcd"), list("abcd"), scale="log")
+
+
+def test_repeated_tokens_numbered_on_axes():
+    toks = ["<bos>", "Hund", "a", "b", "c", "d", "Hund", "<eos>"]
+    fig = va.single_head(softmax_rows((8, 8)), toks, toks)
+    assert list(fig.layout.xaxis.ticktext)[1] == "Hund₁" and list(fig.layout.yaxis.ticktext)[6] == "Hund₆"
+    assert "%{y}" in fig.data[0].hovertemplate  # hover shows the tick text, numbered
+    assert token_labels(["x", "y"]) == ["x", "y"]  # a token seen once stays plain
+
+
+def test_long_axes_are_thinned_with_a_note_not_shrunk():
+    n = 50
+    toks = [f"t{i}" for i in range(n)]
+    fig = validated(va.single_head(softmax_rows((n, n)), toks, toks))
+    lay = fig.layout
+    assert not lay.xaxis.showticklabels and len(lay.xaxis.ticktext) == n  # data axis keeps every label for hover
+    twins = [lay[k] for k in ("xaxis2", "yaxis2")]
+    assert twins[0].overlaying == "x" and twins[0].matches == "x" and twins[1].overlaying == "y"
+    assert list(twins[0].tickvals) == list(range(0, n, 3)) and list(twins[0].ticktext) == toks[::3]
+    assert all(t.tickfont.size >= 10 for t in twins)
+    assert "every 3rd label shown" in lay.title.text
+    short = va.single_head(softmax_rows((6, 6)), toks[:6], toks[:6])
+    assert short.layout.xaxis.showticklabels is not False and "label shown" not in (short.layout.title.text or "")
+    grid = validated(va.head_grid(softmax_rows((4, 4, 30, 30)), toks[:30], toks[:30]))
+    assert grid.layout.xaxis2.overlaying == "x" and "label shown" in grid.layout.title.text
+    assert grid.layout.yaxis2.tickfont.size >= 10
+
+
+def test_decoder_rows_use_step_labels():
+    from viz.common import STEP_ROW_TITLE, step_row_labels
+    rows = step_row_labels(["<bos>", "Two", "young"], ["Two", "young", "<eos>"])
+    assert rows == ["<bos>→Two", "Two→young", "young→<eos>"]
+    with pytest.raises(ValueError):
+        step_row_labels(["<bos>"], ["a", "b"])
+    fig = va.single_head(softmax_rows((3, 4)), rows, list("abcd"), query_title=STEP_ROW_TITLE)
+    assert list(fig.layout.yaxis.ticktext) == ["&lt;bos&gt;→Two", "Two→young", "young→&lt;eos&gt;"]
+    assert fig.layout.yaxis.title.text == esc(STEP_ROW_TITLE)
+    grid = va.head_grid(softmax_rows((1, 2, 3, 4)), rows, list("abcd"), query_title=STEP_ROW_TITLE)
+    assert grid.layout.yaxis.title.text == esc(STEP_ROW_TITLE)
+
+
+def test_grid_panels_carry_kind_layer_head_for_clicks():
+    fig = as_json(va.head_grid(softmax_rows((2, 3, 4, 4)), list("abcd"), list("abcd"), kind="cross",
+                               layer_offset=1, mask=np.tril(np.ones((4, 4), bool))))
+    metas = [(t["meta"]["kind"], t["meta"]["layer"], t["meta"]["head"]) for t in fig["data"]]
+    weights = [m for m, t in zip(metas, fig["data"]) if t.get("name") != "masked"]
+    assert weights == [("cross", l, h) for l in (1, 2) for h in range(3)]
+    assert set(metas) == set(weights)  # masked cells open the same head
+    one = as_json(va.single_head(softmax_rows((4, 4)), list("abcd"), list("abcd"), kind="cross", layer=2, head=1))
+    assert one["data"][0]["meta"] == {"kind": "cross", "layer": 2, "head": 1}
+
+
 # --------------------------------------------------------------------------- steps
 
 def test_topk_bars_marks_chosen():
@@ -203,7 +315,7 @@ def test_step_rows_one_row_per_head():
     z = np.asarray(tr.z, dtype=float)
     assert z.shape == (6, 4) and np.allclose(z, rows.reshape(6, 4), atol=1e-6)
     assert list(fig.layout.yaxis.ticktext) == ["L0 H0", "L0 H1", "L0 H2", "L1 H0", "L1 H1", "L1 H2"]
-    assert list(fig.layout.xaxis.ticktext) == ["&lt;bos&gt;", "a", "a", "&lt;eos&gt;"]
+    assert list(fig.layout.xaxis.ticktext) == ["&lt;bos&gt;", "a₁", "a₂", "&lt;eos&gt;"]
     with pytest.raises(ValueError):
         vs.step_rows(rows, ["a", "b"])
 
@@ -239,7 +351,7 @@ def test_mask_panels():
     assert len(fig.data) == 3
     assert np.asarray(fig.data[0].z).shape == (4, 4) and np.asarray(fig.data[0].z)[:, 3].sum() == 0
     assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis3.autorange == "reversed"
-    assert list(fig.layout.xaxis2.ticktext) == ["&lt;bos&gt;", "x", "x"]
+    assert list(fig.layout.xaxis2.ticktext) == ["&lt;bos&gt;", "x₁", "x₂"]
 
 
 # --------------------------------------------------------------------------- positional
