@@ -280,3 +280,58 @@ def comparison_maps(base: np.ndarray, modified: np.ndarray, q_tokens: Sequence[s
     layout["coloraxis2"] = dict(colorscale=DIVERGING, cmid=0.0, cmin=-m, cmax=m,
                                 colorbar=dict(title=dict(text="Δ"), thickness=10, x=0.935, len=0.45, y=0.22))
     return figure(data, layout)
+
+
+SCORE_HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>%s: %%{z:.4f}<extra></extra>"
+
+
+def score_panels(scores: np.ndarray, weights: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *,
+                 mask=None, title: str | None = None, query_valid=None, query_title: str | None = None,
+                 label: str = "", max_labels: int = MAX_TICK_LABELS) -> go.Figure:
+    """One head's arithmetic in three panels on shared axes (zoom one, all follow).
+
+    1. ``scores``: the scaled scores QKᵀ/√d_k (``hook_scores``: before the mask), diverging
+       colours centred on 0; 2. the same scores with ``mask`` (True = attend, ``hook_mask``)
+       applied: masked cells are drawn dark grey and hover "−∞ (masked)", the rest keep their
+       score on the same colour axis; 3. ``weights``: the softmax (``hook_pattern``), 0–1.
+    Hovers show the real numbers. Padding query rows (``query_valid`` False) are blank.
+    """
+    scores = _check(scores, q_tokens, k_tokens, 2)
+    weights = _check(weights, q_tokens, k_tokens, 2)
+    zs = blank_rows(scores, query_valid)
+    m = finite_absmax(zs)
+    z_masked, zm, masked = _weights_and_mask(scores, mask, query_valid)
+    fs = max(MIN_LABEL_FONT, label_font_size(max(len(q_tokens), len(k_tokens))) - 2)
+    doms = grid_domains(1, 3, hgap=0.05, vgap=0, left=0.08, right=0.93, top=0.9)
+    prefix = f"{esc(label)}<br>" if label else ""
+    panels = [("scaled scores QKᵀ/√d_k", zs, "coloraxis", "score"),
+              ("scores with the mask (−∞ where masked)", z_masked, "coloraxis", "score"),
+              ("softmax: attention weights", blank_rows(weights, query_valid), "coloraxis2", "weight")]
+    layout = base_layout(160 + min(480, max(240, 22 * len(q_tokens))))
+    layout["margin"] = dict(l=20, r=10, b=100)
+    data, annotations = [], []
+    for i, (name, z, cax, what) in enumerate(panels):
+        xr, yr, xa, ya = axis_ids(i)
+        xd, yd = doms[i]
+        data.append(dict(type="heatmap", z=z, coloraxis=cax, xaxis=xr, yaxis=yr, hoverongaps=False,
+                         hovertemplate=SCORE_HOVER % (prefix + esc(name), what)))
+        if i == 1 and masked:
+            tr = masked_trace(zm, label, xaxis=xr, yaxis=yr)
+            tr["hovertemplate"] = tr["hovertemplate"].replace("<b>masked</b> (not attended)", "score: −∞ (masked)")
+            data.append(tr)
+        layout[xa] = dict(token_axis(k_tokens, font_size=fs, angle=-90), domain=list(xd), anchor=yr)
+        layout[ya] = dict(token_axis(q_tokens, show=i == 0, font_size=fs), domain=list(yd), anchor=xr,
+                          autorange="reversed")
+        if i:
+            layout[xa]["matches"], layout[ya]["matches"] = "x", "y"
+        annotations.append(subplot_title(name, xd, yd))
+    layout["yaxis"]["title"] = dict(text=esc(query_title or "query"), font=dict(size=11))
+    k = thin_axes(layout, data, max(4, max_labels // 3))
+    layout["annotations"] = annotations
+    set_title(layout, title, ["scores: diverging, 0 = white", MASKED_NOTE if masked else "",
+                              thin_note(k) if k > 1 else ""], top_extra=20)
+    layout["coloraxis"] = dict(colorscale=DIVERGING, cmid=0.0, cmin=-m, cmax=m,
+                               colorbar=dict(title=dict(text="score"), thickness=10, x=0.935, len=0.45, y=0.75))
+    layout["coloraxis2"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
+                                colorbar=dict(title=dict(text="weight"), thickness=10, x=0.935, len=0.45, y=0.22))
+    return figure(data, layout)
