@@ -327,6 +327,31 @@ def test_step_probabilities_two_runs():
     assert fig.data[1].text[0] == "&lt;script&gt;"
 
 
+def test_score_panels_show_scores_masked_scores_and_softmax():
+    n = 4
+    rng = np.random.default_rng(5)
+    scores = rng.normal(size=(n, n)) * 3
+    causal = np.tril(np.ones((n, n), dtype=bool))
+    w = np.where(causal, np.exp(scores), 0)
+    w /= w.sum(-1, keepdims=True)
+    fig = validated(va.score_panels(scores, w, list("abcd"), list("abcd"), mask=causal, title="<b>x</b>"))
+    data = traces(fig)
+    s1, s2, sm = [t for t in data if t.get("name") != "masked"]
+    (grey,) = masked_traces(fig)
+    assert np.allclose(z_of(s1), scores, atol=1e-5)                          # panel 1: the scores as given
+    assert np.allclose(z_of(s2)[causal], scores[causal], atol=1e-5) and np.isnan(z_of(s2)[~causal]).all()
+    assert np.isfinite(z_of(grey)[~causal]).all() and grey["xaxis"] == "x2"  # panel 2: −∞ cells drawn grey
+    assert "−∞" in grey["hovertemplate"]
+    assert np.allclose(z_of(sm), w, atol=1e-6)                               # panel 3: the softmax
+    assert "%{z:.4f}" in s1["hovertemplate"] and "%{z:.4f}" in sm["hovertemplate"]  # real numbers on hover
+    assert s1["coloraxis"] == s2["coloraxis"] != sm["coloraxis"]
+    lay = fig.layout
+    assert lay.xaxis2.matches == "x" and lay.xaxis3.matches == "x" and lay.yaxis3.matches == "y"
+    assert "<b>x" not in lay.title.text
+    with pytest.raises(ValueError):
+        va.score_panels(scores, w[:3], list("abcd"), list("abcd"))
+
+
 # --------------------------------------------------------------------------- masks
 
 def test_mask_heatmap_values_and_broadcast_row():
@@ -352,6 +377,90 @@ def test_mask_panels():
     assert np.asarray(fig.data[0].z).shape == (4, 4) and np.asarray(fig.data[0].z)[:, 3].sum() == 0
     assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis3.autorange == "reversed"
     assert list(fig.layout.xaxis2.ticktext) == ["&lt;bos&gt;", "x₁", "x₂"]
+
+
+# --------------------------------------------------------------------------- decoder rows everywhere, steps, clicks
+
+def test_every_decoder_row_view_takes_step_labels():
+    from viz import alignment as val, beam as vb, pair as vpair, rollout as vr
+    from viz.common import STEP_ROW_TITLE, step_row_labels
+    rows = step_row_labels(["<bos>", "Two", "men"], ["Two", "men", "<eos>"])
+    want = ["&lt;bos&gt;→Two", "Two→men", "men→&lt;eos&gt;"]
+    src = ["<bos>", "Zwei", "Männer", "<eos>"]
+    roll = validated(vr.rollout_figure(softmax_rows((4, 4)), softmax_rows((3, 4)), src, rows, out_title=STEP_ROW_TITLE))
+    assert list(roll.layout.yaxis2.ticktext) == want and roll.layout.yaxis2.title.text == esc(STEP_ROW_TITLE)
+    align = validated(val.alignment_lines(softmax_rows((3, 4)), src, rows, out_title=STEP_ROW_TITLE))
+    assert align.data[0].node.label[4:] == tuple(f"{i}: {w}" for i, w in enumerate(want))
+    assert esc(STEP_ROW_TITLE) in [a.text for a in align.layout.annotations]
+    pair = validated(vpair.side_by_side([("a", softmax_rows((3, 4)), rows, src)], query_title=STEP_ROW_TITLE))
+    assert list(pair.layout.yaxis.ticktext) == want and pair.layout.yaxis.title.text == esc(STEP_ROW_TITLE)
+    probs = validated(vs.step_probabilities([("greedy", rows, [0.9, 0.8, 0.7])], x_title=STEP_ROW_TITLE))
+    assert list(probs.data[0].text) == want and probs.layout.xaxis.title.text == esc(STEP_ROW_TITLE)
+    step = validated(vs.step_rows(softmax_rows((1, 2, 4)), src, query_label=rows[1]))
+    assert "Two→men" in step.layout.title.text and "Two→men" in step.data[0].hovertemplate
+    nodes = [dict(id=0, parent=None, step=0, token="<bos>", status="chosen", score=0.0),
+             dict(id=1, parent=0, step=1, token="Two", status="chosen", score=-0.1),
+             dict(id=2, parent=0, step=1, token="<i>", status="pruned", score=-2.0)]
+    tree = validated(vb.beam_tree_figure(nodes, [0, 0, 1], step_rows=True))
+    hovers = [h for t in tree.data if t.hovertext for h in t.hovertext]
+    assert any("&lt;bos&gt;→<b>Two</b>" in h for h in hovers) and not any("<i>" in h for h in hovers)
+    assert "input → token" in tree.layout.xaxis.title.text
+
+
+def test_topk_axis_fixed_and_chosen_label_never_clipped():
+    for probs in ([0.97, 0.02, 0.01], [0.2, 0.15, 0.1]):
+        fig = validated(vs.topk_bars(["Two", "A", "<unk>"], probs, chosen=0))
+        assert list(fig.layout.xaxis.range) == [0, 1] and fig.layout.xaxis.fixedrange
+        tr = fig.data[0]
+        assert "← chosen" in tr.text[0]
+        # a long bar writes inside (never past 100 %), a short bar outside (room to its right)
+        assert tr.textposition[0] == ("inside" if probs[0] >= vs.INSIDE_FROM else "outside")
+        assert tr.cliponaxis is False and tr.constraintext == "none"
+
+
+def test_source_strip_wraps_and_shades_by_weight():
+    src = ["<bos>", "ein", "Hund", "und", "ein", "Hund", "<script>", "<eos>", "<pad>"]
+    w = np.array([0.05, 0.05, 0.5, 0.1, 0.05, 0.2, 0.03, 0.02, 0.0])
+    fig = validated(vs.source_strip(w, src, per_row=4, key_valid=[True] * 8 + [False], what="head L1 H2"))
+    (tr,) = traces(fig)
+    z = z_of(tr)
+    assert z.shape == (2, 4) and np.allclose(z.ravel(), w[:8], atol=1e-6)  # <pad> left out
+    assert tr["text"][0][2] == "Hund₂" and tr["text"][1][1] == "Hund₅" and tr["text"][1][2] == "&lt;script&gt;"
+    assert np.asarray(tr["customdata"]).ravel().tolist() == list(range(8))
+    assert tr["zmax"] == pytest.approx(0.5) and "head L1 H2" in fig.layout.title.text
+    assert fig.layout.height < 160 and tr["textfont"]["size"] >= 12
+    narrow = vs.source_strip(w, src)  # default 7 chips a row: fits a 390 px column
+    assert np.asarray(narrow.data[0].z).shape == (2, 7)
+    with pytest.raises(ValueError):
+        vs.source_strip(w[:3], src)
+
+
+def test_heads_mini_grows_row_by_row_at_a_fixed_size():
+    src = ["<bos>", "a", "b", "<eos>"]
+    full = softmax_rows((2, 3, 5, 4))
+    labels = [f"r{i}" for i in range(5)]
+    figs = [validated(vs.heads_mini(full[:, :, :t], src, labels, n_rows=5, kind="cross")) for t in (1, 3, 5)]
+    assert len({f.layout.height for f in figs}) == 1
+    for t, fig in zip((1, 3, 5), figs):
+        data = traces(fig)
+        assert len(data) == 6 and [d["meta"] for d in data][4] == {"kind": "cross", "layer": 1, "head": 1}
+        z = z_of(data[0])
+        assert z.shape == (5, 4) and np.allclose(z[:t], full[0, 0, :t], atol=1e-6) and np.isnan(z[t:]).all()
+    with pytest.raises(ValueError):
+        vs.heads_mini(full, src, labels[:2])
+
+
+def test_profile_cells_carry_layer_and_head():
+    from viz import profiles as vprof
+    g = np.arange(12, dtype=float).reshape(3, 4)
+    fig = as_json(vprof.profile_heatmaps([("encoder self", g), ("cross", g)], "special_tokens",
+                                         kinds=["encoder", "cross"], title="weight on <bos>/<eos>"))
+    for trace, kind in zip(fig["data"], ("encoder", "cross")):
+        assert trace["meta"] == {"kind": kind}
+        assert trace["customdata"] == [[[l, h] for h in range(4)] for l in range(3)]
+        assert "%{customdata[0]}" in trace["hovertemplate"]
+    assert "&lt;bos&gt;" in fig["layout"]["title"]["text"] and "<bos>" not in fig["layout"]["title"]["text"]
+    assert all("<bos>" not in s for s in strings(fig))
 
 
 # --------------------------------------------------------------------------- positional
@@ -400,6 +509,11 @@ def test_zero_rows_give_zero_similarity():
     lambda: vs.step_rows(softmax_rows((1, 2, 7)), EVIL),
     lambda: vm.mask_heatmap(np.ones((7, 7), bool), EVIL, EVIL),
     lambda: vp.embedding_norms(EVIL, np.ones(7), np.ones(7)),
+    lambda: va.score_panels(softmax_rows((7, 7)), softmax_rows((7, 7)), EVIL, EVIL, label="<i>l</i>"),
+    lambda: vs.source_strip(np.linspace(0, 1, 7), EVIL),
+    lambda: vs.heads_mini(softmax_rows((1, 2, 7, 7)), EVIL, EVIL),
+    lambda: va.head_grid(softmax_rows((1, 1, 7, 7)), EVIL, EVIL, mask=np.tril(np.ones((7, 7), bool)),
+                         query_title="<i>q</i>"),
 ])
 def test_user_text_is_escaped(build):
     fig = build()
