@@ -52,6 +52,12 @@ def validated(fig: go.Figure) -> go.Figure:
     return fig
 
 
+def title_of(fig: go.Figure) -> str:
+    """The title and its subtitle (where the builders put the colour-scale, mask and thinning notes)."""
+    t = fig.layout.title
+    return f"{t.text or ''} | {t.subtitle.text or ''}"
+
+
 def z_of(trace) -> np.ndarray:
     return np.asarray(trace["z"], dtype=float)
 
@@ -98,7 +104,7 @@ def test_head_grid_shapes_shared_scale_and_labels():
     assert {t["coloraxis"] for t in data} == {"coloraxis"}  # one shared colour scale
     ca = fig.layout.coloraxis
     assert ca.cmin == 0 and ca.cmax == 1  # "shared": 0–1 in every panel, and the title says so
-    assert "0–1" in fig.layout.title.text
+    assert "0–1" in title_of(fig)
     for l in range(L):
         for h in range(H):
             t = data[l * H + h]
@@ -209,7 +215,7 @@ def test_single_head_draws_masked_cells_unlike_zero_weight():
     assert np.isnan(zw[4]).all() and np.isnan(zm[4]).all()                   # padding row blanked
     assert masked["colorscale"][0][1] != ATTN_SCALE[0][1]                   # not the colour of weight 0
     assert "masked" in masked["hovertemplate"] and "%{z" not in masked["hovertemplate"]
-    assert "masked" in fig.layout.title.text
+    assert "masked" in title_of(fig)
 
 
 def test_grid_and_means_draw_masks_per_panel():
@@ -229,19 +235,19 @@ def test_grid_and_means_draw_masks_per_panel():
 
 def test_no_mask_no_masked_layer():
     fig = va.single_head(softmax_rows((3, 3)), list("abc"), list("abc"), mask=np.ones((3, 3), bool))
-    assert masked_traces(fig) == [] and "masked" not in (fig.layout.title.text or "")
+    assert masked_traces(fig) == [] and "masked" not in title_of(fig)
 
 
 def test_colour_scale_mode_in_title():
     attn = softmax_rows((2, 2, 4, 4)) * 0.5
     head = va.single_head(attn[0, 0], list("abcd"), list("abcd"), title="L0 H0")
     assert head.data[0].zmax == pytest.approx(float(attn[0, 0].max()), rel=1e-5)
-    assert "maximum" in head.layout.title.text and head.layout.title.text.startswith("L0 H0")
+    assert "maximum" in title_of(head) and head.layout.title.text == "L0 H0"
     shared = va.single_head(attn[0, 0], list("abcd"), list("abcd"), scale="shared")
-    assert shared.data[0].zmax == 1 and "0–1" in shared.layout.title.text
+    assert shared.data[0].zmax == 1 and "0–1" in title_of(shared)
     grid = validated(va.head_grid(attn, list("abcd"), list("abcd"), scale="head"))
     assert [t.zmax for t in grid.data] == pytest.approx([float(attn[l, h].max()) for l in range(2) for h in range(2)])
-    assert "own maximum" in grid.layout.title.text and not grid.layout.coloraxis.cmax
+    assert "own maximum" in title_of(grid) and not grid.layout.coloraxis.cmax
     with pytest.raises(ValueError):
         va.single_head(attn[0, 0], list("abcd"), list("abcd"), scale="log")
 
@@ -264,11 +270,11 @@ def test_long_axes_are_thinned_with_a_note_not_shrunk():
     assert twins[0].overlaying == "x" and twins[0].matches == "x" and twins[1].overlaying == "y"
     assert list(twins[0].tickvals) == list(range(0, n, 3)) and list(twins[0].ticktext) == toks[::3]
     assert all(t.tickfont.size >= 10 for t in twins)
-    assert "every 3rd label shown" in lay.title.text
+    assert "every 3rd label shown" in title_of(fig)
     short = va.single_head(softmax_rows((6, 6)), toks[:6], toks[:6])
-    assert short.layout.xaxis.showticklabels is not False and "label shown" not in (short.layout.title.text or "")
+    assert short.layout.xaxis.showticklabels is not False and "label shown" not in title_of(short)
     grid = validated(va.head_grid(softmax_rows((4, 4, 30, 30)), toks[:30], toks[:30]))
-    assert grid.layout.xaxis2.overlaying == "x" and "label shown" in grid.layout.title.text
+    assert grid.layout.xaxis2.overlaying == "x" and "label shown" in title_of(grid)
     assert grid.layout.yaxis2.tickfont.size >= 10
 
 
@@ -347,7 +353,7 @@ def test_score_panels_show_scores_masked_scores_and_softmax():
     assert s1["coloraxis"] == s2["coloraxis"] != sm["coloraxis"]
     lay = fig.layout
     assert lay.xaxis2.matches == "x" and lay.xaxis3.matches == "x" and lay.yaxis3.matches == "y"
-    assert "<b>x" not in lay.title.text
+    assert "<b>x" not in title_of(fig) and "&lt;b&gt;x" in title_of(fig)
     with pytest.raises(ValueError):
         va.score_panels(scores, w[:3], list("abcd"), list("abcd"))
 
@@ -397,7 +403,7 @@ def test_every_decoder_row_view_takes_step_labels():
     probs = validated(vs.step_probabilities([("greedy", rows, [0.9, 0.8, 0.7])], x_title=STEP_ROW_TITLE))
     assert list(probs.data[0].text) == want and probs.layout.xaxis.title.text == esc(STEP_ROW_TITLE)
     step = validated(vs.step_rows(softmax_rows((1, 2, 4)), src, query_label=rows[1]))
-    assert "Two→men" in step.layout.title.text and "Two→men" in step.data[0].hovertemplate
+    assert "Two→men" in title_of(step) and "Two→men" in step.data[0].hovertemplate
     nodes = [dict(id=0, parent=None, step=0, token="<bos>", status="chosen", score=0.0),
              dict(id=1, parent=0, step=1, token="Two", status="chosen", score=-0.1),
              dict(id=2, parent=0, step=1, token="<i>", status="pruned", score=-2.0)]
@@ -427,7 +433,7 @@ def test_source_strip_wraps_and_shades_by_weight():
     assert z.shape == (2, 4) and np.allclose(z.ravel(), w[:8], atol=1e-6)  # <pad> left out
     assert tr["text"][0][2] == "Hund₂" and tr["text"][1][1] == "Hund₅" and tr["text"][1][2] == "&lt;script&gt;"
     assert np.asarray(tr["customdata"]).ravel().tolist() == list(range(8))
-    assert tr["zmax"] == pytest.approx(0.5) and "head L1 H2" in fig.layout.title.text
+    assert tr["zmax"] == pytest.approx(0.5) and "head L1 H2" in title_of(fig)
     assert fig.layout.height < 160 and tr["textfont"]["size"] >= 12
     narrow = vs.source_strip(w, src)  # default 7 chips a row: fits a 390 px column
     assert np.asarray(narrow.data[0].z).shape == (2, 7)

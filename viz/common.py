@@ -182,11 +182,7 @@ def subplot_title(text: str, xdom, ydom, size: int = 11) -> dict:
                 xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=size))
 
 
-def title_text(title: str | None, notes: Sequence[str] = ()) -> str:
-    """Escaped title, with plain-text ``notes`` (colour-scale mode, label thinning, ...) on a smaller second line."""
-    notes = [n for n in notes if n]
-    line2 = f'<span style="font-size:11px;color:#555">{esc(" · ".join(notes))}</span>' if notes else ""
-    return "<br>".join(s for s in (esc(title) if title else "", line2) if s)
+NOTE_FONT = dict(size=11, color="#555")
 
 
 def title_top(title: str | None, notes: Sequence[str] = (), base: int = 20) -> int:
@@ -195,11 +191,19 @@ def title_top(title: str | None, notes: Sequence[str] = (), base: int = 20) -> i
 
 
 def set_title(layout: dict, title: str | None, notes: Sequence[str] = (), top_extra: int = 0) -> dict:
-    """(Re)write ``layout``'s title and top margin from ``title`` and ``notes``; returns layout."""
-    text = title_text(title, notes)
-    if text:
-        layout["title"] = dict(text=text, x=0.01, xanchor="left", font=dict(size=14))
-    layout.setdefault("margin", {})["t"] = title_top(title, notes) + top_extra
+    """(Re)write ``layout``'s title and top margin from plain-text ``title`` and ``notes``; returns layout.
+
+    The notes (colour-scale mode, masks, label thinning) go in the title's subtitle, in smaller
+    grey type; with no title they are the title, in the same small type. Both are escaped here.
+    """
+    note = esc(" · ".join(n for n in notes if n))
+    if title:
+        layout["title"] = dict(text=esc(title), x=0.01, xanchor="left", font=dict(size=14))
+        if note:
+            layout["title"]["subtitle"] = dict(text=note, font=NOTE_FONT)
+    elif note:
+        layout["title"] = dict(text=note, x=0.01, xanchor="left", font=NOTE_FONT)
+    layout.setdefault("margin", {})["t"] = title_top(title, [note]) + top_extra
     return layout
 
 

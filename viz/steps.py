@@ -191,5 +191,5 @@ def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence
         + [dict(text=f"L{l + layer_offset}", x=0, xref="paper", xanchor="right", xshift=-4,
                 y=l * (Q + 1) + (Q - 1) / 2, yref="y", showarrow=False, font=dict(size=10)) for l in range(L)])
     layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0, showscale=False)
-    set_title(layout, title, [f"all heads, {t} of {Q} rows; colour 0–1"], top_extra=4)
+    set_title(layout, title, [f"{t} of {Q} rows decoded; colour 0–1"], top_extra=4)
     return figure(data, layout)
