@@ -201,7 +201,7 @@ def layer_means(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[st
         annotations.append(subplot_title(f"layer {l + layer_offset}", xd, yd))
     if query_title:
         layout["yaxis"]["title"] = dict(text=esc(query_title), font=dict(size=11))
-    k = thin_axes(layout, data, max(4, max_labels // max(1, L)) if L > 1 else max_labels)
+    k = thin_axes(layout, data, max_labels)  # rotated 10 px labels: 24 fit a panel a quarter of 1440 px wide
     layout["annotations"] = annotations
     notes = _notes(scale, None, masked, k)
     if scale == "head":
@@ -268,7 +268,7 @@ def comparison_maps(base: np.ndarray, modified: np.ndarray, q_tokens: Sequence[s
         annotations.append(subplot_title(name, xd, yd))
     if query_title:
         layout["yaxis"]["title"] = dict(text=esc(query_title), font=dict(size=11))
-    k = thin_axes(layout, data, max(4, max_labels // 3))
+    k = thin_axes(layout, data, max_labels)
     any_masked = any(p[2] for p in panels)
     set_title(layout, title, [scale_note("shared"), MASKED_NOTE if any_masked else "",
                               thin_note(k) if k > 1 else ""], top_extra=20)
@@ -326,7 +326,7 @@ def score_panels(scores: np.ndarray, weights: np.ndarray, q_tokens: Sequence[str
             layout[xa]["matches"], layout[ya]["matches"] = "x", "y"
         annotations.append(subplot_title(name, xd, yd))
     layout["yaxis"]["title"] = dict(text=esc(query_title or "query"), font=dict(size=11))
-    k = thin_axes(layout, data, max(4, max_labels // 3))
+    k = thin_axes(layout, data, max_labels)
     layout["annotations"] = annotations
     set_title(layout, title, ["scores: diverging, 0 = white", MASKED_NOTE if masked else "",
                               thin_note(k) if k > 1 else ""], top_extra=20)

@@ -56,7 +56,7 @@ def side_by_side(maps: Sequence[tuple[str, np.ndarray, Sequence[str], Sequence[s
         layout["yaxis"]["title"] = dict(text=esc(query_title), font=dict(size=11))
     layout["annotations"] = notes
     layout["margin"] = dict(l=100, r=40, b=110)
-    k = thin_axes(layout, data, max(4, max_labels // len(maps)))
+    k = thin_axes(layout, data, max_labels)
     masked = any(t.get("name") == "masked" for t in data)
     set_title(layout, title, ["colour: 0 to the largest weight of all panels, shared", MASKED_NOTE if masked else "",
                               thin_note(k) if k > 1 else ""], top_extra=20)

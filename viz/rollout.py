@@ -57,7 +57,7 @@ def rollout_figure(rollout: np.ndarray, attribution: np.ndarray, src_tokens: Seq
     if out_title:
         layout["yaxis2"]["title"] = dict(text=esc(out_title), font=dict(size=11))
     layout["margin"] = dict(l=100, r=60, t=top, b=100)
-    k = thin_axes(layout, data, max(4, max_labels // 2))
+    k = thin_axes(layout, data, max_labels)
     if k > 1:  # the note takes a second title line: push the plots down by as much
         set_title(layout, title, [thin_note(k)])
         layout["margin"]["t"] = top + 20
