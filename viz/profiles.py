@@ -18,7 +18,7 @@ def profile_heatmaps(grids: Sequence[tuple[str, np.ndarray]], stat: str, *, titl
     """``grids``: (label, (layers, heads) array) per attention kind, side by side on ONE colour scale.
 
     Click target: cell (l, h) carries ``customdata = [l + layer_offset, h]``, and its trace
-    ``meta = {"kind": kinds[i] or the label}``; in a ``plotly_click`` handler read
+    ``meta = {"kind": kinds[i]}`` (None without ``kinds``); in a ``plotly_click`` handler read
     ``event.points[0].customdata`` (layer, head) and ``event.points[0].data.meta.kind``.
     """
     if not grids:
@@ -33,7 +33,7 @@ def profile_heatmaps(grids: Sequence[tuple[str, np.ndarray]], stat: str, *, titl
         sfx = "" if i == 0 else str(i + 1)
         cells = [[[l + layer_offset, h] for h in range(H)] for l in range(L)]
         data.append(dict(type="heatmap", z=z, xaxis="x" + sfx, yaxis="y" + sfx, coloraxis="coloraxis",
-                         customdata=cells, meta={"kind": kinds[i] if kinds else label},
+                         customdata=cells, meta={"kind": kinds[i] if kinds else None},
                          texttemplate="%{z:.2f}", hoverongaps=False,
                          hovertemplate=esc(label) + "<br>layer %{customdata[0]}, head %{customdata[1]}<br>"
                                        + esc(STAT_LABELS.get(stat, stat)) + ": %{z:.4f}<extra></extra>"))
