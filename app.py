@@ -323,8 +323,12 @@ def step_outputs(run: Run | None, t):
           f"and picks the highlighted one with probability {sv['prob']:.1%}.")
     topk = vs.topk_bars(sv["topk_tokens"], sv["topk_probs"], sv["chosen"],
                         title=f"Top-{len(sv['topk_tokens'])} next tokens at step {sv['t']}")
-    cross = vs.step_rows(sv["cross"], sv["src_tokens"], what="cross-attention",
-                         title=f"Cross-attention of step {sv['t']} over the source, every layer and head")
+    cross_w, src, over = sv["cross"], sv["src_tokens"], "the source"
+    if run.src_spans is not None:  # subword model: a source word's weight is the sum over its pieces
+        cross_w = an.pool_words(cross_w[..., None, :], [[0]], run.src_spans)[..., 0, :]
+        src, over = run.words(src, run.src_spans), "the source words (pieces pooled)"
+    cross = vs.step_rows(cross_w, src, what="cross-attention",
+                         title=f"Cross-attention of step {sv['t']} over {over}, every layer and head")
     self_ = vs.step_rows(sv["self"], sv["prefix"], what="self-attention", highlight_key=len(sv["prefix"]) - 1,
                          title=f"Decoder self-attention of step {sv['t']} over the prefix")
     return md, prefix, topk, cross, self_
@@ -350,18 +354,23 @@ def norms_figure(run: Run | None):
                               title="Per source position: scaled token embedding vs positional encoding (L2 norm)")
 
 
-def compare_maps_figure(cmp: CompareRun | None, kind: str, layer, head):
+def compare_maps_figure(cmp: CompareRun | None, kind: str, layer, head, lm=None):
+    """Baseline, modified and difference maps; a subword ``lm`` pools pieces into words."""
     if cmp is None:
         return message_figure("Press Compare to run the baseline and the modified model.")
     kind = kind if kind in ATTN_KINDS else ATTN_KINDS[2]
-    base = explore.attention(cmp.base.trace, kind)
-    mod = explore.attention(cmp.mod_on_base, kind)
+    if lm is not None and lm.src_vocab.kind != "word":
+        base, q, k = explore.attention_by_word(lm, cmp.base, kind)
+        mod = explore.attention_by_word(lm, cmp.base, kind, trace=cmp.mod_on_base)[0]
+        valid, unit = np.array([t != "<pad>" for t in q], dtype=bool), "; words"
+    else:
+        base, mod = explore.attention(cmp.base.trace, kind), explore.attention(cmp.mod_on_base, kind)
+        (q, k), valid, unit = explore.tokens_for(cmp.base, kind), explore.query_valid(cmp.base, kind), ""
     L, H = base.shape[:2]
     l, h = min(int(layer or 0), L - 1), min(int(head or 0), H - 1)
-    q, k = explore.tokens_for(cmp.base, kind)
-    return va.comparison_maps(base[l, h], mod[l, h], q, k, query_valid=explore.query_valid(cmp.base, kind),
+    return va.comparison_maps(base[l, h], mod[l, h], q, k, query_valid=valid,
                               title=f"{explore.KIND_LABELS[kind]}, layer {l}, head {h}: baseline, modified and "
-                                    "their difference (same decoder input)")
+                                    f"their difference (same decoder input{unit})")
 
 
 # Positions shown by default: Multi30k sentences are ~13 tokens, and the four encoding figures are
@@ -472,7 +481,7 @@ def make_api(reg_key: str):
         except Exception as e:
             log.exception("translate failed")
             raise gr.Error(f"The translation failed ({type(e).__name__}).") from None
-        return explore.to_json(tr, run_notices(tr, notices, reg.models[name]), name)
+        return explore.to_json(tr, run_notices(tr, notices, reg.models[name]), name, lm=reg.models[name])
 
     def compare(text: str, direction: str = "", beam: int = 1, max_len: int = 100, pad_to: int = 0,
                 src_padding_mask: bool = True, causal_mask: bool = True, positional_encoding: bool = True,
@@ -1212,7 +1221,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                 prob_plot: vs.step_probabilities([("baseline", base.output_tokens, [s.prob for s in base.steps]),
                                                   ("modified", mod.output_tokens, [s.prob for s in mod.steps])],
                                                  title="Probability of the chosen token at each step"),
-                cmp_plot: compare_maps_figure(cmp, kind_in, layer_in, head_in),
+                cmp_plot: compare_maps_figure(cmp, kind_in, layer_in, head_in, reg.models.get(cmp.model)),
                 masks_plot: masks_figure(reg, name, mod.src_tokens, mod.output_tokens, iv,
                                          "Masks of the modified run (True = attend)"),
                 cmp_state: cmp,
@@ -1230,7 +1239,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                     return message_figure("Press Compare first."), gr.skip()
                 L = explore.layer_count(reg.models[cmp.model], kind_in)
                 layer_in = min(int(layer_in or 0), L - 1)
-                return compare_maps_figure(cmp, kind_in, layer_in, head_in), gr.Dropdown(
+                return compare_maps_figure(cmp, kind_in, layer_in, head_in, reg.models.get(cmp.model)), gr.Dropdown(
                     choices=layer_choices(L), value=layer_in)
             except Exception:
                 log.error("compare maps failed: %s", traceback.format_exc())
@@ -1363,7 +1372,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                     if run is None:
                         return ("Translate a sentence first (or choose the validation average).",
                                 message_figure("Translate a sentence first."), None, None)
-                    rows = an.profiles_table(explore.head_profiles(run.tr))
+                    rows = an.profiles_table(explore.head_profiles(run.tr, lm=reg.models.get(run.model)))
                     label = " (current sentence)"
                     md = f"Current sentence: {len(run.tr.src_tokens)} source, {len(run.tr.output_tokens)} output tokens."
                 else:

@@ -388,16 +388,17 @@ def tokens_for(tr: Translation, kind: str) -> tuple[list[str], list[str]]:
     return tr.decoder_input_tokens, list(tr.src_tokens)
 
 
-def attention_by_word(lm: LoadedModel, tr: Translation, kind: str
+def attention_by_word(lm: LoadedModel, tr: Translation, kind: str, trace=None
                       ) -> tuple[np.ndarray, list[str], list[str]]:
     """(layers, heads, query words, key words) attention of a kind with pieces pooled into words
-    (keys summed, queries averaged), and the word labels. Word-level models come back unchanged."""
+    (keys summed, queries averaged), and the word labels. Word-level models come back unchanged.
+    ``trace`` defaults to the run's own (another trace of the same tokens may be given)."""
     kind = canonical_kind(kind)
     q, k = tokens_for(tr, kind)
     q_vocab = lm.src_vocab if kind == ATTN_KINDS[0] else lm.tgt_vocab
     k_vocab = lm.tgt_vocab if kind == ATTN_KINDS[1] else lm.src_vocab
-    pooled = pool_words(attention(tr.trace, kind), q_vocab.word_spans(q), k_vocab.word_spans(k))
-    return pooled, q_vocab.join(q), k_vocab.join(k)
+    weights = attention(tr.trace if trace is None else trace, kind)
+    return pool_words(weights, q_vocab.word_spans(q), k_vocab.word_spans(k)), q_vocab.join(q), k_vocab.join(k)
 
 
 def query_valid(tr: Translation, kind: str) -> np.ndarray:
@@ -519,9 +520,21 @@ def _r(a, nd: int = 4):
     return np.round(np.asarray(a, dtype=np.float64), nd).tolist()
 
 
+def word_spans(lm: LoadedModel, tr: Translation) -> dict:
+    """Which tokens form each word of the source, the output and the decoder input, and the words:
+    for subword models a word is several pieces (pool attention with analysis.pool_words); for
+    word-level models every token is its own word."""
+    dec_in = tr.decoder_input_tokens
+    return {"src_word_spans": lm.src_vocab.word_spans(tr.src_tokens), "src_words": lm.src_vocab.join(tr.src_tokens),
+            "output_word_spans": lm.tgt_vocab.word_spans(tr.output_tokens),
+            "output_words": lm.tgt_vocab.join(tr.output_tokens),
+            "decoder_input_word_spans": lm.tgt_vocab.word_spans(dec_in), "decoder_input_words": lm.tgt_vocab.join(dec_in)}
+
+
 def to_json(tr: Translation, notices: list[str] | None = None, model: str | None = None,
-            attention_arrays: bool = True) -> dict:
-    """A JSON-able dict: tokens, the translation, per-step records and the attention arrays."""
+            attention_arrays: bool = True, lm: LoadedModel | None = None) -> dict:
+    """A JSON-able dict: tokens, the translation, per-step records and the attention arrays
+    (over tokens; with ``lm``, also each word's token span, to read them per word)."""
     out = {
         "model": model or f"{tr.src_lang}-{tr.tgt_lang}",
         "src_text": tr.src_text,
@@ -538,6 +551,8 @@ def to_json(tr: Translation, notices: list[str] | None = None, model: str | None
                    "topk": [[tok, round(float(p), 6)] for tok, p in zip(s.topk_tokens, s.topk_probs)]}
                   for s in tr.steps],
     }
+    if lm is not None:
+        out.update(word_spans(lm, tr))
     if attention_arrays and tr.trace is not None:
         out["attention"] = {KIND_JSON[k]: _r(attention(tr.trace, k)) for k in ATTN_KINDS}
         out["attention_shape"] = "layers x heads x queries x keys"
@@ -560,16 +575,21 @@ def alignment_data(tr: Translation, mode: str = "layer", layer: int = 0, head: i
                                       attention(tr.trace, ATTN_KINDS[0]))
 
 
-def head_profiles(tr: Translation, trace=None) -> dict[str, dict]:
-    """{module name: analysis.head_profile(...)} for every attention module of a run."""
+def head_profiles(tr: Translation, trace=None, lm: LoadedModel | None = None) -> dict[str, dict]:
+    """{module name: analysis.head_profile(...)} for every attention module of a run; with a subword
+    ``lm`` the statistics are of the attention pooled into words."""
     from . import analysis
     trace = trace if trace is not None else tr.trace
+    by_word = lm is not None and lm.src_vocab.kind != "word"
     out = {}
     for kind in ATTN_KINDS:
         part, attn_name = kind.split(".")
-        q, k = tokens_for(tr, kind)
-        valid = query_valid(tr, kind)
-        for l, pattern in enumerate(attention(trace, kind)):
+        if by_word:
+            attn, q, k = attention_by_word(lm, tr, kind, trace)
+            valid = np.array([t != "<pad>" for t in q], dtype=bool)
+        else:
+            attn, (q, k), valid = attention(trace, kind), tokens_for(tr, kind), query_valid(tr, kind)
+        for l, pattern in enumerate(attn):
             out[f"{part}.layers.{l}.{attn_name}"] = analysis.head_profile(pattern, k, valid)
     return out
 
@@ -615,7 +635,7 @@ def average_head_profiles(lm: LoadedModel, sentences: list[str], progress=None, 
                 tr = translate(lm, s, opts)
         else:
             tr = translate(lm, s, opts)
-        profs.append(head_profiles(tr))
+        profs.append(head_profiles(tr, lm=lm))
     return analysis.profiles_table(analysis.average_profiles(profs))
 
 
@@ -675,7 +695,8 @@ def export_metadata(tr: Translation, model: str, lm: LoadedModel | None = None, 
             "output_ids": [int(i) for i in tr.output_ids], "decoder_input_tokens": tr.decoder_input_tokens,
             "translation": tr.text, "settings": dict(settings or {}),
             "interventions": describe_interventions(tr.interventions),
-            "hooks": sorted(trace_arrays(tr.trace)) if tr.trace is not None else []}
+            "hooks": sorted(trace_arrays(tr.trace)) if tr.trace is not None else [],
+            **(word_spans(lm, tr) if lm is not None else {})}
 
 
 def write_export(tr: Translation, model: str, folder, lm: LoadedModel | None = None,

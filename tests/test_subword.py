@@ -199,3 +199,37 @@ def test_attention_view_reads_as_words_by_default(tmp_path, sv):
     assert "Feuerwehrmann" in aligned
     assert "Feuerwehrmann" not in json.dumps(app.alignment_view_figure(run, "layer", 0, 0, "pieces").to_dict(),
                                              ensure_ascii=False)
+    # the step view's cross-attention reads per source word; the API and export carry the word spans
+    cross = app.step_outputs(run, 0)[3].to_dict()
+    assert "pieces pooled" in cross["layout"]["title"]["text"]
+    step_ticks = [x for ax in cross["layout"].values() if isinstance(ax, dict) for x in ax.get("ticktext", []) or []]
+    assert any("Feuerwehrmann" in t for t in step_ticks)
+    from model import explore
+    payload = explore.to_json(tr, [], "de-en", lm=lm)
+    assert payload["src_word_spans"] == run.src_spans and "Feuerwehrmann" in payload["src_words"]
+    assert len(payload["output_word_spans"]) == len(payload["output_words"])
+    assert sum(len(s) for s in payload["output_word_spans"]) == len(payload["output_tokens"])
+    meta = explore.export_metadata(tr, "de-en", lm)
+    assert meta["src_word_spans"] == run.src_spans and meta["decoder_input_words"][0] == "<bos>"
+
+
+def test_compare_and_profiles_read_as_words(tmp_path, sv):
+    """Compare maps and head profiles of a subword model are over words; rows still sum to 1."""
+    import app
+    from model import explore
+    from model.transformer import Interventions
+    lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
+    text = "Ein Feuerwehrmann fährt."
+    base = translate(lm, text, DecodeOptions(max_len=5))
+    iv = Interventions(causal_mask=False)
+    mod = translate(lm, text, DecodeOptions(max_len=5), iv=iv)
+    cmp = app.CompareRun("de-en", base, mod, explore.teacher_forced(lm, base, base.output_ids, iv), iv)
+    fig = app.compare_maps_figure(cmp, "encoder.self_attn", 0, 0, lm).to_dict()
+    assert "words" in fig["layout"]["title"]["text"] and "Feuerwehrmann" in json.dumps(fig, ensure_ascii=False)
+    words = explore.head_profiles(base, lm=lm)
+    pieces = explore.head_profiles(base)
+    assert words.keys() == pieces.keys()
+    assert json.dumps(words, default=str) != json.dumps(pieces, default=str)  # enc. self is over fewer keys
+    pooled, q, k = explore.attention_by_word(lm, base, "decoder.cross_attn")
+    np.testing.assert_allclose(pooled.sum(-1), 1.0, atol=1e-5)
+    assert "Feuerwehrmann" in k and len(k) < len(base.src_tokens)
