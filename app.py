@@ -170,20 +170,20 @@ class Run:
     model: str
     tr: Translation
     notices: list[str] = field(default_factory=list)
-    # subword models: which pieces form each word of the source and the output (None: one token a word)
+    # subword models: which pieces form each word of the source and the output, and those words
+    # (None: every token is a word)
     src_spans: list[list[int]] | None = None
     out_spans: list[list[int]] | None = None
+    src_words: list[str] | None = None
+    out_words: list[str] | None = None
 
     @classmethod
     def of(cls, lm, name: str, tr: Translation, notices: list[str] | None = None) -> "Run":
-        subword = lm.src_vocab.kind != "word"
-        return cls(name, tr, list(notices or []),
-                   lm.src_vocab.word_spans(tr.src_tokens) if subword else None,
-                   lm.tgt_vocab.word_spans(tr.output_tokens) if subword else None)
-
-    def words(self, tokens: list[str], spans: list[list[int]]) -> list[str]:
-        """Labels of pooled words: the pieces joined, without the ▁ word mark."""
-        return ["".join(tokens[i] for i in s).replace("\u2581", "") for s in spans]
+        if lm.src_vocab.kind == "word":
+            return cls(name, tr, list(notices or []))
+        w = explore.word_spans(lm, tr)
+        return cls(name, tr, list(notices or []), w["src_word_spans"], w["output_word_spans"], w["src_words"],
+                   w["output_words"])
 
     def by_word(self, units: str) -> bool:
         return units == "words" and self.src_spans is not None
@@ -326,7 +326,7 @@ def step_outputs(run: Run | None, t):
     cross_w, src, over = sv["cross"], sv["src_tokens"], "the source"
     if run.src_spans is not None:  # subword model: a source word's weight is the sum over its pieces
         cross_w = an.pool_words(cross_w[..., None, :], [[0]], run.src_spans)[..., 0, :]
-        src, over = run.words(src, run.src_spans), "the source words (pieces pooled)"
+        src, over = run.src_words, "the source words (pieces pooled)"
     cross = vs.step_rows(cross_w, src, what="cross-attention",
                          title=f"Cross-attention of step {sv['t']} over {over}, every layer and head")
     self_ = vs.step_rows(sv["self"], sv["prefix"], what="self-attention", highlight_key=len(sv["prefix"]) - 1,
@@ -693,7 +693,7 @@ def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
     if run.by_word(units):  # keys summed, queries averaged over a word's pieces
         roll = an.pool_words(roll, run.src_spans, run.src_spans)
         attr = an.pool_words(attr, run.out_spans, run.src_spans)
-        src, out = run.words(src, run.src_spans), run.words(out, run.out_spans)
+        src, out = run.src_words, run.out_words
         which += "; pieces pooled into words"
     return v_roll.rollout_figure(roll, attr, src, out, formula=an.ROLLOUT_FORMULA, src_valid=_pad_valid(src),
                                  title=f"Attention rollout; cross-attention c_t: {which}")
@@ -713,7 +713,7 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
     src, out = tr.src_tokens, tr.output_tokens
     if run.by_word(units):  # keys summed, queries averaged over a word's pieces
         w = an.pool_words(w, run.out_spans, run.src_spans)
-        src, out = run.words(src, run.src_spans), run.words(out, run.out_spans)
+        src, out = run.src_words, run.out_words
         what += "; pieces pooled into words"
     return v_align.alignment_lines(w, src, out, what="weight",
                                    title=f"Alignment lines ({what}); hover a token to highlight its lines")

@@ -651,15 +651,10 @@ def beam_tree_data(lm: LoadedModel, tr: Translation) -> dict:
         if n.get("final"):
             toks = lm.tgt_vocab.decode(n["ids"])
             n["tokens"] = toks
-            n["text"] = detokenize_tokens(toks, lm.tgt_lang)
+            n["text"] = lm.tgt_vocab.to_text(toks, lm.tgt_lang)
     tree["length_penalty"] = tr.beam.length_penalty
     tree["y"] = analysis.tree_layout(tree["nodes"])
     return tree
-
-
-def detokenize_tokens(tokens: list[str], lang: str) -> str:
-    from .vocab import detokenize
-    return detokenize([w for w in tokens if w not in ("<eos>", "<pad>", "<bos>")], lang)
 
 
 def hypothesis_translation(lm: LoadedModel, tr: Translation, ids: list[int]) -> Translation:
@@ -668,7 +663,7 @@ def hypothesis_translation(lm: LoadedModel, tr: Translation, ids: list[int]) -> 
     toks = lm.tgt_vocab.decode(ids)
     trace = full_trace(lm, tr.src_ids, ids, tr.interventions)
     return Translation(tr.src_text, list(tr.src_tokens), list(tr.src_ids), toks, ids,
-                       detokenize_tokens(toks, lm.tgt_lang), float("nan"), [], {}, trace, None, tr.interventions,
+                       lm.tgt_vocab.to_text(toks, lm.tgt_lang), float("nan"), [], {}, trace, None, tr.interventions,
                        tr.truncated, tr.src_lang, tr.tgt_lang)
 
 

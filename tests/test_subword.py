@@ -233,3 +233,14 @@ def test_compare_and_profiles_read_as_words(tmp_path, sv):
     pooled, q, k = explore.attention_by_word(lm, base, "decoder.cross_attn")
     np.testing.assert_allclose(pooled.sum(-1), 1.0, atol=1e-5)
     assert "Feuerwehrmann" in k and len(k) < len(base.src_tokens)
+
+
+def test_beam_tree_texts_are_words_not_pieces(tmp_path, sv):
+    from model import explore
+    lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
+    tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(beam=3, max_len=6))
+    finals = [n for n in explore.beam_tree_data(lm, tr)["nodes"] if n.get("final")]
+    assert finals and all("\u2581" not in n["text"] for n in finals)
+    assert any(n["text"] for n in finals)
+    hyp = explore.hypothesis_translation(lm, tr, finals[0]["ids"])
+    assert hyp.text == finals[0]["text"]
