@@ -17,7 +17,7 @@ from model.bleu import moses_tokenize, tokenized_bleu
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from model.decoding import DecodeOptions, translate, translate_batch
 from model.transformer import Transformer, TransformerConfig
-from model.vocab import SubwordVocab, detokenize, tokenize, tokenize_corpus
+from model.vocab import SubwordVocab, tokenize, tokenize_corpus
 from tests.app_fixtures import SENTENCES, make_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
