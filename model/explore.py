@@ -125,10 +125,22 @@ def headline_bleu(metrics: dict) -> tuple[float, str] | None:
             continue
         if not math.isfinite(float(value)) or "signature" in p:
             continue
-        score = (4 if "test" in p else 0) + (2 if "beam" in p else 0) + (1 if ("lc" in p or "lower" in p) else 0)
+        score = ((8 if "test" in p else 0) + (4 if "beam" in p else 0) + (2 if "tokenized" in p else 0)
+                 + (1 if ("lc" in p or "lower" in p) else 0) - (8 if "no_unk" in p else 0))
         if best is None or score > best[0]:
             best = (score, float(value), path)
-    return (best[1], best[2]) if best else None
+    return (best[1], bleu_label(best[2])) if best else None
+
+
+def bleu_label(path: str) -> str:
+    """A metrics key such as ``bleu.test_2016_flickr.beam5.tokenized.bleu`` in words."""
+    p = path.lower()
+    split = "test" if "test" in p else "val" if "val" in p else ""
+    beam = re.search(r"beam(\d+)", p)
+    decoding = f"beam {beam.group(1)}" if beam else "greedy" if "greedy" in p else ""
+    metric = ("tokenized lowercased" if "tokenized" in p else "lowercased" if ("lower" in p or "lc" in p)
+              else "cased" if "cased" in p else "")
+    return ", ".join(x for x in (split, decoding, metric) if x) or path
 
 
 def model_summary(lm: LoadedModel) -> dict:

@@ -62,3 +62,11 @@ def test_shipped_card_matches_checkpoint(path):
     assert tok["bleu"] >= FLOORS[lm.name], f"{lm.name}: {tok['bleu']} < {FLOORS[lm.name]}"
     size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
     assert size <= 10 * 1024 * 1024, f"{path} is {size / 2**20:.1f} MB"
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_header_names_the_headline_metric_in_words(path):
+    from model.explore import headline_bleu
+    lm = load_checkpoint(path)
+    tok = lm.metrics["bleu"]["test_2016_flickr"][f"beam{lm.metrics['beam']}"]["tokenized"]["bleu"]
+    assert headline_bleu(lm.metrics) == (tok, f"test, beam {lm.metrics['beam']}, tokenized lowercased")
