@@ -811,7 +811,9 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                     with gr.Column(scale=3):
                         text = gr.Textbox(label="Sentence", lines=1, max_lines=4, elem_id="input-text",
                                           placeholder="Ein Mann fährt mit dem Fahrrad durch die Stadt.",
-                                          info=f"Press Enter or Translate. At most {MAX_CHARS:,} characters.")
+                                          info=f"Press Enter or Translate. At most {MAX_CHARS:,} characters. "
+                                               "The models know image captions (Multi30k): short descriptions "
+                                               "of people, animals and scenes; other text translates poorly.")
                     with gr.Column(scale=2):
                         direction = gr.Dropdown([(direction_label(n, reg), n) for n in names], value=default,
                                                 label="Direction", elem_id="direction")
@@ -972,7 +974,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             # ---------------------------------------------------------------- Head profiles
             with gr.Tab("Head profiles", id="profiles") as prof_tab:
                 gr.Markdown("Per head of every attention kind: entropy, mean distance |i − j| (query vs key "
-                            "position), weight on the previous and on the same position, on <bos>/<eos>, and the "
+                            "position), weight on the previous and on the same position, on `<bos>`/`<eos>`, and the "
                             "maximum weight. The validation average is computed once per model (with progress) "
                             "and then cached. Click a table row (or pick a head) to open its map for the current "
                             "sentence.", elem_classes="explain")
