@@ -2,7 +2,8 @@
 
 Runs where no spaCy is installed (a bare GPU machine): sources are the prepared piece ids of
 ``--prepared`` folders (``python -m model.prepare``) or, for word-level checkpoints, the
-whitespace-split validation lines. Prints one JSON object and writes it to ``--out``.
+whitespace-split validation lines; without ``--prepared``, seeded random source ids (so nothing but the
+checkpoints needs carrying). Prints one JSON object and writes it to ``--out``.
 """
 from __future__ import annotations
 
@@ -23,8 +24,19 @@ from model.hooks import capture
 from model.transformer import EOS_ID, PAD_ID
 
 
+def random_sources(lm, n: int, seed: int = 0) -> list[list[int]]:
+    """``n`` seeded random sources (5-24 ids from the source vocabulary, no specials): enough for the
+    agreement checks where no prepared folder was carried; timings then read as for real sentences
+    of those lengths, not for the validation set."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(5, 25, (n,), generator=g).tolist()
+    return [with_specials(torch.randint(4, len(lm.src_vocab), (k,), generator=g).tolist()) for k in lens]
+
+
 def sources(lm, prepared: Path | None, n: int) -> list[list[int]]:
-    """``n`` validation sources as id lists with <bos>/<eos>."""
+    """``n`` validation sources as id lists with <bos>/<eos> (seeded random ids without ``prepared``)."""
+    if prepared is None:
+        return random_sources(lm, n)
     if prepared is not None and (prepared / "val.npz").is_file():
         arrays = np.load(prepared / "val.npz")
         flat, lens = arrays[f"{lm.src_lang}_ids"], arrays[f"{lm.src_lang}_lens"]
@@ -59,7 +71,7 @@ def check_model(path: Path, prepared: Path | None, device: torch.device, n: int)
         with capture(dev.model) as trace:  # explicit softmax path with every hook recorded
             logits_cap = dev.model(src.to(device), tgt[:, :-1].to(device)).cpu()
     keep = (tgt[:, 1:] != PAD_ID)[..., None]
-    r = {"checkpoint": path.name, "sentences": len(srcs),
+    r = {"checkpoint": path.name, "sentences": len(srcs), "sources": "validation" if prepared else "random ids",
          "max_abs_logit_diff_cpu_vs_device": float(((logits_cpu - logits_dev).abs() * keep).max()),
          "max_abs_logit_diff_capture_vs_fused": float(((logits_cap - logits_dev).abs() * keep).max()),
          "hook_points_recorded": len(trace.records)}
@@ -111,7 +123,8 @@ def train_step(path, src, tgt, device) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--checkpoint", action="append", required=True, help="checkpoint folder (repeatable)")
-    p.add_argument("--prepared", action="append", default=[], help="prepared folder for each checkpoint, in order")
+    p.add_argument("--prepared", action="append", default=[], help="prepared folder for each checkpoint, in order "
+                   "(without one, seeded random source ids)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--sentences", type=int, default=32)
     p.add_argument("--out", default="gpu_check.json")
