@@ -295,7 +295,7 @@ def attention_figure(run: Run | None, kind: str, view: str, layer, head, granula
     kind = kind if kind in ATTN_KINDS else ATTN_KINDS[2]
     if granularity == "words" and lm is not None and lm.src_vocab.kind != "word":
         attn, q, k = explore.attention_by_word(lm, tr, kind)
-        valid, unit = np.array([t != "<pad>" for t in q], dtype=bool), "words"
+        valid, unit = explore.not_padding(q), "words"
     else:
         attn, (q, k) = explore.attention(tr.trace, kind), explore.tokens_for(tr, kind)
         valid, unit = explore.query_valid(tr, kind), "tokens"
@@ -362,7 +362,7 @@ def compare_maps_figure(cmp: CompareRun | None, kind: str, layer, head, lm=None)
     if lm is not None and lm.src_vocab.kind != "word":
         base, q, k = explore.attention_by_word(lm, cmp.base, kind)
         mod = explore.attention_by_word(lm, cmp.base, kind, trace=cmp.mod_on_base)[0]
-        valid, unit = np.array([t != "<pad>" for t in q], dtype=bool), "; words"
+        valid, unit = explore.not_padding(q), "; words"
     else:
         base, mod = explore.attention(cmp.base.trace, kind), explore.attention(cmp.mod_on_base, kind)
         (q, k), valid, unit = explore.tokens_for(cmp.base, kind), explore.query_valid(cmp.base, kind), ""
@@ -678,7 +678,7 @@ def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tup
 
 
 def _pad_valid(tokens) -> list[bool]:
-    return [t != "<pad>" for t in tokens]
+    return explore.not_padding(tokens).tolist()
 
 
 def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):

@@ -413,10 +413,14 @@ def attention_by_word(lm: LoadedModel, tr: Translation, kind: str, trace=None
     return pool_words(weights, q_vocab.word_spans(q), k_vocab.word_spans(k)), q_vocab.join(q), k_vocab.join(k)
 
 
+def not_padding(tokens: list[str]) -> np.ndarray:
+    """One bool per token (or word): False for <pad>, whose query rows the views blank."""
+    return np.array([t != "<pad>" for t in tokens], dtype=bool)
+
+
 def query_valid(tr: Translation, kind: str) -> np.ndarray:
     """One bool per query row: False for padding queries (blanked in the views)."""
-    q, _ = tokens_for(tr, kind)
-    return np.array([t != "<pad>" for t in q], dtype=bool)
+    return not_padding(tokens_for(tr, kind)[0])
 
 
 def layer_count(lm: LoadedModel, kind: str) -> int:
@@ -598,7 +602,7 @@ def head_profiles(tr: Translation, trace=None, lm: LoadedModel | None = None) ->
         part, attn_name = kind.split(".")
         if by_word:
             attn, q, k = attention_by_word(lm, tr, kind, trace)
-            valid = np.array([t != "<pad>" for t in q], dtype=bool)
+            valid = not_padding(q)
         else:
             attn, (q, k), valid = attention(trace, kind), tokens_for(tr, kind), query_valid(tr, kind)
         for l, pattern in enumerate(attn):
