@@ -10,30 +10,24 @@ from model.hooks import HookPoint, capture, hook_names
 from model.masks import causal_mask, padding_mask, target_mask, to_ignore_mask
 from model.transformer import BOS_ID, EOS_ID, PAD_ID, Interventions, KVCache, sinusoidal_encoding
 
-EXPECTED_HOOKS = [
-    "encoder.hook_embed",
-    "encoder.hook_pos",
-    "encoder.layers.0.self_attn.hook_scores",
-    "encoder.layers.0.self_attn.hook_mask",
-    "encoder.layers.0.self_attn.hook_pattern",
-    "encoder.layers.1.self_attn.hook_scores",
-    "encoder.layers.1.self_attn.hook_mask",
-    "encoder.layers.1.self_attn.hook_pattern",
-    "decoder.hook_embed",
-    "decoder.hook_pos",
-    "decoder.layers.0.self_attn.hook_scores",
-    "decoder.layers.0.self_attn.hook_mask",
-    "decoder.layers.0.self_attn.hook_pattern",
-    "decoder.layers.0.cross_attn.hook_scores",
-    "decoder.layers.0.cross_attn.hook_mask",
-    "decoder.layers.0.cross_attn.hook_pattern",
-    "decoder.layers.1.self_attn.hook_scores",
-    "decoder.layers.1.self_attn.hook_mask",
-    "decoder.layers.1.self_attn.hook_pattern",
-    "decoder.layers.1.cross_attn.hook_scores",
-    "decoder.layers.1.cross_attn.hook_mask",
-    "decoder.layers.1.cross_attn.hook_pattern",
-]
+ATTN_HOOKS = ["hook_q", "hook_k", "hook_v", "hook_scores", "hook_mask", "hook_pattern", "hook_z", "hook_result"]
+FF_HOOKS = ["ff.hook_pre", "ff.hook_post"]
+
+
+def _layer(prefix: str, attns: list[str], resid: list[str]) -> list[str]:
+    return ([f"{prefix}.{a}.{h}" for a in attns for h in ATTN_HOOKS] + [f"{prefix}.{h}" for h in FF_HOOKS]
+            + [f"{prefix}.hook_resid_{r}" for r in resid])
+
+
+# module order: attention module(s), FFN, then the layer's residual-stream points
+EXPECTED_HOOKS = (
+    ["encoder.hook_embed", "encoder.hook_pos"]
+    + [n for i in range(2) for n in _layer(f"encoder.layers.{i}", ["self_attn"], ["pre", "mid", "post"])]
+    + ["encoder.hook_norm", "decoder.hook_embed", "decoder.hook_pos"]
+    + [n for i in range(2) for n in _layer(f"decoder.layers.{i}", ["self_attn", "cross_attn"],
+                                             ["pre", "mid", "mid_cross", "post"])]
+    + ["decoder.hook_norm", "hook_logits"]
+)
 PATTERNS = [n for n in EXPECTED_HOOKS if n.endswith("hook_pattern")]
 ATTN_MODULES = [n.rsplit(".", 1)[0] for n in PATTERNS]
 
@@ -84,11 +78,11 @@ def test_capture_filters(tiny_model):
             tiny_model(src, tgt)
         with capture(tiny_model, ["encoder.hook_pos", "decoder.hook_pos"]) as b:
             tiny_model(src, tgt)
-        with capture(tiny_model, lambda n: n.startswith("encoder.layers.1")) as c:
+        with capture(tiny_model, lambda n: n.startswith("encoder.layers.1.self_attn")) as c:
             tiny_model(src, tgt)
     assert a.names() == ["decoder.layers.0.cross_attn.hook_pattern", "decoder.layers.1.cross_attn.hook_pattern"]
     assert b.names() == ["encoder.hook_pos", "decoder.hook_pos"]
-    assert sorted(c.names()) == [f"encoder.layers.1.self_attn.hook_{k}" for k in ("mask", "pattern", "scores")]
+    assert sorted(c.names()) == sorted(f"encoder.layers.1.self_attn.{h}" for h in ATTN_HOOKS)
 
 
 def test_captured_tensors_are_detached_copies(tiny_model):
