@@ -202,7 +202,8 @@ def force_ids(lm: LoadedModel, src_text: str, out_ids: list[int], ref_text: str 
     src_tokens, truncated = prepare_source(lm, src_text)
     src_ids = [BOS_ID] + lm.src_vocab.encode(src_tokens[1:-1]) + [EOS_ID]
     trace = full_trace(lm, src_ids, out_ids, iv)
-    logits = trace[hook_name("logits")][0].float()                      # (T, V)
+    with torch.no_grad():  # the logits are opt-in (large); the generator on the final norm gives them
+        logits = model.generator(trace[hook_name("norm", "decoder")].to(lm.device))[0].float().cpu()  # (T, V)
     target = torch.tensor(out_ids)
     logp = logits.log_softmax(-1)
     loss = -logp.gather(1, target[:, None])[:, 0]

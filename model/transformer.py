@@ -373,7 +373,8 @@ class Transformer(nn.Module):
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
-        self.hook_logits = HookPoint()  # the generator's output (every call: one per decode step)
+        # the generator's output, every call; opt-in: (B, T, vocabulary) is the largest tensor by far
+        self.hook_logits = HookPoint(opt_in=True)
         self._init_weights()
         if cfg.tie_embeddings:
             self.generator.weight = self.decoder.tok_embed.weight

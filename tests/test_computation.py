@@ -115,7 +115,7 @@ def test_embedding_steps_build_the_first_layer_input(tiny_model):
 
 def test_cached_decode_records_every_call(tiny_model):
     src = torch.tensor([[BOS_ID, 4, 5, 6, EOS_ID]])
-    with capture(tiny_model) as trace:
+    with capture(tiny_model, "*") as trace:  # "*": the opt-in logits too
         best, steps, _ = beam_search(tiny_model, src, 1, 6, record=False)
     n = len(steps)
     assert len(trace.calls("hook_logits")) == n
@@ -127,8 +127,10 @@ def test_cached_decode_records_every_call(tiny_model):
 
 def test_force_loss_is_cross_entropy(tiny_lm):
     f = force(tiny_lm, "haus katze hund", "katze rot baum")
-    logits = f.translation.trace[hook_name("logits")][0]
-    target = torch.tensor(f.translation.output_ids)
+    tr = f.translation
+    target = torch.tensor(tr.output_ids)
+    with torch.no_grad():  # the model's own forward on the same pair
+        logits = tiny_lm.model(torch.tensor([tr.src_ids]), torch.tensor([[BOS_ID] + tr.output_ids[:-1]]))[0]
     assert f.target_tokens == ["katze", "rot", "baum", "<eos>"]
     expected = F.cross_entropy(logits, target, reduction="none").numpy()
     assert abs(f.loss - expected).max() < 1e-5
@@ -152,3 +154,10 @@ def test_forced_greedy_output_never_differs_and_serves_every_view(tiny_lm):
 def test_force_rejects_empty_text(tiny_lm):
     with pytest.raises(ValueError, match="reference"):
         force(tiny_lm, "haus", "  ")
+
+
+def test_translation_trace_holds_every_hook_for_the_export(tiny_lm):
+    # the .npz export writes the trace keyed by hook name, so every new quantity is in it
+    from model.hooks import hook_names
+    tr = translate(tiny_lm, "haus katze", DecodeOptions(max_len=5))
+    assert set(tr.trace.names()) == set(hook_names(tiny_lm.model)) - {hook_name("logits")}  # opt-in

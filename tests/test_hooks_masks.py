@@ -51,9 +51,10 @@ def test_exact_hook_names(tiny_model):
 def test_capture_records_all_hooks_and_removes_them(tiny_model):
     src, tgt = batch()
     with torch.inference_mode(), capture(tiny_model) as trace:
-        assert all(c == 1 for c in hook_counts(tiny_model).values())
+        # every point but the opt-in logits, which only a filter that names them records
+        assert all(c == (n != "hook_logits") for n, c in hook_counts(tiny_model).items())
         tiny_model(src, tgt)
-    assert sorted(trace.names()) == sorted(EXPECTED_HOOKS)
+    assert sorted(trace.names()) == sorted(n for n in EXPECTED_HOOKS if n != "hook_logits")
     assert all(c == 0 for c in hook_counts(tiny_model).values())
     assert not any(m.active for m in tiny_model.modules() if isinstance(m, HookPoint))
     t = trace["decoder.layers.1.cross_attn.hook_pattern"]
@@ -83,6 +84,17 @@ def test_capture_filters(tiny_model):
     assert a.names() == ["decoder.layers.0.cross_attn.hook_pattern", "decoder.layers.1.cross_attn.hook_pattern"]
     assert b.names() == ["encoder.hook_pos", "decoder.hook_pos"]
     assert sorted(c.names()) == sorted(f"encoder.layers.1.self_attn.{h}" for h in ATTN_HOOKS)
+
+
+def test_opt_in_logits_recorded_only_when_named(tiny_model):
+    src, tgt = batch()
+    with torch.inference_mode():
+        with capture(tiny_model) as everything:
+            logits = tiny_model(src, tgt)
+        with capture(tiny_model, "hook_logits") as named:
+            tiny_model(src, tgt)
+    assert "hook_logits" not in everything and len(everything.names()) == len(EXPECTED_HOOKS) - 1
+    torch.testing.assert_close(named["hook_logits"], logits)
 
 
 def test_captured_tensors_are_detached_copies(tiny_model):
@@ -151,7 +163,7 @@ def run_both_paths(model, src, tgt, iv=Interventions()):
     with torch.inference_mode():
         fast = model(src, tgt, iv)
         assert not any(m.active for m in model.modules() if isinstance(m, HookPoint))
-        with capture(model) as trace:
+        with capture(model, "*") as trace:  # every point, the opt-in logits too
             slow = model(src, tgt, iv)
     return fast, slow, trace
 
