@@ -1,4 +1,4 @@
-"""Attention Explorer: a Gradio app to look inside a German<->English translation Transformer.
+"""Attention Explorer: a Gradio app to look inside translation Transformers (German, English, French).
 
 Run ``python app.py`` (serves on 127.0.0.1:7860; GRADIO_SERVER_NAME / GRADIO_SERVER_PORT
 override). Checkpoint folders are discovered under ``checkpoints/`` (or ``$ATTN_CHECKPOINTS``).
@@ -11,15 +11,32 @@ for the plain-data helpers), figure code in ``viz/``.
 from __future__ import annotations
 
 # ZeroGPU: `spaces` has to be imported before anything touches CUDA (torch comes below).
+import os
+
 try:  # pragma: no cover - only on Hugging Face Spaces
     import spaces  # type: ignore
-
-    GPU = spaces.GPU
-except Exception:  # not installed, or not usable here: a decorator that does nothing
+except Exception:  # not installed, or not usable here
     spaces = None
 
-    def GPU(fn=None, **_kwargs):
-        return (lambda f: f) if fn is None else fn
+
+def _no_gpu(fn=None, **_kwargs):
+    return (lambda f: f) if fn is None else fn
+
+
+def on_zero_gpu() -> bool:
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+
+
+def gpu_calls_wrapped() -> bool:
+    """Model calls go through ``spaces.GPU`` (a forked worker per call) only where the models run on
+    CUDA (``ATTN_DEVICE=cuda``), or when ``ATTN_GPU_CALLS=on`` asks for the boundary anyway (tests).
+    On ZeroGPU the models run on the Space's CPU by default: see pick_device."""
+    if spaces is None or os.environ.get("ATTN_GPU_CALLS") == "off":
+        return False
+    return os.environ.get("ATTN_GPU_CALLS") == "on" or os.environ.get("ATTN_DEVICE") == "cuda"
+
+
+GPU = spaces.GPU if gpu_calls_wrapped() else _no_gpu
 
 import html
 import json
@@ -30,6 +47,7 @@ import sys
 import tempfile
 import threading
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,10 +108,13 @@ _REGISTRIES: dict[str, explore.Registry] = {}
 
 
 def pick_device() -> str:
+    """``ATTN_DEVICE`` (auto, cpu, cuda). Auto means CUDA where present, except on ZeroGPU: there a
+    sentence costs about 35 ms of CPU, while every GPU call pays for acquiring a GPU and counts against
+    the visitor's daily quota, so the model stays on the Space's CPU unless ATTN_DEVICE=cuda."""
     want = os.environ.get("ATTN_DEVICE", "auto")
     if want != "auto":
         return want
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if torch.cuda.is_available() and not on_zero_gpu() else "cpu"
 
 
 def load_registry(root=None, device: str | None = None) -> tuple[str, explore.Registry]:
@@ -149,6 +170,23 @@ class Run:
     model: str
     tr: Translation
     notices: list[str] = field(default_factory=list)
+    # subword models: which pieces form each word of the source and the output, and those words
+    # (None: every token is a word)
+    src_spans: list[list[int]] | None = None
+    out_spans: list[list[int]] | None = None
+    src_words: list[str] | None = None
+    out_words: list[str] | None = None
+
+    @classmethod
+    def of(cls, lm, name: str, tr: Translation, notices: list[str] | None = None) -> "Run":
+        if lm.src_vocab.kind == "word":
+            return cls(name, tr, list(notices or []))
+        w = explore.word_spans(lm, tr)
+        return cls(name, tr, list(notices or []), w["src_word_spans"], w["output_word_spans"], w["src_words"],
+                   w["output_words"])
+
+    def by_word(self, units: str) -> bool:
+        return units == "words" and self.src_spans is not None
 
 
 @dataclass
@@ -247,24 +285,31 @@ def run_notices(tr: Translation, notices: list[str], lm) -> list[str]:
 
 # --------------------------------------------------------------------------- figures from a run
 
-def attention_figure(run: Run | None, kind: str, view: str, layer, head):
+GRANULARITY_CHOICES = [("Words (pieces pooled)", "words"), ("Pieces", "pieces")]
+
+
+def attention_figure(run: Run | None, kind: str, view: str, layer, head, granularity: str = "words", lm=None):
     if run is None or run.tr.trace is None:
         return message_figure("Translate a sentence first.")
     tr = run.tr
     kind = kind if kind in ATTN_KINDS else ATTN_KINDS[2]
-    attn = explore.attention(tr.trace, kind)
-    q, k = explore.tokens_for(tr, kind)
-    valid = explore.query_valid(tr, kind)
+    if granularity == "words" and lm is not None and lm.src_vocab.kind != "word":
+        attn, q, k = explore.attention_by_word(lm, tr, kind)
+        valid, unit = np.array([t != "<pad>" for t in q], dtype=bool), "words"
+    else:
+        attn, (q, k) = explore.attention(tr.trace, kind), explore.tokens_for(tr, kind)
+        valid, unit = explore.query_valid(tr, kind), "tokens"
     label = explore.KIND_LABELS[kind]
     L, H = attn.shape[:2]
+    axes = f"rows = query {unit}, columns = key {unit}"
     if view == "head":
         l, h = min(int(layer or 0), L - 1), min(int(head or 0), H - 1)
         return va.single_head(attn[l, h], q, k, query_valid=valid, label=f"layer {l}, head {h}",
-                              title=f"{label}: layer {l}, head {h} (rows = queries, columns = keys)")
+                              title=f"{label}: layer {l}, head {h} ({axes})")
     if view == "mean":
-        return va.layer_means(attn, q, k, query_valid=valid, title=f"{label}: mean over heads per layer")
+        return va.layer_means(attn, q, k, query_valid=valid, title=f"{label}: mean over heads per layer ({axes})")
     return va.head_grid(attn, q, k, query_valid=valid,
-                        title=f"{label}: every layer × head, one colour scale (rows = queries, columns = keys)")
+                        title=f"{label}: every layer × head, one colour scale ({axes})")
 
 
 def step_outputs(run: Run | None, t):
@@ -278,8 +323,12 @@ def step_outputs(run: Run | None, t):
           f"and picks the highlighted one with probability {sv['prob']:.1%}.")
     topk = vs.topk_bars(sv["topk_tokens"], sv["topk_probs"], sv["chosen"],
                         title=f"Top-{len(sv['topk_tokens'])} next tokens at step {sv['t']}")
-    cross = vs.step_rows(sv["cross"], sv["src_tokens"], what="cross-attention",
-                         title=f"Cross-attention of step {sv['t']} over the source, every layer and head")
+    cross_w, src, over = sv["cross"], sv["src_tokens"], "the source"
+    if run.src_spans is not None:  # subword model: a source word's weight is the sum over its pieces
+        cross_w = an.pool_words(cross_w[..., None, :], [[0]], run.src_spans)[..., 0, :]
+        src, over = run.src_words, "the source words (pieces pooled)"
+    cross = vs.step_rows(cross_w, src, what="cross-attention",
+                         title=f"Cross-attention of step {sv['t']} over {over}, every layer and head")
     self_ = vs.step_rows(sv["self"], sv["prefix"], what="self-attention", highlight_key=len(sv["prefix"]) - 1,
                          title=f"Decoder self-attention of step {sv['t']} over the prefix")
     return md, prefix, topk, cross, self_
@@ -305,18 +354,23 @@ def norms_figure(run: Run | None):
                               title="Per source position: scaled token embedding vs positional encoding (L2 norm)")
 
 
-def compare_maps_figure(cmp: CompareRun | None, kind: str, layer, head):
+def compare_maps_figure(cmp: CompareRun | None, kind: str, layer, head, lm=None):
+    """Baseline, modified and difference maps; a subword ``lm`` pools pieces into words."""
     if cmp is None:
         return message_figure("Press Compare to run the baseline and the modified model.")
     kind = kind if kind in ATTN_KINDS else ATTN_KINDS[2]
-    base = explore.attention(cmp.base.trace, kind)
-    mod = explore.attention(cmp.mod_on_base, kind)
+    if lm is not None and lm.src_vocab.kind != "word":
+        base, q, k = explore.attention_by_word(lm, cmp.base, kind)
+        mod = explore.attention_by_word(lm, cmp.base, kind, trace=cmp.mod_on_base)[0]
+        valid, unit = np.array([t != "<pad>" for t in q], dtype=bool), "; words"
+    else:
+        base, mod = explore.attention(cmp.base.trace, kind), explore.attention(cmp.mod_on_base, kind)
+        (q, k), valid, unit = explore.tokens_for(cmp.base, kind), explore.query_valid(cmp.base, kind), ""
     L, H = base.shape[:2]
     l, h = min(int(layer or 0), L - 1), min(int(head or 0), H - 1)
-    q, k = explore.tokens_for(cmp.base, kind)
-    return va.comparison_maps(base[l, h], mod[l, h], q, k, query_valid=explore.query_valid(cmp.base, kind),
+    return va.comparison_maps(base[l, h], mod[l, h], q, k, query_valid=valid,
                               title=f"{explore.KIND_LABELS[kind]}, layer {l}, head {h}: baseline, modified and "
-                                    "their difference (same decoder input)")
+                                    f"their difference (same decoder input{unit})")
 
 
 # Positions shown by default: Multi30k sentences are ~13 tokens, and the four encoding figures are
@@ -343,7 +397,7 @@ def positional_figures(reg: explore.Registry, model: str, n_pos, dims_text: str)
                                        f"(first {d_show} dimensions)"))
 
 
-def translation_values(reg: explore.Registry, run: Run, kind, view, layer, head) -> dict:
+def translation_values(reg: explore.Registry, run: Run, kind, view, layer, head, granularity="words") -> dict:
     """Every view's value after a translation, by component name (figures built here)."""
     tr, lm = run.tr, reg.models[run.model]
     cfg = lm.model.cfg
@@ -356,7 +410,7 @@ def translation_values(reg: explore.Registry, run: Run, kind, view, layer, head)
         "notice": notice_md(run.notices), "out_text": tr.text,
         "src_chips": chips(explore.source_marks(tr)), "out_chips": chips(explore.output_marks(tr)),
         "run_state": run,
-        "attn_plot": attention_figure(run, kind, view, layer, head),
+        "attn_plot": attention_figure(run, kind, view, layer, head, granularity, lm),
         "layer": gr.Dropdown(choices=layer_choices(L), value=layer),
         "head": gr.Dropdown(choices=head_choices(cfg.n_heads), value=head),
         "step": gr.Slider(minimum=0, maximum=max(1, n_steps - 1), value=0, step=1),
@@ -427,7 +481,7 @@ def make_api(reg_key: str):
         except Exception as e:
             log.exception("translate failed")
             raise gr.Error(f"The translation failed ({type(e).__name__}).") from None
-        return explore.to_json(tr, run_notices(tr, notices, reg.models[name]), name)
+        return explore.to_json(tr, run_notices(tr, notices, reg.models[name]), name, lm=reg.models[name])
 
     def compare(text: str, direction: str = "", beam: int = 1, max_len: int = 100, pad_to: int = 0,
                 src_padding_mask: bool = True, causal_mask: bool = True, positional_encoding: bool = True,
@@ -491,8 +545,9 @@ def make_api(reg_key: str):
 def about_markdown(reg: explore.Registry) -> str:
     out = ["## What you are looking at",
            "An encoder-decoder Transformer (Vaswani et al. 2017, pre-norm) trained from scratch on Multi30k "
-           "(about 29,000 image captions with German and English translations; tokenized with spaCy's rule-based "
-           "tokenizer, word vocabularies). Every number in the views is captured from named hook points inside "
+           "(about 29,000 image captions with German, English and French translations; tokenized with spaCy's "
+           "rule-based tokenizer, then split into pieces of a joint SentencePiece vocabulary per language pair, "
+           "marked ▁ where a word starts; older checkpoints use whole-word vocabularies). Every number in the views is captured from named hook points inside "
            "the model during the real run: `hook_pattern` is the attention after softmax, `hook_mask` the mask as "
            "applied (True = attend), `hook_embed`/`hook_pos` the scaled token embeddings and the positional "
            "encoding that was added. The step view uses the per-step rows recorded during the cached decode."]
@@ -600,8 +655,9 @@ def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
 
 
 @GPU(duration=120)
-def gpu_profiles(reg_key: str, name: str, sentences: list[str], progress=None) -> list[dict]:
-    return explore.average_head_profiles(_REGISTRIES[reg_key].models[name], sentences, progress, _MODEL_LOCK)
+def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[dict]:
+    """Averaged head profiles of ``sentences``. No progress callback: a GPU call's arguments are pickled."""
+    return explore.average_head_profiles(_REGISTRIES[reg_key].models[name], sentences, None, _MODEL_LOCK)
 
 
 def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tuple, str]:
@@ -613,7 +669,9 @@ def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tup
         return hit
     lm = _REGISTRIES[reg_key].models[name]
     sentences, source = explore.validation_sentences(lm.src_lang, DATA_DIRS, int(n))
-    rows = gpu_profiles(reg_key, name, sentences, progress)
+    if progress is not None:  # one step: the call itself runs where no callback can reach
+        progress(0, len(sentences))
+    rows = gpu_profiles(reg_key, name, sentences)
     value = (tuple(dict(r) for r in rows), source)
     with _PROFILE_LOCK:
         return _PROFILE_CACHE.setdefault(key, value)
@@ -623,7 +681,7 @@ def _pad_valid(tokens) -> list[bool]:
     return [t != "<pad>" for t in tokens]
 
 
-def rollout_view_figure(run: Run | None, layer_sel):
+def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
     if run is None or run.tr.trace is None:
         return message_figure("Translate a sentence first.")
     tr = run.tr
@@ -631,12 +689,17 @@ def rollout_view_figure(run: Run | None, layer_sel):
     layer = None if layer_sel in (None, "", "all") else max(0, min(int(layer_sel), n_dec - 1))
     d = explore.rollout_data(tr, layer)
     which = "mean over every layer and head" if layer is None else f"layer {layer}, mean over heads"
-    return v_roll.rollout_figure(d["rollout"], d["attribution"], tr.src_tokens, tr.output_tokens,
-                                 formula=an.ROLLOUT_FORMULA, src_valid=_pad_valid(tr.src_tokens),
+    roll, attr, src, out = d["rollout"], d["attribution"], tr.src_tokens, tr.output_tokens
+    if run.by_word(units):  # keys summed, queries averaged over a word's pieces
+        roll = an.pool_words(roll, run.src_spans, run.src_spans)
+        attr = an.pool_words(attr, run.out_spans, run.src_spans)
+        src, out = run.src_words, run.out_words
+        which += "; pieces pooled into words"
+    return v_roll.rollout_figure(roll, attr, src, out, formula=an.ROLLOUT_FORMULA, src_valid=_pad_valid(src),
                                  title=f"Attention rollout; cross-attention c_t: {which}")
 
 
-def alignment_view_figure(run: Run | None, mode, layer, head):
+def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "words"):
     if run is None or run.tr.trace is None:
         return message_figure("Translate a sentence first.")
     tr = run.tr
@@ -647,7 +710,12 @@ def alignment_view_figure(run: Run | None, mode, layer, head):
     what = {"head": f"cross-attention, layer {l}, head {h}", "layer": f"cross-attention, layer {l}, mean of heads",
             "mean": "cross-attention, mean of every layer and head",
             "rollout": "rollout attribution"}[mode]
-    return v_align.alignment_lines(w, tr.src_tokens, tr.output_tokens, what="weight",
+    src, out = tr.src_tokens, tr.output_tokens
+    if run.by_word(units):  # keys summed, queries averaged over a word's pieces
+        w = an.pool_words(w, run.out_spans, run.src_spans)
+        src, out = run.src_words, run.out_words
+        what += "; pieces pooled into words"
+    return v_align.alignment_lines(w, src, out, what="weight",
                                    title=f"Alignment lines ({what}); hover a token to highlight its lines")
 
 
@@ -727,7 +795,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
     examples = []
     for name in names:
         lang = reg.models[name].src_lang
-        for s in explore.test_examples(lang, DATA_DIRS, 3) + explore.EVERYDAY.get(lang, [])[:2]:
+        for s in (explore.DIRECTION_EXAMPLES.get(name, []) + explore.test_examples(lang, DATA_DIRS, 3)
+                  + explore.EVERYDAY.get(lang, [])[:2]):
             examples.append([s, name])
 
     with gr.Blocks(title="Attention Explorer") as demo:
@@ -742,7 +811,9 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                     with gr.Column(scale=3):
                         text = gr.Textbox(label="Sentence", lines=1, max_lines=4, elem_id="input-text",
                                           placeholder="Ein Mann fährt mit dem Fahrrad durch die Stadt.",
-                                          info=f"Press Enter or Translate. At most {MAX_CHARS:,} characters.")
+                                          info=f"Press Enter or Translate. At most {MAX_CHARS:,} characters. "
+                                               "The models know image captions (Multi30k): short descriptions "
+                                               "of people, animals and scenes; other text translates poorly.")
                     with gr.Column(scale=2):
                         direction = gr.Dropdown([(direction_label(n, reg), n) for n in names], value=default,
                                                 label="Direction", elem_id="direction")
@@ -753,6 +824,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                         max_len = gr.Slider(1, 200, value=100, step=1, label="Max output tokens", elem_id="max-len")
                 translate_btn = gr.Button("Translate", variant="primary", elem_id="translate-btn")
                 notice = gr.Markdown(elem_id="notice")
+                # "✓" plus a fresh id once the last value of a run is on the page: browser tests wait on it
+                run_status = gr.Markdown(elem_id="run-status")
                 out_text = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
                 with gr.Row():
                     src_chips = gr.HighlightedText(label="Source tokens", color_map=CHIP_COLORS, show_legend=True,
@@ -774,6 +847,9 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                     view = gr.Radio(VIEW_CHOICES, value="grid", label="View", elem_id="attn-view")
                     layer = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="attn-layer")
                     head = gr.Dropdown(head_choices(n_heads), value=0, label="Head", elem_id="attn-head")
+                    granularity = gr.Radio(GRANULARITY_CHOICES, value="words", label="Units", elem_id="attn-units",
+                                           info="Subword models: a word's weight sums its key pieces and averages "
+                                                "its query pieces (Clark et al. 2019); rows still sum to 1.")
                 attn_plot = gr.Plot(label="Attention", elem_id="attn-plot")
 
             # ---------------------------------------------------------------- Step by step
@@ -898,7 +974,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             # ---------------------------------------------------------------- Head profiles
             with gr.Tab("Head profiles", id="profiles") as prof_tab:
                 gr.Markdown("Per head of every attention kind: entropy, mean distance |i − j| (query vs key "
-                            "position), weight on the previous and on the same position, on <bos>/<eos>, and the "
+                            "position), weight on the previous and on the same position, on `<bos>`/`<eos>`, and the "
                             "maximum weight. The validation average is computed once per model (with progress) "
                             "and then cached. Click a table row (or pick a head) to open its map for the current "
                             "sentence.", elem_classes="explain")
@@ -961,14 +1037,15 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         # ==================================================================== handlers
         translate_outputs = [notice, out_text, src_chips, out_chips, run_state, attn_plot, layer, head, step,
                              step_md, prefix, topk_plot, cross_plot, self_plot, masks_plot, ablate_src,
-                             ablate_heads, cmp_layer, cmp_head, norms_plot]
-        components = dict(notice=notice, out_text=out_text, src_chips=src_chips, out_chips=out_chips,
+                             ablate_heads, cmp_layer, cmp_head, norms_plot, run_status]
+        components = dict(notice=notice, run_status=run_status, out_text=out_text, src_chips=src_chips, out_chips=out_chips,
                           run_state=run_state, attn_plot=attn_plot, layer=layer, head=head, step=step,
                           step_md=step_md, prefix=prefix, topk_plot=topk_plot, cross_plot=cross_plot,
                           self_plot=self_plot, masks_plot=masks_plot, ablate_src=ablate_src,
                           ablate_heads=ablate_heads, cmp_layer=cmp_layer, cmp_head=cmp_head, norms_plot=norms_plot)
 
-        def on_translate(text_in, name, decoding_in, beam_in, max_len_in, kind_in, view_in, layer_in, head_in):
+        def on_translate(text_in, name, decoding_in, beam_in, max_len_in, kind_in, view_in, layer_in, head_in,
+                         units_in="words"):
             problem = no_model_message(reg, name)
             if problem:
                 yield {notice: f"⚠️ {problem}"}
@@ -980,7 +1057,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                 return
             lm = reg.models[name]
             opts = opts_from(decoding_in, beam_in, max_len_in)
-            yield {notice: notice_md(notices + ["Translating…"]), out_text: "", out_chips: []}
+            yield {notice: notice_md(notices + ["Translating…"]), out_text: "", out_chips: [],
+                   run_status: "⏳ translating…"}
             tr, partial = None, []
             try:
                 for ev, value in gpu_stream(reg_key, name, text_in, opts):
@@ -994,16 +1072,18 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             except Exception as e:
                 log.error("translate failed: %s", traceback.format_exc())
                 gr.Warning("The translation failed; please try another sentence.")
-                yield {notice: f"⚠️ The translation failed ({md_escape(type(e).__name__)})."}
+                yield {notice: f"⚠️ The translation failed ({md_escape(type(e).__name__)}).",
+                       run_status: "✗ failed"}
                 return
-            run = Run(name, tr, run_notices(tr, notices, lm))
-            yield translate_view(run, kind_in, view_in, layer_in, head_in)
+            run = Run.of(lm, name, tr, run_notices(tr, notices, lm))
+            yield translate_view(run, kind_in, view_in, layer_in, head_in, units_in) | {
+                run_status: f"✓ translated · run {uuid.uuid4().hex[:6]}"}
 
-        def translate_view(run: Run, kind_in, view_in, layer_in, head_in) -> dict:
-            values = translation_values(reg, run, kind_in, view_in, layer_in, head_in)
+        def translate_view(run: Run, kind_in, view_in, layer_in, head_in, units_in="words") -> dict:
+            values = translation_values(reg, run, kind_in, view_in, layer_in, head_in, units_in)
             return {components[k]: v for k, v in values.items()}
 
-        translate_inputs = [text, direction, decoding, beam, max_len, kind, view, layer, head]
+        translate_inputs = [text, direction, decoding, beam, max_len, kind, view, layer, head, granularity]
         for trigger in (translate_btn.click, text.submit):
             trigger(on_translate, translate_inputs, translate_outputs, api_name="translate_stream",
                     api_visibility="undocumented", concurrency_id=MODEL_GROUP, concurrency_limit=MODEL_CONCURRENCY,
@@ -1016,21 +1096,21 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                         queue=False, show_progress="hidden")
 
         # ---------------------------------------------------------------- attention view
-        def on_attention(run, kind_in, view_in, layer_in, head_in):
+        def on_attention(run, kind_in, view_in, layer_in, head_in, units_in="words"):
             try:
                 if run is None:
                     return message_figure("Translate a sentence first."), gr.skip()
                 lm = reg.models[run.model]
                 L = explore.layer_count(lm, kind_in)
                 layer_in = min(int(layer_in or 0), L - 1)
-                return (attention_figure(run, kind_in, view_in, layer_in, head_in),
+                return (attention_figure(run, kind_in, view_in, layer_in, head_in, units_in, lm),
                         gr.Dropdown(choices=layer_choices(L), value=layer_in))
             except Exception:
                 log.error("attention view failed: %s", traceback.format_exc())
                 return message_figure("This view could not be drawn."), gr.skip()
 
-        for comp in (kind, view, layer, head):
-            comp.input(on_attention, [run_state, kind, view, layer, head], [attn_plot, layer],
+        for comp in (kind, view, layer, head, granularity):
+            comp.input(on_attention, [run_state, kind, view, layer, head, granularity], [attn_plot, layer],
                        api_name="attention_view" if comp is kind else None,
                        api_visibility="undocumented" if comp is kind else "private",
                        concurrency_limit=4, show_progress="hidden")
@@ -1143,7 +1223,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                 prob_plot: vs.step_probabilities([("baseline", base.output_tokens, [s.prob for s in base.steps]),
                                                   ("modified", mod.output_tokens, [s.prob for s in mod.steps])],
                                                  title="Probability of the chosen token at each step"),
-                cmp_plot: compare_maps_figure(cmp, kind_in, layer_in, head_in),
+                cmp_plot: compare_maps_figure(cmp, kind_in, layer_in, head_in, reg.models.get(cmp.model)),
                 masks_plot: masks_figure(reg, name, mod.src_tokens, mod.output_tokens, iv,
                                          "Masks of the modified run (True = attend)"),
                 cmp_state: cmp,
@@ -1161,7 +1241,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                     return message_figure("Press Compare first."), gr.skip()
                 L = explore.layer_count(reg.models[cmp.model], kind_in)
                 layer_in = min(int(layer_in or 0), L - 1)
-                return compare_maps_figure(cmp, kind_in, layer_in, head_in), gr.Dropdown(
+                return compare_maps_figure(cmp, kind_in, layer_in, head_in, reg.models.get(cmp.model)), gr.Dropdown(
                     choices=layer_choices(L), value=layer_in)
             except Exception:
                 log.error("compare maps failed: %s", traceback.format_exc())
@@ -1207,14 +1287,16 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             return wrapped
 
         # ---------------------------------------------------------------- rollout
-        rollout_tab.select(safe(rollout_view_figure, "rollout view"), [run_state, rollout_layer], rollout_plot,
+        rollout_tab.select(safe(rollout_view_figure, "rollout view"), [run_state, rollout_layer, granularity],
+                           rollout_plot,
                            api_name="rollout_view", api_visibility="undocumented", concurrency_limit=4,
                            show_progress="hidden")
-        rollout_layer.input(safe(rollout_view_figure, "rollout view"), [run_state, rollout_layer], rollout_plot,
+        rollout_layer.input(safe(rollout_view_figure, "rollout view"), [run_state, rollout_layer, granularity],
+                            rollout_plot,
                             api_visibility="private", concurrency_limit=4, show_progress="hidden")
 
         # ---------------------------------------------------------------- alignment lines
-        align_inputs = [run_state, align_mode, align_layer, align_head]
+        align_inputs = [run_state, align_mode, align_layer, align_head, granularity]
         align_tab.select(safe(alignment_view_figure, "alignment view"), align_inputs, align_plot,
                          api_name="alignment_view", api_visibility="undocumented", concurrency_limit=4,
                          show_progress="hidden")
@@ -1292,7 +1374,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                     if run is None:
                         return ("Translate a sentence first (or choose the validation average).",
                                 message_figure("Translate a sentence first."), None, None)
-                    rows = an.profiles_table(explore.head_profiles(run.tr))
+                    rows = an.profiles_table(explore.head_profiles(run.tr, lm=reg.models.get(run.model)))
                     label = " (current sentence)"
                     md = f"Current sentence: {len(run.tr.src_tokens)} source, {len(run.tr.output_tokens)} output tokens."
                 else:

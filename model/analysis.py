@@ -234,3 +234,14 @@ def tree_layout(nodes: list[dict]) -> list[float]:
     if nodes:
         visit(0)
     return y
+
+
+def pool_words(weights: np.ndarray, query_spans: list[list[int]], key_spans: list[list[int]]) -> np.ndarray:
+    """Attention over subword pieces as attention over words (Clark et al. 2019).
+
+    ``weights`` is (..., queries, keys); each span lists the piece indices of one word. A word's
+    weight as a key is the sum over its pieces, and as a query the mean over its pieces, so rows
+    that summed to 1 still do, and a word made of one piece is unchanged.
+    """
+    keys = np.stack([weights[..., span].sum(-1) for span in key_spans], -1)
+    return np.stack([keys[..., span, :].mean(-2) for span in query_spans], -2)

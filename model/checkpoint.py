@@ -1,10 +1,12 @@
-"""Checkpoint folders: ``config.json`` + ``model.safetensors`` + ``vocab.json`` (+ model card).
+"""Checkpoint folders: ``config.json`` + ``model.safetensors`` + ``vocab.json`` (+ ``spm.model`` for a
+subword vocabulary, + model card).
 
 A folder rebuilds its own model with one call: ``load_checkpoint(dir)``. Weights are stored
 in fp16 to keep folders small and are loaded back in fp32.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -43,12 +45,14 @@ class LoadedModel:
         return next(self.model.parameters()).device
 
 
-def _tied_key(cfg: TransformerConfig) -> set[str]:
-    return {"generator.weight"} if cfg.tie_embeddings else set()
+def tied_keys(cfg: TransformerConfig) -> set[str]:
+    """State-dict keys that alias another tensor (not stored: safetensors refuses shared memory)."""
+    return ({"generator.weight"} if cfg.tie_embeddings else set()) | \
+        ({"encoder.tok_embed.weight"} if cfg.share_embeddings else set())
 
 
 def state_dict_for_save(model: Transformer, dtype=torch.float16) -> dict[str, torch.Tensor]:
-    skip = _tied_key(model.cfg)
+    skip = tied_keys(model.cfg)
     return {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items() if k not in skip}
 
 
@@ -107,9 +111,10 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     try:
         model = Transformer(cfg)
     except (AssertionError, ValueError, TypeError, RuntimeError) as e:
+        why = " ".join(str(e).split())[:300]  # one line: some torch releases list every overload
         raise CheckpointError(f"checkpoint {path}: {CONFIG} does not describe a buildable model "
-                              f"({type(e).__name__}{': ' if str(e) else ''}{e})") from None
-    expected = set(model.state_dict()) - _tied_key(cfg)
+                              f"({type(e).__name__}{': ' if why else ''}{why})") from None
+    expected = set(model.state_dict()) - tied_keys(cfg)
     missing, unexpected = expected - set(state), set(state) - expected
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {path}: weights do not match the config "
@@ -124,6 +129,9 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"checkpoint {path}: {WEIGHTS} is corrupt or truncated ({e})") from None
     now_cfg = json.loads(json.dumps(cfg.to_dict()))  # as JSON has it (tuples become lists)
+    if saved_cfg is not None:  # a field added since the save takes its default, as config.json's does
+        saved_cfg = {**{f.name: f.default for f in dataclasses.fields(TransformerConfig)
+                        if f.default is not dataclasses.MISSING}, **saved_cfg}
     if saved_cfg is not None and saved_cfg != now_cfg:
         diff = [f"{k}: weights {saved_cfg.get(k)!r}, {CONFIG} {v!r}" for k, v in now_cfg.items()
                 if saved_cfg.get(k) != v]

@@ -9,6 +9,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .transformer import BOS_ID, EOS_ID, PAD_ID
@@ -54,10 +55,10 @@ def with_specials(ids: list[int]) -> list[int]:
 
 
 def pad_batch(seqs: list[list[int]]) -> torch.Tensor:
-    out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return out
+    out = np.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=np.int64)
+    for i, s in enumerate(seqs):  # numpy fills rows from lists faster than a torch.tensor per row
+        out[i, : len(s)] = s
+    return torch.from_numpy(out)
 
 
 def token_batches(src: list[list[int]], tgt: list[list[int]], max_tokens: int, seed: int | None = None,

@@ -15,7 +15,7 @@ from .checkpoint import LoadedModel
 from .data import pad_batch
 from .hooks import Trace, capture
 from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions, KVCache, Transformer
-from .vocab import SPECIALS, detokenize, tokenize
+from .vocab import SPECIALS, tokenize
 
 ROW_HOOKS = ("decoder.layers.*.self_attn.hook_pattern", "decoder.layers.*.cross_attn.hook_pattern")
 
@@ -97,6 +97,19 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+# Only the decoder's input starts with <bos>, and <pad> only fills finished rows: neither is ever
+# chosen as a next token (an untrained model may rank them first). The recorded probabilities stay
+# the model's own.
+NEVER_GENERATED = [BOS_ID, PAD_ID]
+
+
+def generable(scores: torch.Tensor) -> torch.Tensor:
+    """A copy of next-token scores (..., V) with the tokens decoding never chooses set to -inf."""
+    out = scores.clone()
+    out[..., NEVER_GENERATED] = float("-inf")
+    return out
+
+
 def _hides_nothing(mask: torch.Tensor | None) -> bool:
     return mask is None or bool(mask.all())
 
@@ -131,7 +144,7 @@ def greedy_batch(model: Transformer, src: torch.Tensor, max_len: int = 100,
     cache = KVCache(len(model.decoder.layers)) if use_cache else None
     done = torch.zeros(B, dtype=torch.bool, device=device)
     for _ in range(max_len):
-        nxt = _decoder_step(model, ys, memory, src_mask, iv, cache).argmax(-1)
+        nxt = generable(_decoder_step(model, ys, memory, src_mask, iv, cache)).argmax(-1)
         nxt = nxt.masked_fill(done, PAD_ID)
         ys = torch.cat([ys, nxt[:, None]], 1)
         done |= nxt == EOS_ID
@@ -189,7 +202,7 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
                 parents_in))
             trace.records.clear()
             last = t == max_len - 1
-            cand = (scores[:, None] + logp).view(-1)
+            cand = (scores[:, None] + generable(logp)).view(-1)
             top_scores, top_idx = cand.topk(min(2 * beam, cand.numel()))
             V = logp.size(1)
             keep_parent, keep_tok, keep_score = [], [], []
@@ -232,8 +245,9 @@ def lineage(hyp: FinishedHypothesis, steps: list[_StepData]) -> list[int]:
 
 
 def prepare_source(lm: LoadedModel, text: str, pad_to: int = 0) -> tuple[list[str], bool]:
-    """Tokens <bos> w1..wn <eos> [<pad>...] cut to the model's length; also whether it was cut."""
-    words = tokenize(text, lm.src_lang)
+    """Tokens <bos> t1..tn <eos> [<pad>...] cut to the model's length; also whether it was cut.
+    Tokens are spaCy words for a word vocabulary, their pieces for a subword one."""
+    words = lm.src_vocab.segment(tokenize(text, lm.src_lang))
     room = lm.model.cfg.max_len - 2
     truncated = len(words) > room
     toks = ["<bos>"] + words[:room] + ["<eos>"]
@@ -290,7 +304,7 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
             *_step_rows(s, b, sd, self_all, cross_all)))
     replaced = {}
     words = list(out_tokens)
-    if opts.replace_unk:
+    if opts.replace_unk and lm.tgt_vocab.kind == "word":  # subword vocabularies have no <unk> to fix
         special = set(SPECIALS)
         for s, rec in enumerate(records):
             if rec.token_id == UNK_ID and rec.cross_attn is not None:
@@ -300,7 +314,7 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
                         weights[j] = -1
                 if weights.max() >= 0:
                     replaced[s] = words[s] = src_tokens[int(weights.argmax())]
-    text_out = detokenize([w for w in words if w not in ("<eos>", "<pad>", "<bos>")], lm.tgt_lang)
+    text_out = lm.tgt_vocab.to_text(words, lm.tgt_lang)
     return Translation(text, src_tokens, src_ids, out_tokens, best.ids, text_out, best.score,
                        records if want_rows else [], replaced, trace,
                        beam_trace if opts.beam > 1 else None, iv, truncated, lm.src_lang, lm.tgt_lang)
@@ -322,17 +336,35 @@ def translate_batch(lm: LoadedModel, texts: list[str], beam: int = 1, alpha: flo
     """Translate many sentences: batched greedy when possible, per-sentence beam otherwise."""
     out = [""] * len(texts)
     todo = [i for i, t in enumerate(texts) if t.strip()]
-    if beam > 1 or replace_unk:
-        opts = DecodeOptions(beam=beam, length_penalty=alpha, replace_unk=replace_unk, record=False, trace=False)
+    if replace_unk and lm.tgt_vocab.kind == "word":
+        opts = DecodeOptions(beam=beam, length_penalty=alpha, replace_unk=True, record=False, trace=False)
         for i in todo:
             out[i] = translate(lm, texts[i], opts).text
         return out
     room = lm.model.cfg.max_len - 2
-    for k in range(0, len(todo), batch_size):
-        chunk = todo[k:k + batch_size]
-        ids = [[BOS_ID] + lm.src_vocab.encode(tokenize(texts[i], lm.src_lang)[:room]) + [EOS_ID] for i in chunk]
-        src = pad_batch(ids).to(lm.device)
-        hyps = greedy_batch(lm.model, src, min(lm.model.cfg.max_len - 1, src.size(1) * 2 + 10))
+    ids = [[BOS_ID] + lm.src_vocab.encode(lm.src_vocab.segment(tokenize(texts[i], lm.src_lang))[:room]) + [EOS_ID]
+           for i in todo]
+    for i, text in zip(todo, translate_ids(lm, ids, beam, alpha, batch_size)):
+        out[i] = text
+    return out
+
+
+@torch.inference_mode()
+def translate_ids(lm: LoadedModel, src_ids: list[list[int]], beam: int = 1, alpha: float = 0.6,
+                  batch_size: int = 64) -> list[str]:
+    """Detokenized translations of already encoded sources (<bos> ... <eos>): no spaCy needed.
+    Greedy runs in batches of similar length; beam search runs per sentence."""
+    out = [""] * len(src_ids)
+    cap = lm.model.cfg.max_len - 1
+    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+    for k in range(0, len(order), batch_size if beam <= 1 else 1):
+        chunk = order[k:k + (batch_size if beam <= 1 else 1)]
+        src = pad_batch([src_ids[i] for i in chunk]).to(lm.device)
+        max_len = min(cap, 100, src.size(1) * 2 + 10)
+        if beam <= 1:
+            hyps = greedy_batch(lm.model, src, max_len)
+        else:
+            hyps = [beam_search(lm.model, src, beam, max_len, alpha, record=False)[0].ids]
         for i, h in zip(chunk, hyps):
-            out[i] = detokenize([w for w in lm.tgt_vocab.decode(h) if w not in ("<eos>", "<pad>")], lm.tgt_lang)
+            out[i] = lm.tgt_vocab.to_text(lm.tgt_vocab.decode(h), lm.tgt_lang)
     return out

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .analysis import pool_words
 from .checkpoint import CONFIG, VOCAB, WEIGHTS, CheckpointError, LoadedModel, load_checkpoint
 from .decoding import DecodeOptions, Translation, full_trace, prepare_source, translate
 from .hooks import hook_names
@@ -124,10 +125,22 @@ def headline_bleu(metrics: dict) -> tuple[float, str] | None:
             continue
         if not math.isfinite(float(value)) or "signature" in p:
             continue
-        score = (4 if "test" in p else 0) + (2 if "beam" in p else 0) + (1 if ("lc" in p or "lower" in p) else 0)
+        score = ((8 if "test" in p else 0) + (4 if "beam" in p else 0) + (2 if "tokenized" in p else 0)
+                 + (1 if ("lc" in p or "lower" in p) else 0) - (8 if "no_unk" in p else 0))
         if best is None or score > best[0]:
             best = (score, float(value), path)
-    return (best[1], best[2]) if best else None
+    return (best[1], bleu_label(best[2])) if best else None
+
+
+def bleu_label(path: str) -> str:
+    """A metrics key such as ``bleu.test_2016_flickr.beam5.tokenized.bleu`` in words."""
+    p = path.lower()
+    split = "test" if "test" in p else "val" if "val" in p else ""
+    beam = re.search(r"beam(\d+)", p)
+    decoding = f"beam {beam.group(1)}" if beam else "greedy" if "greedy" in p else ""
+    metric = ("tokenized lowercased" if "tokenized" in p else "lowercased" if ("lower" in p or "lc" in p)
+              else "cased" if "cased" in p else "")
+    return ", ".join(x for x in (split, decoding, metric) if x) or path
 
 
 def model_summary(lm: LoadedModel) -> dict:
@@ -156,6 +169,14 @@ EVERYDAY = {
            "Eine Frau liest ein Buch im Park.", "Die Kinder essen Eis am Strand."],
     "en": ["A man rides his bike through the city.", "Two dogs are playing in the snow.",
            "A woman is reading a book in the park.", "The children are eating ice cream on the beach."],
+    "fr": ["Un homme fait du vélo dans la ville.", "Deux chiens jouent dans la neige.",
+           "Une femme lit un livre dans le parc.", "Les enfants mangent une glace sur la plage."],
+}
+# French puts most adjectives after the noun ("un chien noir" / "a black dog"), so these show
+# crossing lines in the cross-attention, which German-English word order rarely does.
+DIRECTION_EXAMPLES = {
+    "en-fr": ["A black dog runs on the beach.", "A woman in a red dress is walking down the street."],
+    "fr-en": ["Un chien noir court sur la plage.", "Une femme en robe rouge marche dans la rue."],
 }
 TEST_FALLBACK = {  # the first lines of Multi30k test_2016_flickr, used when the data folder is absent
     "de": ["Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
@@ -164,6 +185,9 @@ TEST_FALLBACK = {  # the first lines of Multi30k test_2016_flickr, used when the
     "en": ["A man in an orange hat starring at something.",
            "A Boston Terrier is running on lush green grass in front of a white fence.",
            "A group of people standing in front of an igloo."],
+    "fr": ["Un homme avec un chapeau orange regardant quelque chose.",
+           "Un terrier de Boston court sur l'herbe verdoyante devant une clôture blanche.",
+           "Une fille en tenue de karaté brisant un bâton avec un coup de pied."],
 }
 
 
@@ -376,6 +400,19 @@ def tokens_for(tr: Translation, kind: str) -> tuple[list[str], list[str]]:
     return tr.decoder_input_tokens, list(tr.src_tokens)
 
 
+def attention_by_word(lm: LoadedModel, tr: Translation, kind: str, trace=None
+                      ) -> tuple[np.ndarray, list[str], list[str]]:
+    """(layers, heads, query words, key words) attention of a kind with pieces pooled into words
+    (keys summed, queries averaged), and the word labels. Word-level models come back unchanged.
+    ``trace`` defaults to the run's own (another trace of the same tokens may be given)."""
+    kind = canonical_kind(kind)
+    q, k = tokens_for(tr, kind)
+    q_vocab = lm.src_vocab if kind == ATTN_KINDS[0] else lm.tgt_vocab
+    k_vocab = lm.tgt_vocab if kind == ATTN_KINDS[1] else lm.src_vocab
+    weights = attention(tr.trace if trace is None else trace, kind)
+    return pool_words(weights, q_vocab.word_spans(q), k_vocab.word_spans(k)), q_vocab.join(q), k_vocab.join(k)
+
+
 def query_valid(tr: Translation, kind: str) -> np.ndarray:
     """One bool per query row: False for padding queries (blanked in the views)."""
     q, _ = tokens_for(tr, kind)
@@ -495,9 +532,21 @@ def _r(a, nd: int = 4):
     return np.round(np.asarray(a, dtype=np.float64), nd).tolist()
 
 
+def word_spans(lm: LoadedModel, tr: Translation) -> dict:
+    """Which tokens form each word of the source, the output and the decoder input, and the words:
+    for subword models a word is several pieces (pool attention with analysis.pool_words); for
+    word-level models every token is its own word."""
+    dec_in = tr.decoder_input_tokens
+    return {"src_word_spans": lm.src_vocab.word_spans(tr.src_tokens), "src_words": lm.src_vocab.join(tr.src_tokens),
+            "output_word_spans": lm.tgt_vocab.word_spans(tr.output_tokens),
+            "output_words": lm.tgt_vocab.join(tr.output_tokens),
+            "decoder_input_word_spans": lm.tgt_vocab.word_spans(dec_in), "decoder_input_words": lm.tgt_vocab.join(dec_in)}
+
+
 def to_json(tr: Translation, notices: list[str] | None = None, model: str | None = None,
-            attention_arrays: bool = True) -> dict:
-    """A JSON-able dict: tokens, the translation, per-step records and the attention arrays."""
+            attention_arrays: bool = True, lm: LoadedModel | None = None) -> dict:
+    """A JSON-able dict: tokens, the translation, per-step records and the attention arrays
+    (over tokens; with ``lm``, also each word's token span, to read them per word)."""
     out = {
         "model": model or f"{tr.src_lang}-{tr.tgt_lang}",
         "src_text": tr.src_text,
@@ -514,6 +563,8 @@ def to_json(tr: Translation, notices: list[str] | None = None, model: str | None
                    "topk": [[tok, round(float(p), 6)] for tok, p in zip(s.topk_tokens, s.topk_probs)]}
                   for s in tr.steps],
     }
+    if lm is not None:
+        out.update(word_spans(lm, tr))
     if attention_arrays and tr.trace is not None:
         out["attention"] = {KIND_JSON[k]: _r(attention(tr.trace, k)) for k in ATTN_KINDS}
         out["attention_shape"] = "layers x heads x queries x keys"
@@ -536,16 +587,21 @@ def alignment_data(tr: Translation, mode: str = "layer", layer: int = 0, head: i
                                       attention(tr.trace, ATTN_KINDS[0]))
 
 
-def head_profiles(tr: Translation, trace=None) -> dict[str, dict]:
-    """{module name: analysis.head_profile(...)} for every attention module of a run."""
+def head_profiles(tr: Translation, trace=None, lm: LoadedModel | None = None) -> dict[str, dict]:
+    """{module name: analysis.head_profile(...)} for every attention module of a run; with a subword
+    ``lm`` the statistics are of the attention pooled into words."""
     from . import analysis
     trace = trace if trace is not None else tr.trace
+    by_word = lm is not None and lm.src_vocab.kind != "word"
     out = {}
     for kind in ATTN_KINDS:
         part, attn_name = kind.split(".")
-        q, k = tokens_for(tr, kind)
-        valid = query_valid(tr, kind)
-        for l, pattern in enumerate(attention(trace, kind)):
+        if by_word:
+            attn, q, k = attention_by_word(lm, tr, kind, trace)
+            valid = np.array([t != "<pad>" for t in q], dtype=bool)
+        else:
+            attn, (q, k), valid = attention(trace, kind), tokens_for(tr, kind), query_valid(tr, kind)
+        for l, pattern in enumerate(attn):
             out[f"{part}.layers.{l}.{attn_name}"] = analysis.head_profile(pattern, k, valid)
     return out
 
@@ -591,7 +647,7 @@ def average_head_profiles(lm: LoadedModel, sentences: list[str], progress=None, 
                 tr = translate(lm, s, opts)
         else:
             tr = translate(lm, s, opts)
-        profs.append(head_profiles(tr))
+        profs.append(head_profiles(tr, lm=lm))
     return analysis.profiles_table(analysis.average_profiles(profs))
 
 
@@ -607,15 +663,10 @@ def beam_tree_data(lm: LoadedModel, tr: Translation) -> dict:
         if n.get("final"):
             toks = lm.tgt_vocab.decode(n["ids"])
             n["tokens"] = toks
-            n["text"] = detokenize_tokens(toks, lm.tgt_lang)
+            n["text"] = lm.tgt_vocab.to_text(toks, lm.tgt_lang)
     tree["length_penalty"] = tr.beam.length_penalty
     tree["y"] = analysis.tree_layout(tree["nodes"])
     return tree
-
-
-def detokenize_tokens(tokens: list[str], lang: str) -> str:
-    from .vocab import detokenize
-    return detokenize([w for w in tokens if w not in ("<eos>", "<pad>", "<bos>")], lang)
 
 
 def hypothesis_translation(lm: LoadedModel, tr: Translation, ids: list[int]) -> Translation:
@@ -624,7 +675,7 @@ def hypothesis_translation(lm: LoadedModel, tr: Translation, ids: list[int]) -> 
     toks = lm.tgt_vocab.decode(ids)
     trace = full_trace(lm, tr.src_ids, ids, tr.interventions)
     return Translation(tr.src_text, list(tr.src_tokens), list(tr.src_ids), toks, ids,
-                       detokenize_tokens(toks, lm.tgt_lang), float("nan"), [], {}, trace, None, tr.interventions,
+                       lm.tgt_vocab.to_text(toks, lm.tgt_lang), float("nan"), [], {}, trace, None, tr.interventions,
                        tr.truncated, tr.src_lang, tr.tgt_lang)
 
 
@@ -651,7 +702,8 @@ def export_metadata(tr: Translation, model: str, lm: LoadedModel | None = None, 
             "output_ids": [int(i) for i in tr.output_ids], "decoder_input_tokens": tr.decoder_input_tokens,
             "translation": tr.text, "settings": dict(settings or {}),
             "interventions": describe_interventions(tr.interventions),
-            "hooks": sorted(trace_arrays(tr.trace)) if tr.trace is not None else []}
+            "hooks": sorted(trace_arrays(tr.trace)) if tr.trace is not None else [],
+            **(word_spans(lm, tr) if lm is not None else {})}
 
 
 def write_export(tr: Translation, model: str, folder, lm: LoadedModel | None = None,

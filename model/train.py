@@ -2,8 +2,12 @@
 
 Resumable: the full training state is written atomically after every epoch to ``--work``;
 rerunning the same command continues from there (a ``kill -9`` loses at most one epoch).
-A resumed run keeps its saved hyperparameters; only --epochs, --data, --device, --threads and
---out may change.
+A resumed run keeps its saved hyperparameters; only --epochs, --data, --prepared, --device,
+--threads, --out and the BLEU options may change.
+
+Two data paths: word-level (spaCy here, ``--data``) or a folder written by ``model.prepare``
+(``--prepared DIR``: joint subword vocabulary, piece ids; neither spaCy nor the data folder needed).
+A subword model shares one embedding matrix between encoder, decoder and generator.
 Multi-GPU / multi-node with ``torchrun`` (DistributedDataParallel; gloo on CPU, nccl on CUDA).
 """
 from __future__ import annotations
@@ -14,13 +18,14 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import LoadedModel, save_checkpoint
+from .bleu import sacre_bleu, tokenized_bleu
+from .checkpoint import LoadedModel, save_checkpoint, tied_keys
 from .data import MULTI30K_URL, load_pairs, pad_batch, token_batches, with_specials
 from .transformer import PAD_ID, Transformer, TransformerConfig
 from .vocab import Vocab, load_vocabs, save_vocabs, tokenize_corpus
@@ -28,7 +33,7 @@ from .vocab import Vocab, load_vocabs, save_vocabs, tokenize_corpus
 STATE, HISTORY, VOCAB = "state.safetensors", "history.json", "vocab.json"
 # Options a resumed run may change; every other option is taken from the saved state.
 RUN_CONTROL = {"data", "base_url", "out", "work", "epochs", "average", "threads", "device", "no_bleu", "stop_after",
-               "export_only"}
+               "export_only", "prepared", "bleu_every", "export_beam", "eval_batch", "time_budget"}
 
 
 def parse_args(argv=None):
@@ -41,6 +46,7 @@ def parse_args(argv=None):
     p.add_argument("--work", default=None, help="resumable training state (default runs/SRC-TGT)")
     p.add_argument("--train-split", default="train")
     p.add_argument("--val-split", default="val")
+    p.add_argument("--prepared", default=None, help="folder written by model.prepare (subword; no spaCy needed)")
     p.add_argument("--max-train", type=int, default=0, help="use only the first N training pairs (0 = all)")
     p.add_argument("--min-freq", type=int, default=2)
     p.add_argument("--d-model", type=int, default=256)
@@ -52,6 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--attn-dropout", type=float, default=0.1)
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--no-tie", action="store_true", help="separate decoder embedding and generator")
+    p.add_argument("--no-share", action="store_true", help="subword: separate encoder and decoder embeddings")
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch (per process)")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
@@ -63,8 +70,14 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--no-bleu", action="store_true", help="skip validation BLEU (tests)")
+    p.add_argument("--bleu-every", type=int, default=1, help="greedy val BLEU every N epochs (and the last)")
+    p.add_argument("--export-beam", type=int, default=0,
+                   help="at export also score the averaged model with this beam on val (and test when prepared)")
+    p.add_argument("--eval-batch", type=int, default=64, help="sentences per batched greedy decode")
     p.add_argument("--export-only", action="store_true",
                    help="write the checkpoint from the epochs saved so far in --work, without training")
+    p.add_argument("--time-budget", type=float, default=0,
+                   help="seconds: after the epoch that passes it, stop training and export (0 = no limit)")
     p.add_argument("--stop-after", type=int, default=0, help="stop this process after N epochs (tests)")
     args = p.parse_args(argv)
     state = Path(args.work or f"runs/{args.src}-{args.tgt}") / STATE
@@ -88,8 +101,8 @@ def lr_at(step: int, peak: float, warmup: int) -> float:
 # -- resumable state: weights, optimizer and counters in one safetensors file ---------------
 def save_state(path: Path, model, opt, meta: dict) -> None:
     from safetensors.torch import save_file
-    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()
-               if not (model.cfg.tie_embeddings and k == "generator.weight")}
+    skip = tied_keys(model.cfg)
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in skip}
     osd = opt.state_dict()
     for idx, st in osd["state"].items():
         for name, val in st.items():
@@ -126,45 +139,27 @@ def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {k: (v / len(paths)).float() for k, v in total.items()}
 
 
-@torch.no_grad()
-def validation_loss(model, batches, src_ids, tgt_ids, device) -> float:
-    model.eval()
-    total, n = 0.0, 0
-    for b in batches:
-        src = pad_batch([src_ids[i] for i in b]).to(device)
-        tgt = pad_batch([tgt_ids[i] for i in b]).to(device)
-        logits = model(src, tgt[:, :-1])
-        total += F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), tgt[:, 1:].reshape(-1),
-                                 ignore_index=PAD_ID, reduction="sum").item()
-        n += (tgt[:, 1:] != PAD_ID).sum().item()
-    return total / max(n, 1)
+@dataclass
+class Split:
+    """Encoded sentences (<bos> ... <eos>) and, for scoring, the raw and official tokenized references."""
+    src: list[list[int]]
+    tgt: list[list[int]]
+    refs: list[str]
+    tok_refs: list[str] | None = None
 
 
-def bleu(lm: LoadedModel, sources: list[str], refs: list[str]) -> dict:
-    import sacrebleu
-    from .decoding import translate_batch
-    hyps = translate_batch(lm, sources, beam=1, replace_unk=False)
-    cased = sacrebleu.corpus_bleu(hyps, [refs])
-    lower = sacrebleu.corpus_bleu(hyps, [refs], lowercase=True)
-    return {"bleu": round(cased.score, 2), "bleu_lc": round(lower.score, 2)}
+@dataclass
+class TrainData:
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    train: Split
+    val: Split
+    test: Split | None = None
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    from tqdm import tqdm
-    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
-    use_cuda = torch.cuda.is_available() and args.device != "cpu"
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
-    if world > 1:
-        import torch.distributed as dist
-        dist.init_process_group("nccl" if use_cuda else "gloo")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    work, out = Path(args.work), Path(args.out)
-    work.mkdir(parents=True, exist_ok=True)
-    log = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
-
+def _word_data(args, work: Path, rank: int) -> TrainData:
+    """spaCy words, one vocabulary per language (min_freq cut)."""
+    from .bleu import read_official_refs
     train_src, train_tgt = load_pairs(args.data, args.train_split, args.src, args.tgt, args.base_url)
     val_src, val_tgt = load_pairs(args.data, args.val_split, args.src, args.tgt, args.base_url)
     if args.max_train:
@@ -180,14 +175,83 @@ def main(argv=None) -> int:
     room = args.max_len - 2
     pairs = [(with_specials(src_vocab.encode(s)), with_specials(tgt_vocab.encode(t)))
              for s, t in zip(tok_train_src, tok_train_tgt) if 0 < len(s) <= room and 0 < len(t) <= room]
-    tr_src, tr_tgt = [p[0] for p in pairs], [p[1] for p in pairs]
     va_src = [with_specials(src_vocab.encode(s)[:room]) for s in tokenize_corpus(val_src, args.src)]
     va_tgt = [with_specials(tgt_vocab.encode(t)[:room]) for t in tokenize_corpus(val_tgt, args.tgt)]
-    log(f"train pairs {len(tr_src)}, val {len(va_src)}, vocab {args.src} {len(src_vocab)} / {args.tgt} {len(tgt_vocab)}")
+    return TrainData(src_vocab, tgt_vocab, Split([p[0] for p in pairs], [p[1] for p in pairs], []),
+                     Split(va_src, va_tgt, val_tgt, read_official_refs(args.data, args.val_split, args.tgt)))
 
-    cfg = TransformerConfig(len(src_vocab), len(tgt_vocab), args.d_model, args.heads, args.enc_layers,
+
+def _prepared_data(args, work: Path, rank: int) -> TrainData:
+    """A model.prepare folder: one joint subword vocabulary, piece ids already encoded."""
+    from .prepare import load_prepared, prepared_vocab
+    if (work / VOCAB).exists():
+        vocab = load_vocabs(work / VOCAB)[0]
+    else:
+        vocab = prepared_vocab(args.prepared)
+        if rank == 0:
+            save_vocabs(work / VOCAB, vocab, vocab)
+    room, langs = args.max_len - 2, (args.src, args.tgt)
+    splits = {}
+    for split in (args.train_split, args.val_split, "test_2016_flickr"):
+        if split != args.train_split and not (Path(args.prepared) / f"{split}.npz").is_file():
+            continue
+        d = load_prepared(args.prepared, split, langs)
+        src, tgt = d.ids[args.src], d.ids[args.tgt]
+        if split == args.train_split:
+            n = args.max_train or len(src)
+            keep = [i for i in range(n) if 0 < len(src[i]) <= room and 0 < len(tgt[i]) <= room]
+            splits[split] = Split([with_specials(src[i]) for i in keep], [with_specials(tgt[i]) for i in keep], [])
+        else:
+            splits[split] = Split([with_specials(x[:room]) for x in src], [with_specials(x[:room]) for x in tgt],
+                                  d.raw[args.tgt], d.tok_refs[args.tgt])
+    return TrainData(vocab, vocab, splits[args.train_split], splits[args.val_split], splits.get("test_2016_flickr"))
+
+
+@torch.no_grad()
+def validation_loss(model, batches, src_ids, tgt_ids, device) -> float:
+    model.eval()
+    total, n = 0.0, 0
+    for b in batches:
+        src = pad_batch([src_ids[i] for i in b]).to(device)
+        tgt = pad_batch([tgt_ids[i] for i in b]).to(device)
+        logits = model(src, tgt[:, :-1])
+        total += F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), tgt[:, 1:].reshape(-1),
+                                 ignore_index=PAD_ID, reduction="sum").item()
+        n += (tgt[:, 1:] != PAD_ID).sum().item()
+    return total / max(n, 1)
+
+
+def bleu(lm: LoadedModel, split: Split, beam: int = 1, batch_size: int = 64) -> dict:
+    """Detokenized sacreBLEU (cased, lowercased) and tokenized lowercased BLEU of encoded sources."""
+    from .decoding import translate_ids
+    hyps = translate_ids(lm, split.src, beam=beam, batch_size=batch_size)
+    sb = sacre_bleu(hyps, split.refs)
+    tok = tokenized_bleu(hyps, lm.tgt_lang, split.refs, split.tok_refs)
+    return {"bleu": sb["cased"]["bleu"], "bleu_lc": sb["lowercased"]["bleu"], "bleu_tok": tok.bleu}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    use_cuda = torch.cuda.is_available() and args.device != "cpu"
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
+    if world > 1:
+        import torch.distributed as dist
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    work, out = Path(args.work), Path(args.out)
+    work.mkdir(parents=True, exist_ok=True)
+    log = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
+
+    data = (_prepared_data if args.prepared else _word_data)(args, work, rank)
+    sv, tv = data.src_vocab, data.tgt_vocab
+    log(f"train pairs {len(data.train.src)}, val {len(data.val.src)}, vocab {sv.kind} "
+        f"{args.src} {len(sv)} / {args.tgt} {len(tv)}")
+    cfg = TransformerConfig(len(sv), len(tv), args.d_model, args.heads, args.enc_layers,
                             args.dec_layers, args.d_ff, args.dropout, args.attn_dropout, args.max_len,
-                            not args.no_tie)
+                            not args.no_tie, share_embeddings=sv.kind == "subword" and not args.no_share)
     model = Transformer(cfg).to(device)
     log(f"parameters: {model.num_parameters():,}")
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
@@ -198,28 +262,47 @@ def main(argv=None) -> int:
         meta["args"] = vars(args)
         history = json.loads((work / HISTORY).read_text()) if (work / HISTORY).exists() else []
         log(f"resumed from {work / STATE} at epoch {meta['epoch']}, step {meta['step']}")
-    if args.export_only:
-        export(args, work, out, cfg, src_vocab, tgt_vocab, meta, history, val_src, val_tgt, device)
-        return 0
+    if not args.export_only:
+        history = train_epochs(args, data, model, opt, meta, history, device, world, rank, log)
+        if history is None:  # stopped early (--stop-after)
+            return 0
+    if rank == 0:
+        export(args, work, out, cfg, data, meta, history, device)
+    if world > 1:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+def train_epochs(args, data: TrainData, model, opt, meta, history, device, world, rank, log) -> list | None:
+    """Run epochs until args.epochs; after each, write history, the epoch's weights and the state."""
+    from tqdm import tqdm
+    work, tr = Path(args.work), data.train
+    use_cuda = device.type == "cuda"
     ddp_model = model
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
         ddp_model = DistributedDataParallel(model, device_ids=[device.index] if use_cuda else None)
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if use_cuda else torch.autocast("cpu", enabled=False)
-    val_batches = token_batches(va_src, va_tgt, args.max_tokens)
-    done_here = 0
+    val_batches = token_batches(data.val.src, data.val.tgt, args.max_tokens)
+    done_here, started = 0, time.time()
     while meta["epoch"] < args.epochs:
+        if args.time_budget and time.time() - started > args.time_budget:
+            log(f"time budget of {args.time_budget:.0f} s used after epoch {meta['epoch']}: exporting")
+            break
         epoch = meta["epoch"] + 1
-        batches = token_batches(tr_src, tr_tgt, args.max_tokens, seed=args.seed * 1000 + epoch)
+        batches = token_batches(tr.src, tr.tgt, args.max_tokens, seed=args.seed * 1000 + epoch)
         if world > 1:
             batches = batches[: len(batches) // world * world][rank::world]
         model.train()
-        t0, tot_loss, tot_tok = time.time(), 0.0, 0
+        t0 = time.time()
+        tot_loss = torch.zeros((), device=device)
+        tot_tok = torch.zeros((), device=device, dtype=torch.long)
         bar = tqdm(batches, desc=f"epoch {epoch}/{args.epochs}", disable=rank != 0, mininterval=10,
                    file=sys.stderr, dynamic_ncols=False, ncols=100)
-        for b in bar:
-            src = pad_batch([tr_src[i] for i in b]).to(device)
-            tgt = pad_batch([tr_tgt[i] for i in b]).to(device)
+        for k, b in enumerate(bar):
+            src = pad_batch([tr.src[i] for i in b]).to(device)
+            tgt = pad_batch([tr.tgt[i] for i in b]).to(device)
             meta["step"] += 1
             for g in opt.param_groups:
                 g["lr"] = lr_at(meta["step"], args.lr, args.warmup)
@@ -233,56 +316,68 @@ def main(argv=None) -> int:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             opt.step()
-            tot_loss += loss.item() * n_tok.item()
-            tot_tok += n_tok.item()
-            bar.set_postfix(loss=f"{tot_loss / tot_tok:.3f}", lr=f"{opt.param_groups[0]['lr']:.2e}", refresh=False)
+            tot_loss += loss.detach() * n_tok  # stays on the device: no sync per step
+            tot_tok += n_tok
+            if k % 50 == 49:
+                bar.set_postfix(loss=f"{(tot_loss / tot_tok).item():.3f}", lr=f"{opt.param_groups[0]['lr']:.2e}",
+                                refresh=False)
+        train_loss = (tot_loss / tot_tok.clamp(min=1)).item()
         meta["train_seconds"] += time.time() - t0
         meta["epoch"] = epoch
         if rank == 0:
-            from safetensors.torch import save_file
-            entry = {"epoch": epoch, "step": meta["step"], "train_loss": round(tot_loss / max(tot_tok, 1), 4),
-                     "val_loss": round(validation_loss(model, val_batches, va_src, va_tgt, device), 4),
-                     "train_seconds": round(meta["train_seconds"], 1), "epoch_seconds": round(time.time() - t0, 1)}
-            if not args.no_bleu:
-                lm = LoadedModel(model.eval(), src_vocab, tgt_vocab, args.src, args.tgt)
-                entry.update({f"val_{k}": v for k, v in bleu(lm, val_src, val_tgt).items()})
-            sd = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k != "generator.weight"}
-            save_file(sd, str(work / f"epoch_{epoch}.safetensors"))
-            for old in work.glob("epoch_*.safetensors"):
-                if int(old.stem.split("_")[1]) <= epoch - args.average:
-                    old.unlink()
-            history = [h for h in history if h["epoch"] < epoch] + [entry]
-            (work / HISTORY).write_text(json.dumps(history, indent=1))
-            save_state(work / STATE, model, opt, meta)
-            log(json.dumps(entry))
+            history = _end_epoch(args, data, model, opt, meta, history, epoch, train_loss, t0, val_batches, device)
+            log(json.dumps(history[-1]))
         if world > 1:
             torch.distributed.barrier()
         done_here += 1
         if args.stop_after and done_here >= args.stop_after and meta["epoch"] < args.epochs:
             log(f"stopping after {done_here} epoch(s) as asked; rerun to resume")
-            return 0
-    if rank == 0:
-        export(args, work, out, cfg, src_vocab, tgt_vocab, meta, history, val_src, val_tgt, device)
-    if world > 1:
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-    return 0
+            return None
+    return history
 
 
-def export(args, work, out, cfg, src_vocab, tgt_vocab, meta, history, val_src, val_tgt, device) -> None:
+def _end_epoch(args, data: TrainData, model, opt, meta, history, epoch, train_loss, t0, val_batches, device):
+    from safetensors.torch import save_file
+    work = Path(args.work)
+    entry = {"epoch": epoch, "step": meta["step"], "train_loss": round(train_loss, 4),
+             "val_loss": round(validation_loss(model, val_batches, data.val.src, data.val.tgt, device), 4),
+             "train_seconds": round(meta["train_seconds"], 1), "epoch_seconds": round(time.time() - t0, 1)}
+    if not args.no_bleu and (epoch % max(args.bleu_every, 1) == 0 or epoch == args.epochs):
+        lm = LoadedModel(model.eval(), data.src_vocab, data.tgt_vocab, args.src, args.tgt)
+        entry.update({f"val_{k}": v for k, v in bleu(lm, data.val, batch_size=args.eval_batch).items()})
+    skip = tied_keys(model.cfg)
+    sd = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in skip}
+    save_file(sd, str(work / f"epoch_{epoch}.safetensors"))
+    for old in work.glob("epoch_*.safetensors"):
+        if int(old.stem.split("_")[1]) <= epoch - args.average:
+            old.unlink()
+    history = [h for h in history if h["epoch"] < epoch] + [entry]
+    (work / HISTORY).write_text(json.dumps(history, indent=1))
+    save_state(work / STATE, model, opt, meta)
+    return history
+
+
+def export(args, work, out, cfg, data: TrainData, meta, history, device) -> None:
     """Average the last epochs' weights and write the checkpoint folder (fp16 weights)."""
     last = sorted(work.glob("epoch_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]))[-args.average:]
     model = Transformer(cfg).to(device)
     model.load_state_dict(average_weights(last), strict=False)
     model.eval()
-    lm = LoadedModel(model, src_vocab, tgt_vocab, args.src, args.tgt)
-    averaged = {} if args.no_bleu else {f"val_{k}": v for k, v in bleu(lm, val_src, val_tgt).items()}
+    lm = LoadedModel(model, data.src_vocab, data.tgt_vocab, args.src, args.tgt)
+    averaged = {} if args.no_bleu else {f"val_{k}": v for k, v in bleu(lm, data.val, 1, args.eval_batch).items()}
     info = {"averaged_epochs": [int(p.stem.split("_")[1]) for p in last], "train_seconds": round(meta["train_seconds"], 1),
             "updates": meta["step"], "parameters": model.num_parameters(), "train_args": vars(args),
-            "averaged_val": averaged}
-    save_checkpoint(out, model, src_vocab, tgt_vocab, args.src, args.tgt, {"training": info})
+            "averaged_val": averaged, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
+    if args.export_beam > 1 and not args.no_bleu:
+        beam = {"beam": args.export_beam, "length_penalty": 0.6,
+                **{f"val_{k}": v for k, v in bleu(lm, data.val, args.export_beam).items()}}
+        if data.test is not None:
+            beam.update({f"test_{k}": v for k, v in bleu(lm, data.test, args.export_beam).items()})
+        info["averaged_beam"] = beam
+    save_checkpoint(out, model, data.src_vocab, data.tgt_vocab, args.src, args.tgt, {"training": info})
     (out / "history.json").write_text(json.dumps(history, indent=1))
-    print(f"wrote {out} (averaged epochs {info['averaged_epochs']}; {averaged})", flush=True)
+    print(f"wrote {out} (averaged epochs {info['averaged_epochs']}; {averaged}; {info.get('averaged_beam', '')})",
+          flush=True)
 
 
 if __name__ == "__main__":

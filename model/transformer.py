@@ -36,6 +36,7 @@ class TransformerConfig:
     attn_dropout: float = 0.1
     max_len: int = 256
     tie_embeddings: bool = True  # decoder input embedding == generator weight
+    share_embeddings: bool = False  # encoder embedding == decoder embedding (one joint vocabulary)
     pad_id: int = PAD_ID
 
     def to_dict(self) -> dict:
@@ -378,6 +379,10 @@ class Transformer(nn.Module):
         self._init_weights()
         if cfg.tie_embeddings:
             self.generator.weight = self.decoder.tok_embed.weight
+        if cfg.share_embeddings:
+            if cfg.src_vocab_size != cfg.tgt_vocab_size:
+                raise ValueError("share_embeddings needs one joint vocabulary (equal vocabulary sizes)")
+            self.encoder.tok_embed.weight = self.decoder.tok_embed.weight
 
     def _init_weights(self):
         for name, p in self.named_parameters():

@@ -1,4 +1,14 @@
-"""Tokenization (spaCy blank pipelines), word vocabularies, detokenization (sacremoses)."""
+"""Tokenization (spaCy blank pipelines), vocabularies, detokenization (sacremoses).
+
+Two vocabulary kinds answer the same questions, so decoding and the views need not know which
+one a checkpoint has: ``segment`` (spaCy words -> model tokens), ``encode``/``decode`` (tokens <->
+ids), ``word_spans`` (which tokens form each word), ``join`` (tokens -> one string per word) and
+``to_text`` (tokens -> detokenized text).
+
+- :class:`Vocab`: one token per spaCy word (min_freq cut, rare words are ``<unk>``).
+- :class:`SubwordVocab`: a joint SentencePiece model over both languages, trained on spaCy words
+  (so pieces never cross a word boundary), with byte fallback: no ``<unk>`` for any input.
+"""
 from __future__ import annotations
 
 import json
@@ -50,7 +60,9 @@ def detokenize(tokens: list[str], lang: str) -> str:
 
 
 class Vocab:
-    """Token <-> id. Ids 0-3 are the specials, in the order of ``SPECIALS``."""
+    """Word <-> id. Ids 0-3 are the specials, in the order of ``SPECIALS``."""
+
+    kind = "word"
 
     def __init__(self, itos: list[str]):
         if tuple(itos[:4]) != SPECIALS:
@@ -74,6 +86,19 @@ class Vocab:
     def decode(self, ids: Iterable[int]) -> list[str]:
         return [self.itos[i] if 0 <= i < len(self.itos) else "<unk>" for i in ids]
 
+    def segment(self, words: list[str]) -> list[str]:
+        return list(words)
+
+    def word_spans(self, tokens: list[str]) -> list[list[int]]:
+        return [[i] for i in range(len(tokens))]
+
+    def join(self, tokens: list[str]) -> list[str]:
+        return list(tokens)
+
+    def to_text(self, tokens: list[str], lang: str) -> str:
+        """Detokenized text of output tokens; <bos>/<eos>/<pad> dropped, <unk> kept (shown, or replaced)."""
+        return detokenize([w for w in self.join(tokens) if w not in SPECIALS[1:]], lang)
+
     def to_json(self) -> list[str]:
         return self.itos
 
@@ -85,12 +110,110 @@ class Vocab:
         return isinstance(other, Vocab) and self.itos == other.itos
 
 
+WORD_START = "\u2581"  # SentencePiece's mark for a piece that begins a word
+
+
+class SubwordVocab(Vocab):
+    """A joint SentencePiece vocabulary (BPE or unigram); tokens are pieces such as ``▁Fahr`` ``rad``."""
+
+    kind = "subword"
+
+    def __init__(self, proto: bytes, model_type: str = "bpe"):
+        import sentencepiece as spm
+        self.proto, self.model_type = bytes(proto), model_type
+        self.sp = spm.SentencePieceProcessor(model_proto=self.proto)
+        super().__init__([self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())])
+
+    @classmethod
+    def train(cls, words_per_line: Iterable[list[str]], vocab_size: int = 10000, model_type: str = "bpe",
+              threads: int = 2) -> "SubwordVocab":
+        """Train on spaCy-tokenized lines (words joined by spaces: pieces never cross a word boundary)."""
+        import io
+
+        import sentencepiece as spm
+        out = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=(" ".join(ws) for ws in words_per_line if ws), model_writer=out,
+            vocab_size=vocab_size, model_type=model_type, character_coverage=1.0, byte_fallback=True,
+            normalization_rule_name="identity", split_by_whitespace=True, hard_vocab_limit=False,
+            unk_id=0, pad_id=1, bos_id=2, eos_id=3, unk_piece=SPECIALS[0], pad_piece=SPECIALS[1],
+            bos_piece=SPECIALS[2], eos_piece=SPECIALS[3], num_threads=threads, minloglevel=2,
+            max_sentence_length=100000, input_sentence_size=0, shuffle_input_sentence=False)
+        return cls(out.getvalue(), model_type)
+
+    def segment(self, words: list[str]) -> list[str]:
+        return self.sp.encode(" ".join(w for w in words if w.strip()), out_type=str) if words else []
+
+    def word_spans(self, tokens: list[str]) -> list[list[int]]:
+        """Token indices of each word: a word starts at a piece marked ``▁``; a special is its own word."""
+        spans: list[list[int]] = []
+        after_special = True
+        for i, t in enumerate(tokens):
+            special = t in SPECIALS
+            if special or after_special or t.startswith(WORD_START):
+                spans.append([i])
+            else:
+                spans[-1].append(i)
+            after_special = special
+        return spans
+
+    def join(self, tokens: list[str]) -> list[str]:
+        return [tokens[s[0]] if tokens[s[0]] in SPECIALS else self.sp.decode_pieces([tokens[i] for i in s]).strip()
+                for s in self.word_spans(tokens)]
+
+    def to_text(self, tokens: list[str], lang: str) -> str:
+        """As Vocab.to_text, and "dirt - bikes" back to "dirt-bikes": spaCy splits infix hyphens, and in
+        Multi30k a hyphen between two words is almost always unspaced (over 99 % in train, de/en/fr)."""
+        words: list[str] = []
+        for w in self.join(tokens):
+            if w in SPECIALS[1:]:
+                continue
+            if len(words) >= 2 and words[-1] == "-" and words[-2][-1:].isalnum() and w[:1].isalnum():
+                words[-2:] = [words[-2] + "-" + w]
+            else:
+                words.append(w)
+        return detokenize(words, lang)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "model": SPM_MODEL, "model_type": self.model_type, "size": len(self)}
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SubwordVocab) and self.proto == other.proto
+
+
+SPM_MODEL = "spm.model"
+
+
 def save_vocabs(path, src: Vocab, tgt: Vocab) -> None:
+    """``vocab.json`` (word lists, or a subword description with ``spm.model`` beside it)."""
+    import os
+    from pathlib import Path
+    path = Path(path)
+    if isinstance(src, SubwordVocab) or isinstance(tgt, SubwordVocab):
+        if src != tgt:
+            raise ValueError("a subword checkpoint has one joint vocabulary for both languages")
+        tmp = path.parent / (SPM_MODEL + ".tmp")
+        tmp.write_bytes(src.proto)
+        os.replace(tmp, path.parent / SPM_MODEL)
+        data = src.to_json()
+    else:
+        data = {"src": src.to_json(), "tgt": tgt.to_json()}
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"src": src.to_json(), "tgt": tgt.to_json()}, f, ensure_ascii=False)
+        json.dump(data, f, ensure_ascii=False)
 
 
 def load_vocabs(path) -> tuple[Vocab, Vocab]:
+    from pathlib import Path
+    path = Path(path)
     with open(path, encoding="utf-8") as f:
         d = json.load(f)
+    if d.get("kind", "word") == "subword":
+        model = path.parent / d.get("model", SPM_MODEL)
+        if not model.is_file():
+            raise ValueError(f"{model.name} is missing")
+        try:
+            v = SubwordVocab(model.read_bytes(), d.get("model_type", "bpe"))
+        except RuntimeError as e:
+            raise ValueError(f"{model.name} is not a SentencePiece model ({e})") from None
+        return v, v
     return Vocab.from_json(d["src"]), Vocab.from_json(d["tgt"])

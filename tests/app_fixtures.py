@@ -81,3 +81,9 @@ def all_strings(obj):
     elif isinstance(obj, (list, tuple)):
         for v in obj:
             yield from all_strings(v)
+
+
+# The outputs of the UI translate event (/translate_stream), in the order app.py declares them.
+T_OUT = ["notice", "out_text", "src_chips", "out_chips", "attn_plot", "layer", "head", "step", "step_md", "prefix",
+         "topk_plot", "cross_plot", "self_plot", "masks_plot", "ablate_src", "ablate_heads", "cmp_layer", "cmp_head",
+         "norms_plot", "run_status"]

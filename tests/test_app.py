@@ -14,12 +14,9 @@ import pytest
 
 from gradio_client import Client
 
-from tests.app_fixtures import launch, make_checkpoint
+from tests.app_fixtures import T_OUT, launch, make_checkpoint
 
 # Outputs of the UI translate event, in order (the gr.State output is not sent to clients).
-T_OUT = ["notice", "out_text", "src_chips", "out_chips", "attn_plot", "layer", "head", "step", "step_md", "prefix",
-         "topk_plot", "cross_plot", "self_plot", "masks_plot", "ablate_src", "ablate_heads", "cmp_layer", "cmp_head",
-         "norms_plot"]
 C_OUT = ["cmp_notice", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "ablate_src"]
 DE = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
 EN = "Two dogs are playing in the snow."
@@ -48,7 +45,7 @@ def client(server):
 
 def ui_translate(client, text, direction="de-en", decoding="greedy", beam=4, max_len=30,
                  kind="decoder.cross_attn", view="grid"):
-    out = client.predict(text, direction, decoding, beam, max_len, kind, view, 0, 0, api_name="/translate_stream")
+    out = client.predict(text, direction, decoding, beam, max_len, kind, view, 0, 0, "words", api_name="/translate_stream")
     assert len(out) == len(T_OUT)
     return dict(zip(T_OUT, out))
 
@@ -150,7 +147,7 @@ def test_attention_views(client):
     ui_translate(client, "Die Kinder spielen am Strand.", max_len=8)
     for kind in ("encoder.self_attn", "decoder.self_attn", "decoder.cross_attn"):
         for view, n in (("grid", 8), ("head", 1), ("mean", 2)):
-            fig, layer = client.predict(kind, view, 1, 3, api_name="/attention_view")
+            fig, layer = client.predict(kind, view, 1, 3, "words", api_name="/attention_view")
             fig = plot_json(fig)
             assert len(fig["data"]) == n, (kind, view)
             assert fig["layout"]["yaxis"]["autorange"] == "reversed"
@@ -349,7 +346,7 @@ def test_app_without_any_checkpoint_starts_with_a_message(tmp_path):
             page = r.read().decode("utf-8")
         assert "No model is available" in page and "checkpoint folder not found" in page
         c = Client(url, verbose=False)
-        out = c.predict(DE, None, "greedy", 4, 10, "decoder.cross_attn", "grid", 0, 0, api_name="/translate_stream")
+        out = c.predict(DE, None, "greedy", 4, 10, "decoder.cross_attn", "grid", 0, 0, "words", api_name="/translate_stream")
         assert "No model is loaded" in out[0]
         with pytest.raises(Exception) as e:
             c.predict(DE, "", 1, 10, api_name="/translate")

@@ -39,14 +39,28 @@ def page(tmp_path_factory):
     demo.close()
 
 
+def _status(page) -> str:
+    el = page.locator("#run-status")
+    return el.inner_text() if el.count() else ""
+
+
+def _wait_done(page, before: str = ""):
+    """Wait for the run's completion signal: "✓ … run <id>" with an id other than ``before``'s.
+
+    The translation box fills token by token while streaming, so a non-empty box is no signal."""
+    page.wait_for_function(
+        "(before) => { const e = document.querySelector('#run-status');"
+        " const t = e ? e.innerText.trim() : ''; return t.startsWith('✓') && t !== before.trim() }",
+        arg=before, timeout=90_000)
+
+
 def _translate(page, text):
     page.get_by_role("tab", name="Translate").click()
     box = page.locator("#input-text textarea")
     box.fill(text)
+    before = _status(page)
     page.locator("#translate-btn").click()
-    page.wait_for_function(
-        "() => { const t = document.querySelector('#translation textarea'); return t && t.value.trim().length > 0 }",
-        timeout=60_000)
+    _wait_done(page, before)
     return page.locator("#translation textarea").input_value()
 
 
@@ -95,9 +109,7 @@ def test_deep_link_alignment_and_beam_tree_render(page):
     text = "Zwei Hunde spielen im Schnee."
     page.goto(base + "?" + urlencode({"text": text, "model": "de-en", "beam": 3}))
     page.wait_for_selector("#input-text textarea", timeout=60_000)
-    page.wait_for_function(
-        "() => { const t = document.querySelector('#translation textarea'); return t && t.value.trim().length > 0 }",
-        timeout=60_000)
+    _wait_done(page)
     assert page.locator("#input-text textarea").input_value() == text
     page.get_by_role("tab", name="Alignment").click()
     page.wait_for_selector('#align-plot [data-testid="plotly"] .main-svg', timeout=60_000)
@@ -133,6 +145,7 @@ def test_hostile_text_is_inert_in_every_tab(page):
 
     page.goto(base + "?" + urlencode({"text": payload, "model": "../../etc/passwd", "beam": "1e999"}))
     page.wait_for_selector("#input-text textarea", timeout=60_000)
+    _wait_done(page)
     page.wait_for_function("() => (document.querySelector('#src-chips') || {}).innerText?.includes('onerror')",
                            timeout=60_000)
     assert page.locator("#input-text textarea").input_value() == payload

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from model.data import pad_batch
-from model.decoding import DecodeOptions, beam_search, full_trace, greedy_batch, length_penalty, translate
-from model.transformer import BOS_ID, EOS_ID, UNK_ID, Interventions
+from model.decoding import (DecodeOptions, beam_search, full_trace, generable, greedy_batch, length_penalty,
+                            translate)
+from model.transformer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Interventions
 
 SOURCES = [[4, 5, 6], [7, 8, 9, 10, 11, 12, 13], [13, 4], [9, 9, 9, 5, 6]]
 
@@ -39,15 +40,20 @@ def test_greedy_cached_equals_uncached(tiny_model):
 
 
 def test_greedy_is_argmax_of_teacher_forced_model(tiny_model):
-    """Each greedy token is the argmax of the full (uncached) model on the prefix decoded so far."""
+    """Each greedy token is the argmax, over the tokens that may be generated, of the full (uncached)
+    model on the prefix decoded so far; <bos> and <pad> are never chosen, even where ranked first."""
+    bos_ranked_first = False
     for i in range(len(SOURCES)):
         hyp = greedy_batch(tiny_model, one(i), max_len=10)[0]
         dec_in = torch.tensor([[BOS_ID] + hyp[:-1]])
         with torch.inference_mode():
             logits = tiny_model(one(i), dec_in)
-        assert logits.argmax(-1)[0].tolist() == hyp
+        bos_ranked_first |= BOS_ID in logits.argmax(-1)[0].tolist()
+        assert generable(logits).argmax(-1)[0].tolist() == hyp
+        assert BOS_ID not in hyp and PAD_ID not in hyp
         assert len(hyp) == 10 or hyp[-1] == EOS_ID
         assert EOS_ID not in hyp[:-1]
+    assert bos_ranked_first  # this random model does rank <bos> first somewhere: the ban is exercised
 
 
 @pytest.mark.parametrize("iv", [Interventions(), Interventions(causal_mask=False)], ids=["causal", "no-causal"])
@@ -123,8 +129,8 @@ def test_step_rows_equal_full_trace(tiny_lm, beam, pad_to):
         assert rec.topk_probs == sorted(rec.topk_probs, reverse=True) and len(rec.topk_ids) == 10
         assert rec.topk_tokens == tiny_lm.tgt_vocab.decode(rec.topk_ids)
         np.testing.assert_allclose(rec.topk_probs, probs[s, rec.topk_ids].numpy(), atol=1e-5)
-        if beam == 1:
-            assert rec.topk_ids[0] == rec.token_id
+        if beam == 1:  # greedy takes the most probable token that may be generated
+            assert rec.token_id == next(i for i in rec.topk_ids if i not in (BOS_ID, PAD_ID))
 
 
 def test_padding_does_not_change_translation(tiny_lm):

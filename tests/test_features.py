@@ -211,7 +211,7 @@ def client(tmp_path_factory):
     make_checkpoint(root / "de-en", "de", "en", seed=0)
     demo, url = launch(root)
     c = Client(url, verbose=False)
-    c.predict("Ein Mann fährt mit dem Fahrrad.", "de-en", "greedy", 4, 10, "decoder.cross_attn", "grid", 0, 0,
+    c.predict("Ein Mann fährt mit dem Fahrrad.", "de-en", "greedy", 4, 10, "decoder.cross_attn", "grid", 0, 0, "words",
               api_name="/translate_stream")
     yield c
     demo.close()
@@ -223,11 +223,11 @@ def plot(value) -> dict:
 
 
 def test_app_rollout_and_alignment(client):
-    fig = plot(client.predict("all", api_name="/rollout_view"))
+    fig = plot(client.predict("all", "words", api_name="/rollout_view"))
     assert len(fig["data"]) == 2 and "R = " in json.dumps(fig["layout"]["annotations"])
     assert "Fahrrad" in fig["layout"]["xaxis"]["ticktext"]
     for mode in ("head", "layer", "mean", "rollout"):
-        fig = plot(client.predict(mode, 1, 2, api_name="/alignment_view"))
+        fig = plot(client.predict(mode, 1, 2, "words", api_name="/alignment_view"))
         assert fig["data"][0]["type"] == "sankey" and fig["data"][0]["link"]["value"]
 
 

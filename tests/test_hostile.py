@@ -21,12 +21,9 @@ from gradio_client import Client
 import app
 from model import checkpoint as ckpt_module
 from model import explore
-from tests.app_fixtures import all_strings, launch, make_checkpoint
+from tests.app_fixtures import T_OUT, all_strings, launch, make_checkpoint
 from viz.common import esc
 
-T_OUT = ["notice", "out_text", "src_chips", "out_chips", "attn_plot", "layer", "head", "step", "step_md", "prefix",
-         "topk_plot", "cross_plot", "self_plot", "masks_plot", "ablate_src", "ablate_heads", "cmp_layer", "cmp_head",
-         "norms_plot"]
 C_OUT = ["cmp_notice", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "ablate_src"]
 DE = "Zwei Hunde spielen im Schnee."
 BIG = ("Ein Mann fährt mit dem Fahrrad durch die Stadt. " * 1100)[:50_000]
@@ -52,7 +49,7 @@ def client(server):
 
 
 def ui_translate(client, text, direction="de-en", max_len=8):
-    out = client.predict(text, direction, "greedy", 4, max_len, "decoder.cross_attn", "grid", 0, 0,
+    out = client.predict(text, direction, "greedy", 4, max_len, "decoder.cross_attn", "grid", 0, 0, "words",
                          api_name="/translate_stream")
     return dict(zip(T_OUT, out))
 
@@ -139,7 +136,7 @@ def test_html_and_script_are_inert_in_every_view(client):
                                                   "norms_plot")}
     for kind in ("encoder.self_attn", "decoder.self_attn", "decoder.cross_attn"):
         for view in ("grid", "head", "mean"):
-            figs[f"{kind}/{view}"] = plot_json(client.predict(kind, view, 0, 0, api_name="/attention_view")[0])
+            figs[f"{kind}/{view}"] = plot_json(client.predict(kind, view, 0, 0, "words", api_name="/attention_view")[0])
     n = r["step"]["maximum"] + 1 if isinstance(r["step"], dict) else 2
     for t in range(min(n, 4)):
         out = client.predict(t, api_name="/step_view")
@@ -156,8 +153,8 @@ def test_html_and_script_are_inert_in_every_view(client):
     figs["masks"] = plot_json(client.predict(12, True, True, True, [], api_name="/masks"))
     # the analysis tabs that echo tokens
     ui_translate(client, PAYLOAD, max_len=8)
-    figs["rollout"] = plot_json(client.predict("all", api_name="/rollout_view"))
-    figs["alignment"] = plot_json(client.predict("layer", 1, 0, api_name="/alignment_view"))
+    figs["rollout"] = plot_json(client.predict("all", "words", api_name="/rollout_view"))
+    figs["alignment"] = plot_json(client.predict("layer", 1, 0, "words", api_name="/alignment_view"))
     md, beam_fig, table, _ = client.predict(2, api_name="/beam_tree")
     assert "<script" not in md and "<img" not in md
     figs["beam"] = plot_json(beam_fig)
@@ -170,7 +167,7 @@ def test_html_and_script_are_inert_in_every_view(client):
         check_inert(fig, what)
     enc = figs["encoder.self_attn/head"]["layout"]
     for axis in ("xaxis", "yaxis"):  # the escaped form is what is shown (Plotly renders the entities)
-        labels = enc[axis]["ticktext"]
+        labels = [lab.rstrip("₀₁₂₃₄₅₆₇₈₉") for lab in enc[axis]["ticktext"]]  # repeats carry their position
         assert {"&lt;", "alert(&#34;x&#34;)&lt;/script", "y&lt;/b&gt;&lt;i", "lt;b&amp;gt"} <= set(labels), labels
     hover = [s for f in figs.values() for s in all_strings(f) if "%{" in s]
     assert hover and not any("alert" in s for s in hover)  # hover text reads the escaped tick labels
@@ -228,7 +225,7 @@ def test_direction_values_never_become_paths(server, client, no_loading, directi
     ]
     if direction in HOSTILE_DIRECTIONS[:3]:  # the UI events: Gradio checks the dropdown's choices
         calls += [
-            ("/translate_stream", (DE, direction, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0),
+            ("/translate_stream", (DE, direction, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words"),
              "not in the list of choices"),
             ("/compare_ui", (DE, direction, "greedy", 4, 4, 0, True, True, True, [], [], "decoder.cross_attn", 0, 0),
              "not in the list of choices"),
@@ -254,7 +251,7 @@ def test_empty_direction_means_the_first_discovered_model(server, client, no_loa
     names = list(server[0].registry.models)
     for value in ("", None):
         assert client.predict(DE, value, 1, 4, api_name="/translate")["model"] == names[0]
-    out = client.predict(DE, None, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, api_name="/translate_stream")
+    out = client.predict(DE, None, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", api_name="/translate_stream")
     assert "Pick a translation direction" in out[0]
 
 
@@ -326,7 +323,7 @@ def test_past_the_queue_bound_requests_get_busy_try_again(tmp_path, monkeypatch)
         assert type(e.value).__name__ == "QueueError" and "try again" in str(e.value).lower()
         assert no_traceback(str(e.value))
         with pytest.raises(Exception) as e:          # the UI's streaming event too
-            c.predict(DE, "de-en", "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, api_name="/translate_stream")
+            c.predict(DE, "de-en", "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", api_name="/translate_stream")
         assert "try again" in str(e.value).lower()
         r = httpx.post(url + "gradio_api/call/translate", json={"data": [DE, "de-en", 1, 4]}, timeout=30)
         assert r.status_code == 503 and "Queue is full" in r.json()["detail"] and no_traceback(r.text)

@@ -7,6 +7,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+ZEROGPU_PYTHONS = {"3.10.13", "3.12.12"}
+ZEROGPU_TORCH = {"2.8.0", "2.9.1", "2.10.0", "2.11.0"}
+
+
 def front_matter(text: str) -> dict:
     """The YAML block between the leading '---' lines (flat keys, as Spaces uses)."""
     lines = text.lstrip("\ufeff").splitlines()
@@ -44,7 +48,9 @@ def test_readme_front_matter_matches_requirements():
     assert str(meta.get("sdk_version")) == gradio_pin
     assert re.fullmatch(r"\d+\.\d+\.\d+", str(meta["sdk_version"])), "sdk_version must be a full semver"
     assert meta.get("app_file") == "app.py" and (ROOT / "app.py").is_file()
-    assert re.fullmatch(r"3\.\d+", str(meta.get("python_version"))), "python_version must be quoted, e.g. \"3.11\""
+    # ZeroGPU (the hardware a free account gets) runs only these Pythons and these torch releases
+    assert str(meta.get("python_version")) in ZEROGPU_PYTHONS, "python_version must be quoted, e.g. \"3.12.12\""
+    assert pinned((ROOT / "requirements.txt").read_text(encoding="utf-8"), "torch") in ZEROGPU_TORCH
 
 
 def test_app_imports_spaces_before_torch():
@@ -66,3 +72,37 @@ def test_no_file_over_10_mb():
             if path.stat().st_size > 10 * 1024 * 1024:
                 big.append(str(path.relative_to(ROOT)))
     assert not big, f"files over 10 MB need Git LFS on Spaces: {big}"
+
+
+def _names(path: Path) -> set[str]:
+    lines = [ln.split("#")[0].strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+    return {re.split(r"[<>=!~\[; ]", ln, maxsplit=1)[0].lower() for ln in lines if ln and not ln.startswith("-")}
+
+
+def test_runtime_and_development_requirements_are_apart():
+    """A Space installs requirements.txt alone: no test tools there; .ci/run installs the dev file on top."""
+    runtime, dev = _names(ROOT / "requirements.txt"), _names(ROOT / "requirements-dev.txt")
+    assert {"torch", "gradio", "plotly", "spacy", "sentencepiece", "sacremoses", "safetensors"} <= runtime
+    assert not runtime & {"pytest", "hypothesis", "playwright"}
+    assert {"pytest", "hypothesis", "playwright"} <= dev
+    assert "-r requirements.txt" in (ROOT / "requirements-dev.txt").read_text(encoding="utf-8")
+    assert "pip install -q -r requirements-dev.txt" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_code_runs_on_every_zerogpu_python():
+    """vermin (static) finds no syntax or library use newer than the oldest Python ZeroGPU offers (3.10)."""
+    import shutil
+    import subprocess
+    import sys
+    exe = shutil.which("vermin")
+    assert exe, "vermin is missing: pip install -r requirements-dev.txt"
+    files = ["app.py", "model", "viz", "bench", "tests"]
+    ok = subprocess.run([exe, "-t=3.10-", "--violations", "--no-tips", *files], cwd=ROOT, capture_output=True,
+                        text=True)
+    assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
+    # the same check does fail where the code really needs more than the target (3.6 lacks
+    # `from __future__ import annotations`), so a pass above means something
+    strict = subprocess.run([exe, "-t=3.6-", "--violations", "--no-tips", "model"], cwd=ROOT, capture_output=True,
+                            text=True)
+    assert strict.returncode != 0
+    assert sys.version_info[:2] in ((3, 10), (3, 11), (3, 12)), "CI runs a Python between ZeroGPU's two"

@@ -52,6 +52,12 @@ def validated(fig: go.Figure) -> go.Figure:
     return fig
 
 
+def title_of(fig: go.Figure) -> str:
+    """The title and its subtitle (where the builders put the colour-scale, mask and thinning notes)."""
+    t = fig.layout.title
+    return f"{t.text or ''} | {t.subtitle.text or ''}"
+
+
 def z_of(trace) -> np.ndarray:
     return np.asarray(trace["z"], dtype=float)
 
@@ -76,7 +82,8 @@ def test_token_axis_is_integer_with_repeated_tokens():
     ax = token_axis(TOKS)
     assert ax["tickmode"] == "array"
     assert ax["tickvals"] == list(range(len(TOKS)))
-    assert ax["ticktext"] == ["&lt;bos&gt;", "the", "dog", "saw", "the", "dog", "&lt;eos&gt;"]
+    assert ax["ticktext"] == ["&lt;bos&gt;", "the₁", "dog₂", "saw", "the₄", "dog₅", "&lt;eos&gt;"]
+    assert token_axis(TOKS, number=False)["ticktext"][1] == "the"
 
 
 def test_message_figure_escapes():
@@ -96,7 +103,8 @@ def test_head_grid_shapes_shared_scale_and_labels():
     assert len(data) == L * H
     assert {t["coloraxis"] for t in data} == {"coloraxis"}  # one shared colour scale
     ca = fig.layout.coloraxis
-    assert ca.cmin == 0 and ca.cmax == pytest.approx(attn.max(), rel=1e-5)
+    assert ca.cmin == 0 and ca.cmax == 1  # "shared": 0–1 in every panel, and the title says so
+    assert "0–1" in title_of(fig)
     for l in range(L):
         for h in range(H):
             t = data[l * H + h]
@@ -184,6 +192,116 @@ def test_comparison_maps_difference_and_scales():
     assert all("<i>" not in s for s in strings(fig.to_plotly_json()))
 
 
+# --------------------------------------------------------------------------- masks drawn, scale mode, numbering, thinning
+
+def masked_traces(fig):
+    return [t for t in traces(fig) if t.get("name") == "masked"]
+
+
+def test_single_head_draws_masked_cells_unlike_zero_weight():
+    n = 5
+    causal = np.tril(np.ones((n, n), dtype=bool))
+    attn = softmax_rows((n, n)) * causal
+    attn /= attn.sum(-1, keepdims=True)
+    attn[4, 1] = 0.0  # a real zero weight on an attended cell
+    valid = [True] * 4 + [False]
+    fig = validated(va.single_head(attn, list("abcde"), list("abcde"), mask=causal, query_valid=valid))
+    weights, (masked,) = traces(fig)[0], masked_traces(fig)
+    zw, zm = z_of(weights), z_of(masked)
+    upper = ~causal
+    upper[4] = False  # the padding query row stays blank in both layers
+    assert np.isnan(zw[upper]).all() and np.isfinite(zm[upper]).all()       # masked: grey layer, no weight
+    assert np.isnan(zm[causal]).all() and np.isfinite(zw[:4][causal[:4]]).all()
+    assert np.isnan(zw[4]).all() and np.isnan(zm[4]).all()                   # padding row blanked
+    assert masked["colorscale"][0][1] != ATTN_SCALE[0][1]                   # not the colour of weight 0
+    assert "masked" in masked["hovertemplate"] and "%{z" not in masked["hovertemplate"]
+    assert "masked" in title_of(fig)
+
+
+def test_grid_and_means_draw_masks_per_panel():
+    toks = ["<bos>", "a", "b", "c"]
+    causal = np.tril(np.ones((4, 4), dtype=bool))
+    attn = softmax_rows((2, 3, 4, 4)) * causal
+    grid = validated(va.head_grid(attn, toks, toks, mask=causal[None, None], kind="decoder self"))
+    assert len(masked_traces(grid)) == 6
+    for t in traces(grid):
+        if t.get("name") != "masked":
+            assert np.isnan(z_of(t)[~causal]).all() and not np.isnan(z_of(t)[causal]).any()
+    means = validated(va.layer_means(attn, toks, toks, mask=causal))
+    assert len(masked_traces(means)) == 2
+    cmp = validated(va.comparison_maps(attn[0, 0], softmax_rows((4, 4)), toks, toks, masks=(causal, None)))
+    assert len(masked_traces(cmp)) == 1 and masked_traces(cmp)[0]["xaxis"] == "x"  # only the masked baseline
+
+
+def test_no_mask_no_masked_layer():
+    fig = va.single_head(softmax_rows((3, 3)), list("abc"), list("abc"), mask=np.ones((3, 3), bool))
+    assert masked_traces(fig) == [] and "masked" not in title_of(fig)
+
+
+def test_colour_scale_mode_in_title():
+    attn = softmax_rows((2, 2, 4, 4)) * 0.5
+    head = va.single_head(attn[0, 0], list("abcd"), list("abcd"), title="L0 H0")
+    assert head.data[0].zmax == pytest.approx(float(attn[0, 0].max()), rel=1e-5)
+    assert "maximum" in title_of(head) and head.layout.title.text == "L0 H0"
+    shared = va.single_head(attn[0, 0], list("abcd"), list("abcd"), scale="shared")
+    assert shared.data[0].zmax == 1 and "0–1" in title_of(shared)
+    grid = validated(va.head_grid(attn, list("abcd"), list("abcd"), scale="head"))
+    assert [t.zmax for t in grid.data] == pytest.approx([float(attn[l, h].max()) for l in range(2) for h in range(2)])
+    assert "own maximum" in title_of(grid) and not grid.layout.coloraxis.cmax
+    with pytest.raises(ValueError):
+        va.single_head(attn[0, 0], list("abcd"), list("abcd"), scale="log")
+
+
+def test_repeated_tokens_numbered_on_axes():
+    toks = ["<bos>", "Hund", "a", "b", "c", "d", "Hund", "<eos>"]
+    fig = va.single_head(softmax_rows((8, 8)), toks, toks)
+    assert list(fig.layout.xaxis.ticktext)[1] == "Hund₁" and list(fig.layout.yaxis.ticktext)[6] == "Hund₆"
+    assert "%{y}" in fig.data[0].hovertemplate  # hover shows the tick text, numbered
+    assert token_labels(["x", "y"]) == ["x", "y"]  # a token seen once stays plain
+
+
+def test_long_axes_are_thinned_with_a_note_not_shrunk():
+    n = 50
+    toks = [f"t{i}" for i in range(n)]
+    fig = validated(va.single_head(softmax_rows((n, n)), toks, toks))
+    lay = fig.layout
+    assert not lay.xaxis.showticklabels and len(lay.xaxis.ticktext) == n  # data axis keeps every label for hover
+    twins = [lay[k] for k in ("xaxis2", "yaxis2")]
+    assert twins[0].overlaying == "x" and twins[0].matches == "x" and twins[1].overlaying == "y"
+    assert list(twins[0].tickvals) == list(range(0, n, 3)) and list(twins[0].ticktext) == toks[::3]
+    assert all(t.tickfont.size >= 10 for t in twins)
+    assert "every 3rd label shown" in title_of(fig)
+    short = va.single_head(softmax_rows((6, 6)), toks[:6], toks[:6])
+    assert short.layout.xaxis.showticklabels is not False and "label shown" not in title_of(short)
+    grid = validated(va.head_grid(softmax_rows((4, 4, 30, 30)), toks[:30], toks[:30]))
+    assert grid.layout.xaxis2.overlaying == "x" and "label shown" in title_of(grid)
+    assert grid.layout.yaxis2.tickfont.size >= 10
+
+
+def test_decoder_rows_use_step_labels():
+    from viz.common import STEP_ROW_TITLE, step_row_labels
+    rows = step_row_labels(["<bos>", "Two", "young"], ["Two", "young", "<eos>"])
+    assert rows == ["<bos>→Two", "Two→young", "young→<eos>"]
+    with pytest.raises(ValueError):
+        step_row_labels(["<bos>"], ["a", "b"])
+    fig = va.single_head(softmax_rows((3, 4)), rows, list("abcd"), query_title=STEP_ROW_TITLE)
+    assert list(fig.layout.yaxis.ticktext) == ["&lt;bos&gt;→Two", "Two→young", "young→&lt;eos&gt;"]
+    assert fig.layout.yaxis.title.text == esc(STEP_ROW_TITLE)
+    grid = va.head_grid(softmax_rows((1, 2, 3, 4)), rows, list("abcd"), query_title=STEP_ROW_TITLE)
+    assert grid.layout.yaxis.title.text == esc(STEP_ROW_TITLE)
+
+
+def test_grid_panels_carry_kind_layer_head_for_clicks():
+    fig = as_json(va.head_grid(softmax_rows((2, 3, 4, 4)), list("abcd"), list("abcd"), kind="cross",
+                               layer_offset=1, mask=np.tril(np.ones((4, 4), bool))))
+    metas = [(t["meta"]["kind"], t["meta"]["layer"], t["meta"]["head"]) for t in fig["data"]]
+    weights = [m for m, t in zip(metas, fig["data"]) if t.get("name") != "masked"]
+    assert weights == [("cross", l, h) for l in (1, 2) for h in range(3)]
+    assert set(metas) == set(weights)  # masked cells open the same head
+    one = as_json(va.single_head(softmax_rows((4, 4)), list("abcd"), list("abcd"), kind="cross", layer=2, head=1))
+    assert one["data"][0]["meta"] == {"kind": "cross", "layer": 2, "head": 1}
+
+
 # --------------------------------------------------------------------------- steps
 
 def test_topk_bars_marks_chosen():
@@ -203,7 +321,7 @@ def test_step_rows_one_row_per_head():
     z = np.asarray(tr.z, dtype=float)
     assert z.shape == (6, 4) and np.allclose(z, rows.reshape(6, 4), atol=1e-6)
     assert list(fig.layout.yaxis.ticktext) == ["L0 H0", "L0 H1", "L0 H2", "L1 H0", "L1 H1", "L1 H2"]
-    assert list(fig.layout.xaxis.ticktext) == ["&lt;bos&gt;", "a", "a", "&lt;eos&gt;"]
+    assert list(fig.layout.xaxis.ticktext) == ["&lt;bos&gt;", "a₁", "a₂", "&lt;eos&gt;"]
     with pytest.raises(ValueError):
         vs.step_rows(rows, ["a", "b"])
 
@@ -213,6 +331,31 @@ def test_step_probabilities_two_runs():
                                            ("modified", ["<script>", "b", "<eos>"], [0.2, 0.4, 0.6])]))
     assert [len(t.y) for t in fig.data] == [2, 3]
     assert fig.data[1].text[0] == "&lt;script&gt;"
+
+
+def test_score_panels_show_scores_masked_scores_and_softmax():
+    n = 4
+    rng = np.random.default_rng(5)
+    scores = rng.normal(size=(n, n)) * 3
+    causal = np.tril(np.ones((n, n), dtype=bool))
+    w = np.where(causal, np.exp(scores), 0)
+    w /= w.sum(-1, keepdims=True)
+    fig = validated(va.score_panels(scores, w, list("abcd"), list("abcd"), mask=causal, title="<b>x</b>"))
+    data = traces(fig)
+    s1, s2, sm = [t for t in data if t.get("name") != "masked"]
+    (grey,) = masked_traces(fig)
+    assert np.allclose(z_of(s1), scores, atol=1e-5)                          # panel 1: the scores as given
+    assert np.allclose(z_of(s2)[causal], scores[causal], atol=1e-5) and np.isnan(z_of(s2)[~causal]).all()
+    assert np.isfinite(z_of(grey)[~causal]).all() and grey["xaxis"] == "x2"  # panel 2: −∞ cells drawn grey
+    assert "−∞" in grey["hovertemplate"]
+    assert np.allclose(z_of(sm), w, atol=1e-6)                               # panel 3: the softmax
+    assert "%{z:.4f}" in s1["hovertemplate"] and "%{z:.4f}" in sm["hovertemplate"]  # real numbers on hover
+    assert s1["coloraxis"] == s2["coloraxis"] != sm["coloraxis"]
+    lay = fig.layout
+    assert lay.xaxis2.matches == "x" and lay.xaxis3.matches == "x" and lay.yaxis3.matches == "y"
+    assert "<b>x" not in title_of(fig) and "&lt;b&gt;x" in title_of(fig)
+    with pytest.raises(ValueError):
+        va.score_panels(scores, w[:3], list("abcd"), list("abcd"))
 
 
 # --------------------------------------------------------------------------- masks
@@ -239,7 +382,91 @@ def test_mask_panels():
     assert len(fig.data) == 3
     assert np.asarray(fig.data[0].z).shape == (4, 4) and np.asarray(fig.data[0].z)[:, 3].sum() == 0
     assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis3.autorange == "reversed"
-    assert list(fig.layout.xaxis2.ticktext) == ["&lt;bos&gt;", "x", "x"]
+    assert list(fig.layout.xaxis2.ticktext) == ["&lt;bos&gt;", "x₁", "x₂"]
+
+
+# --------------------------------------------------------------------------- decoder rows everywhere, steps, clicks
+
+def test_every_decoder_row_view_takes_step_labels():
+    from viz import alignment as val, beam as vb, pair as vpair, rollout as vr
+    from viz.common import STEP_ROW_TITLE, step_row_labels
+    rows = step_row_labels(["<bos>", "Two", "men"], ["Two", "men", "<eos>"])
+    want = ["&lt;bos&gt;→Two", "Two→men", "men→&lt;eos&gt;"]
+    src = ["<bos>", "Zwei", "Männer", "<eos>"]
+    roll = validated(vr.rollout_figure(softmax_rows((4, 4)), softmax_rows((3, 4)), src, rows, out_title=STEP_ROW_TITLE))
+    assert list(roll.layout.yaxis2.ticktext) == want and roll.layout.yaxis2.title.text == esc(STEP_ROW_TITLE)
+    align = validated(val.alignment_lines(softmax_rows((3, 4)), src, rows, out_title=STEP_ROW_TITLE))
+    assert align.data[0].node.label[4:] == tuple(f"{i}: {w}" for i, w in enumerate(want))
+    assert esc(STEP_ROW_TITLE) in [a.text for a in align.layout.annotations]
+    pair = validated(vpair.side_by_side([("a", softmax_rows((3, 4)), rows, src)], query_title=STEP_ROW_TITLE))
+    assert list(pair.layout.yaxis.ticktext) == want and pair.layout.yaxis.title.text == esc(STEP_ROW_TITLE)
+    probs = validated(vs.step_probabilities([("greedy", rows, [0.9, 0.8, 0.7])], x_title=STEP_ROW_TITLE))
+    assert list(probs.data[0].text) == want and probs.layout.xaxis.title.text == esc(STEP_ROW_TITLE)
+    step = validated(vs.step_rows(softmax_rows((1, 2, 4)), src, query_label=rows[1]))
+    assert "Two→men" in title_of(step) and "Two→men" in step.data[0].hovertemplate
+    nodes = [dict(id=0, parent=None, step=0, token="<bos>", status="chosen", score=0.0),
+             dict(id=1, parent=0, step=1, token="Two", status="chosen", score=-0.1),
+             dict(id=2, parent=0, step=1, token="<i>", status="pruned", score=-2.0)]
+    tree = validated(vb.beam_tree_figure(nodes, [0, 0, 1], step_rows=True))
+    hovers = [h for t in tree.data if t.hovertext for h in t.hovertext]
+    assert any("&lt;bos&gt;→<b>Two</b>" in h for h in hovers) and not any("<i>" in h for h in hovers)
+    assert "input → token" in tree.layout.xaxis.title.text
+
+
+def test_topk_axis_fixed_and_chosen_label_never_clipped():
+    for probs in ([0.97, 0.02, 0.01], [0.2, 0.15, 0.1]):
+        fig = validated(vs.topk_bars(["Two", "A", "<unk>"], probs, chosen=0))
+        assert list(fig.layout.xaxis.range) == [0, 1] and fig.layout.xaxis.fixedrange
+        tr = fig.data[0]
+        assert "← chosen" in tr.text[0]
+        # a long bar writes inside (never past 100 %), a short bar outside (room to its right)
+        assert tr.textposition[0] == ("inside" if probs[0] >= vs.INSIDE_FROM else "outside")
+        assert tr.cliponaxis is False and tr.constraintext == "none"
+
+
+def test_source_strip_wraps_and_shades_by_weight():
+    src = ["<bos>", "ein", "Hund", "und", "ein", "Hund", "<script>", "<eos>", "<pad>"]
+    w = np.array([0.05, 0.05, 0.5, 0.1, 0.05, 0.2, 0.03, 0.02, 0.0])
+    fig = validated(vs.source_strip(w, src, per_row=4, key_valid=[True] * 8 + [False], what="head L1 H2"))
+    (tr,) = traces(fig)
+    z = z_of(tr)
+    assert z.shape == (2, 4) and np.allclose(z.ravel(), w[:8], atol=1e-6)  # <pad> left out
+    assert tr["text"][0][2] == "Hund₂" and tr["text"][1][1] == "Hund₅" and tr["text"][1][2] == "&lt;script&gt;"
+    assert np.asarray(tr["customdata"]).ravel().tolist() == list(range(8))
+    assert tr["zmax"] == pytest.approx(0.5) and "head L1 H2" in title_of(fig)
+    assert fig.layout.height < 160 and tr["textfont"]["size"] >= 12
+    narrow = vs.source_strip(w, src)  # default 7 chips a row: fits a 390 px column
+    assert np.asarray(narrow.data[0].z).shape == (2, 7)
+    with pytest.raises(ValueError):
+        vs.source_strip(w[:3], src)
+
+
+def test_heads_mini_grows_row_by_row_at_a_fixed_size():
+    src = ["<bos>", "a", "b", "<eos>"]
+    full = softmax_rows((2, 3, 5, 4))
+    labels = [f"r{i}" for i in range(5)]
+    figs = [validated(vs.heads_mini(full[:, :, :t], src, labels, n_rows=5, kind="cross")) for t in (1, 3, 5)]
+    assert len({f.layout.height for f in figs}) == 1
+    for t, fig in zip((1, 3, 5), figs):
+        data = traces(fig)
+        assert len(data) == 6 and [d["meta"] for d in data][4] == {"kind": "cross", "layer": 1, "head": 1}
+        z = z_of(data[0])
+        assert z.shape == (5, 4) and np.allclose(z[:t], full[0, 0, :t], atol=1e-6) and np.isnan(z[t:]).all()
+    with pytest.raises(ValueError):
+        vs.heads_mini(full, src, labels[:2])
+
+
+def test_profile_cells_carry_layer_and_head():
+    from viz import profiles as vprof
+    g = np.arange(12, dtype=float).reshape(3, 4)
+    fig = as_json(vprof.profile_heatmaps([("encoder self", g), ("cross", g)], "special_tokens",
+                                         kinds=["encoder", "cross"], title="weight on <bos>/<eos>"))
+    for trace, kind in zip(fig["data"], ("encoder", "cross")):
+        assert trace["meta"] == {"kind": kind}
+        assert trace["customdata"] == [[[l, h] for h in range(4)] for l in range(3)]
+        assert "%{customdata[0]}" in trace["hovertemplate"]
+    assert "&lt;bos&gt;" in fig["layout"]["title"]["text"] and "<bos>" not in fig["layout"]["title"]["text"]
+    assert all("<bos>" not in s for s in strings(fig))
 
 
 # --------------------------------------------------------------------------- positional
@@ -288,6 +515,11 @@ def test_zero_rows_give_zero_similarity():
     lambda: vs.step_rows(softmax_rows((1, 2, 7)), EVIL),
     lambda: vm.mask_heatmap(np.ones((7, 7), bool), EVIL, EVIL),
     lambda: vp.embedding_norms(EVIL, np.ones(7), np.ones(7)),
+    lambda: va.score_panels(softmax_rows((7, 7)), softmax_rows((7, 7)), EVIL, EVIL, label="<i>l</i>"),
+    lambda: vs.source_strip(np.linspace(0, 1, 7), EVIL),
+    lambda: vs.heads_mini(softmax_rows((1, 2, 7, 7)), EVIL, EVIL),
+    lambda: va.head_grid(softmax_rows((1, 1, 7, 7)), EVIL, EVIL, mask=np.tril(np.ones((7, 7), bool)),
+                         query_title="<i>q</i>"),
 ])
 def test_user_text_is_escaped(build):
     fig = build()

@@ -26,17 +26,20 @@ def _positions(n: int) -> list[float]:
 
 
 def alignment_lines(weights: np.ndarray, src_tokens: Sequence[str], out_tokens: Sequence[str], *,
-                    title: str | None = None, min_weight: float = 0.0, what: str = "weight") -> go.Figure:
+                    title: str | None = None, min_weight: float = 0.0, what: str = "weight",
+                    out_title: str = "output") -> go.Figure:
     """Two columns joined by lines; ``weights`` is (output tokens, source tokens), rows summing to ~1.
 
-    Lines below ``min_weight`` are left out (payload). Opacity = weight / max weight.
+    Lines below ``min_weight`` are left out (payload). Opacity = weight / max weight. For the
+    app's decoder-row convention pass ``common.step_row_labels(inputs, outputs)`` as
+    ``out_tokens`` and ``out_title=common.STEP_ROW_TITLE`` (the right column's heading).
     """
     w = np.nan_to_num(np.asarray(weights, dtype=np.float64), nan=0.0)
     T, S = len(out_tokens), len(src_tokens)
     if w.shape != (T, S):
         raise ValueError(f"weights {w.shape} do not match {T} output and {S} source tokens")
     wmax = float(w.max()) if w.size and w.max() > 0 else 1.0
-    src_lab, out_lab = token_labels(src_tokens), token_labels(out_tokens)
+    src_lab, out_lab = token_labels(src_tokens, number=False), token_labels(out_tokens, number=False)  # 'i:' numbers them
     labels = [f"{i}: {lab}" for i, lab in enumerate(src_lab)] + [f"{t}: {lab}" for t, lab in enumerate(out_lab)]
     src_idx, tgt_idx, vals, colors, custom = [], [], [], [], []
     for t in range(T):
@@ -63,6 +66,6 @@ def alignment_lines(weights: np.ndarray, src_tokens: Sequence[str], out_tokens: 
     layout["annotations"] = [
         dict(text="source", x=0.0, y=1.0, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
              showarrow=False, font=dict(size=12, color=SRC_COLOR)),
-        dict(text="output", x=1.0, y=1.0, xref="paper", yref="paper", xanchor="right", yanchor="bottom",
+        dict(text=esc(out_title), x=1.0, y=1.0, xref="paper", yref="paper", xanchor="right", yanchor="bottom",
              showarrow=False, font=dict(size=12, color=OUT_COLOR))]
     return figure([trace], layout)

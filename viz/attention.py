@@ -11,10 +11,13 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import (ATTN_SCALE, DIVERGING, axis_ids, base_layout, blank_rows, esc, figure, finite_absmax,
-                     finite_max, grid_domains, label_font_size, subplot_title, token_axis, token_labels)
+from .common import (ATTN_SCALE, DIVERGING, MASKED_NOTE, MAX_TICK_LABELS, MIN_LABEL_FONT, apply_mask, axis_ids, base_layout,
+                     blank_rows, esc, figure, finite_absmax, finite_max, grid_domains, label_font_size,
+                     mask_array, masked_layer, masked_trace, scale_note, set_title, subplot_title, thin_axes,
+                     thin_note, token_axis, token_labels)
 
 HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>weight: %%{z:.4f}<extra></extra>"
+KEY_TITLE = "key (attended to)"
 
 
 def _check(attn: np.ndarray, q_tokens, k_tokens, ndim: int) -> np.ndarray:
@@ -27,152 +30,308 @@ def _check(attn: np.ndarray, q_tokens, k_tokens, ndim: int) -> np.ndarray:
     return attn
 
 
-def _cell_px(n_q: int, lo: int, hi: int, per_token: int) -> int:
-    return int(min(hi, max(lo, per_token * n_q)))
+def _weights_and_mask(attn, mask, query_valid):
+    """(weights with padding rows and masked cells NaN, masked layer or None, whether anything is masked)."""
+    z = blank_rows(attn, query_valid)
+    if mask is None:
+        return z, None, False
+    zm = masked_layer(mask, z.shape, query_valid)
+    return apply_mask(z, mask), zm, bool(np.isfinite(zm).any())
+
+
+def _meta(kind, layer, head) -> dict | None:
+    """What a click handler needs to open this panel's head (see head_grid's docstring)."""
+    if kind is None and layer is None and head is None:
+        return None
+    return {"kind": kind, "layer": None if layer is None else int(layer), "head": None if head is None else int(head)}
+
+
+def _notes(scale: str, zmax: float | None, masked: bool, thinned: int) -> list[str]:
+    return [scale_note(scale, zmax if scale == "head" else None), MASKED_NOTE if masked else "",
+            thin_note(thinned) if thinned > 1 else ""]
 
 
 def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *,
-              title: str | None = None, query_valid=None, layer_offset: int = 0) -> go.Figure:
-    """All layers x heads on ONE shared colour scale (one coloraxis), as a mosaic on one axis pair.
+              title: str | None = None, query_valid=None, layer_offset: int = 0, mask=None,
+              scale: str = "shared", kind: str | None = None, query_title: str | None = None,
+              width_px: int = 1000) -> go.Figure:
+    """All layers x heads as a mosaic on one axis pair.
 
     Row block l is layer l, column block h is head h, one blank row/column apart. Each block is
     its own trace (placed with x0/y0), so its hover names the layer and head; one axis pair
     instead of L*H subplots keeps the figure quick to build and small to send.
+
+    ``mask``: boolean, True = attend, broadcastable to ``attn`` (e.g. (Q, K) or (1, K)); masked
+    cells are drawn dark grey by an extra trace per panel (hover "masked"), not as weight 0.
+    ``scale``: "shared" (one colour axis, 0–1) or "head" (each panel 0 to its own maximum); the
+    title says which. ``query_title``: y-axis title (use ``common.STEP_ROW_TITLE`` for decoder rows).
+
+    Click target: every trace of panel (l, h), the weights and its masked layer, carries
+    ``meta = {"kind": kind, "layer": l + layer_offset, "head": h}``; in a ``plotly_click``
+    handler read it as ``event.points[0].data.meta`` (``.kind``, ``.layer``, ``.head``).
     """
     attn = _check(attn, q_tokens, k_tokens, 4)
+    scale_note(scale)  # rejects an unknown mode early
     L, H, Q, K = attn.shape
-    z_all = blank_rows(attn, query_valid)
-    q_lab, k_lab = token_labels(q_tokens), token_labels(k_tokens)
-    show = Q <= 48 and K <= 48
-    fs = max(6, label_font_size(max(Q, K)) - 2)
+    z_all, zm_all, masked = _weights_and_mask(attn, mask, query_valid)
     data = []
     for l in range(L):
         for h in range(H):
-            data.append(dict(type="heatmap", z=z_all[l, h], x0=h * (K + 1), dx=1, y0=l * (Q + 1), dy=1,
-                             coloraxis="coloraxis", hoverongaps=False,
-                             hovertemplate=HOVER % f"layer {l + layer_offset}, head {h}"))
+            place = dict(x0=h * (K + 1), dx=1, y0=l * (Q + 1), dy=1, meta=_meta(kind, l + layer_offset, h))
+            tr = dict(type="heatmap", z=z_all[l, h], hoverongaps=False,
+                      hovertemplate=HOVER % f"layer {l + layer_offset}, head {h}", **place)
+            if scale == "shared":
+                tr["coloraxis"] = "coloraxis"
+            else:
+                tr.update(colorscale=ATTN_SCALE, zmin=0.0, zmax=finite_max(z_all[l, h]), showscale=False)
+            data.append(tr)
+            if masked and np.isfinite(zm_all[l, h]).any():
+                data.append(masked_trace(zm_all[l, h], f"layer {l + layer_offset}, head {h}", **place))
+    row_px = max(5, min(20, 820 // max(1, L * (Q + 1))))
+    col_px = max(1.0, width_px / max(1, H * (K + 1)))
+    top, bottom = 50, 90
+    layout = base_layout(L * (Q + 1) * row_px + top + bottom + 40)
+    layout["margin"] = dict(l=90, r=90, t=top, b=bottom)
+    fs = 10
     xvals = [h * (K + 1) + j for h in range(H) for j in range(K)]
     yvals = [l * (Q + 1) + i for l in range(L) for i in range(Q)]
-    row_px = max(5, min(20, 820 // max(1, L * (Q + 1))))
-    top, bottom = (80 if title else 50), (90 if show else 20)
-    layout = base_layout(L * (Q + 1) * row_px + top + bottom, title)
-    layout["margin"] = dict(l=90 if show else 20, r=90, t=top, b=bottom)
-    layout["xaxis"] = dict(tickmode="array", tickvals=xvals, ticktext=k_lab * H, showticklabels=show,
-                           tickangle=-90, tickfont=dict(size=fs), showgrid=False, zeroline=False, ticks="",
+    layout["xaxis"] = dict(tickmode="array", tickvals=xvals, ticktext=token_labels(k_tokens) * H, tickangle=-90,
+                           tickfont=dict(size=fs), showgrid=False, zeroline=False, ticks="",
                            range=[-0.5, H * (K + 1) - 1.5])
-    layout["yaxis"] = dict(tickmode="array", tickvals=yvals, ticktext=q_lab * L, showticklabels=show,
+    layout["yaxis"] = dict(tickmode="array", tickvals=yvals, ticktext=token_labels(q_tokens) * L,
                            tickfont=dict(size=fs), showgrid=False, zeroline=False, ticks="", autorange="reversed")
+    if query_title:
+        layout["yaxis"]["title"] = dict(text=esc(query_title), font=dict(size=11))
+    k = thin_axes(layout, data, step={"xaxis": -(-12 // int(col_px)), "yaxis": -(-12 // row_px)},
+                  block={"xaxis": K, "yaxis": Q})
     annotations = [dict(text=f"head {h}", x=h * (K + 1) + (K - 1) / 2, y=1.0, xref="x", yref="paper",
                         yanchor="bottom", showarrow=False, font=dict(size=11)) for h in range(H)]
     annotations += [dict(text=f"layer {l + layer_offset}", x=1.0, xref="paper", xanchor="left",
                          y=l * (Q + 1) + (Q - 1) / 2, yref="y", textangle=90, showarrow=False,
                          font=dict(size=11)) for l in range(L)]
     layout["annotations"] = annotations
-    layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=finite_max(z_all),
-                               colorbar=dict(title=dict(text="weight"), thickness=12, len=0.6, x=1.04))
+    notes = [scale_note(scale) if scale == "shared" else "colour: each head 0 to its own maximum",
+             MASKED_NOTE if masked else "", thin_note(k) if k > 1 else ""]
+    set_title(layout, title, notes, top_extra=30)
+    if scale == "shared":
+        layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
+                                   colorbar=dict(title=dict(text="weight"), thickness=12, len=0.6, x=1.04))
     return figure(data, layout)
+
+
+def _token_axes(layout: dict, q_tokens, k_tokens, fs: int, query_title: str | None, key_title: str | None,
+                angle: int | None = None) -> None:
+    layout["xaxis"] = token_axis(k_tokens, font_size=fs, angle=angle)
+    layout["yaxis"] = dict(token_axis(q_tokens, font_size=fs), autorange="reversed")
+    layout["xaxis"]["title"] = dict(text=esc(key_title or KEY_TITLE))
+    layout["yaxis"]["title"] = dict(text=esc(query_title or "query"))
 
 
 def single_head(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *,
                 title: str | None = None, query_valid=None, label: str = "", show_values: bool | None = None,
-                zmax: float | None = None) -> go.Figure:
-    """One head (or any query x key matrix) large, with token labels on both axes."""
+                zmax: float | None = None, mask=None, scale: str = "head", kind: str | None = None,
+                layer: int | None = None, head: int | None = None, query_title: str | None = None,
+                key_title: str | None = None, max_labels: int = MAX_TICK_LABELS) -> go.Figure:
+    """One head (or any query x key matrix) large, with token labels on both axes.
+
+    ``mask`` (True = attend, broadcastable to (Q, K)): masked cells dark grey, hover "masked".
+    ``scale``: "head" (0 to this matrix's maximum, or ``zmax``) or "shared" (0–1); said in the title.
+    ``kind``/``layer``/``head`` go to the trace's ``meta`` (as in head_grid). Axis titles default
+    to "query" / "key (attended to)"; more than ``max_labels`` tokens: every k-th label, with a note.
+    """
     attn = _check(attn, q_tokens, k_tokens, 2)
-    z = blank_rows(attn, query_valid)
+    z, zm, masked = _weights_and_mask(attn, mask, query_valid)
     n = max(len(q_tokens), len(k_tokens))
     if show_values is None:
         show_values = len(q_tokens) * len(k_tokens) <= 300
     fs = label_font_size(n)
-    trace = dict(type="heatmap", z=z, colorscale=ATTN_SCALE, zmin=0.0, zmax=zmax if zmax else finite_max(z),
-                       hoverongaps=False, hovertemplate=HOVER % (esc(label) or "attention"),
-                       colorbar=dict(title=dict(text="weight"), thickness=12))
+    top = 1.0 if scale == "shared" else (zmax if zmax else finite_max(z))
+    meta = _meta(kind, layer, head)
+    trace = dict(type="heatmap", z=z, colorscale=ATTN_SCALE, zmin=0.0, zmax=top, meta=meta,
+                 hoverongaps=False, hovertemplate=HOVER % (esc(label) or "attention"),
+                 colorbar=dict(title=dict(text="weight"), thickness=12))
     if show_values:
         trace.update(texttemplate="%{z:.2f}", textfont=dict(size=max(7, fs - 3)))
+    data = [trace] + ([masked_trace(zm, label, meta=meta)] if masked else [])
     height = 140 + min(640, max(260, 26 * len(q_tokens)))
-    layout = base_layout(height, title,
-                         xaxis=token_axis(k_tokens, font_size=fs, angle=-60 if n > 8 else None),
-                         yaxis=dict(token_axis(q_tokens, font_size=fs), autorange="reversed"))
-    layout["xaxis"]["title"] = dict(text="key (attended to)")
-    layout["yaxis"]["title"] = dict(text="query")
-    layout["margin"] = dict(l=110, r=30, t=50 if title else 20, b=110)
-    return figure([trace], layout)
+    layout = base_layout(height)
+    _token_axes(layout, q_tokens, k_tokens, fs, query_title, key_title, angle=-60 if n > 8 else None)
+    layout["margin"] = dict(l=110, r=30, b=110)
+    k = thin_axes(layout, data, max_labels)
+    set_title(layout, title, _notes(scale, top, masked, k))
+    return figure(data, layout)
 
 
 def layer_means(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *,
-                title: str | None = None, query_valid=None, layer_offset: int = 0) -> go.Figure:
-    """The mean over heads of every layer, side by side on one shared colour scale."""
+                title: str | None = None, query_valid=None, layer_offset: int = 0, mask=None,
+                scale: str = "shared", kind: str | None = None, query_title: str | None = None,
+                max_labels: int = MAX_TICK_LABELS) -> go.Figure:
+    """The mean over heads of every layer, side by side.
+
+    ``scale``: "shared" (one colour axis 0–1) or "head" (each layer's panel 0 to its own maximum).
+    ``mask`` as in head_grid (masked cells dark grey). Each panel's traces carry
+    ``meta = {"kind": kind, "layer": l + layer_offset, "head": None}``.
+    """
     attn = _check(attn, q_tokens, k_tokens, 4)
     mean = attn.mean(axis=1)
-    z_all = blank_rows(mean, query_valid)
+    z_all, zm_all, masked = _weights_and_mask(mean, None if mask is None else mask_array(mask, attn.shape)[:, 0],
+                                              query_valid)
     L = mean.shape[0]
-    n = max(len(q_tokens), len(k_tokens))
-    fs = label_font_size(n) - (2 if L > 2 else 0)
+    fs = label_font_size(max(len(q_tokens), len(k_tokens)))
     doms = grid_domains(1, L, hgap=0.02, vgap=0, left=0.1, right=0.93, top=0.92)
-    layout = base_layout(140 + min(520, max(240, 24 * len(q_tokens))), title)
-    layout["margin"] = dict(l=20, r=10, t=60 if title else 30, b=100)
+    layout = base_layout(140 + min(520, max(240, 24 * len(q_tokens))))
+    layout["margin"] = dict(l=20, r=10, b=100)
     data, annotations = [], []
     for l in range(L):
         xr, yr, xa, ya = axis_ids(l)
         xd, yd = doms[l]
-        data.append(dict(type="heatmap", z=z_all[l], coloraxis="coloraxis", xaxis=xr, yaxis=yr, hoverongaps=False,
-                               hovertemplate=HOVER % f"layer {l + layer_offset}, mean of {attn.shape[1]} heads"))
-        layout[xa] = dict(token_axis(k_tokens, font_size=max(6, fs), angle=-90), domain=list(xd), anchor=yr)
-        layout[ya] = dict(token_axis(q_tokens, show=l == 0, font_size=max(6, fs)), domain=list(yd), anchor=xr,
+        name = f"layer {l + layer_offset}, mean of {attn.shape[1]} heads"
+        place = dict(xaxis=xr, yaxis=yr, meta=_meta(kind, l + layer_offset, None))
+        tr = dict(type="heatmap", z=z_all[l], hoverongaps=False, hovertemplate=HOVER % name, **place)
+        if scale == "shared":
+            tr["coloraxis"] = "coloraxis"
+        else:
+            tr.update(colorscale=ATTN_SCALE, zmin=0.0, zmax=finite_max(z_all[l]), showscale=False)
+        data.append(tr)
+        if masked and np.isfinite(zm_all[l]).any():
+            data.append(masked_trace(zm_all[l], name, **place))
+        layout[xa] = dict(token_axis(k_tokens, font_size=fs, angle=-90), domain=list(xd), anchor=yr)
+        layout[ya] = dict(token_axis(q_tokens, show=l == 0, font_size=fs), domain=list(yd), anchor=xr,
                           autorange="reversed")
         annotations.append(subplot_title(f"layer {l + layer_offset}", xd, yd))
+    if query_title:
+        layout["yaxis"]["title"] = dict(text=esc(query_title), font=dict(size=11))
+    k = thin_axes(layout, data, max_labels)  # rotated 10 px labels: 24 fit a panel a quarter of 1440 px wide
     layout["annotations"] = annotations
-    layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=finite_max(z_all),
-                               colorbar=dict(title=dict(text="mean weight"), thickness=12, x=0.95))
+    notes = _notes(scale, None, masked, k)
+    if scale == "head":
+        notes[0] = "colour: each layer 0 to its own maximum"
+    set_title(layout, title, notes, top_extra=10)
+    if scale == "shared":
+        layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
+                                   colorbar=dict(title=dict(text="mean weight"), thickness=12, x=0.95))
     return figure(data, layout)
 
 
 def difference_map(diff: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *,
-                   title: str | None = None, query_valid=None) -> go.Figure:
+                   title: str | None = None, query_valid=None, query_title: str | None = None,
+                   max_labels: int = MAX_TICK_LABELS) -> go.Figure:
     """A signed matrix (e.g. modified - baseline) on a diverging scale centred on 0."""
     diff = _check(diff, q_tokens, k_tokens, 2)
     z = blank_rows(diff, query_valid)
     m = finite_absmax(z)
     fs = label_font_size(max(len(q_tokens), len(k_tokens)))
     trace = dict(type="heatmap", z=z, colorscale=DIVERGING, zmid=0.0, zmin=-m, zmax=m, hoverongaps=False,
-                       hovertemplate="query: %{y}<br>key: %{x}<br>difference: %{z:+.4f}<extra></extra>",
-                       colorbar=dict(title=dict(text="Δ weight"), thickness=12))
-    layout = base_layout(140 + min(600, max(260, 26 * len(q_tokens))), title,
-                         xaxis=token_axis(k_tokens, font_size=fs, angle=-60),
-                         yaxis=dict(token_axis(q_tokens, font_size=fs), autorange="reversed"))
-    layout["margin"] = dict(l=110, r=30, t=50 if title else 20, b=110)
-    return figure([trace], layout)
+                 hovertemplate="query: %{y}<br>key: %{x}<br>difference: %{z:+.4f}<extra></extra>",
+                 colorbar=dict(title=dict(text="Δ weight"), thickness=12))
+    layout = base_layout(140 + min(600, max(260, 26 * len(q_tokens))))
+    _token_axes(layout, q_tokens, k_tokens, fs, query_title, None, angle=-60)
+    layout["margin"] = dict(l=110, r=30, b=110)
+    data = [trace]
+    k = thin_axes(layout, data, max_labels)
+    set_title(layout, title, [thin_note(k) if k > 1 else ""])
+    return figure(data, layout)
 
 
 def comparison_maps(base: np.ndarray, modified: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str],
-                    *, title: str | None = None, query_valid=None, labels=("baseline", "modified")) -> go.Figure:
-    """Baseline and modified maps on one shared scale, and their difference on a diverging scale."""
+                    *, title: str | None = None, query_valid=None, labels=("baseline", "modified"),
+                    masks=(None, None), query_title: str | None = None,
+                    max_labels: int = MAX_TICK_LABELS) -> go.Figure:
+    """Baseline and modified maps on one shared 0–1 scale, and their difference on a diverging scale.
+
+    ``masks``: (baseline mask, modified mask), each None or boolean True = attend; masked cells
+    of either map are dark grey (hover "masked"), so switching the causal mask off shows the
+    upper triangle turning from grey into weights. The difference treats masked cells as weight 0.
+    """
     base = _check(base, q_tokens, k_tokens, 2)
     modified = _check(modified, q_tokens, k_tokens, 2)
-    zb, zm = blank_rows(base, query_valid), blank_rows(modified, query_valid)
-    zd = zm - zb
-    n = max(len(q_tokens), len(k_tokens))
-    fs = max(6, label_font_size(n) - 2)
+    zd = blank_rows(modified, query_valid) - blank_rows(base, query_valid)
+    panels = [_weights_and_mask(a, m, query_valid) for a, m in zip((base, modified), masks)]
+    fs = max(MIN_LABEL_FONT, label_font_size(max(len(q_tokens), len(k_tokens))) - 2)
     doms = grid_domains(1, 3, hgap=0.05, vgap=0, left=0.08, right=0.93, top=0.9)
-    layout = base_layout(160 + min(480, max(240, 22 * len(q_tokens))), title)
-    layout["margin"] = dict(l=20, r=10, t=70 if title else 40, b=100)
+    layout = base_layout(160 + min(480, max(240, 22 * len(q_tokens))))
+    layout["margin"] = dict(l=20, r=10, b=100)
     data, annotations = [], []
     names = [esc(labels[0]), esc(labels[1]), f"difference ({esc(labels[1])} − {esc(labels[0])})"]
-    for i, (z, name) in enumerate(zip((zb, zm, zd), names)):
+    for i, ((z, zm, masked), name) in enumerate(zip(panels + [(zd, None, False)], names)):
         xr, yr, xa, ya = axis_ids(i)
         xd, yd = doms[i]
         hover = ("query: %{y}<br>key: %{x}<br>difference: %{z:+.4f}<extra></extra>" if i == 2
                  else HOVER % name)
         data.append(dict(type="heatmap", z=z, coloraxis="coloraxis2" if i == 2 else "coloraxis", xaxis=xr, yaxis=yr,
-                               hoverongaps=False, hovertemplate=hover))
+                         hoverongaps=False, hovertemplate=hover))
+        if masked:
+            data.append(masked_trace(zm, labels[i], xaxis=xr, yaxis=yr))
         layout[xa] = dict(token_axis(k_tokens, font_size=fs, angle=-90), domain=list(xd), anchor=yr)
         layout[ya] = dict(token_axis(q_tokens, show=i == 0, font_size=fs), domain=list(yd), anchor=xr,
                           autorange="reversed")
         annotations.append(subplot_title(name, xd, yd))
+    if query_title:
+        layout["yaxis"]["title"] = dict(text=esc(query_title), font=dict(size=11))
+    k = thin_axes(layout, data, max_labels)
+    any_masked = any(p[2] for p in panels)
+    set_title(layout, title, [scale_note("shared"), MASKED_NOTE if any_masked else "",
+                              thin_note(k) if k > 1 else ""], top_extra=20)
     m = finite_absmax(zd)
     layout["annotations"] = annotations
-    layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=max(finite_max(zb), finite_max(zm)),
+    layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
                                colorbar=dict(title=dict(text="weight"), thickness=10, x=0.935, len=0.45,
                                              y=0.75))
     layout["coloraxis2"] = dict(colorscale=DIVERGING, cmid=0.0, cmin=-m, cmax=m,
                                 colorbar=dict(title=dict(text="Δ"), thickness=10, x=0.935, len=0.45, y=0.22))
+    return figure(data, layout)
+
+
+SCORE_HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>%s: %%{z:.4f}<extra></extra>"
+
+
+def score_panels(scores: np.ndarray, weights: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *,
+                 mask=None, title: str | None = None, query_valid=None, query_title: str | None = None,
+                 label: str = "", max_labels: int = MAX_TICK_LABELS) -> go.Figure:
+    """One head's arithmetic in three panels on shared axes (zoom one, all follow).
+
+    1. ``scores``: the scaled scores QKᵀ/√d_k (``hook_scores``: before the mask), diverging
+       colours centred on 0; 2. the same scores with ``mask`` (True = attend, ``hook_mask``)
+       applied: masked cells are drawn dark grey and hover "−∞ (masked)", the rest keep their
+       score on the same colour axis; 3. ``weights``: the softmax (``hook_pattern``), 0–1.
+    Hovers show the real numbers. Padding query rows (``query_valid`` False) are blank.
+    """
+    scores = _check(scores, q_tokens, k_tokens, 2)
+    weights = _check(weights, q_tokens, k_tokens, 2)
+    zs = blank_rows(scores, query_valid)
+    m = finite_absmax(zs)
+    z_masked, zm, masked = _weights_and_mask(scores, mask, query_valid)
+    fs = max(MIN_LABEL_FONT, label_font_size(max(len(q_tokens), len(k_tokens))) - 2)
+    doms = grid_domains(1, 3, hgap=0.05, vgap=0, left=0.08, right=0.93, top=0.9)
+    prefix = f"{esc(label)}<br>" if label else ""
+    panels = [("scaled scores QKᵀ/√d_k", zs, "coloraxis", "score"),
+              ("scores with the mask (−∞ where masked)", z_masked, "coloraxis", "score"),
+              ("softmax: attention weights", blank_rows(weights, query_valid), "coloraxis2", "weight")]
+    layout = base_layout(160 + min(480, max(240, 22 * len(q_tokens))))
+    layout["margin"] = dict(l=20, r=10, b=100)
+    data, annotations = [], []
+    for i, (name, z, cax, what) in enumerate(panels):
+        xr, yr, xa, ya = axis_ids(i)
+        xd, yd = doms[i]
+        data.append(dict(type="heatmap", z=z, coloraxis=cax, xaxis=xr, yaxis=yr, hoverongaps=False,
+                         hovertemplate=SCORE_HOVER % (prefix + esc(name), what)))
+        if i == 1 and masked:
+            tr = masked_trace(zm, label, xaxis=xr, yaxis=yr)
+            tr["hovertemplate"] = tr["hovertemplate"].replace("<b>masked</b> (not attended)", "score: −∞ (masked)")
+            data.append(tr)
+        layout[xa] = dict(token_axis(k_tokens, font_size=fs, angle=-90), domain=list(xd), anchor=yr)
+        layout[ya] = dict(token_axis(q_tokens, show=i == 0, font_size=fs), domain=list(yd), anchor=xr,
+                          autorange="reversed")
+        if i:
+            layout[xa]["matches"], layout[ya]["matches"] = "x", "y"
+        annotations.append(subplot_title(name, xd, yd))
+    layout["yaxis"]["title"] = dict(text=esc(query_title or "query"), font=dict(size=11))
+    k = thin_axes(layout, data, max_labels)
+    layout["annotations"] = annotations
+    set_title(layout, title, ["scores: diverging, 0 = white", MASKED_NOTE if masked else "",
+                              thin_note(k) if k > 1 else ""], top_extra=20)
+    layout["coloraxis"] = dict(colorscale=DIVERGING, cmid=0.0, cmin=-m, cmax=m,
+                               colorbar=dict(title=dict(text="score"), thickness=10, x=0.935, len=0.45, y=0.75))
+    layout["coloraxis2"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
+                                colorbar=dict(title=dict(text="weight"), thickness=10, x=0.935, len=0.45, y=0.22))
     return figure(data, layout)

@@ -14,9 +14,21 @@ STATUS_COLORS = {"chosen": CHOSEN_COLOR, "finished": "#1f77b4", "pruned": "#c7c7
 STATUS_NAMES = {"chosen": "chosen hypothesis", "finished": "other finished hypotheses", "pruned": "pruned"}
 
 
+def _step_label(nodes: list[dict], n: dict, step_rows: bool) -> str:
+    """'step t: <b>token</b>', or with ``step_rows`` the app's row convention 'step t: input→<b>token</b>'."""
+    tok = f"<b>{esc(short(n.get('token', '')))}</b>"
+    if step_rows and n["parent"] is not None:
+        tok = f"{esc(short(nodes[n['parent']].get('token', ''), 12))}→{tok}"
+    return f"step {n['step']}: {tok}"
+
+
 def beam_tree_figure(nodes: list[dict], y: list[float], *, title: str | None = None,
-                     length_penalty: float | None = None) -> go.Figure:
-    """``nodes`` as from model.analysis.beam_tree (plus "token"), ``y`` one position per node."""
+                     length_penalty: float | None = None, step_rows: bool = False) -> go.Figure:
+    """``nodes`` as from model.analysis.beam_tree (plus "token"), ``y`` one position per node.
+
+    ``step_rows``: hovers name each step as the app's decoder rows do, input→token it produced
+    (the parent's token → this node's token), and the x-axis title says so.
+    """
     if len(y) != len(nodes):
         raise ValueError("one y position per node")
     data = []
@@ -38,7 +50,7 @@ def beam_tree_figure(nodes: list[dict], y: list[float], *, title: str | None = N
             continue
         hover = []
         for n in sel:
-            h = f"step {n['step']}: <b>{esc(short(n.get('token', '')))}</b><br>cumulative log-prob {n['score']:.3f}"
+            h = f"{_step_label(nodes, n, step_rows)}<br>cumulative log-prob {n['score']:.3f}"
             if n.get("final"):
                 h += (f"<br>finished, length {n['length']}<br>normalised score {n['normalized']:.3f}"
                       f"<br>rank by normalised score {n['rank_norm']}, by raw log-prob {n['rank_raw']}"
@@ -54,7 +66,8 @@ def beam_tree_figure(nodes: list[dict], y: list[float], *, title: str | None = N
     n_leaves = max(1.0, max(y, default=0.0) + 1)
     max_step = max((n["step"] for n in nodes), default=0) + 1
     layout = base_layout(min(1100, max(320, 120 + 28 * n_leaves)), title, plot_bgcolor="white")
-    layout["xaxis"] = dict(title=dict(text="decoding step (0 = &lt;bos&gt;)"), tickmode="linear", dtick=1,
+    x_title = "decoding step (0 = &lt;bos&gt;)" + ("; hover: input → token it produced" if step_rows else "")
+    layout["xaxis"] = dict(title=dict(text=x_title), tickmode="linear", dtick=1,
                            range=[-0.5, max_step + 0.8], showgrid=True, gridcolor="#f0f0f0", zeroline=False)
     layout["yaxis"] = dict(visible=False, autorange="reversed")
     layout["legend"] = dict(orientation="h", x=0, y=-0.08, yanchor="top")

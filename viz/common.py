@@ -11,6 +11,7 @@ without sending a string per cell.
 from __future__ import annotations
 
 import html
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +32,11 @@ BLANK_COLOR = "#e6e6e6"       # plot background: blanked (NaN) cells show as gre
 CHOSEN_COLOR = "#d62728"
 OTHER_COLOR = "#9ecae1"
 MAX_LABEL = 24                # characters of a token shown in a label
+MASKED_COLOR = "#4d4d4d"      # masked cells (the mask forbids attending): dark grey, unlike weight 0 (white)
+MAX_TICK_LABELS = 24          # more tokens than this: label every k-th tick instead of shrinking the font
+MIN_LABEL_FONT = 10
+STEP_ROW_TITLE = "decoder step: input → token it produced"
+_SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
 
 def esc(token) -> str:
@@ -44,15 +50,53 @@ def short(token, n: int = MAX_LABEL) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def token_labels(tokens: Sequence[str], n: int = MAX_LABEL) -> list[str]:
-    """Escaped, shortened labels; an empty or blank token shows as a visible mark."""
-    return [esc(short(t, n)) if str(t).strip() else "␣" for t in tokens]
+def subscript(i: int) -> str:
+    """6 -> '₆', 11 -> '₁₁'."""
+    return str(int(i)).translate(_SUBSCRIPT)
+
+
+def token_labels(tokens: Sequence[str], n: int = MAX_LABEL, *, number: bool = True) -> list[str]:
+    """Escaped, shortened labels; an empty or blank token shows as a visible mark.
+
+    With ``number`` (the default), a token that occurs more than once carries its position in
+    the list as a subscript (``Hund₆``, ``Hund₁₁``), so axes and hovers tell the copies apart.
+    """
+    labels = [esc(short(t, n)) if str(t).strip() else "␣" for t in tokens]
+    if number:
+        counts = Counter(labels)
+        labels = [lab + subscript(i) if counts[lab] > 1 else lab for i, lab in enumerate(labels)]
+    return labels
+
+
+def step_row_labels(decoder_inputs: Sequence[str], outputs: Sequence[str]) -> list[str]:
+    """The one label convention for decoder query rows: ``'<bos>→Two'``, ``'Two→young'``, ...
+
+    Row t of cross-attention and decoder self-attention is computed from ``decoder_inputs[t]``
+    and produced ``outputs[t]``; the label names both. Plain text (escaped later, like any token);
+    pair it with ``STEP_ROW_TITLE`` as the axis title. Lengths must match.
+    """
+    if len(decoder_inputs) != len(outputs):
+        raise ValueError(f"{len(decoder_inputs)} decoder inputs but {len(outputs)} outputs")
+    return [f"{short(a, 12)}→{short(b, 12)}" for a, b in zip(decoder_inputs, outputs)]
+
+
+def label_step(n: int, max_labels: int = MAX_TICK_LABELS) -> int:
+    """Label every k-th token so that at most ``max_labels`` labels show (k = 1: all)."""
+    return max(1, -(-int(n) // max(1, int(max_labels))))
+
+
+def _nth(k: int) -> str:
+    return {2: "2nd", 3: "3rd"}.get(k, f"{k}th")
+
+
+def thin_note(k: int) -> str:
+    return f"every {_nth(k)} label shown (hover names every token)"
 
 
 def token_axis(tokens: Sequence[str], *, show: bool = True, font_size: int | None = None,
-               angle: int | None = None) -> dict:
+               angle: int | None = None, number: bool = True) -> dict:
     """Layout for an integer axis 0..n-1 labelled with tokens (ticks and hover)."""
-    labels = token_labels(tokens)
+    labels = token_labels(tokens, number=number)
     axis = dict(tickmode="array", tickvals=list(range(len(labels))), ticktext=labels,
                 showticklabels=show, showgrid=False, zeroline=False, ticks="")
     if font_size:
@@ -63,7 +107,51 @@ def token_axis(tokens: Sequence[str], *, show: bool = True, font_size: int | Non
 
 
 def label_font_size(n: int) -> int:
-    return 12 if n <= 12 else 10 if n <= 24 else 8 if n <= 48 else 6
+    """Tick font size: never below MIN_LABEL_FONT; long axes are thinned instead (see thin_axes)."""
+    return 12 if n <= 12 else MIN_LABEL_FONT
+
+
+def _free_axis_number(layout: dict, letter: str) -> int:
+    used = {1} | {int(k[5:]) for k in layout if k.startswith(letter + "axis") and k[5:].isdigit()}
+    return max(used) + 1
+
+
+def thin_axes(layout: dict, data: list, max_labels: int = MAX_TICK_LABELS, step: dict | None = None,
+              block: dict | None = None) -> int:
+    """Thin the tick labels of every long token axis in ``layout`` (in place); return the step used (1: none).
+
+    Plotly's hover shows an axis's tick text only where there is a tick, so the data axis keeps
+    every tick (hidden labels: hovers still name every token) and an overlaying twin axis that
+    ``matches`` it shows every k-th label at a readable font size. ``step`` maps an axis key to a
+    forced step; ``block`` maps an axis key to the length of the repeating label block (the grid
+    mosaic repeats the tokens once per panel), so thinning restarts at every block. Plotly draws
+    an axis only if a trace uses it, so each twin gets an empty, hover-less scatter in ``data``.
+    """
+    k_max = 1
+    for key in [k for k in list(layout) if k[1:5] == "axis" and k[0] in "xy"]:
+        ax = layout[key]
+        vals, text = ax.get("tickvals"), ax.get("ticktext")
+        if not ax.get("showticklabels", True) or vals is None or text is None or "overlaying" in ax:
+            continue
+        n_block = (block or {}).get(key) or len(vals)
+        k = (step or {}).get(key) or label_step(n_block, max_labels)
+        if k <= 1:
+            continue
+        k_max = max(k_max, k)
+        letter, ref = key[0], key[0] + key[5:]
+        keep = [i for i in range(len(vals)) if (i % n_block) % k == 0]
+        twin = {kk: v for kk, v in ax.items() if kk not in ("domain", "tickvals", "ticktext")}
+        twin.update(overlaying=ref, matches=ref, tickvals=[vals[i] for i in keep], ticktext=[text[i] for i in keep],
+                    showticklabels=True)
+        twin["tickfont"] = dict(size=max(MIN_LABEL_FONT, (ax.get("tickfont") or {}).get("size", 0)))
+        ax["showticklabels"] = False
+        ax.pop("title", None)  # the title goes with the visible labels, or it sits on top of them
+        number = _free_axis_number(layout, letter)
+        layout[f"{letter}axis{number}"] = twin
+        other = "y" if letter == "x" else "x"
+        data.append({"type": "scatter", "x": [], "y": [], "hoverinfo": "skip", "showlegend": False,
+                     letter + "axis": f"{letter}{number}", other + "axis": ax.get("anchor", other)})
+    return k_max
 
 
 def axis_ids(i: int) -> tuple[str, str, str, str]:
@@ -94,16 +182,86 @@ def subplot_title(text: str, xdom, ydom, size: int = 11) -> dict:
                 xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=size))
 
 
-def base_layout(height: int, title: str | None = None, **extra) -> dict:
-    """Layout defaults; ``title`` is plain text (escaped here)."""
-    layout = dict(template={}, height=int(height), autosize=True,  # = template "none": no theme payload
-                  margin=dict(l=60, r=30, t=50 if title else 20, b=40),
-                  plot_bgcolor=BLANK_COLOR, paper_bgcolor="white",
-                  font=dict(size=12), hoverlabel=dict(align="left"))
+NOTE_FONT = dict(size=11, color="#555")
+
+
+def title_top(title: str | None, notes: Sequence[str] = (), base: int = 20) -> int:
+    """Top margin that fits the title and its note line."""
+    return base + (30 if title else 0) + (20 if any(notes) else 0)
+
+
+def set_title(layout: dict, title: str | None, notes: Sequence[str] = (), top_extra: int = 0) -> dict:
+    """(Re)write ``layout``'s title and top margin from plain-text ``title`` and ``notes``; returns layout.
+
+    The notes (colour-scale mode, masks, label thinning) go in the title's subtitle, in smaller
+    grey type; with no title they are the title, in the same small type. Both are escaped here.
+    """
+    note = esc(" · ".join(n for n in notes if n))
     if title:
         layout["title"] = dict(text=esc(title), x=0.01, xanchor="left", font=dict(size=14))
+        if note:
+            layout["title"]["subtitle"] = dict(text=note, font=NOTE_FONT)
+    elif note:
+        layout["title"] = dict(text=note, x=0.01, xanchor="left", font=NOTE_FONT)
+    layout.setdefault("margin", {})["t"] = title_top(title, [note]) + top_extra
+    return layout
+
+
+def base_layout(height: int, title: str | None = None, *, notes: Sequence[str] = (), **extra) -> dict:
+    """Layout defaults; ``title`` and ``notes`` are plain text (escaped here)."""
+    layout = dict(template={}, height=int(height), autosize=True,  # = template "none": no theme payload
+                  margin=dict(l=60, r=30, t=20, b=40),
+                  plot_bgcolor=BLANK_COLOR, paper_bgcolor="white",
+                  font=dict(size=12), hoverlabel=dict(align="left"))
+    set_title(layout, title, notes)
     layout.update(extra)
     return layout
+
+
+def scale_note(mode: str, zmax: float | None = None) -> str:
+    """How the colour scale was chosen, for the title: 'shared' (0–1 everywhere) or 'head' (own maximum)."""
+    if mode == "shared":
+        return "colour: 0–1, the same in every panel"
+    if mode == "head":
+        return "colour: 0 to this head's maximum" + (f" ({zmax:.2f})" if zmax is not None else "")
+    raise ValueError(f"colour-scale mode must be 'shared' or 'head', not {mode!r}")
+
+
+def mask_array(mask, shape: tuple[int, ...]) -> np.ndarray:
+    """A boolean mask (True = attend, model/masks.py) broadcast to ``shape`` (..., queries, keys)."""
+    m = np.asarray(mask, dtype=bool)
+    while m.ndim > len(shape) and m.shape[0] == 1:
+        m = m[0]
+    try:
+        return np.broadcast_to(m, shape)
+    except ValueError:
+        raise ValueError(f"mask {m.shape} does not broadcast to attention {shape}") from None
+
+
+def masked_layer(mask, shape: tuple[int, ...], query_valid=None) -> np.ndarray:
+    """1.0 where the mask forbids attending (on valid query rows), NaN elsewhere: the 'masked' layer."""
+    blocked = ~mask_array(mask, shape)
+    z = np.where(blocked, 1.0, np.nan).astype(np.float32)
+    return blank_rows(z, query_valid)
+
+
+def apply_mask(z: np.ndarray, mask) -> np.ndarray:
+    """Weights with masked cells set to NaN (drawn by the masked layer, not as a weight of 0)."""
+    z = as_float(z)
+    if mask is not None:
+        z[~mask_array(mask, z.shape)] = np.nan
+    return z
+
+
+MASKED_HOVER = "%squery: %%{y}<br>key: %%{x}<br><b>masked</b> (not attended)<extra></extra>"
+MASKED_NOTE = "dark grey: masked"
+
+
+def masked_trace(zm: np.ndarray, label: str = "", **place) -> dict:
+    """A flat dark-grey heatmap over the masked cells, hover 'masked'; ``place`` sets x0/y0/xaxis/yaxis."""
+    prefix = f"{esc(label)}<br>" if label else ""
+    return dict(type="heatmap", z=zm, colorscale=[[0, MASKED_COLOR], [1, MASKED_COLOR]], zmin=0, zmax=1,
+                showscale=False, hoverongaps=False, hovertemplate=MASKED_HOVER % prefix, name="masked", **place)
 
 
 def as_float(a) -> np.ndarray:

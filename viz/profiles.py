@@ -13,8 +13,14 @@ STAT_LABELS = {"entropy": "entropy (nats)", "mean_distance": "mean distance |i â
                "special_tokens": "weight on <bos>/<eos>", "max_weight": "maximum weight"}
 
 
-def profile_heatmaps(grids: Sequence[tuple[str, np.ndarray]], stat: str, *, title: str | None = None) -> go.Figure:
-    """``grids``: (label, (layers, heads) array) per attention kind, side by side on ONE colour scale."""
+def profile_heatmaps(grids: Sequence[tuple[str, np.ndarray]], stat: str, *, title: str | None = None,
+                     kinds: Sequence[str] | None = None, layer_offset: int = 0) -> go.Figure:
+    """``grids``: (label, (layers, heads) array) per attention kind, side by side on ONE colour scale.
+
+    Click target: cell (l, h) carries ``customdata = [l + layer_offset, h]``, and its trace
+    ``meta = {"kind": kinds[i]}`` (None without ``kinds``); in a ``plotly_click`` handler read
+    ``event.points[0].customdata`` (layer, head) and ``event.points[0].data.meta.kind``.
+    """
     if not grids:
         raise ValueError("no grids")
     n = len(grids)
@@ -25,15 +31,17 @@ def profile_heatmaps(grids: Sequence[tuple[str, np.ndarray]], stat: str, *, titl
         z = blank_rows(np.asarray(g, dtype=float), None)
         L, H = z.shape
         sfx = "" if i == 0 else str(i + 1)
+        cells = [[[l + layer_offset, h] for h in range(H)] for l in range(L)]
         data.append(dict(type="heatmap", z=z, xaxis="x" + sfx, yaxis="y" + sfx, coloraxis="coloraxis",
+                         customdata=cells, meta={"kind": kinds[i] if kinds else None},
                          texttemplate="%{z:.2f}", hoverongaps=False,
-                         hovertemplate=esc(label) + "<br>layer %{y}, head %{x}<br>" + esc(STAT_LABELS.get(stat, stat))
-                                       + ": %{z:.4f}<extra></extra>"))
+                         hovertemplate=esc(label) + "<br>layer %{customdata[0]}, head %{customdata[1]}<br>"
+                                       + esc(STAT_LABELS.get(stat, stat)) + ": %{z:.4f}<extra></extra>"))
         layout_axes["xaxis" + sfx] = dict(domain=list(xd), anchor="y" + sfx, tickmode="array",
                                           tickvals=list(range(H)), ticktext=[f"H{h}" for h in range(H)],
                                           showgrid=False, zeroline=False)
         layout_axes["yaxis" + sfx] = dict(domain=list(yd), anchor="x" + sfx, tickmode="array",
-                                          tickvals=list(range(L)), ticktext=[f"L{l}" for l in range(L)],
+                                          tickvals=list(range(L)), ticktext=[f"L{l + layer_offset}" for l in range(L)],
                                           autorange="reversed", showgrid=False, zeroline=False)
         notes.append(subplot_title(esc(label), xd, yd))
     layout = base_layout(330, title, **layout_axes)

@@ -10,16 +10,21 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import (ATTN_SCALE, as_float, base_layout, blank_rows, esc, figure, finite_max, grid_domains,
-                     label_font_size, subplot_title, token_axis)
+from .common import (ATTN_SCALE, MAX_TICK_LABELS, as_float, base_layout, blank_rows, esc, figure, finite_max,
+                     grid_domains, label_font_size, set_title, subplot_title, thin_axes, thin_note, token_axis)
 
 HOVER = "%s<br>%s: %%{y}<br>source: %%{x}<br>weight: %%{z:.4f}<extra></extra>"
 
 
 def rollout_figure(rollout: np.ndarray, attribution: np.ndarray, src_tokens: Sequence[str],
                    out_tokens: Sequence[str], *, formula: str = "", title: str | None = None,
-                   src_valid=None, out_valid=None) -> go.Figure:
-    """Left: encoder rollout (S x S); right: source attribution of each output token (T x S)."""
+                   src_valid=None, out_valid=None, out_title: str | None = None,
+                   max_labels: int = MAX_TICK_LABELS) -> go.Figure:
+    """Left: encoder rollout (S x S); right: source attribution of each output token (T x S).
+
+    ``out_tokens`` label the attribution rows: pass ``common.step_row_labels(inputs, outputs)``
+    and ``out_title=common.STEP_ROW_TITLE`` for the app's one decoder-row convention.
+    """
     rollout, attribution = np.asarray(rollout), np.asarray(attribution)
     S, T = len(src_tokens), len(out_tokens)
     if rollout.shape != (S, S) or attribution.shape != (T, S):
@@ -49,7 +54,13 @@ def rollout_figure(rollout: np.ndarray, attribution: np.ndarray, src_tokens: Seq
     layout["xaxis2"] = dict(token_axis(src_tokens, font_size=fs, angle=angle), domain=list(xd2), anchor="y2")
     layout["yaxis2"] = dict(token_axis(out_tokens, font_size=fs), domain=list(yd2), anchor="x2",
                             autorange="reversed")
+    if out_title:
+        layout["yaxis2"]["title"] = dict(text=esc(out_title), font=dict(size=11))
     layout["margin"] = dict(l=100, r=60, t=top, b=100)
+    k = thin_axes(layout, data, max_labels)
+    if k > 1:  # the note takes a second title line: push the plots down by as much
+        set_title(layout, title, [thin_note(k)])
+        layout["margin"]["t"] = top + 20
     notes = [subplot_title("Encoder rollout R (rows: source token after the encoder)", xd1, yd1),
              subplot_title("Source attribution a_t of each output token", xd2, yd2)]
     if formula:

@@ -1,0 +1,93 @@
+"""ZeroGPU's process boundary, emulated: every ``spaces.GPU`` call runs in a forked process with
+pickled arguments and results (tests/zerogpu_emulation). The app is started the way a Space starts it
+(``python app.py``) and driven through gradio_client."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from tests.app_fixtures import T_OUT, free_port, make_checkpoint, wait_ready
+
+ROOT = Path(__file__).resolve().parents[1]
+EMULATION = Path(__file__).resolve().parent / "zerogpu_emulation"
+DE = "Zwei Hunde spielen im Schnee."
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_checkpoint(root / "de-en", "de", "en", seed=0)
+    calls = tmp_path_factory.mktemp("emulation") / "calls.txt"
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(EMULATION), str(ROOT)]), ATTN_GPU_CALLS="on",
+               ATTN_DEVICE="cpu", ATTN_CHECKPOINTS=str(root), GRADIO_SERVER_NAME="127.0.0.1",
+               GRADIO_SERVER_PORT=str(port), SPACES_EMU_LOG=str(calls), ATTN_TORCH_THREADS="1")
+    out = open(calls.parent / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/", timeout=120)
+        yield Client(f"http://127.0.0.1:{port}/", verbose=False), calls
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        out.close()
+
+
+def logged(calls: Path) -> list[str]:
+    return calls.read_text(encoding="utf-8").split() if calls.exists() else []
+
+
+def test_the_emulation_isolates_memory(tmp_path, monkeypatch):
+    """What a GPU function changes stays in its process; arguments and results are copies."""
+    sys.path.insert(0, str(EMULATION))
+    try:
+        import spaces
+    finally:
+        sys.path.remove(str(EMULATION))
+    monkeypatch.setenv("SPACES_EMU_LOG", str(tmp_path / "calls.txt"))
+    box = {"n": 0}
+
+    @spaces.GPU(duration=30)
+    def bump(d):
+        box["n"] += 1
+        d["seen"] = True
+        return d
+
+    arg = {}
+    back = bump(arg)
+    assert back == {"seen": True} and arg == {} and box["n"] == 0
+    with pytest.raises(Exception):
+        bump(lambda: None)  # an unpicklable argument is refused, as on ZeroGPU
+    assert logged(tmp_path / "calls.txt") == ["bump"]
+
+
+def test_every_view_works_across_the_boundary(served):
+    client, calls = served
+    out = dict(zip(T_OUT, client.predict(DE, "de-en", "greedy", 4, 12, "decoder.cross_attn", "grid", 0, 0,
+                                         "words", api_name="/translate_stream")))
+    assert out["run_status"].startswith("✓") and out["out_text"].strip()
+    assert "gpu_stream" in logged(calls)  # the decode really ran in a forked worker
+    t, md, prefix, *_ = client.predict(2, api_name="/step_view")
+    assert t == 2 and "Step 2" in md
+    cmp = client.predict(DE, "de-en", "greedy", 4, 12, 0, True, False, True, [], [], "decoder.self_attn", 0, 0,
+                         api_name="/compare_ui")
+    assert "causal mask off" in cmp[0] and "gpu_compare" in logged(calls)
+    md, fig, table, pick = client.predict(3, api_name="/beam_tree")
+    assert table["data"] and "gpu_beam" in logged(calls)
+    text, attn = client.predict(0, api_name="/beam_pick")
+    assert text.strip() and "gpu_hypothesis" in logged(calls)
+
+
+def test_head_profile_cache_lives_outside_the_gpu_call(served):
+    """Profiles are computed in a GPU call and cached by the caller: asking twice forks once."""
+    client, calls = served
+    first = client.predict("de-en", "average", 4, "entropy", api_name="/head_profiles")
+    n = logged(calls).count("gpu_profiles")
+    second = client.predict("de-en", "average", 4, "entropy", api_name="/head_profiles")
+    assert n == 1 and logged(calls).count("gpu_profiles") == 1
+    assert first[2]["data"] and first[2]["data"] == second[2]["data"]
