@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from .checkpoint import LoadedModel
-from .decoding import StepRecord, Translation, full_trace, prepare_source
+from .decoding import StepRecord, Translation, full_trace, generable, prepare_source
 from .hooks import Trace
 from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, Interventions, Transformer, canonical_kind
 from .vocab import tokenize
@@ -190,7 +190,8 @@ def force(lm: LoadedModel, src_text: str, ref_text: str, iv: Interventions = NO_
     if not src_text.strip() or not ref_text.strip():
         raise ValueError("both a source sentence and a reference translation are needed")
     room = lm.model.cfg.max_len - 1
-    out_ids = lm.tgt_vocab.encode(tokenize(ref_text, lm.tgt_lang)[:room - 1]) + [EOS_ID]
+    pieces = lm.tgt_vocab.segment(tokenize(ref_text, lm.tgt_lang))  # words, or pieces for a subword vocabulary
+    out_ids = lm.tgt_vocab.encode(pieces[:room - 1]) + [EOS_ID]
     return force_ids(lm, src_text, out_ids, ref_text, iv, top_k)
 
 
@@ -208,7 +209,7 @@ def force_ids(lm: LoadedModel, src_text: str, out_ids: list[int], ref_text: str 
     logp = logits.log_softmax(-1)
     loss = -logp.gather(1, target[:, None])[:, 0]
     out_tokens = lm.tgt_vocab.decode(out_ids)
-    top = logits.argmax(-1).tolist()
+    top = generable(logits).argmax(-1).tolist()  # what decoding would pick (never <bos>/<pad>)
     steps = _forced_steps(trace, logp, out_ids, out_tokens, lm, model, top_k)
     tr = Translation(src_text, src_tokens, src_ids, out_tokens, out_ids, ref_text, float(-loss.sum()), steps,
                      trace=trace, interventions=iv, truncated=truncated, src_lang=lm.src_lang, tgt_lang=lm.tgt_lang)

@@ -138,7 +138,8 @@ class MultiHeadAttention(nn.Module):
         self.hook_mask = HookPoint()
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()       # (B, H, Tq, d_k) alpha V, before W_O
-        self.hook_result = HookPoint()  # (B, Tq, H, D) each head's slice of W_O (no bias)
+        # (B, Tq, H, D) each head's slice of W_O (no bias); opt-in: H times the module's output
+        self.hook_result = HookPoint(opt_in=True)
 
     def forward(self, x, mask, memory=None, cache: dict | None = None, ablate: tuple[int, ...] = ()):
         """x: (B, Tq, D) queries; memory: (B, S, D) for cross-attention; mask: bool, True = attend,

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from model.computation import Computation, force, force_ids, hook_name
-from model.decoding import DecodeOptions, beam_search, translate
+from model.decoding import DecodeOptions, beam_search, generable, translate
 from model.hooks import capture
 from model.transformer import BOS_ID, EOS_ID, PAD_ID
 
@@ -20,7 +20,7 @@ KINDS = [("encoder.self_attn", "encoder", "resid_pre", "resid_mid"),
 def run(model):
     src = torch.tensor([[BOS_ID, 4, 5, 6, 7, EOS_ID], [BOS_ID, 9, 10, EOS_ID, PAD_ID, PAD_ID]])
     tgt = torch.tensor([[BOS_ID, 11, 12, 4], [BOS_ID, 6, PAD_ID, PAD_ID]])
-    with torch.inference_mode(), capture(model) as trace:
+    with torch.inference_mode(), capture(model, "*") as trace:  # "*": the opt-in points too
         logits = model(src, tgt)
     return Computation(trace, model), logits
 
@@ -63,6 +63,13 @@ def test_one_head_view_is_consistent(tiny_model):
     assert abs(h.pattern @ h.values - h.z).max() < 1e-6
     hp = comp.head("encoder", 0, 0, 0)  # second batch row not read; row 0 has no padding
     assert hp.mask.all()
+    # without the opt-in hook_result the head's contribution is rebuilt from z and W_O
+    src, tgt = torch.tensor([[BOS_ID, 4, 5, 6, 7, EOS_ID]]), torch.tensor([[BOS_ID, 11, 12, 4]])
+    with torch.inference_mode(), capture(tiny_model) as plain, capture(tiny_model, "*.hook_result") as res:
+        tiny_model(src, tgt)
+    assert "decoder.layers.1.cross_attn.hook_result" not in plain
+    rebuilt = Computation(plain, tiny_model).head("cross", 1, 2, 1).result
+    assert abs(rebuilt - res["decoder.layers.1.cross_attn.hook_result"][0, 1, 2].numpy()).max() < 1e-5
 
 
 def test_residual_norms_and_contributions(tiny_model):
@@ -136,7 +143,7 @@ def test_force_loss_is_cross_entropy(tiny_lm):
     assert abs(f.loss - expected).max() < 1e-5
     assert abs(f.perplexity - math.exp(expected.mean())) < 1e-4 * f.perplexity
     assert abs(f.prob - torch.tensor(-expected).exp().numpy()).max() < 1e-6
-    assert f.top_ids == logits.argmax(-1).tolist()
+    assert f.top_ids == generable(logits).argmax(-1).tolist()
 
 
 def test_forced_greedy_output_never_differs_and_serves_every_view(tiny_lm):
@@ -160,4 +167,5 @@ def test_translation_trace_holds_every_hook_for_the_export(tiny_lm):
     # the .npz export writes the trace keyed by hook name, so every new quantity is in it
     from model.hooks import hook_names
     tr = translate(tiny_lm, "haus katze", DecodeOptions(max_len=5))
-    assert set(tr.trace.names()) == set(hook_names(tiny_lm.model)) - {hook_name("logits")}  # opt-in
+    opt_in = {n for n in hook_names(tiny_lm.model) if n.endswith(("hook_logits", "hook_result"))}
+    assert set(tr.trace.names()) == set(hook_names(tiny_lm.model)) - opt_in

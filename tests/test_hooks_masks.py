@@ -29,6 +29,7 @@ EXPECTED_HOOKS = (
     + ["decoder.hook_norm", "hook_logits"]
 )
 PATTERNS = [n for n in EXPECTED_HOOKS if n.endswith("hook_pattern")]
+OPT_IN = [n for n in EXPECTED_HOOKS if n.endswith(("hook_logits", "hook_result"))]  # large: recorded when named
 ATTN_MODULES = [n.rsplit(".", 1)[0] for n in PATTERNS]
 
 
@@ -51,10 +52,10 @@ def test_exact_hook_names(tiny_model):
 def test_capture_records_all_hooks_and_removes_them(tiny_model):
     src, tgt = batch()
     with torch.inference_mode(), capture(tiny_model) as trace:
-        # every point but the opt-in logits, which only a filter that names them records
-        assert all(c == (n != "hook_logits") for n, c in hook_counts(tiny_model).items())
+        # every point but the opt-in ones, which only a filter that names them records
+        assert all(c == (n not in OPT_IN) for n, c in hook_counts(tiny_model).items())
         tiny_model(src, tgt)
-    assert sorted(trace.names()) == sorted(n for n in EXPECTED_HOOKS if n != "hook_logits")
+    assert sorted(trace.names()) == sorted(n for n in EXPECTED_HOOKS if n not in OPT_IN)
     assert all(c == 0 for c in hook_counts(tiny_model).values())
     assert not any(m.active for m in tiny_model.modules() if isinstance(m, HookPoint))
     t = trace["decoder.layers.1.cross_attn.hook_pattern"]
@@ -86,14 +87,15 @@ def test_capture_filters(tiny_model):
     assert sorted(c.names()) == sorted(f"encoder.layers.1.self_attn.{h}" for h in ATTN_HOOKS)
 
 
-def test_opt_in_logits_recorded_only_when_named(tiny_model):
+def test_opt_in_points_recorded_only_when_named(tiny_model):
     src, tgt = batch()
     with torch.inference_mode():
         with capture(tiny_model) as everything:
             logits = tiny_model(src, tgt)
-        with capture(tiny_model, "hook_logits") as named:
+        with capture(tiny_model, ["hook_logits", "*.hook_result"]) as named:
             tiny_model(src, tgt)
-    assert "hook_logits" not in everything and len(everything.names()) == len(EXPECTED_HOOKS) - 1
+    assert len(OPT_IN) == 1 + 6 and sorted(named.names()) == sorted(OPT_IN)
+    assert not set(OPT_IN) & set(everything.names()) and len(everything.names()) == len(EXPECTED_HOOKS) - 7
     torch.testing.assert_close(named["hook_logits"], logits)
 
 
