@@ -129,7 +129,7 @@ def _decoder_step(model: Transformer, ys, memory, src_mask, iv, cache: KVCache |
         h = model.decode(ys[:, -1:], memory, src_mask, None, iv, cache, t)
     else:
         h = model.decode(ys, memory, src_mask, model.tgt_mask(ys, iv), iv)
-    return model.generator(h[:, -1])
+    return model.logits(h[:, -1])
 
 
 @torch.inference_mode()

@@ -28,7 +28,15 @@ def global_hooks() -> bool:
 
 
 class HookPoint(nn.Module):
-    """Identity module whose output can be captured by name."""
+    """Identity module whose output can be captured by name.
+
+    ``opt_in`` points (large outputs, such as the logits over the whole vocabulary) are left out of
+    ``capture(model)`` with no filter and recorded only when a filter selects them.
+    """
+
+    def __init__(self, opt_in: bool = False):
+        super().__init__()
+        self.opt_in = opt_in
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # Nothing registered on this point (no capture): return x without nn.Module's call
@@ -92,7 +100,7 @@ class Trace:
 def capture(model: nn.Module, names: NameFilter = None) -> Iterator[Trace]:
     """Record the outputs of the hook points selected by ``names``.
 
-    ``names`` may be None (all), a glob such as ``"*.hook_pattern"``, a list of
+    ``names`` may be None (all but opt-in points), a glob such as ``"*.hook_pattern"``, a list of
     names/globs, or a predicate. Hooks are removed on exit, even after an exception.
     """
     match = _matcher(names)
@@ -108,7 +116,7 @@ def capture(model: nn.Module, names: NameFilter = None) -> Iterator[Trace]:
 
     try:
         for name, mod in model.named_modules():
-            if isinstance(mod, HookPoint) and match(name):
+            if isinstance(mod, HookPoint) and match(name) and not (names is None and mod.opt_in):
                 handles.append(mod.register_forward_hook(make_hook(name)))
         yield trace
     finally:

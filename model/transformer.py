@@ -131,9 +131,15 @@ class MultiHeadAttention(nn.Module):
         self.w_q = nn.Linear(d_model, d_model)
         self.w_kv = nn.Linear(d_model, 2 * d_model)
         self.w_o = nn.Linear(d_model, d_model)
+        self.hook_q = HookPoint()       # (B, H, Tq, d_k) after W_Q
+        self.hook_k = HookPoint()       # (B, H, Tk, d_k) after W_K (every cached key)
+        self.hook_v = HookPoint()       # (B, H, Tk, d_k) after W_V
         self.hook_scores = HookPoint()
         self.hook_mask = HookPoint()
         self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()       # (B, H, Tq, d_k) alpha V, before W_O
+        # (B, Tq, H, D) each head's slice of W_O (no bias); opt-in: H times the module's output
+        self.hook_result = HookPoint(opt_in=True)
 
     def forward(self, x, mask, memory=None, cache: dict | None = None, ablate: tuple[int, ...] = ()):
         """x: (B, Tq, D) queries; memory: (B, S, D) for cross-attention; mask: bool, True = attend,
@@ -152,6 +158,7 @@ class MultiHeadAttention(nn.Module):
                 if not self.cross and "k" in cache:
                     k, v = torch.cat([cache["k"], k], 2), torch.cat([cache["v"], v], 2)
                 cache["k"], cache["v"] = k, v
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
 
         B, Tq, Tk = q.size(0), q.size(2), k.size(2)
         if self.hook_mask.active:  # a capture records the mask as applied: all True for None
@@ -175,6 +182,11 @@ class MultiHeadAttention(nn.Module):
             keep = torch.ones(H, device=z.device, dtype=z.dtype)
             keep[list(ablate)] = 0
             z = z * keep[None, :, None, None]
+        z = self.hook_z(z)
+        if self.hook_result.active:  # per-head outputs exist only when someone looks at them
+            w = self.w_o.weight.view(-1, H, self.d_k)  # (D, H, d_k)
+            result = self.hook_result(torch.einsum("bhtk,dhk->bthd", z, w))
+            return result.sum(2) + self.w_o.bias
         return self.w_o(_merge_heads(z))
 
 
@@ -183,8 +195,10 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w_1, self.w_2, self.dropout = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
 
+        self.hook_pre, self.hook_post = HookPoint(), HookPoint()  # before / after the ReLU
+
     def forward(self, x):
-        return self.w_2(_dropout(self.dropout, F.relu(self.w_1(x))))
+        return self.w_2(_dropout(self.dropout, self.hook_post(F.relu(self.hook_pre(self.w_1(x))))))
 
 
 class EncoderLayer(nn.Module):
@@ -194,10 +208,12 @@ class EncoderLayer(nn.Module):
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
         self.norm_1, self.norm_2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
 
     def forward(self, x, src_mask, ablate=()):
-        x = x + _dropout(self.dropout, self.self_attn(self.norm_1(x), src_mask, ablate=ablate))
-        return x + _dropout(self.dropout, self.ff(self.norm_2(x)))
+        x = self.hook_resid_pre(x)
+        x = self.hook_resid_mid(x + _dropout(self.dropout, self.self_attn(self.norm_1(x), src_mask, ablate=ablate)))
+        return self.hook_resid_post(x + _dropout(self.dropout, self.ff(self.norm_2(x))))
 
 
 class DecoderLayer(nn.Module):
@@ -208,14 +224,18 @@ class DecoderLayer(nn.Module):
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
         self.norm_1, self.norm_2, self.norm_3 = (nn.LayerNorm(cfg.d_model) for _ in range(3))
         self.dropout = nn.Dropout(cfg.dropout)
+        # resid_mid: after self-attention; resid_mid_cross: after cross-attention
+        self.hook_resid_pre, self.hook_resid_mid = HookPoint(), HookPoint()
+        self.hook_resid_mid_cross, self.hook_resid_post = HookPoint(), HookPoint()
 
     def forward(self, x, memory, src_mask, tgt_mask, cache=None, ablate_self=(), ablate_cross=()):
         self_cache, cross_cache = (None, None) if cache is None else (cache["self"], cache["cross"])
-        x = x + _dropout(self.dropout, self.self_attn(self.norm_1(x), tgt_mask, cache=self_cache,
-                                                      ablate=ablate_self))
-        x = x + _dropout(self.dropout, self.cross_attn(self.norm_2(x), src_mask, memory=memory,
-                                                       cache=cross_cache, ablate=ablate_cross))
-        return x + _dropout(self.dropout, self.ff(self.norm_3(x)))
+        x = self.hook_resid_pre(x)
+        x = self.hook_resid_mid(x + _dropout(self.dropout, self.self_attn(
+            self.norm_1(x), tgt_mask, cache=self_cache, ablate=ablate_self)))
+        x = self.hook_resid_mid_cross(x + _dropout(self.dropout, self.cross_attn(
+            self.norm_2(x), src_mask, memory=memory, cache=cross_cache, ablate=ablate_cross)))
+        return self.hook_resid_post(x + _dropout(self.dropout, self.ff(self.norm_3(x))))
 
 
 def _step_weights(layer: DecoderLayer) -> dict:
@@ -272,6 +292,7 @@ class _Stack(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(layer_cls(cfg) for _ in range(n_layers))
         self.norm = nn.LayerNorm(cfg.d_model)
+        self.hook_norm = HookPoint()  # the stack's output, after its final norm
 
     def embed(self, tokens: torch.Tensor, start_pos: int, use_pos: bool) -> torch.Tensor:
         x = self.hook_embed(self.tok_embed(tokens) * math.sqrt(self.d_model))
@@ -291,7 +312,7 @@ class Encoder(_Stack):
         x = self.embed(src, 0, iv.positional_encoding)
         for i, layer in enumerate(self.layers):
             x = layer(x, src_mask, ablate=iv.heads(ATTN_KINDS[0], i))
-        return self.norm(x)
+        return self.hook_norm(self.norm(x))
 
 
 class Decoder(_Stack):
@@ -309,11 +330,11 @@ class Decoder(_Stack):
                 cache.weights = [_step_weights(layer) for layer in self.layers]
             for w, layer_cache in zip(cache.weights, cache.layers):
                 x = _decoder_layer_step(x, w, layer_cache, memory, src_mask)
-            return self.norm(x)
+            return self.hook_norm(self.norm(x))
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache.layers[i],
                       ablate_self=iv.heads(ATTN_KINDS[1], i), ablate_cross=iv.heads(ATTN_KINDS[2], i))
-        return self.norm(x)
+        return self.hook_norm(self.norm(x))
 
     def _lean_step_allowed(self, iv: Interventions, cache: "KVCache") -> bool:
         """Whether _decoder_layer_step computes what the layers would: eval, no autograd, no
@@ -354,6 +375,8 @@ class Transformer(nn.Module):
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        # the generator's output, every call; opt-in: (B, T, vocabulary) is the largest tensor by far
+        self.hook_logits = HookPoint(opt_in=True)
         self._init_weights()
         if cfg.tie_embeddings:
             self.generator.weight = self.decoder.tok_embed.weight
@@ -400,7 +423,11 @@ class Transformer(nn.Module):
         """Teacher-forced logits (B, T, V) for decoder input ``tgt``."""
         src_mask = self.src_mask(src, iv)
         memory = self.encode(src, src_mask, iv)
-        return self.generator(self.decode(tgt, memory, src_mask, self.tgt_mask(tgt, iv), iv))
+        return self.logits(self.decode(tgt, memory, src_mask, self.tgt_mask(tgt, iv), iv))
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The generator on decoder output ``h``, through ``hook_logits``."""
+        return self.hook_logits(self.generator(h))
 
     def validate_interventions(self, iv: Interventions) -> None:
         n = {ATTN_KINDS[0]: self.cfg.n_encoder_layers, ATTN_KINDS[1]: self.cfg.n_decoder_layers,

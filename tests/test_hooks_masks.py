@@ -10,31 +10,26 @@ from model.hooks import HookPoint, capture, hook_names
 from model.masks import causal_mask, padding_mask, target_mask, to_ignore_mask
 from model.transformer import BOS_ID, EOS_ID, PAD_ID, Interventions, KVCache, sinusoidal_encoding
 
-EXPECTED_HOOKS = [
-    "encoder.hook_embed",
-    "encoder.hook_pos",
-    "encoder.layers.0.self_attn.hook_scores",
-    "encoder.layers.0.self_attn.hook_mask",
-    "encoder.layers.0.self_attn.hook_pattern",
-    "encoder.layers.1.self_attn.hook_scores",
-    "encoder.layers.1.self_attn.hook_mask",
-    "encoder.layers.1.self_attn.hook_pattern",
-    "decoder.hook_embed",
-    "decoder.hook_pos",
-    "decoder.layers.0.self_attn.hook_scores",
-    "decoder.layers.0.self_attn.hook_mask",
-    "decoder.layers.0.self_attn.hook_pattern",
-    "decoder.layers.0.cross_attn.hook_scores",
-    "decoder.layers.0.cross_attn.hook_mask",
-    "decoder.layers.0.cross_attn.hook_pattern",
-    "decoder.layers.1.self_attn.hook_scores",
-    "decoder.layers.1.self_attn.hook_mask",
-    "decoder.layers.1.self_attn.hook_pattern",
-    "decoder.layers.1.cross_attn.hook_scores",
-    "decoder.layers.1.cross_attn.hook_mask",
-    "decoder.layers.1.cross_attn.hook_pattern",
-]
+ATTN_HOOKS = ["hook_q", "hook_k", "hook_v", "hook_scores", "hook_mask", "hook_pattern", "hook_z", "hook_result"]
+FF_HOOKS = ["ff.hook_pre", "ff.hook_post"]
+
+
+def _layer(prefix: str, attns: list[str], resid: list[str]) -> list[str]:
+    return ([f"{prefix}.{a}.{h}" for a in attns for h in ATTN_HOOKS] + [f"{prefix}.{h}" for h in FF_HOOKS]
+            + [f"{prefix}.hook_resid_{r}" for r in resid])
+
+
+# module order: attention module(s), FFN, then the layer's residual-stream points
+EXPECTED_HOOKS = (
+    ["encoder.hook_embed", "encoder.hook_pos"]
+    + [n for i in range(2) for n in _layer(f"encoder.layers.{i}", ["self_attn"], ["pre", "mid", "post"])]
+    + ["encoder.hook_norm", "decoder.hook_embed", "decoder.hook_pos"]
+    + [n for i in range(2) for n in _layer(f"decoder.layers.{i}", ["self_attn", "cross_attn"],
+                                             ["pre", "mid", "mid_cross", "post"])]
+    + ["decoder.hook_norm", "hook_logits"]
+)
 PATTERNS = [n for n in EXPECTED_HOOKS if n.endswith("hook_pattern")]
+OPT_IN = [n for n in EXPECTED_HOOKS if n.endswith(("hook_logits", "hook_result"))]  # large: recorded when named
 ATTN_MODULES = [n.rsplit(".", 1)[0] for n in PATTERNS]
 
 
@@ -57,9 +52,10 @@ def test_exact_hook_names(tiny_model):
 def test_capture_records_all_hooks_and_removes_them(tiny_model):
     src, tgt = batch()
     with torch.inference_mode(), capture(tiny_model) as trace:
-        assert all(c == 1 for c in hook_counts(tiny_model).values())
+        # every point but the opt-in ones, which only a filter that names them records
+        assert all(c == (n not in OPT_IN) for n, c in hook_counts(tiny_model).items())
         tiny_model(src, tgt)
-    assert sorted(trace.names()) == sorted(EXPECTED_HOOKS)
+    assert sorted(trace.names()) == sorted(n for n in EXPECTED_HOOKS if n not in OPT_IN)
     assert all(c == 0 for c in hook_counts(tiny_model).values())
     assert not any(m.active for m in tiny_model.modules() if isinstance(m, HookPoint))
     t = trace["decoder.layers.1.cross_attn.hook_pattern"]
@@ -84,11 +80,23 @@ def test_capture_filters(tiny_model):
             tiny_model(src, tgt)
         with capture(tiny_model, ["encoder.hook_pos", "decoder.hook_pos"]) as b:
             tiny_model(src, tgt)
-        with capture(tiny_model, lambda n: n.startswith("encoder.layers.1")) as c:
+        with capture(tiny_model, lambda n: n.startswith("encoder.layers.1.self_attn")) as c:
             tiny_model(src, tgt)
     assert a.names() == ["decoder.layers.0.cross_attn.hook_pattern", "decoder.layers.1.cross_attn.hook_pattern"]
     assert b.names() == ["encoder.hook_pos", "decoder.hook_pos"]
-    assert sorted(c.names()) == [f"encoder.layers.1.self_attn.hook_{k}" for k in ("mask", "pattern", "scores")]
+    assert sorted(c.names()) == sorted(f"encoder.layers.1.self_attn.{h}" for h in ATTN_HOOKS)
+
+
+def test_opt_in_points_recorded_only_when_named(tiny_model):
+    src, tgt = batch()
+    with torch.inference_mode():
+        with capture(tiny_model) as everything:
+            logits = tiny_model(src, tgt)
+        with capture(tiny_model, ["hook_logits", "*.hook_result"]) as named:
+            tiny_model(src, tgt)
+    assert len(OPT_IN) == 1 + 6 and sorted(named.names()) == sorted(OPT_IN)
+    assert not set(OPT_IN) & set(everything.names()) and len(everything.names()) == len(EXPECTED_HOOKS) - 7
+    torch.testing.assert_close(named["hook_logits"], logits)
 
 
 def test_captured_tensors_are_detached_copies(tiny_model):
@@ -157,7 +165,7 @@ def run_both_paths(model, src, tgt, iv=Interventions()):
     with torch.inference_mode():
         fast = model(src, tgt, iv)
         assert not any(m.active for m in model.modules() if isinstance(m, HookPoint))
-        with capture(model) as trace:
+        with capture(model, "*") as trace:  # every point, the opt-in logits too
             slow = model(src, tgt, iv)
     return fast, slow, trace
 

@@ -1,0 +1,235 @@
+"""Readouts of the whole computation from a captured trace, and forced decoding with a reference.
+
+Every hook name is built by :func:`hook_name`; callers ask :class:`Computation` for quantities
+(one head's arithmetic, residual-stream norms, norm-based weights, the logit lens, the embedding
+steps) and never assemble hook-name strings themselves.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .checkpoint import LoadedModel
+from .decoding import StepRecord, Translation, full_trace, generable, prepare_source
+from .hooks import Trace
+from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, Interventions, Transformer, canonical_kind
+from .vocab import tokenize
+
+PARTS = ("encoder", "decoder")
+FF_POINTS = ("pre", "post")
+
+
+def hook_name(point: str, where: str | None = None, layer: int | None = None) -> str:
+    """The one resolver from (point, where, layer) to a hook name.
+
+    ``where``: None for model-level points (``logits``), a part (``encoder``/``decoder``) for stack
+    points (``embed``, ``pos``, ``norm``; with ``layer``: ``resid_*`` and FFN ``pre``/``post``), or an
+    attention kind (``cross``, ``decoder.self_attn``, ...) with ``layer`` for attention points.
+    """
+    point = point.removeprefix("hook_")
+    if where is None:
+        return f"hook_{point}"
+    if where in PARTS:
+        if layer is None:
+            return f"{where}.hook_{point}"
+        sub = "ff." if point in FF_POINTS else ""
+        return f"{where}.layers.{layer}.{sub}hook_{point}"
+    if layer is None:
+        raise ValueError("attention points need a layer")
+    part, attn = canonical_kind(where).split(".")
+    return f"{part}.layers.{layer}.{attn}.hook_{point}"
+
+
+@dataclass
+class HeadComputation:
+    """One head, one query: the tutorial's formula step by step (numpy, batch row 0)."""
+    query: np.ndarray      # (d_k,)
+    keys: np.ndarray       # (Tk, d_k)
+    scores: np.ndarray     # (Tk,) q k^T / sqrt(d_k), before the mask
+    mask: np.ndarray       # (Tk,) bool, True = attend
+    masked: np.ndarray     # (Tk,) scores with -inf where the mask hides the key
+    pattern: np.ndarray    # (Tk,) softmax row
+    values: np.ndarray     # (Tk, d_k)
+    z: np.ndarray          # (d_k,) alpha V
+    result: np.ndarray     # (D,) this head's contribution after its slice of W_O (no bias)
+
+
+@dataclass
+class ResidualNorms:
+    """Per layer and position: L2 norms of the residual stream and of what each sublayer adds."""
+    resid: np.ndarray               # (L + 1, T): before layer 0, then after each layer
+    attn: np.ndarray                # (L, T) self-attention contribution
+    cross: np.ndarray | None        # (L, T) cross-attention contribution (decoder only)
+    ffn: np.ndarray                 # (L, T) FFN contribution
+
+
+@dataclass
+class LogitLens:
+    """Decoder residual after each layer, through the final norm and the generator."""
+    top_ids: np.ndarray    # (L, T, k)
+    top_probs: np.ndarray  # (L, T, k)
+    probs: np.ndarray      # (L, T, V)
+
+
+@dataclass
+class EmbeddingSteps:
+    """Per position: the token embedding, its scaling by sqrt(d_model), and the encoding added."""
+    token: np.ndarray      # (T, D) embedding row
+    scaled: np.ndarray     # (T, D) token * sqrt(d_model)
+    pos: np.ndarray        # (T, D) positional encoding (zeros when switched off)
+    total: np.ndarray      # (T, D) scaled + pos, the first layer's input
+    scale: float
+
+    def norms(self) -> dict[str, np.ndarray]:
+        return {k: np.linalg.norm(getattr(self, k), axis=-1) for k in ("token", "scaled", "pos", "total")}
+
+
+@dataclass
+class Computation:
+    """A full (teacher-forced) trace read with the model that produced it."""
+    trace: Trace
+    model: Transformer
+
+    def get(self, point: str, where: str | None = None, layer: int | None = None, call: int = -1) -> torch.Tensor:
+        name = hook_name(point, where, layer)
+        if name not in self.trace:
+            raise KeyError(f"{name} was not captured")
+        return self.trace.calls(name)[call]
+
+    def n_layers(self, part: str) -> int:
+        return len(getattr(self.model, part).layers)
+
+    def head(self, kind: str, layer: int, head: int, query: int) -> HeadComputation:
+        kind = canonical_kind(kind)  # "encoder" alone would name the part
+        g = lambda p: self.get(p, kind, layer)[0].float()  # noqa: E731
+        q, k, v = g("q")[head, query], g("k")[head], g("v")[head]
+        scores, mask = g("scores")[head, query], self.get("mask", kind, layer)[0, 0, query]
+        attn = self.attn_module(kind, layer)
+        result = self.get("result", kind, layer)[0, query, head].float() if \
+            hook_name("result", kind, layer) in self.trace else \
+            g("z")[head, query] @ attn.w_o.weight.detach().float().view(-1, attn.n_heads, attn.d_k)[:, head].T
+        n = lambda t: t.numpy().copy()  # noqa: E731
+        return HeadComputation(n(q), n(k), n(scores), n(mask), n(scores.masked_fill(~mask, -math.inf)),
+                               n(g("pattern")[head, query]), n(v), n(g("z")[head, query]), n(result))
+
+    def attn_module(self, kind: str, layer: int):
+        part, attn = canonical_kind(kind).split(".")
+        return getattr(getattr(self.model, part).layers[layer], attn)
+
+    def residual_norms(self, part: str) -> ResidualNorms:
+        L, norm = self.n_layers(part), lambda t: t[0].float().norm(dim=-1).numpy()  # noqa: E731
+        r = lambda p, i: self.get(p, part, i)  # noqa: E731
+        resid = [norm(r("resid_pre", 0))] + [norm(r("resid_post", i)) for i in range(L)]
+        mid_last = "resid_mid_cross" if part == "decoder" else "resid_mid"
+        attn = [norm(r("resid_mid", i) - r("resid_pre", i)) for i in range(L)]
+        cross = [norm(r("resid_mid_cross", i) - r("resid_mid", i)) for i in range(L)] if part == "decoder" else None
+        ffn = [norm(r("resid_post", i) - r(mid_last, i)) for i in range(L)]
+        return ResidualNorms(np.stack(resid), np.stack(attn), None if cross is None else np.stack(cross),
+                             np.stack(ffn))
+
+    def norm_weights(self, kind: str, layer: int) -> np.ndarray:
+        """(H, Tq, Tk) ||alpha_ij f(x_j)|| with f(x_j) = v_j W_O^h (Kobayashi et al. 2020)."""
+        kind = canonical_kind(kind)
+        attn = self.attn_module(kind, layer)
+        v = self.get("v", kind, layer)[0].float()                                 # (H, Tk, d_k)
+        w = attn.w_o.weight.detach().float().view(-1, attn.n_heads, attn.d_k)      # (D, H, d_k)
+        fx = torch.einsum("hjk,dhk->hjd", v, w).norm(dim=-1)                       # (H, Tk)
+        return (self.get("pattern", kind, layer)[0].float() * fx[:, None, :]).numpy()
+
+    @torch.no_grad()
+    def logit_lens(self, k: int = 5) -> LogitLens:
+        dec, L = self.model.decoder, self.n_layers("decoder")
+        weight = self.model.generator.weight.detach().float().cpu()
+        norm = dec.norm
+        probs = []
+        for i in range(L):
+            h = self.get("resid_post", "decoder", i)[0].float()
+            h = F.layer_norm(h, norm.normalized_shape, norm.weight.detach().float().cpu(),
+                             norm.bias.detach().float().cpu(), norm.eps)
+            probs.append((h @ weight.T).softmax(-1))
+        probs_t = torch.stack(probs)
+        tp, ti = probs_t.topk(min(k, probs_t.size(-1)), dim=-1)
+        return LogitLens(ti.numpy(), tp.numpy(), probs_t.numpy())
+
+    def embedding_steps(self, part: str) -> EmbeddingSteps:
+        scale = math.sqrt(self.model.cfg.d_model)
+        scaled = self.get("embed", part)[0].float().numpy()
+        pos = self.get("pos", part)[0].float().numpy()
+        return EmbeddingSteps(scaled / scale, scaled, np.broadcast_to(pos, scaled.shape).copy(), scaled + pos, scale)
+
+
+# --------------------------------------------------------------------------- forced decoding
+
+@dataclass
+class Forced:
+    """The model teacher-forced on a reference: the tutorials' cross-entropy, token by token."""
+    translation: Translation      # same shape as a decoded Translation; its trace serves every view
+    target_tokens: list[str]      # the reference tokens, <eos> included
+    prob: np.ndarray              # (T,) probability of each reference token
+    loss: np.ndarray              # (T,) cross-entropy (nats)
+    top_ids: list[int]            # (T,) the model's own top-1 at each position
+    top_tokens: list[str]
+
+    @property
+    def perplexity(self) -> float:
+        return float(np.exp(self.loss.mean())) if self.loss.size else float("nan")
+
+    @property
+    def differs(self) -> list[bool]:
+        """Where the model would have chosen another token than the reference."""
+        return [a != b for a, b in zip(self.top_ids, self.translation.output_ids)]
+
+
+def force(lm: LoadedModel, src_text: str, ref_text: str, iv: Interventions = NO_INTERVENTION,
+          top_k: int = 5) -> Forced:
+    """Teacher-force ``ref_text`` after ``src_text``; raises ValueError on an empty text."""
+    if not src_text.strip() or not ref_text.strip():
+        raise ValueError("both a source sentence and a reference translation are needed")
+    room = lm.model.cfg.max_len - 1
+    pieces = lm.tgt_vocab.segment(tokenize(ref_text, lm.tgt_lang))  # words, or pieces for a subword vocabulary
+    out_ids = lm.tgt_vocab.encode(pieces[:room - 1]) + [EOS_ID]
+    return force_ids(lm, src_text, out_ids, ref_text, iv, top_k)
+
+
+def force_ids(lm: LoadedModel, src_text: str, out_ids: list[int], ref_text: str = "",
+              iv: Interventions = NO_INTERVENTION, top_k: int = 5) -> Forced:
+    """:func:`force` on reference ids (<eos> included when the reference ends)."""
+    model = lm.model
+    model.validate_interventions(iv)
+    src_tokens, truncated = prepare_source(lm, src_text)
+    src_ids = [BOS_ID] + lm.src_vocab.encode(src_tokens[1:-1]) + [EOS_ID]
+    trace = full_trace(lm, src_ids, out_ids, iv)
+    with torch.no_grad():  # the logits are opt-in (large); the generator on the final norm gives them
+        logits = model.generator(trace[hook_name("norm", "decoder")].to(lm.device))[0].float().cpu()  # (T, V)
+    target = torch.tensor(out_ids)
+    logp = logits.log_softmax(-1)
+    loss = -logp.gather(1, target[:, None])[:, 0]
+    out_tokens = lm.tgt_vocab.decode(out_ids)
+    top = generable(logits).argmax(-1).tolist()  # what decoding would pick (never <bos>/<pad>)
+    steps = _forced_steps(trace, logp, out_ids, out_tokens, lm, model, top_k)
+    tr = Translation(src_text, src_tokens, src_ids, out_tokens, out_ids, ref_text, float(-loss.sum()), steps,
+                     trace=trace, interventions=iv, truncated=truncated, src_lang=lm.src_lang, tgt_lang=lm.tgt_lang)
+    return Forced(tr, out_tokens, loss.neg().exp().numpy(), loss.numpy(), top, lm.tgt_vocab.decode(top))
+
+
+def _forced_steps(trace, logp, out_ids, out_tokens, lm, model, top_k) -> list[StepRecord]:
+    """StepRecords as a decode would give them, the rows read from the teacher-forced trace."""
+    L = len(model.decoder.layers)
+    self_all = torch.stack([trace[hook_name("pattern", "self", i)][0] for i in range(L)]).float().numpy()
+    cross_all = torch.stack([trace[hook_name("pattern", "cross", i)][0] for i in range(L)]).float().numpy()
+    probs = logp.exp()
+    steps = []
+    for s, tok in enumerate(out_ids):
+        tp, ti = probs[s].topk(min(top_k, probs.size(-1)))
+        steps.append(StepRecord(s, tok, out_tokens[s], float(probs[s, tok]), ti.tolist(),
+                                lm.tgt_vocab.decode(ti.tolist()), tp.tolist(),
+                                self_all[:, :, s, :s + 1].copy(), cross_all[:, :, s, :].copy()))
+    return steps
+
+
+__all__ = ["hook_name", "Computation", "HeadComputation", "ResidualNorms", "LogitLens", "EmbeddingSteps",
+           "Forced", "force", "force_ids"]
