@@ -342,9 +342,10 @@ def load_app(cfg: BenchConfig):
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     import app  # noqa: E402  (the app under test; imports gradio)
+    from ui import calls
 
     load_note(cfg)
-    reg_key, reg = app.load_registry(root, cfg.device)
+    reg_key, reg = calls.load_registry(root, cfg.device)
     if not reg.models:
         raise SystemExit(f"error: the app loaded no model from {root}: {reg.problems}")
     name = cfg.direction if cfg.direction in reg.models else reg.names[0]

@@ -1,13 +1,13 @@
 """App server time: from a translate request to every figure built, greedy decoding (issue 4).
 
-In process, with the app's own code and the models loaded once (``app.load_registry``), per
+In process, with the app's own code and the models loaded once (``calls.load_registry``), per
 sentence of Multi30k test_2016_flickr (first 20, the source side of --direction, default de-en),
 exactly what the UI's translate handler (``on_translate`` in ``app.build_app``) does for the UI
 defaults (greedy, max 100 tokens, cross-attention grid, layer 0 / head 0):
 
-1. decode: ``explore.clean_input`` + draining ``app.gpu_stream`` (the streaming cached decode
+1. decode: ``present.clean_input`` + draining ``calls.gpu_stream`` (the streaming cached decode
    with capture) to its 'done' event;
-2. build: ``app.Run`` + ``app.run_notices`` + ``app.translation_values`` (every view: chips,
+2. build: ``state.Run`` + ``present.run_notices`` + ``app.translation_values`` (every view: chips,
    attention grid, step 0 (top-k, cross row, self row), masks, embedding norms, dropdowns);
 3. serialise: what Gradio's postprocess then does to the figures (``Figure.to_json()``; the other
    values with ``json.dumps``) -- the server's last step before bytes go out.
@@ -27,6 +27,10 @@ import time
 
 from .appbench import load_app, models_line, models_used, standalone, unavailable
 from .common import BenchConfig, entry, figure, read_lines, stats
+from ui import present
+from ui import calls
+from ui import state
+from ui.sections import translate as translate_section
 
 N_SENTENCES = 20
 TARGET_P50_MS = 150.0
@@ -54,13 +58,12 @@ def _serialise(values: dict) -> tuple[int, int]:
 
 def run(cfg: BenchConfig) -> dict:
     app, reg_key, reg, name, root, how = load_app(cfg)
-    from model import explore
     from model.transformer import ATTN_KINDS
 
     lm = reg.models[name]
     sentences, origin = read_lines(cfg, "test_2016_flickr", lm.src_lang, N_SENTENCES)
     reps = cfg.reps or (1 if cfg.quick else 3)
-    opts = app.opts_from("greedy", 4, 100)  # the UI defaults: greedy, max 100 output tokens
+    opts = translate_section.opts_from("greedy", 4, 100)  # the UI defaults: greedy, max 100 output tokens
     kind, view, layer, head = ATTN_KINDS[2], "grid", 0, 0  # the UI defaults of the attention tab
     models = models_used(root)
     print(f"server: app models from {root} ({how}); timing {name}; {len(sentences)} sentences × {reps} rep(s)",
@@ -68,13 +71,13 @@ def run(cfg: BenchConfig) -> dict:
 
     def handler(text: str) -> dict:
         c0, t0 = time.process_time(), time.perf_counter()
-        text_c, notices = explore.clean_input(text)
+        text_c, notices = present.clean_input(text)
         tr = None
-        for ev, value in app.gpu_stream(reg_key, name, text_c, opts):
+        for ev, value in calls.gpu_stream(reg_key, name, text_c, opts):
             if ev == "done":
                 tr = value
         c1, t1 = time.process_time(), time.perf_counter()
-        run_ = app.Run(name, tr, app.run_notices(tr, notices, lm))
+        run_ = state.Run(name, tr, present.run_notices(tr, notices, lm))
         values = app.translation_values(reg, run_, kind, view, layer, head)
         c2, t2 = time.process_time(), time.perf_counter()
         fig_b, other_b = _serialise(values)
@@ -130,8 +133,8 @@ def run(cfg: BenchConfig) -> dict:
     details = {
         "model": f"app models from {root} ({how}): {models_line(models)}; timed direction {name}",
         "data": origin,
-        "method": (f"in process: app.load_registry once, app.warm_up, 2 warm-up sentences; per sentence "
-                   f"the translate handler's path (clean_input, drain app.gpu_stream, Run + run_notices, "
+        "method": (f"in process: calls.load_registry once, app.warm_up, 2 warm-up sentences; per sentence "
+                   f"the translate handler's path (clean_input, drain calls.gpu_stream, Run + run_notices, "
                    f"app.translation_values, then Figure.to_json / json.dumps as Gradio's postprocess), "
                    f"greedy, max 100 tokens, cross-attention grid; median of {reps} rep(s) per sentence, "
                    f"p50/p95 wall-clock over {len(sentences)} sentences; torch threads {cfg.threads or 'default'}"),

@@ -10,6 +10,13 @@ import time
 
 from .appbench import load_app, standalone, unavailable
 from .common import BenchConfig, entry, figure, read_lines, stats
+from ui import present
+from model import analysis
+from ui import calls
+from ui import state
+from ui import views
+from ui.sections import translate as translate_section
+from ui.sections import analysis as analysis_section
 
 N_SENTENCES = 20
 
@@ -20,11 +27,10 @@ def available(cfg: BenchConfig) -> str | None:
 
 def run(cfg: BenchConfig) -> dict:
     app, reg_key, reg, name, root, how = load_app(cfg)
-    from model import explore
-
+    
     lm = reg.models[name]
     sentences, _ = read_lines(cfg, "test_2016_flickr", lm.src_lang, 5 if cfg.quick else N_SENTENCES)
-    opts = app.opts_from("greedy", 4, 100)
+    opts = translate_section.opts_from("greedy", 4, 100)
     app.warm_up(reg_key)
 
     def timed(fn):
@@ -33,20 +39,20 @@ def run(cfg: BenchConfig) -> dict:
         return (time.perf_counter() - t0) * 1e3, value
 
     views = {
-        "rollout": lambda r: app.rollout_view_figure(r, "all"),
-        "alignment": lambda r: app.alignment_view_figure(r, "layer", 3, 0),
-        "alignment_rollout": lambda r: app.alignment_view_figure(r, "rollout", 0, 0),
-        "head_map": lambda r: app.head_map_figure(r, explore.head_choices(lm)[0]),
-        "beam_tree": lambda r: app.beam_view_figure(app.BeamView(
-            r.model, (tb := app.gpu_beam(reg_key, name, r.tr.src_text, 4)), explore.beam_tree_data(lm, tb))),
-        "pair": lambda r: app.pair_view_figure(app.PairRun(name, *app.gpu_pair(reg_key, name, r.tr.src_text,
+        "rollout": lambda r: views.rollout_view_figure(r, "all"),
+        "alignment": lambda r: views.alignment_view_figure(r, "layer", 3, 0),
+        "alignment_rollout": lambda r: views.alignment_view_figure(r, "rollout", 0, 0),
+        "head_map": lambda r: views.head_map_figure(r, present.head_choices(lm)[0]),
+        "beam_tree": lambda r: views.beam_view_figure(state.BeamView(
+            r.model, (tb := calls.gpu_beam(reg_key, name, r.tr.src_text, 4)), analysis.beam_tree_data(lm, tb))),
+        "pair": lambda r: views.pair_view_figure(app.PairRun(name, *calls.gpu_pair(reg_key, name, r.tr.src_text,
                                                                                    r.tr.src_text)), "decoder.cross_attn", 0, 0),
     }
     ms = {k: [] for k in views}
     kb = {k: [] for k in views}
     for s in sentences:
-        tr = app.gpu_translate(reg_key, name, s, opts)
-        r = app.Run(name, tr)
+        tr = calls.gpu_translate(reg_key, name, s, opts)
+        r = state.Run(name, tr)
         for k, fn in views.items():
             t, fig = timed(lambda: fn(r))
             t2, js = timed(fig.to_json)
@@ -59,7 +65,7 @@ def run(cfg: BenchConfig) -> dict:
         figures.append(figure(f"views.{k}.p50_ms", f"{k}: server time (build + JSON): p50", st["p50"], "ms"))
         figures.append(figure(f"views.{k}.p50_kb", f"{k}: figure payload: p50", sb["p50"], "kB"))
     t0 = time.perf_counter()
-    app.cached_profiles(reg_key, name, 16)
+    analysis_section.cached_profiles(reg_key, name, 16)
     figures.append(figure("views.profiles16.s", "head profiles averaged over 16 val sentences: first (uncached) "
                           "computation", time.perf_counter() - t0, "s"))
     figures += png_export(app, r)
@@ -75,7 +81,7 @@ def png_export(app, r) -> list[dict]:
     from pathlib import Path
 
     from viz import export
-    fig = app.alignment_view_figure(r, "layer", 3, 0)
+    fig = views.alignment_view_figure(r, "layer", 3, 0)
     folder = Path(tempfile.mkdtemp(prefix="bench-png-"))
     times, sizes = [], []
     for i in range(3):

@@ -14,6 +14,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from ui import calls
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,13 +36,13 @@ def main() -> int:
     import app
     from model.decoding import DecodeOptions
     app.set_cpu_threads()
-    key, reg = app.load_registry(ROOT / "checkpoints", "cpu")
+    key, reg = calls.load_registry(ROOT / "checkpoints", "cpu")
     text, opts = "Zwei junge Männer spielen Fußball im Park.", DecodeOptions()
-    wrapped = spaces.GPU(app.gpu_translate.__wrapped__ if hasattr(app.gpu_translate, "__wrapped__")
-                         else app.gpu_translate, duration=60)
+    wrapped = spaces.GPU(calls.gpu_translate.__wrapped__ if hasattr(calls.gpu_translate, "__wrapped__")
+                         else calls.gpu_translate, duration=60)
     out = {}
     for name in reg.names:
-        plain = lambda: app.gpu_translate(key, name, text, opts)  # noqa: E731
+        plain = lambda: calls.gpu_translate(key, name, text, opts)  # noqa: E731
         boundary = lambda: wrapped(key, name, text, opts)  # noqa: E731
         plain(), boundary()
         out[name] = {"plain_ms_p50": p50_ms(plain, 20), "fork_and_pickle_ms_p50": p50_ms(boundary, 20),

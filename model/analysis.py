@@ -245,3 +245,80 @@ def pool_words(weights: np.ndarray, query_spans: list[list[int]], key_spans: lis
     """
     keys = np.stack([weights[..., span].sum(-1) for span in key_spans], -1)
     return np.stack([keys[..., span, :].mean(-2) for span in query_spans], -2)
+
+
+# --------------------------------------------------------------------------- readouts of a run
+# These take a Translation (model/decoding.py) and read its trace; the maths above stays numpy-only.
+
+def rollout_data(tr, layer: int | None = None) -> dict:
+    """Encoder rollout (S, S) and per-output-token source attribution (T, S) of a translation."""
+    return rollout_views(tr.attention("encoder.self_attn"), tr.attention("decoder.cross_attn"), layer)
+
+
+def alignment_data(tr, mode: str = "layer", layer: int = 0, head: int = 0) -> np.ndarray:
+    """(T, S) weights between output tokens and source tokens for the alignment lines."""
+    return alignment_weights(tr.attention("decoder.cross_attn"), mode, layer, head, tr.attention("encoder.self_attn"))
+
+
+def head_profiles(tr, trace=None, lm=None) -> dict[str, dict]:
+    """{module name: head_profile(...)} for every attention module of a run; with a subword ``lm``
+    the statistics are of the attention pooled into words."""
+    from .decoding import not_padding
+    from .transformer import ATTN_KINDS
+    by_word = lm is not None and lm.src_vocab.kind != "word"
+    out = {}
+    for kind in ATTN_KINDS:
+        part, attn_name = kind.split(".")
+        if by_word:
+            attn, q, k = tr.attention_by_word(lm, kind, trace)
+            valid = not_padding(q)
+        else:
+            attn, (q, k), valid = tr.attention(kind, trace), tr.axes(kind), tr.query_valid(kind)
+        for l, pattern in enumerate(attn):
+            out[f"{part}.layers.{l}.{attn_name}"] = head_profile(pattern, k, valid)
+    return out
+
+
+def average_head_profiles(lm, sentences: list[str], progress=None, lock=None) -> list[dict]:
+    """profiles_table rows averaged over ``sentences`` (each greedily translated, then traced).
+    ``progress(i, n)`` is called before each sentence; ``lock`` (if given) is held per sentence."""
+    import contextlib
+    from .decoding import DecodeOptions, translate
+    opts = DecodeOptions(beam=1, record=False, replace_unk=False, trace=True, max_len=60)
+    profs = []
+    for i, s in enumerate(sentences):
+        if progress is not None:
+            progress(i, len(sentences))
+        if not s.strip():
+            continue
+        with lock if lock is not None else contextlib.nullcontext():
+            tr = translate(lm, s, opts)
+        profs.append(head_profiles(tr, lm=lm))
+    return profiles_table(average_profiles(profs))
+
+
+def beam_tree_data(lm, tr) -> dict:
+    """beam_tree of a beam-search translation, with token strings and leaf translations."""
+    if tr.beam is None:
+        raise ValueError("this translation was decoded greedily; it has no beam-search trace")
+    tree = beam_tree(tr.beam.steps, tr.beam.finished)
+    for n in tree["nodes"]:
+        n["token"] = "<bos>" if n["token_id"] is None and n["parent"] is None else (
+            lm.tgt_vocab.decode([n["token_id"]])[0] if n["token_id"] is not None else "")
+        if n.get("final"):
+            toks = lm.tgt_vocab.decode(n["ids"])
+            n["tokens"] = toks
+            n["text"] = lm.tgt_vocab.to_text(toks, lm.tgt_lang)
+    tree["length_penalty"] = tr.beam.length_penalty
+    tree["y"] = tree_layout(tree["nodes"])
+    return tree
+
+
+def pe_variants(n_pos: int, d_model: int) -> dict[str, np.ndarray]:
+    """The paper's interleaved sin/cos encoding beside sin-only and cos-only versions (same frequencies)."""
+    pos = np.arange(n_pos, dtype=np.float64)[:, None]
+    div = np.exp(np.arange(0, d_model, 2, dtype=np.float64) * (-np.log(10000.0) / d_model))
+    freq = np.repeat(div, 2)[:d_model]
+    inter = np.where(np.arange(d_model) % 2 == 0, np.sin(pos * freq), np.cos(pos * freq))
+    return {"interleaved sin/cos": inter.astype(np.float32), "sin only": np.sin(pos * freq).astype(np.float32),
+            "cos only": np.cos(pos * freq).astype(np.float32)}

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,7 +155,148 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     return LoadedModel(model, src_vocab, tgt_vocab, src_lang, tgt_lang, path, meta, metrics)
 
 
+def candidate_dirs(root: Path) -> list[Path]:
+    """``root`` itself when it is a checkpoint, else its visible sub-folders (sorted)."""
+    if (root / CONFIG).is_file():
+        return [root]
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+
 def find_checkpoints(root="checkpoints") -> list[Path]:
     """Folders under ``root`` that look like checkpoints (have a config.json), sorted by name."""
     root = Path(root)
-    return sorted(p for p in root.iterdir() if (p / CONFIG).is_file()) if root.is_dir() else []
+    return [p for p in candidate_dirs(root) if (p / CONFIG).is_file()] if root.is_dir() else []
+
+
+@dataclass
+class Registry:
+    """Every checkpoint found under a root, loaded once, plus what went wrong with the others."""
+
+    models: dict[str, LoadedModel] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    pe: dict[str, "np.ndarray"] = field(default_factory=dict)  # the encoder's own positional buffer
+    root: Path | None = None
+    device: str = "cpu"
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.models)
+
+
+def _load_checked(path: Path) -> LoadedModel:
+    lm = load_checkpoint(path, "cpu")
+    bad = next((k for k, v in lm.model.state_dict().items()
+                if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+    if bad is not None:  # safetensors has no checksum: flipped bytes load as NaN/inf weights
+        raise CheckpointError(f"checkpoint {path}: {WEIGHTS} is corrupt (weights are not finite, e.g. {bad})")
+    return lm
+
+
+def load_all(root, device: str = "cpu") -> Registry:
+    """Load every checkpoint folder under ``root`` (or ``root`` itself if it is one).
+
+    A missing root, a folder without the checkpoint files, or a corrupt one is reported in
+    ``problems`` by name; the good checkpoints still load.
+    """
+    root = Path(root)
+    reg = Registry(root=root, device=str(device))
+    if not root.is_dir():
+        reg.problems.append(f"checkpoint folder not found: {root}")
+        return reg
+    for path in candidate_dirs(root):
+        if not any((path / n).exists() for n in (CONFIG, WEIGHTS, VOCAB)):
+            reg.problems.append(f"{path} is not a checkpoint (no {CONFIG}, {WEIGHTS} or {VOCAB}); skipped")
+            continue
+        try:
+            lm = _load_checked(path)
+        except CheckpointError as e:
+            reg.problems.append(str(e))
+            continue
+        except Exception as e:  # anything else a broken folder can raise
+            reg.problems.append(f"checkpoint {path} could not be loaded ({type(e).__name__}: {e})")
+            continue
+        name = lm.name if lm.name not in reg.models else f"{lm.name} ({path.name})"
+        reg.pe[name] = lm.model.encoder.pe.detach().cpu().numpy().copy()
+        lm.model.to(device)
+        reg.models[name] = lm
+    if not reg.models and not reg.problems:
+        reg.problems.append(f"no checkpoint folders under {root}")
+    return reg
+
+
+# --------------------------------------------------------------------------- what a model card says
+
+def _flatten(d, prefix: str = ""):
+    if isinstance(d, dict):
+        for k, v in d.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    else:
+        yield prefix, d
+
+
+def headline_bleu(metrics: dict) -> tuple[float, str] | None:
+    """The most telling BLEU in a model card's metrics: test over val, beam over greedy, lowercased."""
+    best = None
+    for path, value in _flatten(metrics or {}):
+        p = path.lower()
+        if "bleu" not in p or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(float(value)) or "signature" in p:
+            continue
+        score = ((8 if "test" in p else 0) + (4 if "beam" in p else 0) + (2 if "tokenized" in p else 0)
+                 + (1 if ("lc" in p or "lower" in p) else 0) - (8 if "no_unk" in p else 0))
+        if best is None or score > best[0]:
+            best = (score, float(value), path)
+    return (best[1], bleu_label(best[2])) if best else None
+
+
+def bleu_label(path: str) -> str:
+    """A metrics key such as ``bleu.test_2016_flickr.beam5.tokenized.bleu`` in words."""
+    p = path.lower()
+    split = "test" if "test" in p else "val" if "val" in p else ""
+    beam = re.search(r"beam(\d+)", p)
+    decoding = f"beam {beam.group(1)}" if beam else "greedy" if "greedy" in p else ""
+    metric = ("tokenized lowercased" if "tokenized" in p else "lowercased" if ("lower" in p or "lc" in p)
+              else "cased" if "cased" in p else "")
+    return ", ".join(x for x in (split, decoding, metric) if x) or path
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """Size, shape and headline BLEU of a loaded model (the header, the About table, /models)."""
+    name: str
+    src_lang: str
+    tgt_lang: str
+    parameters: int
+    d_model: int
+    n_heads: int
+    d_ff: int
+    encoder_layers: int
+    decoder_layers: int
+    src_vocab: int
+    tgt_vocab: int
+    max_len: int
+    tied_embeddings: bool
+    dropout: float
+    bleu: float | None
+    bleu_source: str | None
+    path: str | None
+
+
+def summarize(lm: LoadedModel) -> ModelSummary:
+    cfg = lm.model.cfg
+    bleu = headline_bleu(lm.metrics)
+    return ModelSummary(lm.name, lm.src_lang, lm.tgt_lang, lm.model.num_parameters(), cfg.d_model, cfg.n_heads,
+                        cfg.d_ff, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.src_vocab_size, cfg.tgt_vocab_size,
+                        cfg.max_len, cfg.tie_embeddings, cfg.dropout, bleu[0] if bleu else None,
+                        bleu[1] if bleu else None, str(lm.path) if lm.path else None)
+
+
+def device_label(device) -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        try:
+            return f"GPU ({torch.cuda.get_device_name(device)})"
+        except Exception:
+            return "GPU"
+    return "CPU"

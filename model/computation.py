@@ -15,34 +15,9 @@ import torch.nn.functional as F
 
 from .checkpoint import LoadedModel
 from .decoding import StepRecord, Translation, full_trace, generable, prepare_source
-from .hooks import Trace
+from .hooks import Trace, hook_name
 from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, Interventions, Transformer, canonical_kind
 from .vocab import tokenize
-
-PARTS = ("encoder", "decoder")
-FF_POINTS = ("pre", "post")
-
-
-def hook_name(point: str, where: str | None = None, layer: int | None = None) -> str:
-    """The one resolver from (point, where, layer) to a hook name.
-
-    ``where``: None for model-level points (``logits``), a part (``encoder``/``decoder``) for stack
-    points (``embed``, ``pos``, ``norm``; with ``layer``: ``resid_*`` and FFN ``pre``/``post``), or an
-    attention kind (``cross``, ``decoder.self_attn``, ...) with ``layer`` for attention points.
-    """
-    point = point.removeprefix("hook_")
-    if where is None:
-        return f"hook_{point}"
-    if where in PARTS:
-        if layer is None:
-            return f"{where}.hook_{point}"
-        sub = "ff." if point in FF_POINTS else ""
-        return f"{where}.layers.{layer}.{sub}hook_{point}"
-    if layer is None:
-        raise ValueError("attention points need a layer")
-    part, attn = canonical_kind(where).split(".")
-    return f"{part}.layers.{layer}.{attn}.hook_{point}"
-
 
 @dataclass
 class HeadComputation:

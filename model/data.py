@@ -38,6 +38,18 @@ def ensure_file(data_dir: str | Path, split: str, lang: str, base_url: str = MUL
     return path
 
 
+def head_lines(path, n: int) -> list[str] | None:
+    """The first ``n`` stripped lines of a gzip text file; None when it is missing or unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return [line.strip() for _, line in zip(range(n), f)]
+    except (OSError, EOFError, UnicodeDecodeError):
+        return None
+
+
 def read_split(data_dir, split: str, lang: str, base_url: str = MULTI30K_URL) -> list[str]:
     with gzip.open(ensure_file(data_dir, split, lang, base_url), "rt", encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]

@@ -13,8 +13,9 @@ import torch
 
 from .checkpoint import LoadedModel
 from .data import pad_batch
-from .hooks import Trace, capture
-from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions, KVCache, Transformer
+from .hooks import Trace, capture, hook_name
+from .transformer import (ATTN_KINDS, BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions, KVCache,
+                          Transformer, canonical_kind)
 from .vocab import SPECIALS, tokenize
 
 ROW_HOOKS = ("decoder.layers.*.self_attn.hook_pattern", "decoder.layers.*.cross_attn.hook_pattern")
@@ -91,6 +92,104 @@ class Translation:
     def decoder_input_tokens(self) -> list[str]:
         """The decoder's query positions: <bos> then every output token but the last."""
         return ["<bos>"] + self.output_tokens[:-1]
+
+    # Readouts of the captured trace: views ask these, never for hook-name strings.
+    def attention(self, kind: str, trace: Trace | None = None) -> np.ndarray:
+        """(layers, heads, queries, keys) weights of one kind, from this run's trace (or ``trace``,
+        another trace of the same tokens)."""
+        return (self.trace if trace is None else trace).attention(kind)
+
+    def axes(self, kind: str) -> tuple[list[str], list[str]]:
+        """(query tokens, key tokens) of an attention kind."""
+        kind = canonical_kind(kind)
+        if kind == ATTN_KINDS[0]:
+            return list(self.src_tokens), list(self.src_tokens)
+        keys = self.decoder_input_tokens if kind == ATTN_KINDS[1] else list(self.src_tokens)
+        return self.decoder_input_tokens, keys
+
+    def query_valid(self, kind: str) -> np.ndarray:
+        """One bool per query row: False for padding queries (blanked in the views)."""
+        return not_padding(self.axes(kind)[0])
+
+    def mask(self, kind: str, trace: Trace | None = None) -> np.ndarray:
+        """The mask as applied to ``kind`` (True = attend), broadcastable to (queries, keys)."""
+        return (self.trace if trace is None else trace)[hook_name("mask", kind, 0)][0, 0].numpy()
+
+    def scores(self, kind: str, layer: int, trace: Trace | None = None) -> np.ndarray:
+        """(heads, queries, keys) scaled scores QKᵀ/√d_k of one layer, before the mask."""
+        return (self.trace if trace is None else trace)[hook_name("scores", kind, layer)][0].float().numpy()
+
+    def words(self, lm: LoadedModel) -> "Words":
+        """Which tokens form each word of the source, the output and the decoder input."""
+        dec_in = self.decoder_input_tokens
+        sv, tv = lm.src_vocab, lm.tgt_vocab
+        return Words(sv.word_spans(self.src_tokens), sv.join(self.src_tokens),
+                     tv.word_spans(self.output_tokens), tv.join(self.output_tokens),
+                     tv.word_spans(dec_in), tv.join(dec_in))
+
+    def attention_by_word(self, lm: LoadedModel, kind: str, trace: Trace | None = None
+                          ) -> tuple[np.ndarray, list[str], list[str]]:
+        """Attention with pieces pooled into words (keys summed, queries averaged), and the word labels.
+        Word-level models come back unchanged."""
+        from .analysis import pool_words
+        kind = canonical_kind(kind)
+        q, k = self.axes(kind)
+        q_vocab = lm.src_vocab if kind == ATTN_KINDS[0] else lm.tgt_vocab
+        k_vocab = lm.tgt_vocab if kind == ATTN_KINDS[1] else lm.src_vocab
+        weights = self.attention(kind, trace)
+        return pool_words(weights, q_vocab.word_spans(q), k_vocab.word_spans(k)), q_vocab.join(q), k_vocab.join(k)
+
+    def step_view(self, t: int) -> "StepView":
+        """What generation step ``t`` (clamped) saw and chose, from the recorded steps."""
+        if not self.steps:
+            raise ValueError("the translation holds no step records")
+        t = max(0, min(int(t), len(self.steps) - 1))
+        rec = self.steps[t]
+        tokens, probs = list(rec.topk_tokens), list(rec.topk_probs)
+        chosen = rec.topk_ids.index(rec.token_id) if rec.token_id in rec.topk_ids else None
+        if chosen is None:  # beam search may keep a token outside this hypothesis's top-k
+            tokens.append(rec.token)
+            probs.append(rec.prob)
+            chosen = len(tokens) - 1
+        return StepView(t, len(self.steps), rec.token, rec.prob, self.decoder_input_tokens[: t + 1], tokens, probs,
+                        chosen, rec.cross_attn, rec.self_attn)
+
+    def embedding_norms(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per source position: ||scaled token embedding|| and ||positional encoding added||."""
+        emb = self.trace[hook_name("embed", "encoder")][0].float().numpy()
+        pos = self.trace[hook_name("pos", "encoder")][0].float().numpy()
+        return np.linalg.norm(emb, axis=-1), np.broadcast_to(np.linalg.norm(pos, axis=-1), emb.shape[:1]).copy()
+
+
+@dataclass
+class Words:
+    """Token spans of each word (subword models: a word is several pieces; else one token each)."""
+    src_spans: list[list[int]]
+    src: list[str]
+    output_spans: list[list[int]]
+    output: list[str]
+    decoder_input_spans: list[list[int]]
+    decoder_input: list[str]
+
+
+@dataclass
+class StepView:
+    """One generation step: the prefix read, the top-k offered, the token chosen, its attention rows."""
+    t: int
+    n: int
+    token: str
+    prob: float
+    prefix: list[str]              # decoder inputs 0..t
+    topk_tokens: list[str]
+    topk_probs: list[float]
+    chosen: int                    # index of the chosen token in topk_tokens
+    cross: np.ndarray | None       # (layers, heads, source length)
+    self_: np.ndarray | None       # (layers, heads, t + 1)
+
+
+def not_padding(tokens: list[str]) -> np.ndarray:
+    """One bool per token (or word): False for <pad>, whose query rows the views blank."""
+    return np.array([t != "<pad>" for t in tokens], dtype=bool)
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -329,6 +428,92 @@ def full_trace(lm: LoadedModel, src_ids: list[int], out_ids: list[int],
     with capture(model, names) as trace:
         model(torch.tensor([src_ids], device=device), torch.tensor([dec_in], device=device), iv)
     return trace
+
+
+def hypothesis(lm: LoadedModel, tr: Translation, ids: list[int]) -> Translation:
+    """Another hypothesis of the same source as a Translation: teacher-forced trace, no step records."""
+    ids = [int(i) for i in ids]
+    toks = lm.tgt_vocab.decode(ids)
+    trace = full_trace(lm, tr.src_ids, ids, tr.interventions)
+    return Translation(tr.src_text, list(tr.src_tokens), list(tr.src_ids), toks, ids,
+                       lm.tgt_vocab.to_text(toks, lm.tgt_lang), float("nan"), [], {}, trace, None, tr.interventions,
+                       tr.truncated, tr.src_lang, tr.tgt_lang)
+
+
+def stream(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
+           iv: Interventions = NO_INTERVENTION, lock=None):
+    """Run :func:`translate` in a worker thread and report the decode as it happens.
+
+    Yields ``("tokens", [str, ...])`` with the tokens greedy decoding committed since the last
+    event, or ``("step", int)`` with the latest beam step, then ``("done", Translation)``. Events
+    that pile up while the consumer is busy are merged. An exception in the decode is re-raised here.
+    The decode holds ``lock`` (when given) in the worker, so a consumer that stops early never
+    leaves it held. Progress comes from translate's ``on_step``: no hook, so the decode keeps its
+    lean cached step.
+    """
+    import contextlib
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue()
+    itos = lm.tgt_vocab.itos
+
+    def on_step(t: int, kept: list[int]) -> None:
+        if opts.beam > 1:
+            q.put(("step", t))
+        elif kept:  # greedy committed one token (none when it finished with <eos>)
+            q.put(("tokens", [itos[k] if 0 <= k < len(itos) else "<unk>" for k in kept]))
+
+    def work():
+        try:
+            with lock if lock is not None else contextlib.nullcontext():
+                result = translate(lm, text, opts, iv, on_step=on_step)
+            q.put(("done", result))
+        except BaseException as e:  # handed to the caller
+            q.put(("error", e))
+
+    worker = threading.Thread(target=work, name="decode", daemon=True)
+    worker.start()
+    done = False
+    while not done:
+        events = [q.get()]
+        while not q.empty():  # merge whatever else is already waiting
+            events.append(q.get_nowait())
+        tokens, step = [], None
+        for kind, value in events:
+            if kind == "error":
+                raise value
+            if kind == "tokens":
+                tokens.extend(value)
+            elif kind == "step":
+                step = value
+        if tokens:
+            yield "tokens", tokens
+        if step is not None:
+            yield "step", step
+        for kind, value in events:
+            if kind == "done":
+                done = True
+                yield kind, value
+    worker.join()
+
+
+def mask_preview(lm: LoadedModel, src_tokens: list[str], out_tokens: list[str],
+                 iv: Interventions = NO_INTERVENTION) -> dict[str, np.ndarray]:
+    """The masks the model would build for these tokens under ``iv``, without running it (True = attend):
+    the source padding mask (S,), the causal mask (T, T), the combined decoder self-attention mask
+    (T, T) and the cross-attention mask (T, S)."""
+    from .masks import causal_mask
+    model = lm.model
+    src = torch.tensor([lm.src_vocab.encode(src_tokens)])  # specials map to their own ids
+    dec_in = ["<bos>"] + list(out_tokens[:-1]) if out_tokens else ["<bos>"]
+    tgt = torch.tensor([lm.tgt_vocab.encode(dec_in)])
+    src_mask = model.src_mask(src, iv)[0, 0, 0].numpy()
+    T = tgt.size(1)
+    causal = causal_mask(T)[0, 0].numpy() if iv.causal_mask else np.ones((T, T), dtype=bool)
+    combined = model.tgt_mask(tgt, iv)[0, 0].numpy()
+    return {"padding": src_mask, "causal": causal, "combined": combined,
+            "cross": np.broadcast_to(src_mask[None, :], (T, len(src_tokens))).copy()}
 
 
 def translate_batch(lm: LoadedModel, texts: list[str], beam: int = 1, alpha: float = 0.6,

@@ -95,6 +95,52 @@ class Trace:
         return {k: [t.float().numpy() if t.is_floating_point() else t.numpy() for t in v]
                 for k, v in self.records.items()}
 
+    def arrays(self) -> dict[str, "np.ndarray"]:
+        """Every tensor keyed by hook name ('name#i' for the i-th call of a hook that fired more than once)."""
+        out = {}
+        for name, calls in self.records.items():
+            for i, t in enumerate(calls):
+                a = t.float().numpy() if t.is_floating_point() else t.numpy()
+                out[name if len(calls) == 1 else f"{name}#{i}"] = a
+        return out
+
+    def attention(self, kind: str) -> "np.ndarray":
+        """(layers, heads, queries, keys) weights of one attention kind (batch row 0)."""
+        import numpy as np
+        layers, i = [], 0
+        while (name := hook_name("pattern", kind, i)) in self.records:
+            layers.append(self[name][0].float().numpy())
+            i += 1
+        if not layers:
+            raise KeyError(f"the trace holds no {kind} patterns")
+        return np.stack(layers)
+
+
+PARTS = ("encoder", "decoder")
+FF_POINTS = ("pre", "post")
+
+
+def hook_name(point: str, where: str | None = None, layer: int | None = None) -> str:
+    """The one resolver from (point, where, layer) to a hook name.
+
+    ``where``: None for model-level points (``logits``), a part (``encoder``/``decoder``) for stack
+    points (``embed``, ``pos``, ``norm``; with ``layer``: ``resid_*`` and FFN ``pre``/``post``), or an
+    attention kind (``cross``, ``decoder.self_attn``, ...) with ``layer`` for attention points.
+    """
+    from .transformer import canonical_kind  # the model module imports this one
+    point = point.removeprefix("hook_")
+    if where is None:
+        return f"hook_{point}"
+    if where in PARTS:
+        if layer is None:
+            return f"{where}.hook_{point}"
+        sub = "ff." if point in FF_POINTS else ""
+        return f"{where}.layers.{layer}.{sub}hook_{point}"
+    if layer is None:
+        raise ValueError("attention points need a layer")
+    part, attn = canonical_kind(where).split(".")
+    return f"{part}.layers.{layer}.{attn}.hook_{point}"
+
 
 @contextmanager
 def capture(model: nn.Module, names: NameFilter = None) -> Iterator[Trace]:

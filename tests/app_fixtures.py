@@ -83,7 +83,20 @@ def all_strings(obj):
             yield from all_strings(v)
 
 
-# The outputs of the UI translate event (/translate_stream), in the order app.py declares them.
-T_OUT = ["notice", "out_text", "src_chips", "out_chips", "attn_plot", "layer", "head", "step", "step_md", "prefix",
-         "topk_plot", "cross_plot", "self_plot", "masks_plot", "ablate_src", "ablate_heads", "cmp_layer", "cmp_head",
-         "norms_plot", "run_status"]
+def event_outputs(url: str, api_name: str = "translate_stream") -> list[str]:
+    """The elem_ids of an event's outputs, read from the running app's config (the app declares them
+    once; gradio_client returns them in this order, State outputs left out)."""
+    import json
+    with urllib.request.urlopen(url.rstrip("/") + "/config", timeout=30) as r:
+        cfg = json.load(r)
+    comps = {c["id"]: c for c in cfg["components"]}
+    dep = next(d for d in cfg["dependencies"] if d.get("api_name") == api_name)
+    return [comps[i].get("props", {}).get("elem_id") or comps[i]["type"] for i in dep["outputs"]
+            if comps[i]["type"] != "state"]
+
+
+def named(client, url: str, out, api_name: str = "translate_stream") -> dict:
+    """A predict() result keyed by the outputs' elem_ids."""
+    names = [n.replace("-", "_") for n in event_outputs(url, api_name)]
+    assert len(out) == len(names), (len(out), names)
+    return dict(zip(names, out))

@@ -14,10 +14,12 @@ import pytest
 
 from gradio_client import Client
 
-from tests.app_fixtures import T_OUT, launch, make_checkpoint
+from tests.app_fixtures import launch, make_checkpoint, named
+from ui import present
+from ui import calls
 
 # Outputs of the UI translate event, in order (the gr.State output is not sent to clients).
-C_OUT = ["cmp_notice", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "ablate_src"]
+C_OUT = ["cmp_notice", "cmp_stale", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "cmp_kind"]
 DE = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
 EN = "Two dogs are playing in the snow."
 
@@ -46,8 +48,13 @@ def client(server):
 def ui_translate(client, text, direction="de-en", decoding="greedy", beam=4, max_len=30,
                  kind="decoder.cross_attn", view="grid"):
     out = client.predict(text, direction, decoding, beam, max_len, kind, view, 0, 0, "words", api_name="/translate_stream")
-    assert len(out) == len(T_OUT)
-    return dict(zip(T_OUT, out))
+    return named(client, client.src, out)
+
+
+def open_generation(client, step=0) -> dict:
+    """The Generation section opened: the step slider and step 0's views of the current run."""
+    keys = ("step", "step_md", "prefix", "strip_plot", "topk_plot", "cross_plot", "self_plot")
+    return dict(zip(keys, client.predict(step, api_name="/open_generation")))
 
 
 def plot_json(value) -> dict:
@@ -90,13 +97,13 @@ def test_startup_message_on_stderr(tmp_path, capsys):
     import app
     make_checkpoint(tmp_path / "de-en", "de", "en")
     (tmp_path / "empty-dir").mkdir()
-    _, reg = app.load_registry(tmp_path / "nope", "cpu")
-    _, reg2 = app.load_registry(tmp_path, "cpu")
+    _, reg = calls.load_registry(tmp_path / "nope", "cpu")
+    _, reg2 = calls.load_registry(tmp_path, "cpu")
     err = capsys.readouterr().err
     assert f"checkpoint folder not found: {tmp_path / 'nope'}" in err
     assert "empty-dir" in err and "loaded de-en" in err
     assert not reg.models and list(reg2.models) == ["de-en"]
-    assert "No model is available" in app.header_markdown(reg)
+    assert "No model is available" in present.header_markdown(reg)
 
 
 def test_api_lists_stable_names(client):
@@ -127,18 +134,27 @@ def test_translate_ui_fills_every_view(client):
     src = chip_tokens(r["src_chips"])
     assert src[0] == ("<bos>", "special") and src[-1] == ("<eos>", "special")
     assert [t for t, _ in src][1:4] == ["Ein", "Mann", "fährt"]
-    for name in ("attn_plot", "topk_plot", "cross_plot", "self_plot", "masks_plot", "norms_plot"):
+    assert r["run_status"].startswith("✓") and "Current run" in r["run_bar"] and "de→en" in r["run_bar"]
+    for name in ("attn_plot", "watch_heads"):
         fig = plot_json(r[name])
         assert fig["data"], name
     grid = plot_json(r["attn_plot"])
-    assert len(grid["data"]) == 2 * 4  # every layer x head of the cross-attention
+    assert len([d for d in grid["data"] if d.get("name") != "masked"]) >= 2 * 4  # every layer x head
     assert "head 3" in json.dumps(grid["layout"]["annotations"])
-    assert r["step"]["value"] == 0 and r["step"]["maximum"] >= 1  # slider reset to the new decode
+    assert [t for t, _ in chip_tokens(r["watch_strip"])][:2] == ["<bos>", "Ein"]  # shaded by attention
+    g = open_generation(client)  # the Generation section draws the same run when opened
+    for name in ("strip_plot", "topk_plot", "cross_plot", "self_plot"):
+        assert plot_json(g[name])["data"], name
+    assert g["step"]["value"] == 0 and g["step"]["maximum"] >= 1  # slider reset to the new decode
+    masks, choices, stale = client.predict(api_name="/open_interventions")
+    assert len(plot_json(masks)["data"]) >= 4 and stale == ""
+    norms, heat, *_ = client.predict(32, "0, 1", api_name="/open_encodings")
+    assert plot_json(norms)["data"] and plot_json(heat)["data"]
 
 
 def test_translate_beam(client):
-    r = ui_translate(client, "Zwei Hunde spielen im Schnee.", decoding="beam", beam=3, max_len=12)
-    assert plot_json(r["topk_plot"])["data"]
+    ui_translate(client, "Zwei Hunde spielen im Schnee.", decoding="beam", beam=3, max_len=12)
+    assert plot_json(open_generation(client)["topk_plot"])["data"]
     out = client.predict("Zwei Hunde spielen im Schnee.", "de-en", 3, 12, api_name="/translate")
     assert len(out["output_tokens"]) <= 12
 
@@ -146,10 +162,10 @@ def test_translate_beam(client):
 def test_attention_views(client):
     ui_translate(client, "Die Kinder spielen am Strand.", max_len=8)
     for kind in ("encoder.self_attn", "decoder.self_attn", "decoder.cross_attn"):
-        for view, n in (("grid", 8), ("head", 1), ("mean", 2)):
-            fig, layer = client.predict(kind, view, 1, 3, "words", api_name="/attention_view")
+        for view, n in (("grid", 8), ("head", 1), ("mean", 2), ("scores", 3)):
+            fig, layer = client.predict(kind, view, 1, 3, "words", "shared", api_name="/attention_view")
             fig = plot_json(fig)
-            assert len(fig["data"]) == n, (kind, view)
+            assert len([d for d in fig["data"] if d.get("name") != "masked"]) == n, (kind, view)
             assert fig["layout"]["yaxis"]["autorange"] == "reversed"
             if view == "head":
                 assert "layer 1, head 3" in fig["data"][0]["hovertemplate"]
@@ -162,16 +178,20 @@ def test_attention_views(client):
 def test_step_view(client):
     r = ui_translate(client, "Zwei Hunde spielen im Schnee.", max_len=10)
     n = len(chip_tokens(r["out_chips"]))
-    t, md, prefix, topk, cross, self_ = client.predict(2, api_name="/step_view")
+    open_generation(client)
+    t, md, prefix, strip, topk, cross, self_ = client.predict(2, api_name="/step_view")
+    t = t["value"] if isinstance(t, dict) else t
     assert t == 2 and "Step 2" in md
     chips = chip_tokens(prefix)
     assert chips[0] == ("<bos>", "special") and chips[-1][1] == "new" and len(chips) == 4
+    assert [c for _, c in chips].count("new") == 1  # exactly one new token per frame
     bars = plot_json(topk)["data"][0]
     assert len(bars["y"]) >= 1 if isinstance(bars["y"], list) else True
     cross_fig = plot_json(cross)
     assert cross_fig["layout"]["yaxis"]["ticktext"][:2] == ["L0 H0", "L0 H1"]
     assert len(plot_json(self_)["layout"]["xaxis"]["ticktext"]) == 3  # <bos> and two output tokens
     t, md, prefix, *_ = client.predict(n - 1, api_name="/step_view")
+    t = t["value"] if isinstance(t, dict) else t
     assert t == n - 1 and len(chip_tokens(prefix)) == n + 1
 
 
@@ -238,18 +258,21 @@ def test_compare_rejects_unknown_head(client):
 
 def test_compare_ui_event(client):
     ui_translate(client, DE, max_len=12)
-    out = client.predict(DE, "de-en", "greedy", 4, 12, 16, False, False, True, ["dec L0 H0"], ["1: Ein"],
-                         "decoder.self_attn", 0, 0, api_name="/compare_ui")
+    out = client.predict(16, False, False, True, ["dec L0 H0"], ["1: Ein"], "decoder.cross_attn", 0, 0,
+                         api_name="/compare_ui")
     r = dict(zip(C_OUT, out))
     assert "causal mask off" in r["cmp_notice"] and "source padding mask off" in r["cmp_notice"]
-    assert plot_json(r["prob_plot"])["data"] and len(plot_json(r["cmp_plot"])["data"]) == 3
+    assert plot_json(r["prob_plot"])["data"] and len(plot_json(r["cmp_plot"])["data"]) >= 3
+    assert r["cmp_kind"] == "decoder.self_attn"  # the map follows the causal toggle
+    assert "deleted" in r["cmp_notice"] or "substituted" in r["cmp_notice"] or "identical" in r["cmp_notice"]
     mod_chips = r["mod_chips"]["value"] if "__type__" in r["mod_chips"] else r["mod_chips"]
     assert all(label in ("token", "differs") for _, label in chip_tokens(mod_chips))
     masks = plot_json(r["masks_plot"])
     assert len(masks["data"]) == 4
-    fig, _ = client.predict("encoder.self_attn", 1, 1, api_name="/compare_maps")
-    assert len(plot_json(fig)["data"]) == 3
-    assert plot_json(client.predict(10, True, True, True, [], api_name="/masks"))["data"]
+    fig = client.predict("encoder.self_attn", 1, 1, api_name="/compare_maps")
+    assert len(plot_json(fig)["data"]) >= 3
+    masks, stale, kind = client.predict(10, True, False, True, [], [], "decoder.cross_attn", api_name="/masks")
+    assert plot_json(masks)["data"] and "Stale" in stale and kind == "decoder.self_attn"
 
 
 # --------------------------------------------------------------------------- bad input
@@ -278,12 +301,17 @@ def test_html_and_script_are_text(client):
     r = ui_translate(client, text, max_len=6)
     toks = [t for t, _ in chip_tokens(r["src_chips"])]
     assert any("script" in t for t in toks)  # kept as plain text for the chip component
-    for name in ("attn_plot", "masks_plot", "norms_plot"):
-        strings = list(all_strings(plot_json(r[name])))
+    masks = client.predict(api_name="/open_interventions")[0]
+    norms = client.predict(32, "0, 1", api_name="/open_encodings")[0]
+    for name, fig in (("attn_plot", r["attn_plot"]), ("watch_heads", r["watch_heads"]), ("masks", masks),
+                      ("norms", norms)):
+        strings = list(all_strings(plot_json(fig)))
         assert not any("<script" in s or "<img" in s or "<b>M" in s for s in strings), name
         assert any("&lt;" in s for s in strings), name
+    assert "<script" not in r["run_bar"] and "&lt;script" in r["run_bar"]
     t = client.predict(0, api_name="/step_view")
-    assert not any("<script" in s for s in all_strings(plot_json(t[4])))
+    for fig in t[3:]:
+        assert not any("<script" in s for s in all_strings(plot_json(fig)))
 
 
 def test_emoji_control_and_unknown_scripts_become_unk(client):
@@ -311,7 +339,7 @@ def test_two_sessions_get_their_own_runs(server):
     results = {}
 
     def go(name, c, text):
-        results[name] = (ui_translate(c, text, max_len=8), c.predict(1, api_name="/step_view"))
+        results[name] = (ui_translate(c, text, max_len=8), open_generation(c) and c.predict(1, api_name="/step_view"))
 
     threads = [threading.Thread(target=go, args=("a", a, "Zwei Hunde spielen im Schnee.")),
                threading.Thread(target=go, args=("b", b, "Eine Frau liest ein Buch im Park."))]
@@ -323,8 +351,8 @@ def test_two_sessions_get_their_own_runs(server):
     src_b = [t for t, _ in chip_tokens(results["b"][0]["src_chips"])]
     assert "Hunde" in src_a and "Frau" in src_b
     # each session's step view reads its own translation
-    cross_a = plot_json(results["a"][1][4])["layout"]["xaxis"]["ticktext"]
-    cross_b = plot_json(results["b"][1][4])["layout"]["xaxis"]["ticktext"]
+    cross_a = plot_json(results["a"][1][5])["layout"]["xaxis"]["ticktext"]
+    cross_b = plot_json(results["b"][1][5])["layout"]["xaxis"]["ticktext"]
     assert "Hunde" in cross_a and "Frau" in cross_b
 
 
@@ -347,7 +375,7 @@ def test_app_without_any_checkpoint_starts_with_a_message(tmp_path):
         assert "No model is available" in page and "checkpoint folder not found" in page
         c = Client(url, verbose=False)
         out = c.predict(DE, None, "greedy", 4, 10, "decoder.cross_attn", "grid", 0, 0, "words", api_name="/translate_stream")
-        assert "No model is loaded" in out[0]
+        assert "No model is loaded" in out[1]
         with pytest.raises(Exception) as e:
             c.predict(DE, "", 1, 10, api_name="/translate")
         assert "No model" in str(e.value)

@@ -9,6 +9,7 @@ from model.data import pad_batch
 from model.decoding import (DecodeOptions, beam_search, full_trace, generable, greedy_batch, length_penalty,
                             translate)
 from model.transformer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Interventions
+from model import decoding
 
 SOURCES = [[4, 5, 6], [7, 8, 9, 10, 11, 12, 13], [13, 4], [9, 9, 9, 5, 6]]
 
@@ -183,8 +184,7 @@ def test_long_source_is_truncated(tiny_lm):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_stream_reports_the_decode_as_it_happens(tiny_lm, beam):
-    from model import explore
-    events = list(explore.stream(tiny_lm, "katze hund baum", DecodeOptions(beam=beam, max_len=8)))
+    events = list(decoding.stream(tiny_lm, "katze hund baum", DecodeOptions(beam=beam, max_len=8)))
     kind, tr = events[-1]
     assert kind == "done" and tr.output_ids
     assert translate(tiny_lm, "katze hund baum", DecodeOptions(beam=beam, max_len=8)).output_ids == tr.output_ids

@@ -23,15 +23,19 @@ import torch
 from gradio_client import Client
 
 import app
-from model import explore
 from model.checkpoint import load_checkpoint
 from model.decoding import DecodeOptions
 from model.hooks import HookPoint
 from tests.app_fixtures import free_port, launch, make_checkpoint, wait_ready
+from model import decoding
+from ui import present
+from ui import payload
+from model import checkpoint
+from ui import calls
 
 REPO = Path(__file__).resolve().parents[1]
 DE = "Zwei Hunde spielen im Schnee."
-T_OUT_NOTICE = 0  # first output of /translate_stream is the notice markdown
+T_OUT_NOTICE = 1  # /translate_stream: the run status, then the notice
 
 
 def _damage(root: Path) -> dict[str, str]:
@@ -98,7 +102,7 @@ def test_broken_checkpoints_are_named_and_intact_ones_served(server, client):
         config = json.loads(r.read().decode("utf-8"))
     header = next(c["props"]["value"] for c in config["components"] if c.get("props", {}).get("elem_id") == "header")
     for folder in broken:
-        assert app.md_escape(root / folder) in header, folder  # Markdown-escaped ("-" -> "\-")
+        assert present.md_escape(root / folder) in header, folder  # Markdown-escaped ("-" -> "\-")
     assert sorted(m["direction"] for m in client.predict(api_name="/models")) == ["de-en", "en-de"]
     for direction, text in (("de-en", DE), ("en-de", "Two dogs are playing in the snow.")):
         out = client.predict(text, direction, 1, 6, api_name="/translate")
@@ -112,7 +116,7 @@ def test_non_finite_weights_are_refused(tmp_path):
     data = w.read_bytes()
     header = 8 + int.from_bytes(data[:8], "little")
     w.write_bytes(data[:header] + b"\x00\x7c" * ((len(data) - header) // 2))  # fp16 +inf everywhere
-    reg = explore.load_all(tmp_path, "cpu")
+    reg = checkpoint.load_all(tmp_path, "cpu")
     assert not reg.models and "not finite" in reg.problems[0] and str(tmp_path / "de-en") in reg.problems[0]
 
 
@@ -127,10 +131,10 @@ def _lock_free_check() -> bool:
     result = []
 
     def probe():
-        ok = app._MODEL_LOCK.acquire(timeout=5)
+        ok = calls.MODEL_LOCK.acquire(timeout=5)
         result.append(ok)
         if ok:
-            app._MODEL_LOCK.release()
+            calls.MODEL_LOCK.release()
 
     t = threading.Thread(target=probe)
     t.start()
@@ -202,7 +206,7 @@ def test_fault_inside_model_call_does_not_poison_later_requests(server, client, 
     # the next requests work, and their trace is the same as before the fault and as a fresh model's
     after = client.predict(DE, "de-en", 1, 8, api_name="/translate")
     assert _clean_json(after) == _clean_json(before)
-    fresh = explore.to_json(explore.run(load_checkpoint(lm.path), DE, DecodeOptions(beam=1, max_len=8)),
+    fresh = payload.to_json(decoding.translate(load_checkpoint(lm.path), DE, DecodeOptions(beam=1, max_len=8)),
                             model="de-en")
     assert after["output_tokens"] == fresh["output_tokens"] and after["src_tokens"] == fresh["src_tokens"]
     for k, v in fresh["attention"].items():

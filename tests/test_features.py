@@ -13,12 +13,14 @@ import plotly.graph_objects as go
 import pytest
 
 from model import analysis as an
-from model import explore
 from viz import alignment as v_align
 from viz import beam as v_beam
 from viz import pair as v_pair
 from viz import profiles as v_prof
 from viz import rollout as v_roll
+from model import decoding
+from ui import payload
+analysis = an
 
 EVIL = ["<bos>", "<script>alert(1)</script>", "<b>x</b>", "<eos>"]
 
@@ -156,23 +158,25 @@ def test_viz_builders_validate_and_escape():
 
 
 def test_deep_link_round_trip():
-    link = explore.deep_link("http://h/app/?old=1", "Ein Mann <b>&", "de-en", 4)
+    link = payload.deep_link("http://h/app/?old=1", "Ein Mann <b>&", "de-en", 4)
     assert link.startswith("http://h/app/?text=")
     from urllib.parse import parse_qsl, urlsplit
     params = dict(parse_qsl(urlsplit(link).query))
-    assert explore.parse_link(params, ["de-en", "en-de"]) == {"text": "Ein Mann <b>&", "model": "de-en", "beam": 4}
-    assert explore.parse_link({"text": "x", "model": "zz", "beam": "99"}, ["en-de"]) == \
-        {"text": "x", "model": "en-de", "beam": 8}
-    assert explore.parse_link({}, ["de-en"]) is None
-    assert "beam" not in explore.deep_link("http://h/", "x", "de-en", 1)
+    assert payload.parse_link(params, ["de-en", "en-de"]) == payload.Link("Ein Mann <b>&", "de-en", 4)
+    assert payload.parse_link({"text": "x", "model": "zz", "beam": "99"}, ["en-de"]) == payload.Link("x", "en-de", 8)
+    view = payload.deep_link("http://h/", "x", "de-en", 1, "attention", "decoder.cross_attn", 3, 2, 5)
+    back = payload.parse_link(dict(parse_qsl(urlsplit(view).query)), ["de-en"])
+    assert (back.section, back.kind, back.layer, back.head, back.step) == ("attention", "decoder.cross_attn", 3, 2, 5)
+    assert payload.parse_link({}, ["de-en"]) is None
+    assert "beam" not in payload.deep_link("http://h/", "x", "de-en", 1)
 
 
 # --------------------------------------------------------------------------- on a tiny model
 
 def test_export_matches_live_trace(tiny_lm, tmp_path):
     from model.decoding import DecodeOptions
-    tr = explore.run(tiny_lm, "haus katze hund", DecodeOptions(max_len=6))
-    npz, js = explore.write_export(tr, "de-en", tmp_path, tiny_lm, {"decoding": "greedy"})
+    tr = decoding.translate(tiny_lm, "haus katze hund", DecodeOptions(max_len=6))
+    npz, js = payload.write_export(tr, "de-en", tmp_path, tiny_lm, {"decoding": "greedy"})
     data = np.load(npz)
     live = tr.trace.records
     assert set(data.files) == set(live)
@@ -187,16 +191,16 @@ def test_export_matches_live_trace(tiny_lm, tmp_path):
 
 def test_beam_tree_and_hypothesis_on_tiny_model(tiny_lm):
     from model.decoding import DecodeOptions
-    tr = explore.run(tiny_lm, "haus katze hund", DecodeOptions(beam=3, max_len=6))
-    tree = explore.beam_tree_data(tiny_lm, tr)
+    tr = decoding.translate(tiny_lm, "haus katze hund", DecodeOptions(beam=3, max_len=6))
+    tree = analysis.beam_tree_data(tiny_lm, tr)
     best = tree["nodes"][tree["best"]]
     assert best["ids"] == tr.output_ids and best["status"] == "chosen"
     other = tree["nodes"][tree["finished"][-1]]
-    hyp = explore.hypothesis_translation(tiny_lm, tr, other["ids"])
+    hyp = decoding.hypothesis(tiny_lm, tr, other["ids"])
     assert hyp.output_ids == other["ids"]
-    cross = explore.attention(hyp.trace, "decoder.cross_attn")
+    cross = hyp.attention("decoder.cross_attn")
     assert cross.shape[2:] == (len(other["ids"]), len(tr.src_tokens))
-    profs = explore.head_profiles(tr)
+    profs = analysis.head_profiles(tr)
     assert len(profs) == 2 + 2 + 2 and all(len(p["entropy"]) == 4 for p in profs.values())
 
 
@@ -268,14 +272,15 @@ def test_app_export_and_link(client):
     assert "encoder.layers.0.self_attn.hook_pattern" in data.files and meta["model"] == "de-en"
     S, T = len(meta["src_tokens"]), len(meta["output_tokens"])
     assert data["decoder.layers.1.cross_attn.hook_pattern"].shape == (1, 4, T, S)
-    out = client.predict("alignment", "decoder.cross_attn", "grid", 0, 0, "all", "layer", 1, 0, "entropy",
+    out = client.predict("alignment", "decoder.cross_attn", "grid", 0, 0, "words", "shared", "all", "layer", "entropy",
                          "encoder.self_attn", 0, 0, "HTML", api_name="/export_figure")
     html_text = open(out if isinstance(out, str) else out["path"], encoding="utf-8").read()
     assert "sankey" in html_text and len(html_text) > 1_000_000  # plotly.js inline: works offline
     assert '<script src="http' not in html_text and "<b>" not in html_text
-    out = client.predict("alignment", "decoder.cross_attn", "grid", 0, 0, "all", "layer", 1, 0, "entropy",
+    out = client.predict("alignment", "decoder.cross_attn", "grid", 0, 0, "words", "shared", "all", "layer", "entropy",
                          "encoder.self_attn", 0, 0, "PNG", api_name="/export_figure")
     png = open(out if isinstance(out, str) else out["path"], "rb").read()  # CI installs kaleido and chromium
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
-    link = client.predict("Ein <b>Mann</b>", "de-en", "beam", 3, "http://host/", api_name="/make_link")
-    assert link == "http://host/?text=Ein+%3Cb%3EMann%3C%2Fb%3E&model=de-en&beam=3"
+    link = client.predict("Ein <b>Mann</b>", "de-en", "beam", 3, "decoder.self_attn", 1, 2, 0, "http://host/",
+                          api_name="/make_link")
+    assert link == "http://host/?text=Ein+%3Cb%3EMann%3C%2Fb%3E&model=de-en&beam=3&kind=dec&layer=1&head=2&step=0"

@@ -1,7 +1,7 @@
 """Random Unicode through the app's own path: clean_input -> tokenize -> streamed translate -> capture -> figures.
 
 Both directions, on tiny random-weight checkpoints (tests/app_fixtures.make_checkpoint). The
-functions called are the ones the UI handlers call (app.gpu_stream, app.translation_values, the
+functions called are the ones the UI handlers call (calls.gpu_stream, ui.views, the
 attention/step/mask/compare figure builders), in-process, without a server. Invariants are
 checked on the arrays (rows sum to 1, masked entries 0, no NaN); figures may use NaN on purpose
 for blanked padding rows, so on figures only serialisation and escaping are checked.
@@ -20,13 +20,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import app
-from model import explore
 from model.transformer import ATTN_KINDS
 from model.vocab import tokenize
 from tests.app_fixtures import SENTENCES, all_strings, make_checkpoint
 from viz.common import esc
+from ui import present
+from ui import payload
+from model import analysis
+from ui import calls
+from ui import state
+from ui import views
+from ui.sections import translate as translate_section
 
-VIEWS = ("grid", "head", "mean")
+VIEWS = ("grid", "head", "mean", "scores")
 # Tags the figure builders write themselves (hover templates, the chosen top-k bar).
 OWN_TAGS = re.compile(r"</?(?:b|br|extra)>")
 
@@ -36,7 +42,7 @@ def registry(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz-ckpt")
     make_checkpoint(root / "de-en", "de", "en", seed=0)
     make_checkpoint(root / "en-de", "en", "de", seed=1, max_len=24)  # a short one: truncation is common
-    key, reg = app.load_registry(root, "cpu")
+    key, reg = calls.load_registry(root, "cpu")
     assert sorted(reg.models) == ["de-en", "en-de"]
     return key, reg
 
@@ -113,15 +119,15 @@ def test_random_unicode_through_the_app_views(registry, text, name, beam, pad, c
     cfg = lm.model.cfg
 
     # the UI handler's path: cap, blank check, streamed decode
-    text_c, notices = explore.clean_input(text)
-    assert len(text_c) <= explore.MAX_INPUT_CHARS
-    assert bool(notices) == (len(text) > explore.MAX_INPUT_CHARS)
+    text_c, notices = present.clean_input(text)
+    assert len(text_c) <= present.MAX_INPUT_CHARS
+    assert bool(notices) == (len(text) > present.MAX_INPUT_CHARS)
     text_c.encode("utf-8")  # what is kept is valid UTF-8 (lone surrogates dropped)
-    if explore.is_blank(text_c):
+    if present.is_blank(text_c):
         assert tokenize(text_c, lm.src_lang) == []
         return
-    opts = app.opts_from("beam" if beam > 1 else "greedy", beam, 6, pad)
-    events = list(app.gpu_stream(key, name, text_c, opts))
+    opts = translate_section.opts_from("beam" if beam > 1 else "greedy", beam, 6, pad)
+    events = list(calls.gpu_stream(key, name, text_c, opts))
     assert events and events[-1][0] == "done" and [e for e, _ in events].count("done") == 1
     tr = events[-1][1]
     if beam == 1:  # the streamed tokens are the decode's tokens
@@ -132,14 +138,14 @@ def test_random_unicode_through_the_app_views(registry, text, name, beam, pad, c
     assert len(tr.src_tokens) <= max(cfg.max_len, opts.pad_src_to)
     assert 1 <= len(tr.output_tokens) <= opts.max_len
     tr.text.encode("utf-8")
-    payload = json.dumps(explore.to_json(tr, notices, name), ensure_ascii=False, allow_nan=False)
-    payload.encode("utf-8")
+    body = json.dumps(payload.to_json(tr, notices, name), ensure_ascii=False, allow_nan=False)
+    body.encode("utf-8")
 
     # arrays
     check_attention(tr.trace, name)
     for kind in ATTN_KINDS:
-        a = explore.attention(tr.trace, kind)
-        q, k = explore.tokens_for(tr, kind)
+        a = tr.attention(kind)
+        q, k = tr.axes(kind)
         assert a.shape[2:] == (len(q), len(k)) and not np.isnan(a).any()
     for s in tr.steps:
         for rows in (s.cross_attn, s.self_attn):
@@ -148,42 +154,44 @@ def test_random_unicode_through_the_app_views(registry, text, name, beam, pad, c
         assert 0.0 <= s.prob <= 1.0 and np.isfinite(s.topk_probs).all()
 
     # every figure the UI draws for this run
-    run = app.Run(name, tr, app.run_notices(tr, notices, lm))
+    run = state.Run(name, tr, present.run_notices(tr, notices, lm))
     layer = data.draw(st.integers(0, 5), label="layer")
     head = data.draw(st.integers(0, 5), label="head")
-    values = app.translation_values(reg, run, data.draw(st.sampled_from(ATTN_KINDS + ("bogus",)), label="kind"),
-                                    data.draw(st.sampled_from(VIEWS), label="view"), layer, head)
-    check_values(values, "translate")
+    check_figure(views.attention_figure(run, data.draw(st.sampled_from(ATTN_KINDS + ("bogus",)), label="kind"),
+                                        data.draw(st.sampled_from(VIEWS), label="view"), layer, head, "words", lm),
+                 "attention")
+    if tr.steps:
+        check_figure(views.watch_heads(run), "watch heads")
     for kind in ATTN_KINDS:
         for view in VIEWS:
-            check_figure(app.attention_figure(run, kind, view, layer, head), f"{kind}/{view}")
+            check_figure(views.attention_figure(run, kind, view, layer, head), f"{kind}/{view}")
     # the analysis tabs (rollout, alignment lines, beam tree), where this version of the app has them
-    if hasattr(app, "rollout_view_figure"):
-        check_figure(app.rollout_view_figure(run, data.draw(st.sampled_from(["all", "0", "1", "9", None]),
+    if True:
+        check_figure(views.rollout_view_figure(run, data.draw(st.sampled_from(["all", "0", "1", "9", None]),
                                                             label="rollout layer")), "rollout")
-    if hasattr(app, "alignment_view_figure"):
+    if True:
         for mode in ("head", "layer", "mean", "rollout"):
-            check_figure(app.alignment_view_figure(run, mode, layer, head), f"alignment {mode}")
-    if hasattr(app, "beam_view_figure") and tr.beam is not None:
-        view_ = app.BeamView(name, tr, explore.beam_tree_data(lm, tr))
-        check_figure(app.beam_view_figure(view_), "beam tree")
+            check_figure(views.alignment_view_figure(run, mode, layer, head), f"alignment {mode}")
+    if tr.beam is not None:
+        view_ = state.BeamView(name, tr, analysis.beam_tree_data(lm, tr))
+        check_figure(views.beam_view_figure(view_), "beam tree")
     for t in range(len(tr.steps)):
-        md, prefix, *figs = app.step_outputs(run, t)
+        md, prefix, *figs = views.step_figures(run, t)
         json.dumps([md, prefix], ensure_ascii=False).encode("utf-8")
         for i, f in enumerate(figs):
             check_figure(f, f"step {t} fig {i}")
 
     if compare:  # the Masks & compare tab: baseline, modified run, teacher-forced modified trace
-        iv = explore.make_interventions(data.draw(st.booleans(), "padding"), data.draw(st.booleans(), "causal"),
+        iv = present.make_interventions(data.draw(st.booleans(), "padding"), data.draw(st.booleans(), "causal"),
                                         data.draw(st.booleans(), "positional"),
-                                        data.draw(st.lists(st.sampled_from(explore.head_choices(lm)), max_size=3),
+                                        data.draw(st.lists(st.sampled_from(present.head_choices(lm)), max_size=3),
                                                   "heads"),
                                         data.draw(st.lists(st.integers(0, len(tr.src_tokens) - 1), max_size=3),
                                                   "src"))
-        base, mod, mod_on_base = app.gpu_compare(key, name, text_c, opts, iv)
+        base, mod, mod_on_base = calls.gpu_compare(key, name, text_c, opts, iv)
         for t, what in ((base.trace, "baseline"), (mod.trace, "modified"), (mod_on_base, "modified on baseline")):
             check_attention(t, what)
-        cmp = app.CompareRun(name, base, mod, mod_on_base, iv)
+        cmp = state.CompareRun(name, base, mod, mod_on_base, iv)
         for kind in ATTN_KINDS:
-            check_figure(app.compare_maps_figure(cmp, kind, layer, head), f"compare {kind}")
-        check_figure(app.masks_figure(reg, name, mod.src_tokens, mod.output_tokens, iv, "masks"), "masks")
+            check_figure(views.compare_maps_figure(cmp, kind, layer, head), f"compare {kind}")
+        check_figure(views.masks_figure(reg, name, mod.src_tokens, mod.output_tokens, iv, "masks"), "masks")

@@ -16,15 +16,19 @@ import urllib.request
 
 import httpx
 import pytest
+
+from ui import calls
+
+from model import decoding
 from gradio_client import Client
 
 import app
 from model import checkpoint as ckpt_module
-from model import explore
-from tests.app_fixtures import T_OUT, all_strings, launch, make_checkpoint
+from tests.app_fixtures import named, all_strings, launch, make_checkpoint
 from viz.common import esc
+from ui import present
 
-C_OUT = ["cmp_notice", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "ablate_src"]
+C_OUT = ["cmp_notice", "cmp_stale", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "cmp_kind"]
 DE = "Zwei Hunde spielen im Schnee."
 BIG = ("Ein Mann fährt mit dem Fahrrad durch die Stadt. " * 1100)[:50_000]
 PAYLOAD = ('Ein <script>alert("x")</script> Mann <img src=x onerror=alert(1)> y</b><i>z '
@@ -51,7 +55,7 @@ def client(server):
 def ui_translate(client, text, direction="de-en", max_len=8):
     out = client.predict(text, direction, "greedy", 4, max_len, "decoder.cross_attn", "grid", 0, 0, "words",
                          api_name="/translate_stream")
-    return dict(zip(T_OUT, out))
+    return named(client, client.src, out)
 
 
 def plot_json(value) -> dict:
@@ -65,15 +69,15 @@ def no_traceback(text: str) -> bool:
 
 @pytest.fixture
 def spy_translate(monkeypatch):
-    """Every text that reaches the model (explore.run and explore.stream both call explore.translate)."""
+    """Every text that reaches the model (every model call goes through decoding.translate)."""
     seen = []
-    orig = explore.translate
+    orig = decoding.translate
 
     def spy(lm, text, *a, **k):
         seen.append(text)
         return orig(lm, text, *a, **k)
 
-    monkeypatch.setattr(explore, "translate", spy)
+    monkeypatch.setattr(decoding, "translate", spy)
     return seen
 
 
@@ -83,19 +87,20 @@ def test_length_cap_enforced_on_the_server(client, spy_translate):
     t0 = time.perf_counter()
     out = client.predict(BIG, "de-en", 1, 5, api_name="/translate")
     assert any("50,000" in n and "2,000" in n for n in out["notices"]), out["notices"]
-    assert len(out["src_text"]) == explore.MAX_INPUT_CHARS and len(out["src_tokens"]) <= 64
+    assert len(out["src_text"]) == present.MAX_INPUT_CHARS and len(out["src_tokens"]) <= 64
 
     r = ui_translate(client, BIG, max_len=5)  # the streaming UI event, bypassing the textbox
     assert "50,000" in r["notice"] and "2,000" in r["notice"]
 
     cmp = client.predict(BIG, "de-en", 1, 5, 0, True, True, True, [], [], "cross", 0, 0, api_name="/compare")
     assert any("50,000" in n for n in cmp["notices"])
-    ui_cmp = dict(zip(C_OUT, client.predict(BIG, "de-en", "greedy", 4, 5, 0, True, True, True, [], [],
-                                            "decoder.cross_attn", 0, 0, api_name="/compare_ui")))
+    ui_translate(client, BIG, max_len=5)  # Compare runs against the current run
+    ui_cmp = dict(zip(C_OUT, client.predict(0, True, True, True, [], [], "decoder.cross_attn", 0, 0,
+                                            api_name="/compare_ui")))
     assert "50,000" in ui_cmp["cmp_notice"] and "2,000" in ui_cmp["cmp_notice"]
 
     # the work is bounded: only the capped text ever reaches the model
-    assert spy_translate and max(len(t) for t in spy_translate) <= explore.MAX_INPUT_CHARS
+    assert spy_translate and max(len(t) for t in spy_translate) <= present.MAX_INPUT_CHARS
     assert time.perf_counter() - t0 < 120
 
 
@@ -132,25 +137,27 @@ def test_html_and_script_are_inert_in_every_view(client):
     assert "<" in src and 'alert("x")</script' in src and "y</b><i" in src  # chips carry raw text, shown as text
     assert "<pad>" not in src  # typed "<pad>" is three plain tokens, never the special token
     assert "<script" not in r["notice"] and "<img" not in r["notice"]
-    figs = {name: plot_json(r[name]) for name in ("attn_plot", "topk_plot", "cross_plot", "self_plot", "masks_plot",
-                                                  "norms_plot")}
+    figs = {name: plot_json(r[name]) for name in ("attn_plot", "watch_heads")}
+    figs["masks"] = plot_json(client.predict(api_name="/open_interventions")[0])
+    figs["norms"] = plot_json(client.predict(32, "0, 1", api_name="/open_encodings")[0])
+    gen = client.predict(0, api_name="/open_generation")
+    r["step"] = gen[0]
     for kind in ("encoder.self_attn", "decoder.self_attn", "decoder.cross_attn"):
         for view in ("grid", "head", "mean"):
-            figs[f"{kind}/{view}"] = plot_json(client.predict(kind, view, 0, 0, "words", api_name="/attention_view")[0])
+            figs[f"{kind}/{view}"] = plot_json(client.predict(kind, view, 0, 0, "words", "shared", api_name="/attention_view")[0])
     n = r["step"]["maximum"] + 1 if isinstance(r["step"], dict) else 2
     for t in range(min(n, 4)):
         out = client.predict(t, api_name="/step_view")
         assert "<script" not in out[1] and "<img" not in out[1]
-        for i, f in enumerate(out[3:]):
+        for i, f in enumerate(out[3:]):  # strip, top-k, cross, self
             figs[f"step {t}/{i}"] = plot_json(f)
-    ui_cmp = dict(zip(C_OUT, client.predict(PAYLOAD, "de-en", "greedy", 4, 8, 12, False, True, True,
-                                            ["cross L0 H0"], ["1: Ein"], "encoder.self_attn", 0, 0,
-                                            api_name="/compare_ui")))
+    ui_cmp = dict(zip(C_OUT, client.predict(12, False, True, True, ["cross L0 H0"], ["1: Ein"], "encoder.self_attn",
+                                            0, 0, api_name="/compare_ui")))
     assert "<script" not in ui_cmp["cmp_notice"] and "<img" not in ui_cmp["cmp_notice"]
     for name in ("prob_plot", "cmp_plot", "masks_plot"):
         figs[f"compare/{name}"] = plot_json(ui_cmp[name])
-    figs["compare_maps"] = plot_json(client.predict("encoder.self_attn", 1, 1, api_name="/compare_maps")[0])
-    figs["masks"] = plot_json(client.predict(12, True, True, True, [], api_name="/masks"))
+    figs["compare_maps"] = plot_json(client.predict("encoder.self_attn", 1, 1, api_name="/compare_maps"))
+    figs["masks"] = plot_json(client.predict(12, True, True, True, [], [], "decoder.cross_attn", api_name="/masks")[0])
     # the analysis tabs that echo tokens
     ui_translate(client, PAYLOAD, max_len=8)
     figs["rollout"] = plot_json(client.predict("all", "words", api_name="/rollout_view"))
@@ -176,7 +183,7 @@ def test_html_and_script_are_inert_in_every_view(client):
 def test_exported_figure_html_is_inert(client):
     ui_translate(client, PAYLOAD, max_len=8)
     for which in ("attention", "alignment", "rollout"):
-        out = client.predict(which, "encoder.self_attn", "head", 0, 0, "all", "layer", 1, 0, "entropy",
+        out = client.predict(which, "encoder.self_attn", "head", 0, 0, "words", "shared", "all", "layer", "entropy",
                              "encoder.self_attn", 0, 0, "HTML", api_name="/export_figure")
         page = open(out if isinstance(out, str) else out["path"], encoding="utf-8").read()
         for raw in ('alert("x")</script', "<img src", "<svg onload", "y</b><i", "onerror=alert"):
@@ -206,8 +213,7 @@ def no_loading(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError(f"a checkpoint load was attempted after start-up: {a!r}")
 
-    for mod, name in ((explore, "load_checkpoint"), (explore, "load_all"), (ckpt_module, "load_checkpoint"),
-                      (app, "load_registry")):
+    for mod, name in ((ckpt_module, "load_all"), (ckpt_module, "load_checkpoint"), (calls, "load_registry")):
         monkeypatch.setattr(mod, name, refuse)
     _AUDIT["events"].clear()
     _AUDIT["on"] = True
@@ -226,8 +232,6 @@ def test_direction_values_never_become_paths(server, client, no_loading, directi
     if direction in HOSTILE_DIRECTIONS[:3]:  # the UI events: Gradio checks the dropdown's choices
         calls += [
             ("/translate_stream", (DE, direction, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words"),
-             "not in the list of choices"),
-            ("/compare_ui", (DE, direction, "greedy", 4, 4, 0, True, True, True, [], [], "decoder.cross_attn", 0, 0),
              "not in the list of choices"),
             ("/positional", (direction, 20, "0, 1"), "not in the list of choices"),
             ("/pair_view", (DE, DE, direction, "encoder.self_attn", 0, 0), "not in the list of choices"),
@@ -252,7 +256,7 @@ def test_empty_direction_means_the_first_discovered_model(server, client, no_loa
     for value in ("", None):
         assert client.predict(DE, value, 1, 4, api_name="/translate")["model"] == names[0]
     out = client.predict(DE, None, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", api_name="/translate_stream")
-    assert "Pick a translation direction" in out[0]
+    assert "Pick a translation direction" in out[1]
 
 
 @pytest.mark.parametrize("args,expected", [
@@ -299,14 +303,14 @@ def test_past_the_queue_bound_requests_get_busy_try_again(tmp_path, monkeypatch)
     make_checkpoint(tmp_path / "de-en", "de", "en")
     demo, url = launch(tmp_path, warm=False, max_queue=2)
     entered, release = threading.Event(), threading.Event()
-    orig = explore.run
+    orig = decoding.translate
 
     def slow(*a, **k):
         entered.set()
         assert release.wait(60)
         return orig(*a, **k)
 
-    monkeypatch.setattr(explore, "run", slow)
+    monkeypatch.setattr(decoding, "translate", slow)
     try:
         c = Client(url, verbose=False)
         first = c.submit(DE, "de-en", 1, 4, api_name="/translate")

@@ -19,6 +19,11 @@ from model.decoding import DecodeOptions, translate, translate_batch
 from model.transformer import Transformer, TransformerConfig
 from model.vocab import SubwordVocab, tokenize, tokenize_corpus
 from tests.app_fixtures import SENTENCES, make_checkpoint
+from model import decoding
+from ui import payload
+from model import analysis
+from ui import state
+from ui import views
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRA = {"de": ["Ein Hund rennt über die Wiese.", "Eine Gruppe von Menschen steht vor einem Gebäude.",
@@ -179,68 +184,64 @@ def test_attention_view_reads_as_words_by_default(tmp_path, sv):
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(max_len=5))
     assert "Feuerwehrmann" not in tr.src_tokens  # the word is several pieces
-    run = app.Run.of(lm, "de-en", tr, [])
+    run = state.Run.of(lm, "de-en", tr, [])
     assert run.src_spans == lm.src_vocab.word_spans(tr.src_tokens)
 
     def ticks(fig):
         return {t for ax in fig.to_dict()["layout"].values() if isinstance(ax, dict)
                 for t in ax.get("ticktext", []) or []}
-    words = app.attention_figure(run, "encoder.self_attn", "head", 0, 0, "words", lm)
-    pieces = app.attention_figure(run, "encoder.self_attn", "head", 0, 0, "pieces", lm)
+    words = views.attention_figure(run, "encoder.self_attn", "head", 0, 0, "words", lm)
+    pieces = views.attention_figure(run, "encoder.self_attn", "head", 0, 0, "pieces", lm)
     assert any("Feuerwehrmann" in t for t in ticks(words))
     assert not any("Feuerwehrmann" in t for t in ticks(pieces))
     assert "query words" in words.layout.title.text and "query tokens" in pieces.layout.title.text
     # rollout and alignment lines pool the same way, and show pieces when asked
-    roll = app.rollout_view_figure(run, "all", "words").to_dict()
+    roll = views.rollout_view_figure(run, "all", "words").to_dict()
     assert "pieces pooled into words" in roll["layout"]["title"]["text"]
     assert any("Feuerwehrmann" in t for ax in roll["layout"].values() if isinstance(ax, dict)
                for t in ax.get("ticktext", []) or [])
-    aligned = json.dumps(app.alignment_view_figure(run, "layer", 0, 0, "words").to_dict(), ensure_ascii=False)
+    aligned = json.dumps(views.alignment_view_figure(run, "layer", 0, 0, "words").to_dict(), ensure_ascii=False)
     assert "Feuerwehrmann" in aligned
-    assert "Feuerwehrmann" not in json.dumps(app.alignment_view_figure(run, "layer", 0, 0, "pieces").to_dict(),
+    assert "Feuerwehrmann" not in json.dumps(views.alignment_view_figure(run, "layer", 0, 0, "pieces").to_dict(),
                                              ensure_ascii=False)
     # the step view's cross-attention reads per source word; the API and export carry the word spans
-    cross = app.step_outputs(run, 0)[3].to_dict()
-    assert "pieces pooled" in cross["layout"]["title"]["text"]
+    cross = views.step_figures(run, 0)[4].to_dict()
+    assert "source words" in cross["layout"]["title"]["text"]
     step_ticks = [x for ax in cross["layout"].values() if isinstance(ax, dict) for x in ax.get("ticktext", []) or []]
     assert any("Feuerwehrmann" in t for t in step_ticks)
-    from model import explore
-    payload = explore.to_json(tr, [], "de-en", lm=lm)
-    assert payload["src_word_spans"] == run.src_spans and "Feuerwehrmann" in payload["src_words"]
-    assert len(payload["output_word_spans"]) == len(payload["output_words"])
-    assert sum(len(s) for s in payload["output_word_spans"]) == len(payload["output_tokens"])
-    meta = explore.export_metadata(tr, "de-en", lm)
+    out = payload.to_json(tr, [], "de-en", lm=lm)
+    assert out["src_word_spans"] == run.src_spans and "Feuerwehrmann" in out["src_words"]
+    assert len(out["output_word_spans"]) == len(out["output_words"])
+    assert sum(len(s) for s in out["output_word_spans"]) == len(out["output_tokens"])
+    meta = payload.export_metadata(tr, "de-en", lm)
     assert meta["src_word_spans"] == run.src_spans and meta["decoder_input_words"][0] == "<bos>"
 
 
 def test_compare_and_profiles_read_as_words(tmp_path, sv):
     """Compare maps and head profiles of a subword model are over words; rows still sum to 1."""
-    import app
-    from model import explore
     from model.transformer import Interventions
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     text = "Ein Feuerwehrmann fährt."
     base = translate(lm, text, DecodeOptions(max_len=5))
     iv = Interventions(causal_mask=False)
     mod = translate(lm, text, DecodeOptions(max_len=5), iv=iv)
-    cmp = app.CompareRun("de-en", base, mod, explore.teacher_forced(lm, base, base.output_ids, iv), iv)
-    fig = app.compare_maps_figure(cmp, "encoder.self_attn", 0, 0, lm).to_dict()
+    cmp = state.CompareRun("de-en", base, mod, decoding.full_trace(lm, base.src_ids, base.output_ids, iv), iv)
+    fig = views.compare_maps_figure(cmp, "encoder.self_attn", 0, 0, lm).to_dict()
     assert "words" in fig["layout"]["title"]["text"] and "Feuerwehrmann" in json.dumps(fig, ensure_ascii=False)
-    words = explore.head_profiles(base, lm=lm)
-    pieces = explore.head_profiles(base)
+    words = analysis.head_profiles(base, lm=lm)
+    pieces = analysis.head_profiles(base)
     assert words.keys() == pieces.keys()
     assert json.dumps(words, default=str) != json.dumps(pieces, default=str)  # enc. self is over fewer keys
-    pooled, q, k = explore.attention_by_word(lm, base, "decoder.cross_attn")
+    pooled, q, k = base.attention_by_word(lm, "decoder.cross_attn")
     np.testing.assert_allclose(pooled.sum(-1), 1.0, atol=1e-5)
     assert "Feuerwehrmann" in k and len(k) < len(base.src_tokens)
 
 
 def test_beam_tree_texts_are_words_not_pieces(tmp_path, sv):
-    from model import explore
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(beam=3, max_len=6))
-    finals = [n for n in explore.beam_tree_data(lm, tr)["nodes"] if n.get("final")]
+    finals = [n for n in analysis.beam_tree_data(lm, tr)["nodes"] if n.get("final")]
     assert finals and all("\u2581" not in n["text"] for n in finals)
     assert any(n["text"] for n in finals)
-    hyp = explore.hypothesis_translation(lm, tr, finals[0]["ids"])
+    hyp = decoding.hypothesis(lm, tr, finals[0]["ids"])
     assert hyp.text == finals[0]["text"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from tests.app_fixtures import T_OUT, free_port, make_checkpoint, wait_ready
+from tests.app_fixtures import named, free_port, make_checkpoint, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 EMULATION = Path(__file__).resolve().parent / "zerogpu_emulation"
@@ -68,14 +68,14 @@ def test_the_emulation_isolates_memory(tmp_path, monkeypatch):
 
 def test_every_view_works_across_the_boundary(served):
     client, calls = served
-    out = dict(zip(T_OUT, client.predict(DE, "de-en", "greedy", 4, 12, "decoder.cross_attn", "grid", 0, 0,
-                                         "words", api_name="/translate_stream")))
-    assert out["run_status"].startswith("✓") and out["out_text"].strip()
+    out = named(client, client.src, client.predict(DE, "de-en", "greedy", 4, 12, "decoder.cross_attn", "grid", 0,
+                                                   0, "words", api_name="/translate_stream"))
+    assert out["run_status"].startswith("✓") and out["translation"].strip()
     assert "gpu_stream" in logged(calls)  # the decode really ran in a forked worker
+    client.predict(0, api_name="/open_generation")  # the Generation section opened: slider sized to the run
     t, md, prefix, *_ = client.predict(2, api_name="/step_view")
-    assert t == 2 and "Step 2" in md
-    cmp = client.predict(DE, "de-en", "greedy", 4, 12, 0, True, False, True, [], [], "decoder.self_attn", 0, 0,
-                         api_name="/compare_ui")
+    assert t["value"] == 2 and "Step 2" in md
+    cmp = client.predict(0, True, False, True, [], [], "decoder.self_attn", 0, 0, api_name="/compare_ui")
     assert "causal mask off" in cmp[0] and "gpu_compare" in logged(calls)
     md, fig, table, pick = client.predict(3, api_name="/beam_tree")
     assert table["data"] and "gpu_beam" in logged(calls)

@@ -1,0 +1,112 @@
+"""The JSON API (/translate, /compare, /models): stable names and payloads for gradio_client."""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+
+import gradio as gr
+import numpy as np
+
+from model.checkpoint import Registry, summarize
+from model.decoding import DecodeOptions
+from model.transformer import ATTN_KINDS, canonical_kind
+
+from . import calls
+from .payload import to_json
+from .present import clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
+
+log = logging.getLogger("attention-explorer")
+
+
+def _api_model(reg: Registry, direction: str) -> str:
+    if not reg.models:
+        raise gr.Error("No model is loaded on this server.")
+    if direction is None or direction == "":
+        return reg.names[0]
+    if isinstance(direction, str) and direction in reg.models:  # only a discovered name, never a path
+        return direction
+    raise gr.Error(f"Unknown direction {str(direction)[:60]!r}; available: {', '.join(reg.names)}")
+
+
+def _api_int(value, name: str, lo: int, hi: int) -> int:
+    """A whole-number API argument clamped to [lo, hi]; anything else is a clear error, not a traceback."""
+    try:
+        return max(lo, min(int(value), hi))
+    except (TypeError, ValueError, OverflowError):
+        raise gr.Error(f"{name} must be a whole number, not {str(value)[:40]!r}.") from None
+
+
+def make_api(reg_key: str):
+    reg = calls.REGISTRIES[reg_key]
+
+    def translate(text: str, direction: str = "", beam: int = 1, max_len: int = 100) -> dict:
+        """Translate `text`. Returns the tokens, the translation, the per-step top-k and the attention arrays
+        (encoder self, decoder self, cross), each layers x heads x queries x keys."""
+        name = _api_model(reg, direction)
+        text, notices = clean_input(text)
+        if is_blank(text):
+            return {"model": name, "translation": "", "src_tokens": [], "output_tokens": [], "steps": [],
+                    "attention": {}, "notices": notices + ["The input is empty: type a sentence to translate."]}
+        opts = DecodeOptions(beam=_api_int(beam, "beam", 1, 8), max_len=_api_int(max_len, "max_len", 1, 250))
+        try:
+            tr = calls.gpu_translate(reg_key, name, text, opts)
+        except Exception as e:
+            log.exception("translate failed")
+            raise gr.Error(f"The translation failed ({type(e).__name__}).") from None
+        return to_json(tr, run_notices(tr, notices, reg.models[name]), name, lm=reg.models[name])
+
+    def compare(text: str, direction: str = "", beam: int = 1, max_len: int = 100, pad_to: int = 0,
+                src_padding_mask: bool = True, causal_mask: bool = True, positional_encoding: bool = True,
+                ablate_heads: list[str] | None = None, ablate_src_tokens: list[int] | None = None,
+                kind: str = "cross", layer: int = 0, head: int = 0) -> dict:
+        """Run the baseline and a modified model (mask toggles, positional encoding, ablated heads such as
+        'cross L1 H2', hidden source positions). Returns both translations, the differing tokens, the
+        per-step chosen-token probabilities and, for one layer and head of `kind`, both attention maps
+        (the modified model fed the baseline's output) and their difference."""
+        name = _api_model(reg, direction)
+        text, notices = clean_input(text)
+        if is_blank(text):
+            return {"model": name, "baseline": None, "modified": None,
+                    "notices": notices + ["The input is empty: type a sentence to translate."]}
+        try:
+            iv = make_interventions(src_padding_mask, causal_mask, positional_encoding,
+                                            ablate_heads or [], ablate_src_tokens or [])
+            reg.models[name].model.validate_interventions(iv)
+            kind_c = canonical_kind(kind) if kind else ATTN_KINDS[2]  # checked before the model runs
+        except (ValueError, TypeError) as e:
+            raise gr.Error(str(e)[:300]) from None
+        opts = DecodeOptions(beam=_api_int(beam, "beam", 1, 8), max_len=_api_int(max_len, "max_len", 1, 250),
+                             pad_src_to=_api_int(pad_to, "pad_to", 0, 1024))
+        try:
+            base, mod, mod_on_base = calls.gpu_compare(reg_key, name, text, opts, iv)
+        except Exception as e:
+            log.exception("compare failed")
+            raise gr.Error(f"The comparison failed ({type(e).__name__}).") from None
+        a_base = base.attention(kind_c)
+        a_mod = base.attention(kind_c, mod_on_base)
+        l = _api_int(layer, "layer", 0, a_base.shape[0] - 1)
+        h = _api_int(head, "head", 0, a_base.shape[1] - 1)
+        da, db = token_diff(base.output_tokens, mod.output_tokens)
+        q, k = base.axes(kind_c)
+        return {
+            "model": name, "notices": notices, "interventions": describe_interventions(iv),
+            "src_tokens": list(base.src_tokens),
+            "baseline": {"translation": base.text, "output_tokens": base.output_tokens,
+                         "differs": da, "probs": [round(float(s.prob), 6) for s in base.steps]},
+            "modified": {"translation": mod.text, "output_tokens": mod.output_tokens,
+                         "differs": db, "probs": [round(float(s.prob), 6) for s in mod.steps]},
+            "map": {"kind": kind_c, "layer": l, "head": h, "query_tokens": q, "key_tokens": k,
+                    "baseline": np.round(a_base[l, h], 4).tolist(), "modified": np.round(a_mod[l, h], 4).tolist(),
+                    "difference": np.round(a_mod[l, h] - a_base[l, h], 4).tolist()},
+        }
+
+    def models() -> list:
+        """The loaded translation directions and their sizes and metrics."""
+        out = []
+        for name, lm in reg.models.items():
+            s = asdict(summarize(lm))
+            s.pop("path")  # the client would take a "path" key for a file to download
+            out.append(dict(s, direction=name, checkpoint=lm.path.name if lm.path else None))
+        return out
+
+    return translate, compare, models

@@ -1,0 +1,215 @@
+"""What leaves the server as data: the JSON of a run, export files, deep links, example sentences."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlencode
+
+import numpy as np
+
+from model.checkpoint import LoadedModel
+from model.data import head_lines
+from model.decoding import Translation
+from model.transformer import ATTN_KINDS
+
+from .present import KIND_JSON, KIND_SHORT, KINDS, clean_input, describe_interventions
+
+
+def _r(a, nd: int = 4):
+    return np.round(np.asarray(a, dtype=np.float64), nd).tolist()
+
+
+def word_fields(lm: LoadedModel, tr: Translation) -> dict:
+    w = tr.words(lm)
+    return {"src_word_spans": w.src_spans, "src_words": w.src, "output_word_spans": w.output_spans,
+            "output_words": w.output, "decoder_input_word_spans": w.decoder_input_spans,
+            "decoder_input_words": w.decoder_input}
+
+
+def to_json(tr: Translation, notices: list[str] | None = None, model: str | None = None,
+            attention_arrays: bool = True, lm: LoadedModel | None = None) -> dict:
+    """A JSON-able dict: tokens, the translation, per-step records and the attention arrays
+    (over tokens; with ``lm``, also each word's token span, to read them per word)."""
+    out = {
+        "model": model or f"{tr.src_lang}-{tr.tgt_lang}", "src_text": tr.src_text,
+        "src_tokens": list(tr.src_tokens), "output_tokens": list(tr.output_tokens),
+        "decoder_input_tokens": tr.decoder_input_tokens, "translation": tr.text,
+        "replaced": {str(k): v for k, v in tr.replaced.items()}, "truncated": bool(tr.truncated),
+        "score": float(tr.score), "interventions": describe_interventions(tr.interventions),
+        "notices": list(notices or []),
+        "steps": [{"step": s.step, "token": s.token, "prob": round(float(s.prob), 6),
+                   "topk": [[tok, round(float(p), 6)] for tok, p in zip(s.topk_tokens, s.topk_probs)]}
+                  for s in tr.steps],
+    }
+    if lm is not None:
+        out.update(word_fields(lm, tr))
+    if attention_arrays and tr.trace is not None:
+        out["attention"] = {KIND_JSON[k]: _r(tr.attention(k)) for k in ATTN_KINDS}
+        out["attention_shape"] = "layers x heads x queries x keys"
+    return out
+
+
+def export_metadata(tr: Translation, model: str, lm: LoadedModel | None = None, settings: dict | None = None) -> dict:
+    """The JSON that goes with an export: tokens, settings, model id."""
+    card = None
+    if lm is not None:
+        card = {"name": lm.name, "checkpoint": lm.path.name if lm.path else None,
+                "src_lang": lm.src_lang, "tgt_lang": lm.tgt_lang}
+    return {"model": model, "model_card": card, "src_text": tr.src_text, "src_tokens": list(tr.src_tokens),
+            "src_ids": [int(i) for i in tr.src_ids], "output_tokens": list(tr.output_tokens),
+            "output_ids": [int(i) for i in tr.output_ids], "decoder_input_tokens": tr.decoder_input_tokens,
+            "translation": tr.text, "settings": dict(settings or {}),
+            "interventions": describe_interventions(tr.interventions),
+            "hooks": sorted(tr.trace.arrays()) if tr.trace is not None else [],
+            **(word_fields(lm, tr) if lm is not None else {})}
+
+
+def write_export(tr: Translation, model: str, folder, lm: LoadedModel | None = None,
+                 settings: dict | None = None, extra: dict | None = None) -> tuple[Path, Path]:
+    """``<folder>/attention-trace.npz`` (every tensor by hook name, plus ``extra`` arrays) and
+    ``<folder>/attention-run.json``; returns both paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if tr.trace is None:
+        raise ValueError("the run holds no trace to export")
+    npz, js = folder / "attention-trace.npz", folder / "attention-run.json"
+    np.savez_compressed(npz, **tr.trace.arrays(), **(extra or {}))
+    js.write_text(json.dumps(export_metadata(tr, model, lm, settings), ensure_ascii=False, indent=1),
+                  encoding="utf-8")
+    return npz, js
+
+
+# --------------------------------------------------------------------------- deep links
+
+SECTIONS = ("translate", "attention", "generation", "interventions", "encodings", "analysis")
+
+
+@dataclass(frozen=True)
+class Link:
+    """What a shared link restores: the sentence and model, the decoding, and the view."""
+    text: str
+    model: str | None
+    beam: int = 1
+    section: str = "translate"
+    kind: str = ATTN_KINDS[2]
+    layer: int = 0
+    head: int = 0
+    step: int = 0
+
+
+def _int(value, lo: int, hi: int, default: int) -> int:
+    try:
+        return max(lo, min(int(value), hi))
+    except (TypeError, ValueError):
+        return default
+
+
+def deep_link(base_url: str, text: str, model: str | None = None, beam: int | None = None, section: str = "",
+              kind: str = "", layer=None, head=None, step=None) -> str:
+    """``base_url?text=…&model=…&beam=…&section=…&kind=…&layer=…&head=…&step=…`` (defaults left out)."""
+    q = {"text": text or ""}
+    if model:
+        q["model"] = model
+    if beam and int(beam) > 1:
+        q["beam"] = int(beam)
+    if section in SECTIONS and section != "translate":
+        q["section"] = section
+    if kind:
+        q["kind"] = KIND_SHORT.get(kind, kind)
+    for key, value in (("layer", layer), ("head", head), ("step", step)):
+        if value not in (None, ""):
+            q[key] = int(value)
+    return base_url.split("?")[0].split("#")[0] + "?" + urlencode(q)
+
+
+def parse_link(params, models: list[str]) -> Link | None:
+    """Query parameters -> a Link (None without a text). Unknown models and values fall back to defaults."""
+    params = dict(params or {})
+    text = params.get("text")
+    if not text or not str(text).strip():
+        return None
+    text, _ = clean_input(str(text))
+    model = params.get("model")
+    model = model if model in models else (models[0] if models else None)
+    section = params.get("section", "translate")
+    kind = KINDS.get(str(params.get("kind", "")), ATTN_KINDS[2]) if params.get("kind") not in ATTN_KINDS \
+        else params["kind"]
+    return Link(text, model, _int(params.get("beam", 1), 1, 8, 1),
+                section if section in SECTIONS else "translate", kind,
+                _int(params.get("layer", 0), 0, 63, 0), _int(params.get("head", 0), 0, 63, 0),
+                _int(params.get("step", 0), 0, 1000, 0))
+
+
+def link_dict(link: Link) -> dict:
+    return asdict(link)
+
+
+# --------------------------------------------------------------------------- example sentences
+
+EVERYDAY = {
+    "de": ["Ein Mann fährt mit dem Fahrrad durch die Stadt.", "Zwei Hunde spielen im Schnee.",
+           "Eine Frau liest ein Buch im Park.", "Die Kinder essen Eis am Strand."],
+    "en": ["A man rides his bike through the city.", "Two dogs are playing in the snow.",
+           "A woman is reading a book in the park.", "The children are eating ice cream on the beach."],
+    "fr": ["Un homme fait du vélo dans la ville.", "Deux chiens jouent dans la neige.",
+           "Une femme lit un livre dans le parc.", "Les enfants mangent une glace sur la plage."],
+}
+# French puts most adjectives after the noun ("un chien noir" / "a black dog"), so these show
+# crossing lines in the cross-attention, which German-English word order rarely does.
+DIRECTION_EXAMPLES = {
+    "en-fr": ["A black dog runs on the beach.", "A woman in a red dress is walking down the street."],
+    "fr-en": ["Un chien noir court sur la plage.", "Une femme en robe rouge marche dans la rue."],
+}
+TEST_FALLBACK = {  # the first lines of Multi30k test_2016_flickr, used when the data folder is absent
+    "de": ["Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
+           "Ein Boston Terrier läuft über saftig-grünes Gras vor einem weißen Zaun.",
+           "Eine Gruppe von Menschen steht vor einem Iglu."],
+    "en": ["A man in an orange hat starring at something.",
+           "A Boston Terrier is running on lush green grass in front of a white fence.",
+           "A group of people standing in front of an igloo."],
+    "fr": ["Un homme avec un chapeau orange regardant quelque chose.",
+           "Un terrier de Boston court sur l'herbe verdoyante devant une clôture blanche.",
+           "Une fille en tenue de karaté brisant un bâton avec un coup de pied."],
+}
+# Word order carries the meaning here: with the positional encoding off the model reads a bag of
+# words, and who does what to whom is lost.
+WORD_ORDER = {"de": "Der Hund jagt die Katze.", "en": "The dog chases the cat.", "fr": "Le chien poursuit le chat."}
+
+
+def corpus_sentences(lang: str, data_dirs, n: int, max_chars: int, splits=("test_2016_flickr",)
+                     ) -> tuple[list[str], str] | None:
+    """Up to ``n`` short sentences of the first split found in ``data_dirs``, and where they came from."""
+    for split in splits:
+        for d in data_dirs:
+            path = Path(d) / f"{split}.{lang}.gz"
+            lines = head_lines(path, 4 * n + 200)
+            picked = [s for s in lines or [] if s and len(s) <= max_chars][:n]
+            if picked:
+                return picked, f"{path.name} (first {len(picked)})"
+    return None
+
+
+def test_examples(lang: str, data_dirs, n: int = 3, max_chars: int = 90) -> list[str]:
+    """A few short sentences of the Multi30k test set for ``lang`` (built-in ones if it is absent)."""
+    found = corpus_sentences(lang, data_dirs, n, max_chars)
+    return found[0] if found else TEST_FALLBACK.get(lang, [])[:n]
+
+
+def validation_sentences(lang: str, data_dirs, n: int = 24, max_chars: int = 200) -> tuple[list[str], str]:
+    """Up to ``n`` held-out sentences: val, else test_2016_flickr, else the built-in ones."""
+    found = corpus_sentences(lang, data_dirs, n, max_chars, ("val", "test_2016_flickr"))
+    if found:
+        return found
+    builtin = (TEST_FALLBACK.get(lang, []) + EVERYDAY.get(lang, []))[:n]
+    return builtin, f"built-in examples ({len(builtin)})"
+
+
+def examples_for(names: list[str], langs: dict[str, str], data_dirs) -> list[list[str]]:
+    """[sentence, direction] rows for the Examples table: direction-specific ones, test set, everyday."""
+    rows = []
+    for name in names:
+        lang = langs[name]
+        for s in (DIRECTION_EXAMPLES.get(name, []) + test_examples(lang, data_dirs, 3) + EVERYDAY.get(lang, [])[:2]):
+            rows.append([s, name])
+    return rows

@@ -1,0 +1,262 @@
+"""Words and labels the sections show: input cleaning, the head grammar ('cross L1 H2'), chips,
+notices, the header and the run bar. No gradio, no figures."""
+from __future__ import annotations
+
+import difflib
+import html
+import re
+import unicodedata
+
+import numpy as np
+
+from model.checkpoint import LoadedModel, Registry, device_label, summarize
+from model.decoding import Translation
+from model.transformer import ATTN_KINDS, Interventions, canonical_kind
+from model.vocab import SPECIALS
+
+MAX_INPUT_CHARS = 2000
+LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech"}
+KINDS = {"enc": ATTN_KINDS[0], "dec": ATTN_KINDS[1], "cross": ATTN_KINDS[2]}  # short name -> module kind
+KIND_LABELS = {ATTN_KINDS[0]: "Encoder self-attention", ATTN_KINDS[1]: "Decoder masked self-attention",
+               ATTN_KINDS[2]: "Decoder cross-attention"}
+KIND_SHORT = {v: k for k, v in KINDS.items()}
+KIND_JSON = {ATTN_KINDS[0]: "encoder_self", ATTN_KINDS[1]: "decoder_self", ATTN_KINDS[2]: "cross"}
+DOMAIN_HINT = ("The models know image captions (Multi30k): short descriptions of people, animals and scenes; "
+               "other text translates poorly.")
+
+
+def kind_of(value, default: str = ATTN_KINDS[2]) -> str:
+    """A kind by any of its names ('cross', 'decoder.cross_attn', ...); unknown names give ``default``."""
+    try:
+        return canonical_kind(str(value))
+    except ValueError:
+        return default
+
+
+# --------------------------------------------------------------------------- input
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_DROPPED = ("Cc", "Cf", "Cs", "Co")  # what vocab.clean_text drops or turns into spaces
+
+
+def clean_input(text, max_chars: int = MAX_INPUT_CHARS) -> tuple[str, list[str]]:
+    """Cap the text at ``max_chars`` characters; return it and notices for the user."""
+    text = "" if text is None else str(text)
+    notices = []
+    if len(text) > max_chars:
+        notices.append(f"The input had {len(text):,} characters; only the first {max_chars:,} were used.")
+        text = text[:max_chars]
+    # A lone surrogate (JSON allows "\ud800") is not valid UTF-8 and would break a response that echoes
+    # the text back; the tokenizer drops it anyway (vocab.clean_text), so it is dropped here too.
+    return _SURROGATE.sub("", text), notices
+
+
+def is_blank(text: str) -> bool:
+    """True for text with nothing the tokenizer would keep (whitespace, control and format chars).
+    Unassigned code points (Cn) are kept by the tokenizer (as <unk>), so they are not blank."""
+    return all(unicodedata.category(c).startswith("Z") or unicodedata.category(c) in _DROPPED
+               for c in text or "")
+
+
+# --------------------------------------------------------------------------- heads and interventions
+
+def head_label(kind: str, layer: int, head: int) -> str:
+    return f"{KIND_SHORT[canonical_kind(kind)]} L{int(layer)} H{int(head)}"
+
+
+def head_choices(lm: LoadedModel) -> list[str]:
+    """Labels of every head, e.g. 'cross L1 H2', for the ablation picker."""
+    cfg = lm.model.cfg
+    n = {ATTN_KINDS[0]: cfg.n_encoder_layers, ATTN_KINDS[1]: cfg.n_decoder_layers,
+         ATTN_KINDS[2]: cfg.n_decoder_layers}
+    return [head_label(k, l, h) for k in ATTN_KINDS for l in range(n[k]) for h in range(cfg.n_heads)]
+
+
+_HEAD_RE = re.compile(r"^\s*([a-z_.]+)\s*[ :/,-]?\s*l?(\d+)\s*[ .:/,-]?\s*h?(\d+)\s*$", re.I)
+
+
+def parse_heads(items) -> frozenset:
+    """'cross L1 H2' / 'enc 0 1' / ('decoder.cross_attn', 1, 2) -> {(kind, layer, head)}."""
+    out = set()
+    for item in items or ():
+        if isinstance(item, (list, tuple)) and len(item) == 3:
+            out.add((canonical_kind(str(item[0])), int(item[1]), int(item[2])))
+            continue
+        m = _HEAD_RE.match(str(item))
+        if not m:
+            raise ValueError(f"cannot read head {item!r}; write it like 'cross L1 H2'")
+        out.add((canonical_kind(m.group(1).lower()), int(m.group(2)), int(m.group(3))))
+    return frozenset(out)
+
+
+def src_token_choices(src_tokens: list[str]) -> list[str]:
+    return [f"{i}: {t}" for i, t in enumerate(src_tokens)]
+
+
+def parse_positions(items) -> frozenset:
+    """'3: Mann' / '3' / 3 -> {3}."""
+    out = set()
+    for item in items or ():
+        if isinstance(item, (int, np.integer)):
+            out.add(int(item))
+            continue
+        m = re.match(r"^\s*(\d+)", str(item))
+        if not m:
+            raise ValueError(f"cannot read source position {item!r}")
+        out.add(int(m.group(1)))
+    return frozenset(out)
+
+
+def make_interventions(src_padding_mask: bool = True, causal_mask: bool = True, positional_encoding: bool = True,
+                       ablate_heads=(), ablate_src_tokens=()) -> Interventions:
+    return Interventions(src_padding_mask=bool(src_padding_mask), causal_mask=bool(causal_mask),
+                         positional_encoding=bool(positional_encoding), ablate_heads=parse_heads(ablate_heads),
+                         ablate_src_tokens=parse_positions(ablate_src_tokens))
+
+
+def describe_interventions(iv: Interventions) -> list[str]:
+    out = []
+    if not iv.src_padding_mask:
+        out.append("source padding mask off")
+    if not iv.causal_mask:
+        out.append("causal mask off")
+    if not iv.positional_encoding:
+        out.append("positional encoding off")
+    out += [f"{head_label(k, l, h)} ablated" for k, l, h in sorted(iv.ablate_heads)]
+    if iv.ablate_src_tokens:
+        out.append("source positions " + ", ".join(map(str, sorted(iv.ablate_src_tokens))) + " hidden")
+    return out
+
+
+# --------------------------------------------------------------------------- tokens as chips
+
+def output_marks(tr: Translation) -> list[tuple[str, str | None]]:
+    """Output tokens with a label each: '<unk>', 'replaced <unk>' (replaced by a source word), 'special'."""
+    out = []
+    for i, tok in enumerate(tr.output_tokens):
+        if i in tr.replaced:
+            out.append((f"{tr.replaced[i]}", "replaced <unk>"))
+        elif tok == "<unk>":
+            out.append((tok, "<unk>"))
+        else:
+            out.append((tok, "special" if tok in SPECIALS else None))
+    return out
+
+
+def source_marks(tr: Translation) -> list[tuple[str, str | None]]:
+    """Source tokens labelled '<unk>' when the vocabulary does not know them, 'special' for specials."""
+    return [(tok, "special" if tok in SPECIALS else "<unk>" if i == 0 else None)
+            for tok, i in zip(tr.src_tokens, tr.src_ids)]
+
+
+def chips(marks):
+    """HighlightedText value: every token a chip ('token' when it has no other label)."""
+    return [(tok, label or "token") for tok, label in marks]
+
+
+def token_diff(a: list[str], b: list[str]) -> tuple[list[bool], list[bool]]:
+    """For each token of ``a`` and of ``b``: True where it is not part of their common alignment."""
+    da, db = [True] * len(a), [True] * len(b)
+    for block in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks():
+        for k in range(block.size):
+            da[block.a + k] = False
+            db[block.b + k] = False
+    return da, db
+
+
+def diff_summary(a: list[str], b: list[str]) -> str:
+    """Insertions, deletions and substitutions that turn ``a`` into ``b``, counted on both sides."""
+    ins = dels = subs = 0
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "replace":
+            subs += min(i2 - i1, j2 - j1)
+            dels += max(0, (i2 - i1) - (j2 - j1))
+            ins += max(0, (j2 - j1) - (i2 - i1))
+        elif op == "delete":
+            dels += i2 - i1
+        elif op == "insert":
+            ins += j2 - j1
+    if not (ins or dels or subs):
+        return f"The two outputs are identical ({len(a)} tokens)."
+    parts = [f"{n} {what}" for n, what in ((subs, "substituted"), (dels, "deleted"), (ins, "inserted")) if n]
+    return (f"{', '.join(parts)} (baseline {len(a)} tokens, {sum(token_diff(a, b)[0])} differ; "
+            f"modified {len(b)} tokens, {sum(token_diff(a, b)[1])} differ).")
+
+
+# --------------------------------------------------------------------------- markdown
+
+def md_escape(text) -> str:
+    """Escape for gr.Markdown: HTML first, then Markdown punctuation."""
+    return re.sub(r"([\\`*_{}\[\]()#+!|~>-])", r"\\\1", html.escape(str(text), quote=False))
+
+
+def notice_md(notices: list[str]) -> str:
+    return "\n".join(f"ℹ️ {md_escape(n)}" for n in notices)
+
+
+def direction_label(name: str, reg: Registry) -> str:
+    lm = reg.models[name]
+    base = f"{LANG_NAMES.get(lm.src_lang, lm.src_lang)} → {LANG_NAMES.get(lm.tgt_lang, lm.tgt_lang)}"
+    return base if name == lm.name else f"{base} ({name})"
+
+
+def fmt_params(n: int) -> str:
+    return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} k"
+
+
+def header_markdown(reg: Registry) -> str:
+    lines = ["# Attention Explorer"]
+    parts = [f"**Device:** {md_escape(device_label(reg.device))}"]
+    for name, lm in reg.models.items():
+        s = summarize(lm)
+        bleu = f", BLEU {s.bleu:.1f} ({md_escape(s.bleu_source)})" if s.bleu is not None else ", BLEU n/a"
+        parts.append(f"**{md_escape(direction_label(name, reg))}:** {fmt_params(s.parameters)} parameters, "
+                     f"{s.encoder_layers}+{s.decoder_layers} layers × {s.n_heads} heads{bleu}")
+    lines.append("<details><summary>Type a sentence, watch the Transformer translate it, then open any head, "
+                 "step or mask. Models and device…</summary>\n\n" + " · ".join(parts) + "\n</details>")
+    if reg.problems:
+        lines.append("\n".join(f"> ⚠️ {md_escape(p)}" for p in reg.problems))
+    if not reg.models:
+        lines.append(f"> **No model is available.** Put checkpoint folders (config.json, model.safetensors, "
+                     f"vocab.json) under `{md_escape(reg.root)}` or point `ATTN_CHECKPOINTS` at them, then restart. "
+                     "To train one: `python -m model.train --src de --tgt en --d-model 128 --heads 4 "
+                     "--enc-layers 4 --dec-layers 4 --d-ff 512 --dropout 0.2 --lr 2e-3 --warmup 800` "
+                     "(see the README).")
+    return "\n\n".join(lines)
+
+
+def no_model_message(reg: Registry, name) -> str | None:
+    if not reg.models:
+        return "No model is loaded, so nothing can be translated. See the message at the top of the page."
+    if name not in reg.models:
+        return "Pick a translation direction first."
+    return None
+
+
+def run_notices(tr: Translation, notices: list[str], lm: LoadedModel) -> list[str]:
+    notices = list(notices)
+    if tr.truncated:
+        notices.append(f"The sentence is longer than the model's maximum of {lm.model.cfg.max_len - 2} tokens; "
+                       "it was cut there.")
+    unk = sum(1 for i in tr.src_ids if i == 0)
+    if unk:
+        notices.append(f"{unk} source word(s) are not in the model's vocabulary and are read as <unk>.")
+    if tr.replaced:
+        notices.append(f"{len(tr.replaced)} <unk> output token(s) were replaced by the source word with the most "
+                       "cross-attention.")
+    return notices
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+
+
+def run_bar(model: str, tr: Translation, reg: Registry) -> str:
+    """The one line naming the current run, which every section shows."""
+    lm = reg.models.get(model)
+    arrow = f"{lm.src_lang}→{lm.tgt_lang}" if lm else model
+    decoding = "greedy" if tr.beam is None else f"beam {max(len(s.tokens) for s in tr.beam.steps)}"
+    changed = describe_interventions(tr.interventions)
+    extra = f" · {md_escape('; '.join(changed))}" if changed else ""
+    return (f"**Current run** · {arrow} · {md_escape(_clip(tr.src_text, 60))} → "
+            f"{md_escape(_clip(tr.text, 60))} · {decoding}{extra}")

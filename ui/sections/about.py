@@ -1,0 +1,57 @@
+"""The About view: what the models are, the hook points, and how to call the API."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from model.checkpoint import Registry, summarize
+from model.hooks import hook_names
+
+from ..present import direction_label, md_escape
+
+
+def about_markdown(reg: Registry) -> str:
+    out = ["## What you are looking at",
+           "An encoder-decoder Transformer (Vaswani et al. 2017, pre-norm) trained from scratch on Multi30k "
+           "(about 29,000 image captions with German, English and French translations; tokenized with spaCy's "
+           "rule-based tokenizer, then split into pieces of a joint SentencePiece vocabulary per language pair, "
+           "marked ▁ where a word starts; older checkpoints use whole-word vocabularies). Every number in the views is captured from named hook points inside "
+           "the model during the real run: `hook_pattern` is the attention after softmax, `hook_mask` the mask as "
+           "applied (True = attend), `hook_embed`/`hook_pos` the scaled token embeddings and the positional "
+           "encoding that was added. The step view uses the per-step rows recorded during the cached decode."]
+    if reg.models:
+        sums = {name: asdict(summarize(lm)) for name, lm in reg.models.items()}
+        rows = [("parameters", lambda s: f"{s['parameters']:,}"), ("d_model", lambda s: s["d_model"]),
+                ("heads per layer", lambda s: s["n_heads"]), ("encoder layers", lambda s: s["encoder_layers"]),
+                ("decoder layers", lambda s: s["decoder_layers"]), ("feed-forward size", lambda s: s["d_ff"]),
+                ("vocabulary (source / target)", lambda s: f"{s['src_vocab']:,} / {s['tgt_vocab']:,}"),
+                ("max positions", lambda s: s["max_len"]), ("tied embeddings", lambda s: s["tied_embeddings"]),
+                ("headline BLEU", lambda s: "n/a" if s["bleu"] is None else f"{s['bleu']:.2f} ({s['bleu_source']})"),
+                ("checkpoint", lambda s: s["path"])]
+        out.append("## The models")
+        out.append("| | " + " | ".join(md_escape(direction_label(n, reg)) for n in sums) + " |\n|---|" +
+                   "---|" * len(sums) + "\n" + "\n".join(
+                       f"| {label} | " + " | ".join(md_escape(f(s)) for s in sums.values()) + " |"
+                       for label, f in rows))
+        for name, lm in reg.models.items():
+            if lm.metrics:
+                out.append(f"<details><summary>Metrics from the {md_escape(name)} model card</summary>\n\n```json\n" +
+                           json.dumps(lm.metrics, indent=1, ensure_ascii=False)[:6000] + "\n```\n</details>")
+        names = hook_names(next(iter(reg.models.values())).model)
+        out.append(f"<details><summary>The {len(names)} hook points (same names in every model)</summary>\n\n```\n"
+                   + "\n".join(names) + "\n```\n</details>")
+    out.append("## Calling the API\n"
+               "The main events have stable names. With the Python client:\n\n```python\n"
+               "from gradio_client import Client\n"
+               "client = Client(\"http://127.0.0.1:7860/\")\n"
+               "out = client.predict(\"Zwei Hunde spielen im Schnee.\", \"de-en\", 1, 100, api_name=\"/translate\")\n"
+               "print(out[\"translation\"], out[\"src_tokens\"], out[\"output_tokens\"])\n"
+               "out[\"attention\"][\"cross\"]  # layers x heads x output steps x source tokens\n"
+               "cmp = client.predict(\"Zwei Hunde spielen im Schnee.\", \"de-en\", 1, 100, 0, True, False, True,\n"
+               "                     [\"cross L0 H0\"], [], \"cross\", 0, 0, api_name=\"/compare\")\n"
+               "```\n\n"
+               "`/translate` returns the source and output tokens, the translation, the per-step top-k and the "
+               "attention arrays (`encoder_self`, `decoder_self`, `cross`). `/compare` returns both translations, the "
+               "differing tokens, per-step probabilities and one head's maps with their difference. `/models` "
+               "lists the loaded directions. Inputs are capped at 2,000 characters.")
+    return "\n\n".join(out)

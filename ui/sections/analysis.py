@@ -1,0 +1,265 @@
+"""Analysis & export: head profiles (click a cell to open the head), two sentences side by side,
+export of the run and its figures, the shareable link, and what the app is."""
+from __future__ import annotations
+
+import tempfile
+import threading
+from pathlib import Path
+
+import gradio as gr
+
+from model import analysis as an
+from model.transformer import ATTN_KINDS
+from viz import export as v_export
+from viz import profiles as v_prof
+
+from .. import calls, views
+from ..payload import deep_link, validation_sentences, write_export
+from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, is_blank, md_escape,
+                       no_model_message)
+from ..state import PairRun
+from . import VIEW, Shell, layer_choices, head_choices as head_numbers, log, safe
+from .bar import KIND_CHOICES
+from .about import about_markdown
+
+STAT_CHOICES = [(v_prof.STAT_LABELS[s], s) for s in an.STATS]
+PROFILE_SCOPES = [("Average over validation sentences", "average"), ("Current sentence", "current")]
+FIGURE_CHOICES = [("Attention maps (current view)", "attention"), ("Attention rollout", "rollout"),
+                  ("Alignment lines", "alignment"), ("Beam search tree", "beam"), ("Head profiles", "profiles"),
+                  ("Two sentences", "pair")]
+PROFILE_SENTENCES = 16
+# Averaged head profiles: computed once per (registry, model, N) and kept for the server's life.
+# Read-only after insertion (tuples), so sessions share it safely.
+_PROFILE_CACHE: dict[tuple, tuple] = {}
+_PROFILE_LOCK = threading.Lock()
+LINK_JS = """(t, d, dec, b, sec, k, l, h, s, _base) => [t, d, dec, b, sec, k, l, h, s,
+  window.location.origin + window.location.pathname]"""
+COPY_JS = """(link) => { try { if (link && navigator.clipboard) navigator.clipboard.writeText(link).catch(() => {}); }
+ catch (e) {} return []; }"""
+
+
+def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tuple, str]:
+    """Averaged head-profile rows of a model over ``n`` validation sentences (computed once)."""
+    key = (reg_key, name, int(n))
+    with _PROFILE_LOCK:
+        hit = _PROFILE_CACHE.get(key)
+    if hit is not None:
+        return hit
+    lm = calls.REGISTRIES[reg_key].models[name]
+    sentences, source = validation_sentences(lm.src_lang, calls.DATA_DIRS, int(n))
+    if progress is not None:  # one step: the call itself runs where no callback can reach
+        progress(0, len(sentences))
+    rows = calls.gpu_profiles(reg_key, name, sentences)
+    value = (tuple(dict(r) for r in rows), source)
+    with _PROFILE_LOCK:
+        return _PROFILE_CACHE.setdefault(key, value)
+
+
+def profile_rows_table(rows) -> list[list]:
+    return [[KIND_SHORT.get(r["kind"], r["kind"]), r["layer"], r["head"]] +
+            [round(float(r[s]), 4) for s in an.STATS] for r in rows]
+
+
+def build(shell: Shell) -> None:
+    p = shell.parts
+    lm = shell.default_lm
+    n_layers = max(lm.model.cfg.n_decoder_layers, lm.model.cfg.n_encoder_layers) if lm else 1
+    with gr.Tabs():
+        with gr.Tab("Head profiles", id="profiles") as prof_tab:
+            gr.Markdown("Per head: entropy, mean distance |i − j|, weight on the previous and on the same position, "
+                        "on the begin/end markers, and the maximum weight. The validation average is computed "
+                        "once per model, then cached. **Click a cell** to open that head in Attention; click a "
+                        "table row to see its map here.", elem_classes="explain")
+            with gr.Row():
+                p["prof_scope"] = gr.Radio(PROFILE_SCOPES, value="average", label="Over", elem_id="prof-scope")
+                p["prof_n"] = gr.Slider(4, 64, value=PROFILE_SENTENCES, step=4, label="Validation sentences",
+                                        elem_id="prof-n")
+                p["prof_stat"] = gr.Dropdown(STAT_CHOICES, value="entropy", label="Statistic", elem_id="prof-stat")
+            p["prof_md"] = gr.Markdown(elem_id="prof-md")
+            p["prof_heat"] = gr.Plot(label="Layer × head", elem_id="prof-heat", show_label=False)
+            p["prof_table"] = gr.Dataframe(headers=["kind", "layer", "head", *an.STATS], label="Every head (sortable)",
+                                           interactive=False, elem_id="prof-table")
+            p["prof_pick"] = gr.Dropdown(head_choices(lm) if lm else [], label="Open a head's map",
+                                         elem_id="prof-pick")
+            p["prof_head_plot"] = gr.Plot(label="Head map (current sentence)", elem_id="prof-head-plot",
+                                          show_label=False)
+            p["prof_state"] = gr.State(None)
+        with gr.Tab("Two sentences", id="pair"):
+            gr.Markdown("Two inputs, the same layer and head, one colour scale.", elem_classes="explain")
+            with gr.Row():
+                p["pair_a"] = gr.Textbox("Der Mann sieht die Frau.", label="Sentence A", elem_id="pair-a")
+                p["pair_b"] = gr.Textbox("Die Frau sieht den Mann.", label="Sentence B", elem_id="pair-b")
+            with gr.Row():
+                p["pair_kind"] = gr.Radio(KIND_CHOICES, value=ATTN_KINDS[0], label="Attention", elem_id="pair-kind")
+                p["pair_layer"] = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="pair-layer")
+                p["pair_head"] = gr.Dropdown(head_numbers(lm.model.cfg.n_heads if lm else 1), value=0, label="Head",
+                                             elem_id="pair-head")
+            p["pair_btn"] = gr.Button("Compare sentences", variant="primary", elem_id="pair-btn")
+            p["pair_text"] = gr.Markdown(elem_id="pair-md")
+            p["pair_plot"] = gr.Plot(label="Side by side", elem_id="pair-plot", show_label=False)
+            p["pair_state"] = gr.State(None)
+        with gr.Tab("Export & share", id="export"):
+            gr.Markdown("Everything captured for the current run: an `.npz` with every hook's tensor (keyed by hook "
+                        "name) and a JSON file with the tokens, the settings and the model id. Figures as standalone "
+                        "HTML, or PNG where the server has Kaleido and a Chromium.", elem_classes="explain")
+            with gr.Row():
+                p["export_btn"] = gr.Button("Export the current run", elem_id="export-btn")
+                p["export_files"] = gr.File(label="Trace (.npz) and run (.json)", file_count="multiple",
+                                            elem_id="export-files")
+            with gr.Row():
+                p["fig_choice"] = gr.Dropdown(FIGURE_CHOICES, value="attention", label="Figure", elem_id="fig-choice")
+                p["fig_format"] = gr.Radio(["HTML", "PNG"], value="HTML", label="Format", elem_id="fig-format")
+                p["fig_btn"] = gr.Button("Download figure", elem_id="fig-btn")
+                p["fig_file"] = gr.File(label="Figure (.html or .png)", elem_id="fig-file")
+        with gr.Tab("About", id="about"):
+            gr.Markdown(about_markdown(shell.reg), elem_id="about")
+    p["prof_tab"] = prof_tab
+
+
+def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
+    if scope == "current":
+        if run is None:
+            return ("Translate a sentence first (or choose the validation average).",
+                    views.message_figure(views.FIRST), None, None)
+        rows = an.profiles_table(an.head_profiles(run.tr, lm=shell.lm(run)))
+        label = " (current sentence)"
+        md = f"Current sentence: {len(run.tr.src_tokens)} source, {len(run.tr.output_tokens)} output tokens."
+    else:
+        name = run.model if run is not None else name
+        problem = no_model_message(shell.reg, name)
+        if problem:
+            return f"⚠️ {problem}", views.message_figure(problem), None, None
+        n = max(1, min(int(n or PROFILE_SENTENCES), 64))
+        rows, source = cached_profiles(shell.reg_key, name, n, progress)
+        label = f" ({name}, mean over {n} sentences)"
+        md = f"Averaged over {md_escape(source)} for {md_escape(name)}; cached for this server's life."
+    return md, views.profiles_view_figure(rows, stat, label), profile_rows_table(rows), (tuple(rows), label)
+
+
+def wire(shell: Shell) -> None:
+    p = shell.parts
+    prof_out = [p["prof_md"], p["prof_heat"], p["prof_table"], p["prof_state"]]
+    prof_in = [shell.run_state, shell.direction, p["prof_scope"], p["prof_n"], p["prof_stat"]]
+
+    def on_profiles(run, name, scope, n, stat, progress=gr.Progress()):
+        try:
+            return _profiles(shell, run, name, scope, n, stat,
+                             lambda i, k: progress((i, k), desc="Head profiles", unit="sentences"))
+        except Exception as e:
+            log.exception("head profiles failed")
+            return (f"⚠️ The head profiles failed ({md_escape(type(e).__name__)}).",
+                    views.message_figure("The head profiles could not be drawn."), gr.skip(), gr.skip())
+
+    p["prof_tab"].select(on_profiles, prof_in, prof_out, api_name="head_profiles", api_visibility="undocumented",
+                         **shell.model_event())
+    for comp in (p["prof_scope"], p["prof_n"]):
+        comp.input(on_profiles, prof_in, prof_out, api_visibility="private", **shell.model_event())
+    p["prof_stat"].input(safe(lambda st, s: views.profiles_view_figure(st[0], s, st[1]) if st else
+                              views.message_figure("No head profiles yet."), "head profiles"),
+                         [p["prof_state"], p["prof_stat"]], p["prof_heat"], api_visibility="private", **VIEW)
+
+    def on_row(run, evt: gr.SelectData):
+        try:
+            row = evt.row_value
+            label = f"{row[0]} L{int(row[1])} H{int(row[2])}"
+            return label, views.head_map_figure(run, label, shell.lm(run))
+        except Exception:
+            log.exception("head select failed")
+            return gr.skip(), views.message_figure("This head's map could not be drawn.")
+
+    p["prof_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"]],
+                           api_visibility="private", **VIEW)
+    p["prof_pick"].input(safe(lambda r, lab: views.head_map_figure(r, lab, shell.lm(r)), "head map"),
+                         [shell.run_state, p["prof_pick"]], p["prof_head_plot"], api_name="head_map",
+                         api_visibility="undocumented", **VIEW)
+    _wire_pair(shell)
+    _wire_export(shell)
+
+
+def _wire_pair(shell: Shell) -> None:
+    p = shell.parts
+
+    def on_pair(text_a, text_b, run, name, kind, layer, head):
+        name = run.model if run is not None else name
+        problem = no_model_message(shell.reg, name)
+        if problem:
+            return f"⚠️ {problem}", views.message_figure(problem), gr.skip()
+        text_a, _ = clean_input(text_a)
+        text_b, _ = clean_input(text_b)
+        if is_blank(text_a) or is_blank(text_b):
+            return "✏️ Type two sentences.", views.message_figure("Type two sentences."), gr.skip()
+        try:
+            a, b = calls.gpu_pair(shell.reg_key, name, text_a, text_b)
+            pair = PairRun(name, a, b)
+            md = f"**A:** {md_escape(a.text)}  \n**B:** {md_escape(b.text)}"
+            return md, views.pair_view_figure(pair, kind, layer, head), pair
+        except Exception as e:
+            log.exception("pair failed")
+            return (f"⚠️ The comparison failed ({md_escape(type(e).__name__)}).",
+                    views.message_figure("The two sentences could not be drawn."), gr.skip())
+
+    p["pair_btn"].click(on_pair, [p["pair_a"], p["pair_b"], shell.run_state, shell.direction, p["pair_kind"],
+                                  p["pair_layer"], p["pair_head"]], [p["pair_text"], p["pair_plot"], p["pair_state"]],
+                        api_name="pair_view", api_visibility="undocumented", **shell.model_event())
+    for comp in (p["pair_kind"], p["pair_layer"], p["pair_head"]):
+        comp.input(safe(views.pair_view_figure, "two-sentence view"),
+                   [p["pair_state"], p["pair_kind"], p["pair_layer"], p["pair_head"]], p["pair_plot"],
+                   api_visibility="private", **VIEW)
+
+
+def _wire_export(shell: Shell) -> None:
+    p = shell.parts
+
+    def on_export(run, decoding, beam, max_len):
+        if run is None or run.tr.trace is None:
+            gr.Warning("Translate a sentence first.")
+            return None
+        tr = run.tr
+        settings = {"decoding": "beam" if tr.beam is not None else "greedy",
+                    "length_penalty": tr.beam.length_penalty if tr.beam is not None else None,
+                    "controls": {"decoding": decoding, "beam": beam, "max_len": max_len},
+                    "interventions": describe_interventions(tr.interventions)}
+        folder = Path(tempfile.mkdtemp(prefix="attn-export-"))
+        npz, js = write_export(tr, run.model, folder, shell.lm(run), settings)
+        return [str(npz), str(js)]
+
+    p["export_btn"].click(on_export, [shell.run_state, shell.decoding, shell.beam, shell.max_len], p["export_files"],
+                          api_name="export_run", api_visibility="undocumented", concurrency_limit=4)
+
+    def on_figure(which, run, kind, view, layer, head, units, scale, roll, amode, bview, pstate, pstat, pair, pkind,
+                  player, phead, fmt="HTML"):
+        lm = shell.lm(run)
+        builders = {
+            "attention": lambda: views.attention_figure(run, kind, view, layer, head, units, lm, scale),
+            "rollout": lambda: views.rollout_view_figure(run, roll, units),
+            "alignment": lambda: views.alignment_view_figure(run, amode, layer, head, units),
+            "beam": lambda: views.beam_view_figure(bview),
+            "profiles": lambda: views.profiles_view_figure(pstate[0], pstat, pstate[1]) if pstate else
+            views.message_figure("Open Head profiles first."),
+            "pair": lambda: views.pair_view_figure(pair, pkind, player, phead),
+        }
+        which = which if which in builders else "attention"
+        fig = builders[which]()
+        folder = Path(tempfile.mkdtemp(prefix="attn-figure-"))
+        if fmt != "PNG":
+            return str(v_export.figure_html(fig, folder / f"{which}.html"))
+        try:
+            return str(v_export.figure_png(fig, folder / f"{which}.png"))
+        except v_export.ImageExportUnavailable as e:
+            log.warning("PNG export unavailable: %s", e)
+            raise gr.Error(str(e)[:400]) from None
+
+    p["fig_btn"].click(on_figure, [p["fig_choice"], shell.run_state, shell.kind, p["view"], shell.layer, shell.head,
+                                   shell.units, p["scale"], p["rollout_layer"], p["align_mode"], p["beam_state"],
+                                   p["prof_state"], p["prof_stat"], p["pair_state"], p["pair_kind"], p["pair_layer"],
+                                   p["pair_head"], p["fig_format"]], p["fig_file"], api_name="export_figure",
+                       api_visibility="undocumented", concurrency_limit=4)
+
+    def on_link(text, name, decoding, beam, section, kind, layer, head, step, base):
+        b = int(beam or 1) if decoding == "beam" else 1
+        return deep_link(str(base or "/"), text or "", name, b, section or "", kind or "", layer, head, step)
+
+    p["link_btn"].click(on_link, [shell.text, shell.direction, shell.decoding, shell.beam, shell.section, shell.kind,
+                                  shell.layer, shell.head, shell.step, p["link_box"]], p["link_box"], js=LINK_JS,
+                        api_name="make_link", api_visibility="undocumented", queue=False).then(
+        None, p["link_box"], None, js=COPY_JS, api_visibility="private")

@@ -1,0 +1,35 @@
+"""The header, the run bar (which run every section shows) and the head selection they all share."""
+from __future__ import annotations
+
+import gradio as gr
+
+from model.transformer import ATTN_KINDS
+
+from ..present import KIND_LABELS, header_markdown
+from . import Shell, head_choices, layer_choices
+
+KIND_CHOICES = [(label, kind) for kind, label in KIND_LABELS.items()]
+UNIT_CHOICES = [("Words", "words"), ("Pieces", "pieces")]
+
+
+def build(shell: Shell) -> None:
+    lm = shell.default_lm
+    n_layers = lm.model.cfg.n_decoder_layers if lm else 1
+    n_heads = lm.model.cfg.n_heads if lm else 1
+    gr.Markdown(header_markdown(shell.reg), elem_id="header")
+    with gr.Column(elem_id="run-bar-box"):
+        shell.run_bar = gr.Markdown("**Current run** · translating the first example…", elem_id="run-bar")
+        with gr.Row(elem_id="selection-bar"):
+            shell.kind = gr.Radio(KIND_CHOICES, value=ATTN_KINDS[2], label="Attention", elem_id="attn-kind",
+                                  scale=4)
+            shell.layer = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="attn-layer",
+                                      scale=1, min_width=90)
+            shell.head = gr.Dropdown(head_choices(n_heads), value=0, label="Head", elem_id="attn-head", scale=1,
+                                     min_width=90)
+            shell.units = gr.Radio(UNIT_CHOICES, value="words", label="Units", elem_id="attn-units", scale=2,
+                                   info="pieces pooled into words: keys summed, queries averaged")
+            shell.parts["link_btn"] = gr.Button("🔗 Copy link", elem_id="link-btn", scale=0, min_width=100,
+                                                size="sm")
+        shell.parts["link_box"] = gr.Textbox(label="Link to this view (sentence, model, beam, section, kind, layer, "
+                                                   "head, step)", interactive=False, elem_id="link-box",
+                                             elem_classes="link-box")

@@ -1,0 +1,165 @@
+"""Generation: the decode step by step (what the decoder read, which source tokens it looked at, the
+next-token probabilities it chose from) and the beam-search tree."""
+from __future__ import annotations
+
+import gradio as gr
+
+from model import analysis as an
+from viz import beam as v_beam
+
+from .. import calls, views
+from ..present import md_escape
+from ..state import BeamView
+from . import VIEW, Shell, log
+
+PREFIX_COLORS = {"token": "#dde7f7", "special": "#d9d9d9", "input": "#b8cff0", "new": "#ffb347"}
+
+
+def build(shell: Shell) -> None:
+    p = shell.parts
+    with gr.Tabs():
+        with gr.Tab("Step by step", id="steps"):
+            with gr.Row():
+                shell.step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="step-slider", scale=4)
+                p["prev_btn"] = gr.Button("◀", elem_id="step-prev", scale=0, min_width=50)
+                p["play_btn"] = gr.Button("▶ Play", elem_id="step-play", scale=0, min_width=80)
+                p["pause_btn"] = gr.Button("❚❚", elem_id="step-pause", scale=0, min_width=50)
+                p["next_btn"] = gr.Button("▶", elem_id="step-next", scale=0, min_width=50)
+            p["timer"] = gr.Timer(0.8, active=False)
+            p["step_md"] = gr.Markdown(elem_id="step-md")
+            p["prefix"] = gr.HighlightedText(label="What the decoder reads (last: this step's input) → the token it "
+                                                   "produces", color_map=PREFIX_COLORS, show_inline_category=False,
+                                             show_legend=False, elem_id="step-prefix")
+            p["strip_plot"] = gr.Plot(elem_id="step-strip", show_label=False)
+            with gr.Row():
+                p["topk_plot"] = gr.Plot(label="Next-token probabilities", elem_id="step-topk", show_label=False)
+                p["self_plot"] = gr.Plot(label="Decoder self-attention row", elem_id="step-self", show_label=False)
+            p["cross_plot"] = gr.Plot(label="Cross-attention row", elem_id="step-cross", show_label=False)
+        with gr.Tab("Beam tree", id="beam-tree") as beam_tab:
+            gr.Markdown("Every hypothesis the beam kept, with its cumulative log-probability. Grey branches were "
+                        "pruned, blue ones finished but lost, red is the chosen translation. A greedy run is "
+                        "re-decoded here with beam search.", elem_classes="explain")
+            with gr.Row():
+                p["beam_size"] = gr.Slider(2, 8, value=4, step=1, label="Beam size (for a greedy run)",
+                                           elem_id="beam-size")
+                p["beam_btn"] = gr.Button("Re-run beam search", elem_id="beam-rerun")
+            p["beam_md"] = gr.Markdown(elem_id="beam-md")
+            p["beam_plot"] = gr.Plot(label="Beam search tree", elem_id="beam-plot", show_label=False)
+            p["beam_table"] = gr.Dataframe(headers=["rank (normalised)", "rank (raw log-prob)", "translation",
+                                                    "length", "log-prob", "normalised"],
+                                           label="Finished hypotheses: the length penalty's effect",
+                                           interactive=False, elem_id="beam-table")
+            p["beam_pick"] = gr.Dropdown([], label="Show another finished hypothesis", elem_id="beam-pick")
+            p["beam_text"] = gr.Textbox(label="Its translation", interactive=False, elem_id="beam-text")
+            p["beam_attn"] = gr.Plot(label="Its cross-attention", elem_id="beam-attn", show_label=False)
+            p["beam_state"] = gr.State(None)
+    p["beam_tab"] = beam_tab
+    p["step_outputs"] = [shell.step, p["step_md"], p["prefix"], p["strip_plot"], p["topk_plot"], p["cross_plot"],
+                         p["self_plot"]]
+
+
+def step_values(run, t, delta: int = 0, head=None) -> list:
+    n = len(run.tr.steps) if run is not None else 1
+    t = max(0, min(int(t or 0) + int(delta), max(0, n - 1)))
+    return [gr.Slider(minimum=0, maximum=max(1, n - 1), value=t), *views.step_figures(run, t, head)]
+
+
+def refresh(shell: Shell, run, sel: dict) -> list:
+    """The section's views for a new run (when the section is opened, or a link lands on it)."""
+    return step_values(run, sel.get("step", 0))
+
+
+def _on_step(run, t, delta=0):
+    try:
+        return step_values(run, t, delta)
+    except Exception:
+        log.exception("step view failed")
+        msg = views.message_figure("This step could not be drawn.")
+        return gr.skip(), "This step could not be drawn.", [], msg, msg, msg, msg
+
+
+def _beam(shell: Shell, run, old, size, force=False):
+    size = max(2, min(int(size or 4), 8))
+    lm = shell.lm(run)
+    if old is not None and not force and old.run_id == run.id and (run.tr.beam is not None
+                                                                    or old.tree.get("size") == size):
+        return old  # this run's tree is already drawn
+    if run.tr.beam is not None and not force:
+        return BeamView(run.model, run.tr, an.beam_tree_data(lm, run.tr), run.id)
+    tr_b = calls.gpu_beam(shell.reg_key, run.model, run.tr.src_text, size)
+    return BeamView(run.model, tr_b, dict(an.beam_tree_data(lm, tr_b), size=size), run.id)
+
+
+def _beam_outputs(shell: Shell, run, old, size, force=False):
+    try:
+        if run is None:
+            return (views.FIRST, views.message_figure(views.FIRST), None, gr.Dropdown(choices=[], value=None), None)
+        view = _beam(shell, run, old, size, force)
+        nodes, tree = view.tree["nodes"], view.tree
+        best = nodes[tree["best"]]
+        raw_best = min(tree["finished"], key=lambda n: nodes[n]["rank_raw"])
+        md = (f"**Chosen:** {md_escape(best.get('text', ''))} (log-prob {best['score']:.3f}, normalised "
+              f"{best['normalized']:.3f}, length penalty α = {tree['length_penalty']:g}).")
+        md += (f" Without the length penalty the raw log-probability would have picked "
+               f"*{md_escape(nodes[raw_best].get('text', ''))}* ({nodes[raw_best]['score']:.3f})."
+               if raw_best != tree["best"] else " The raw log-probability picks the same hypothesis.")
+        picks = [(f"#{nodes[n]['rank_norm']} ({nodes[n]['normalized']:.3f}): {nodes[n].get('text', '')[:80]}", i)
+                 for i, n in enumerate(tree["finished"])]
+        return (md, views.beam_view_figure(view), v_beam.finished_rows(nodes, tree["finished"]),
+                gr.Dropdown(choices=picks, value=None), view)
+    except Exception as e:
+        log.exception("beam tree failed")
+        return (f"⚠️ The beam tree failed ({md_escape(type(e).__name__)}).",
+                views.message_figure("The beam tree could not be drawn."), gr.skip(), gr.skip(), gr.skip())
+
+
+def wire(shell: Shell) -> None:
+    p = shell.parts
+    outs = p["step_outputs"]
+    shell.step.release(_on_step, [shell.run_state, shell.step], outs, api_name="step_view",
+                       api_visibility="undocumented", **VIEW)
+    p["prev_btn"].click(lambda r, t: _on_step(r, t, -1), [shell.run_state, shell.step], outs,
+                        api_visibility="private", **VIEW)
+    p["next_btn"].click(lambda r, t: _on_step(r, t, 1), [shell.run_state, shell.step], outs,
+                        api_visibility="private", **VIEW)
+
+    def on_play(run, t):
+        n = len(run.tr.steps) if run is not None else 0
+        if n <= 1:
+            return gr.Timer(active=False), gr.skip()
+        return gr.Timer(active=True), 0 if int(t or 0) >= n - 1 else int(t or 0)
+
+    def on_tick(run, t):
+        n = len(run.tr.steps) if run is not None else 0
+        t = int(t or 0)
+        if n == 0 or t >= n - 1:
+            return (gr.Timer(active=False), *[gr.skip()] * len(outs))
+        out = _on_step(run, t, 1)
+        return (gr.Timer(active=t + 1 < n - 1), *out)
+
+    p["play_btn"].click(on_play, [shell.run_state, shell.step], [p["timer"], shell.step], api_visibility="private",
+                        show_progress="hidden")
+    p["pause_btn"].click(lambda: gr.Timer(active=False), None, p["timer"], api_visibility="private",
+                         show_progress="hidden")
+    p["timer"].tick(on_tick, [shell.run_state, shell.step], [p["timer"], *outs], api_visibility="private", **VIEW)
+
+    beam_outs = [p["beam_md"], p["beam_plot"], p["beam_table"], p["beam_pick"], p["beam_state"]]
+    beam_in = [shell.run_state, p["beam_state"], p["beam_size"]]
+    p["beam_tab"].select(lambda r, o, s: _beam_outputs(shell, r, o, s), beam_in, beam_outs, api_name="beam_tree",
+                         api_visibility="undocumented", **shell.model_event())
+    p["beam_btn"].click(lambda r, o, s: _beam_outputs(shell, r, o, s, True), beam_in, beam_outs,
+                        api_visibility="private", **shell.model_event())
+
+    def on_pick(view, idx):
+        try:
+            if view is None or idx is None:
+                return "", views.message_figure("Pick a finished hypothesis.")
+            node = view.tree["nodes"][view.tree["finished"][int(idx)]]
+            hyp = calls.gpu_hypothesis(shell.reg_key, view.model, view.tr, node["ids"])
+            return hyp.text, views.hypothesis_figure(hyp, node["rank_norm"])
+        except Exception:
+            log.exception("beam pick failed")
+            return gr.skip(), views.message_figure("This hypothesis could not be drawn.")
+
+    p["beam_pick"].input(on_pick, [p["beam_state"], p["beam_pick"]], [p["beam_text"], p["beam_attn"]],
+                         api_name="beam_pick", api_visibility="undocumented", **shell.model_event())

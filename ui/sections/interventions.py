@@ -1,0 +1,210 @@
+"""Masks & interventions: switch parts of the computation off and compare with the current run.
+
+Compare always runs against the current run (its sentence, direction and decoding). The map to
+compare follows the last toggle (causal mask → decoder self-attention, ...); a changed toggle or a new
+run marks the verdict stale until Compare is pressed again."""
+from __future__ import annotations
+
+import gradio as gr
+
+from model.decoding import prepare_source
+from model.transformer import ATTN_KINDS, NO_INTERVENTION
+
+from .. import calls, views
+from ..payload import WORD_ORDER
+from ..present import (describe_interventions, diff_summary, head_choices, make_interventions, md_escape,
+                       notice_md, parse_heads, run_notices, src_token_choices, token_diff)
+from ..state import CompareRun
+from . import VIEW, Shell, layer_choices, log
+from .bar import KIND_CHOICES
+from .translate import opts_from
+
+DIFF_COLORS = {"token": "#dde7f7", "differs": "#f4a6a6"}
+EXPLAIN = {
+    "padding": "On: <pad> keys get weight 0. Off: pad tokens become visible keys (pad the source first).",
+    "causal": "On: decoder position i sees only positions ≤ i. Off: it also sees later ones (no KV cache).",
+    "positional": "On: sin/cos vectors are added to the embeddings. Off: the model reads a bag of words.",
+    "heads": "Zeroed before the output projection (their maps are still computed).",
+    "src": "Hidden as keys from the encoder and from cross-attention.",
+    "pad": "Adds <pad> tokens, as in a batch with a longer sentence (0 = none).",
+}
+STALE = "⚠️ **Stale:** the settings or the current run changed since this comparison. Press **Compare** to refresh."
+
+
+def follow(pad_on, causal_on, pos_on, heads, padded: bool, kind, layer, head):
+    """(kind, layer, head, why) of the map that shows a toggle's effect."""
+    if not causal_on:
+        return ATTN_KINDS[1], layer, head, "causal mask off: decoder self-attention, where the upper triangle fills in"
+    if not pos_on:
+        return ATTN_KINDS[0], layer, head, "positional encoding off: encoder self-attention, which loses word order"
+    if not pad_on and padded:
+        return ATTN_KINDS[0], layer, head, "padding mask off: encoder self-attention over the padded keys"
+    if heads:
+        (k, l, h), *_ = sorted(parse_heads(heads))
+        return k, l, h, f"{heads[0]} ablated: that head, and its layer's output"
+    return kind, layer, head, ""
+
+
+def build(shell: Shell) -> None:
+    p = shell.parts
+    lm = shell.default_lm
+    with gr.Row():
+        with gr.Column(scale=1):
+            p["pad_to"] = gr.Slider(0, 64, value=0, step=1, label="Pad the source to N tokens", info=EXPLAIN["pad"],
+                                    elem_id="pad-to")
+            p["pad_mask"] = gr.Checkbox(True, label="Source padding mask", info=EXPLAIN["padding"],
+                                        elem_id="tog-padding")
+            p["causal"] = gr.Checkbox(True, label="Causal mask", info=EXPLAIN["causal"], elem_id="tog-causal")
+            p["pos_enc"] = gr.Checkbox(True, label="Positional encoding", info=EXPLAIN["positional"],
+                                       elem_id="tog-positional")
+        with gr.Column(scale=1):
+            p["ablate_heads"] = gr.Dropdown(head_choices(lm) if lm else [], value=[], multiselect=True,
+                                            label="Ablate heads", info=EXPLAIN["heads"], elem_id="tog-heads")
+            p["ablate_src"] = gr.Dropdown([], value=[], multiselect=True, label="Ablate source tokens",
+                                          info=EXPLAIN["src"], elem_id="tog-src")
+            p["cmp_kind"] = gr.Radio(KIND_CHOICES, value=ATTN_KINDS[2], label="Map to compare (follows the toggle)",
+                                     elem_id="cmp-kind")
+            with gr.Row():
+                p["compare_btn"] = gr.Button("Compare with the current run", variant="primary",
+                                             elem_id="compare-btn")
+                p["preset_btn"] = gr.Button("Try word order: positional encoding off", elem_id="cmp-preset",
+                                            size="sm")
+    p["cmp_stale"] = gr.Markdown(elem_id="cmp-stale")
+    p["cmp_notice"] = gr.Markdown(elem_id="cmp-notice")
+    with gr.Row():
+        p["base_chips"] = gr.HighlightedText(label="Baseline", color_map=DIFF_COLORS, show_inline_category=False,
+                                             show_legend=False, elem_id="cmp-base")
+        p["mod_chips"] = gr.HighlightedText(label="Modified", color_map=DIFF_COLORS, show_inline_category=False,
+                                            show_legend=False, elem_id="cmp-mod")
+    p["prob_plot"] = gr.Plot(label="Chosen-token probability per step", elem_id="cmp-probs", show_label=False)
+    p["cmp_plot"] = gr.Plot(label="Attention: baseline, modified, difference", elem_id="cmp-maps", show_label=False)
+    with gr.Accordion("The masks as built for these settings (True = attend)", open=False, elem_id="masks-box"):
+        p["masks_plot"] = gr.Plot(label="Masks", elem_id="masks-plot", show_label=False)
+    p["cmp_state"] = gr.State(None)
+
+
+def refresh(shell: Shell, run, sel: dict, cmp=None) -> list:
+    """Mask preview, source choices, and the verdict marked stale when it is not of this run."""
+    p = shell.parts
+    tr = run.tr
+    masks = views.masks_figure(shell.reg, run.model, tr.src_tokens, tr.output_tokens, NO_INTERVENTION,
+                               "Masks of the current run (True = attend)")
+    stale = STALE if cmp is not None and cmp.run_id != run.id else ""
+    return [masks, gr.Dropdown(choices=src_token_choices(tr.src_tokens), value=[], multiselect=True), stale]
+
+
+def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, kind, layer, head):
+    p = shell.parts
+    if run is None:
+        return {p["cmp_notice"]: "✏️ Translate a sentence first: Compare runs against the current run."}
+    lm = shell.lm(run)
+    try:
+        iv = make_interventions(pad_on, causal_on, pos_on, heads_sel, src_sel)
+        lm.model.validate_interventions(iv)
+    except ValueError as e:
+        gr.Warning(str(e))
+        return {p["cmp_notice"]: f"⚠️ {md_escape(e)}"}
+    tr = run.tr
+    opts = opts_from("beam" if tr.beam is not None else "greedy", max(len(s.tokens) for s in tr.beam.steps)
+                     if tr.beam is not None else 1, 100, pad_in)
+    try:
+        base, mod, mod_on_base = calls.gpu_compare(shell.reg_key, run.model, tr.src_text, opts, iv)
+    except Exception as e:
+        log.exception("compare failed")
+        gr.Warning("The comparison failed; please try another sentence.")
+        return {p["cmp_notice"]: f"⚠️ The comparison failed ({md_escape(type(e).__name__)})."}
+    cmp = CompareRun(run.model, base, mod, mod_on_base, iv, run.id)
+    kind, layer, head, why = follow(pad_on, causal_on, pos_on, heads_sel, "<pad>" in mod.src_tokens, kind, layer,
+                                    head)
+    da, db = token_diff(base.output_tokens, mod.output_tokens)
+    changes = describe_interventions(iv) or ["nothing changed (all toggles at their defaults)"]
+    msgs = list(run.notices) + ["Modified: " + "; ".join(changes) + ".",
+                                        diff_summary(base.output_tokens, mod.output_tokens)]
+    if why:
+        msgs.append(f"Map: {why}.")
+    msgs.append("The maps feed both models the baseline's output, so their rows line up.")
+    if not pad_on and "<pad>" not in mod.src_tokens:
+        msgs.append("The source has no padding, so switching the padding mask off changes nothing: pad it first.")
+    return {
+        p["cmp_notice"]: notice_md(msgs), p["cmp_stale"]: "",
+        p["base_chips"]: gr.HighlightedText(value=[(t, "differs" if d else "token")
+                                                   for t, d in zip(base.output_tokens, da)],
+                                            label=f"Baseline: {base.text[:300]}"),
+        p["mod_chips"]: gr.HighlightedText(value=[(t, "differs" if d else "token")
+                                                  for t, d in zip(mod.output_tokens, db)],
+                                           label=f"Modified: {mod.text[:300]}"),
+        p["prob_plot"]: views.probability_figure(cmp),
+        p["cmp_plot"]: views.compare_maps_figure(cmp, kind, layer, head, lm),
+        p["masks_plot"]: views.masks_figure(shell.reg, run.model, mod.src_tokens, mod.output_tokens, iv,
+                                            "Masks of the modified run (True = attend)"),
+        p["cmp_state"]: cmp, p["cmp_kind"]: kind,
+    }
+
+
+def wire(shell: Shell) -> None:
+    p = shell.parts
+    toggles = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"]]
+    outs = [p["cmp_notice"], p["cmp_stale"], p["base_chips"], p["mod_chips"], p["prob_plot"], p["cmp_plot"],
+            p["masks_plot"], p["cmp_state"], p["cmp_kind"]]
+    cmp_in = [shell.run_state, *toggles, p["cmp_kind"], shell.layer, shell.head]
+    p["compare_btn"].click(lambda *a: _compare(shell, *a), cmp_in, outs, api_name="compare_ui",
+                           api_visibility="undocumented", **shell.model_event())
+
+    def on_toggle(run, cmp, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, kind):
+        """Redraw the masks at once; the verdict below is now stale; the map follows the toggle."""
+        try:
+            if run is None:
+                return views.message_figure(views.FIRST), gr.skip(), gr.skip()
+            lm = shell.lm(run)
+            src, _ = prepare_source(lm, run.tr.src_text, int(pad_in or 0))
+            iv = make_interventions(pad_on, causal_on, pos_on, (), src_sel)
+            fig = views.masks_figure(shell.reg, run.model, src, run.tr.output_tokens, iv,
+                                     "Masks for the current settings (True = attend)")
+            new_kind = follow(pad_on, causal_on, pos_on, heads_sel, int(pad_in or 0) > 0, kind, 0, 0)[0]
+            return fig, STALE if cmp is not None else "", new_kind
+        except Exception:
+            log.exception("mask preview failed")
+            return views.message_figure("The masks could not be drawn."), gr.skip(), gr.skip()
+
+    tog_in = [shell.run_state, p["cmp_state"], *toggles, p["cmp_kind"]]
+    for i, comp in enumerate(toggles):
+        comp.input(on_toggle, tog_in, [p["masks_plot"], p["cmp_stale"], p["cmp_kind"]],
+                   api_name="masks" if i == 0 else None, api_visibility="undocumented" if i == 0 else "private",
+                   **VIEW)
+
+    def on_maps(cmp, kind, layer, head):
+        try:
+            if cmp is None:
+                return views.message_figure("Press Compare first.")
+            return views.compare_maps_figure(cmp, kind, layer, head, shell.reg.models.get(cmp.model))
+        except Exception:
+            log.exception("compare maps failed")
+            return views.message_figure("This map could not be drawn.")
+
+    for i, comp in enumerate((p["cmp_kind"], shell.layer, shell.head)):
+        comp.input(on_maps, [p["cmp_state"], p["cmp_kind"], shell.layer, shell.head], p["cmp_plot"],
+                   api_name="compare_maps" if i == 0 else None,
+                   api_visibility="undocumented" if i == 0 else "private", **VIEW)
+
+
+
+
+def wire_preset(shell: Shell) -> None:
+    """A sentence where word order matters, translated, then compared with the positional encoding off."""
+    p = shell.parts
+    toggles = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"]]
+    outs = [p["cmp_notice"], p["cmp_stale"], p["base_chips"], p["mod_chips"], p["prob_plot"], p["cmp_plot"],
+            p["masks_plot"], p["cmp_state"], p["cmp_kind"]]
+    cmp_in = [shell.run_state, *toggles, p["cmp_kind"], shell.layer, shell.head]
+
+    def on_preset(name):
+        lm = shell.reg.models.get(name)
+        text = WORD_ORDER.get(lm.src_lang, WORD_ORDER["en"]) if lm else WORD_ORDER["en"]
+        return text, False, True, True
+
+    translate, t_inputs, t_outputs = p["translate_event"]
+    p["preset_btn"].click(on_preset, shell.direction, [shell.text, p["pos_enc"], p["causal"], p["pad_mask"]],
+                          api_visibility="private", queue=False).then(
+        lambda *a: (yield from translate(*a, replay=False)), t_inputs, t_outputs, api_visibility="private",
+        **shell.model_event()).then(
+        lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private", **shell.model_event())

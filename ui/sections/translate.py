@@ -1,0 +1,201 @@
+"""Translate & watch: the input, the translation, and the generation replayed step by step with the
+source lighting up under each step's cross-attention, beside every head's map growing row by row."""
+from __future__ import annotations
+
+import time
+import traceback
+
+import gradio as gr
+
+from model.decoding import DecodeOptions
+from model.transformer import ATTN_KINDS
+
+from .. import calls, views
+from ..payload import examples_for, parse_link
+from ..present import (DOMAIN_HINT, MAX_INPUT_CHARS, chips, clean_input, direction_label, is_blank, md_escape,
+                       no_model_message, notice_md, output_marks, run_bar, run_notices, source_marks)
+from ..state import Run
+from . import Shell, lazy_values, log
+
+CHIP_COLORS = {"token": "#dde7f7", "<unk>": "#f4a6a6", "replaced <unk>": "#ffd27f", "special": "#d9d9d9"}
+WATCH_PACE = 0.04   # seconds between replayed steps: long enough to see, short enough not to wait
+WATCH_FIGURES = 3   # intermediate heads figures sent while replaying (payload)
+
+
+def opts_from(decoding: str, beam, max_len, pad_to: int = 0) -> DecodeOptions:
+    b = int(beam or 1) if decoding == "beam" else 1
+    return DecodeOptions(beam=max(1, min(b, 8)), max_len=max(1, min(int(max_len or 100), 250)),
+                         pad_src_to=max(0, int(pad_to or 0)))
+
+
+def build(shell: Shell) -> None:
+    reg, names = shell.reg, shell.reg.names
+    with gr.Row():
+        with gr.Column(scale=3):
+            shell.text = gr.Textbox(label="Sentence", lines=1, max_lines=4, elem_id="input-text",
+                                    placeholder="Ein Mann fährt mit dem Fahrrad durch die Stadt.",
+                                    info=f"Enter or Translate · at most {MAX_INPUT_CHARS:,} characters · {DOMAIN_HINT}")
+        with gr.Column(scale=2, min_width=240):
+            with gr.Row():
+                shell.direction = gr.Dropdown([(direction_label(n, reg), n) for n in names],
+                                              value=shell.default_model, label="Direction", elem_id="direction")
+                translate_btn = gr.Button("Translate", variant="primary", elem_id="translate-btn", scale=0,
+                                          min_width=110)
+            with gr.Accordion("Decoding", open=False, elem_id="decoding-box"):
+                shell.decoding = gr.Radio([("Greedy", "greedy"), ("Beam search", "beam")], value="greedy",
+                                          label="Decoding", elem_id="decoding")
+                shell.beam = gr.Slider(2, 8, value=4, step=1, label="Beam size", elem_id="beam", visible=False)
+                shell.max_len = gr.Slider(1, 200, value=100, step=1, label="Max output tokens", elem_id="max-len")
+    p = shell.parts
+    p["translate_btn"] = translate_btn
+    # "✓" plus a fresh id once the last value of a run is on the page: browser tests wait on it
+    p["run_status"] = gr.Markdown(elem_id="run-status")
+    p["notice"] = gr.Markdown(elem_id="notice")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=300):
+            p["out_text"] = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
+            p["watch_strip"] = gr.HighlightedText(label="Source, shaded by the cross-attention of the step being "
+                                                        "generated (last layer, mean of heads)",
+                                                  show_legend=False, elem_id="watch-strip", interactive=False)
+            with gr.Row():
+                p["src_chips"] = gr.HighlightedText(label="Source tokens", color_map=CHIP_COLORS,
+                                                    show_legend=False, show_inline_category=False,
+                                                    elem_id="src-chips")
+                p["out_chips"] = gr.HighlightedText(label="Output tokens", color_map=CHIP_COLORS,
+                                                    show_legend=False, show_inline_category=False,
+                                                    elem_id="out-chips")
+        with gr.Column(scale=3, min_width=300):
+            p["watch_heads"] = gr.Plot(label="Every head, row by row", elem_id="watch-heads", show_label=False)
+    examples = examples_for(names, {n: reg.models[n].src_lang for n in names}, calls.DATA_DIRS)
+    p["examples"] = gr.Examples(examples, inputs=[shell.text, shell.direction], examples_per_page=8,
+                                label="Examples: the Multi30k test set, then everyday sentences (click one to "
+                                      "translate it)") if examples else None
+    p["first_example"] = examples[0] if examples else None
+    shell.on_run([p["notice"], p["out_text"], p["src_chips"], p["out_chips"], p["watch_strip"], p["watch_heads"],
+                  shell.run_state, shell.run_bar], lambda run, sel: _final(shell, run))
+
+
+def _final(shell: Shell, run: Run) -> list:
+    tr = run.tr
+    strip = views.watch_strip(run, len(tr.steps) - 1) if tr.steps else []
+    return [notice_md(run.notices), tr.text, chips(source_marks(tr)), chips(output_marks(tr)), strip,
+            views.watch_heads(run), run, run_bar(run.model, tr, shell.reg)]
+
+
+def _replay(shell: Shell, run: Run):
+    """The recorded decode, one step per frame: the translation grows, the source lights up, and the
+    heads' map gains rows (a few intermediate maps only: each costs payload)."""
+    p, tr = shell.parts, run.tr
+    n = len(tr.steps)
+    marks = set(round(n * (i + 1) / (WATCH_FIGURES + 1)) for i in range(WATCH_FIGURES))
+    for t in range(n - 1):
+        frame = {p["out_text"]: shell.reg.models[run.model].tgt_vocab.to_text(tr.output_tokens[: t + 1],
+                                                                               tr.tgt_lang),
+                 p["watch_strip"]: views.watch_strip(run, t)}
+        if t + 1 in marks:
+            frame[p["watch_heads"]] = views.watch_heads(run, t + 1)
+        yield frame
+        time.sleep(WATCH_PACE)
+
+
+def translate_events(shell: Shell, text_in, name, decoding_in, beam_in, max_len_in, sel: dict, replay=True):
+    """The translate event's updates, as dicts: progress, the replay, then every view of the new run."""
+    p = shell.parts
+    problem = no_model_message(shell.reg, name)
+    if problem:
+        yield {p["notice"]: f"⚠️ {problem}", p["run_status"]: "✗ no model"}
+        return
+    text_in, notices = clean_input(text_in)
+    if is_blank(text_in):
+        yield {p["notice"]: "✏️ Type a sentence to translate (the box is empty).", p["run_status"]: "✗ empty input"}
+        return
+    lm = shell.reg.models[name]
+    opts = opts_from(decoding_in, beam_in, max_len_in)
+    yield {p["notice"]: notice_md(notices + ["Translating…"]), p["run_status"]: "⏳ translating…"}
+    tr = None
+    try:
+        for ev, value in calls.gpu_stream(shell.reg_key, name, text_in, opts):
+            if ev == "step":
+                yield {p["notice"]: notice_md(notices + [f"Beam search, step {value + 1}…"])}
+            elif ev == "done":
+                tr = value
+    except Exception as e:
+        log.error("translate failed: %s", traceback.format_exc())
+        gr.Warning("The translation failed; please try another sentence.")
+        yield {p["notice"]: f"⚠️ The translation failed ({md_escape(type(e).__name__)}).", p["run_status"]: "✗ failed"}
+        return
+    run = Run.of(lm, name, tr, run_notices(tr, notices, lm))
+    if replay and tr.steps:
+        yield from _replay(shell, run)
+    yield shell.run_values(run, sel) | {p["run_status"]: f"✓ translated · run {run.id}"}
+
+
+def wire(shell: Shell) -> None:
+    """The translate event; wired after every section is built (it refreshes them all)."""
+    p = shell.parts
+    sel_inputs = [shell.kind, p["view"], shell.layer, shell.head, shell.units]
+    inputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, *sel_inputs]
+    outputs = [p["run_status"], *shell.run_outputs()]
+
+    def on_translate(text_in, name, decoding_in, beam_in, max_len_in, kind, view, layer, head, units="words"):
+        sel = dict(kind=kind, view=view, layer=layer, head=head, units=units)
+        yield from translate_events(shell, text_in, name, decoding_in, beam_in, max_len_in, sel)
+
+    def translate_fn(*args, replay=True):
+        *head, kind, view, layer, head_, units = args
+        yield from translate_events(shell, *head, dict(kind=kind, view=view, layer=layer, head=head_, units=units),
+                                    replay=replay)
+
+    p["translate_event"] = (translate_fn, inputs, outputs)
+    for trigger in (p["translate_btn"].click, shell.text.submit):
+        trigger(on_translate, inputs, outputs, api_name="translate_stream", api_visibility="undocumented",
+                show_progress="minimal", **shell.model_event())
+    ex = p.get("examples")
+    if ex is not None and getattr(ex, "load_input_event", None) is not None:
+        ex.load_input_event.then(on_translate, inputs, outputs, api_visibility="private", show_progress="minimal",
+                                 **shell.model_event())
+    shell.decoding.change(lambda d: gr.Slider(visible=d == "beam"), shell.decoding, shell.beam,
+                          api_visibility="private", queue=False, show_progress="hidden")
+    _wire_first_screen(shell, outputs)
+
+
+def _wire_first_screen(shell: Shell, outputs: list) -> None:
+    """On page load: the shared link's sentence and view, or the first example, translated at once."""
+    p, names = shell.parts, shell.reg.names
+    first = p.get("first_example")
+    lazy = p.get("lazy", {})
+    lazy_outputs = [c for lz in lazy.values() for c in (lz.stamp, *lz.outputs)]
+    head_outputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.kind, shell.layer, shell.head,
+                    shell.step, p["view"], shell.tabs, shell.section]
+
+    def on_load(request: gr.Request):
+        params = dict(request.query_params) if request is not None else {}
+        link = parse_link(params, names)
+        if link is None and first is not None:
+            link = parse_link({"text": first[0], "model": first[1]}, names)
+        if link is None:
+            yield {shell.text: gr.skip()}
+            return
+        decoding = "beam" if link.beam > 1 else "greedy"
+        beam = link.beam if link.beam > 1 else 4
+        view = "head" if ("layer" in params or "head" in params) else "grid"
+        yield {shell.text: link.text, shell.direction: link.model, shell.decoding: decoding,
+               shell.beam: gr.Slider(value=beam, visible=decoding == "beam"), shell.kind: link.kind,
+               shell.layer: link.layer, shell.head: link.head, shell.step: link.step, p["view"]: view,
+               shell.tabs: gr.Tabs(selected=link.section), shell.section: link.section}
+        sel = dict(kind=link.kind, view=view, layer=link.layer, head=link.head, units="words")
+        for values in translate_events(shell, link.text, link.model, decoding, beam, 100, sel,
+                                       replay=link.section == "translate"):
+            run = values.get(shell.run_state)
+            if run is not None and link.section in lazy:  # the section the link opens, drawn at once
+                extra = (link.step,) if link.section == "generation" else ()
+                values = lazy_values(shell, link.section, run, *extra) | values
+            yield values
+
+    p["load_event"] = (on_load, [*head_outputs, *lazy_outputs, *outputs])
+
+
+def wire_load(shell: Shell, demo) -> None:
+    fn, outputs = shell.parts["load_event"]
+    demo.load(fn, None, outputs, api_name="deep_link", api_visibility="undocumented", show_progress="minimal",
+              **shell.model_event())

@@ -1,0 +1,363 @@
+"""Figures of a run, assembled with ``viz/`` from the engine's readouts. No gradio here.
+
+One convention everywhere: decoder query rows (self- and cross-attention) are labelled
+``input→token it produced`` (``viz.common.step_row_labels``) with that said in the axis title;
+repeated tokens carry their position; masked cells are drawn dark grey, not as weight 0.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from model import analysis as an
+from model.checkpoint import Registry
+from model.decoding import mask_preview, not_padding
+from model.transformer import ATTN_KINDS, NO_INTERVENTION, Interventions
+from viz import alignment as v_align
+from viz import attention as va
+from viz import beam as v_beam
+from viz import masks as vm
+from viz import pair as v_pair
+from viz import positional as vp
+from viz import profiles as v_prof
+from viz import rollout as v_roll
+from viz import steps as vs
+from viz.common import STEP_ROW_TITLE, message_figure, step_row_labels
+
+from .present import KIND_LABELS, kind_of, parse_heads
+from .state import BeamView, CompareRun, PairRun, Run
+
+FIRST = "Translate a sentence first."
+PE_POSITIONS = 32  # Multi30k sentences are ~13 tokens; more positions cost payload
+
+
+def clamp(value, n: int) -> int:
+    try:
+        return max(0, min(int(value or 0), n - 1))
+    except (TypeError, ValueError):
+        return 0
+
+
+def decoder_rows(q: list[str], outputs: list[str]) -> tuple[list[str], str | None]:
+    """Decoder query labels in the one convention, or the tokens unchanged when lengths differ."""
+    if len(q) == len(outputs):
+        return step_row_labels(q, outputs), STEP_ROW_TITLE
+    return q, None
+
+
+def kind_view(run: Run, kind: str, units: str, lm, trace=None):
+    """(weights L×H×Q×K, row labels, key labels, query valid, mask, axis title, unit word) of one kind,
+    pooled into words where the run is a subword run and ``units`` asks for words."""
+    tr = run.tr
+    if run.by_word(units) and lm is not None:
+        attn, q, k = tr.attention_by_word(lm, kind, trace)
+        q_tok, k_tok = tr.axes(kind)
+        full = np.broadcast_to(tr.mask(kind, trace), (len(q_tok), len(k_tok))).astype(float)
+        mask = an.pool_words(full, *_spans(tr, lm, kind)) > 0
+        outputs, unit = run.out_words, "words"
+    else:
+        attn, (q, k), mask = tr.attention(kind, trace), tr.axes(kind), tr.mask(kind, trace)
+        outputs, unit = tr.output_tokens, "tokens"
+    valid = not_padding(q)
+    rows, title = (q, None) if kind == ATTN_KINDS[0] else decoder_rows(q, outputs)
+    return attn, rows, k, valid, mask, title, unit
+
+
+def _spans(tr, lm, kind):
+    q, k = tr.axes(kind)
+    qv = lm.src_vocab if kind == ATTN_KINDS[0] else lm.tgt_vocab
+    kv = lm.tgt_vocab if kind == ATTN_KINDS[1] else lm.src_vocab
+    return qv.word_spans(q), kv.word_spans(k)
+
+
+def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: str = "words", lm=None,
+                     scale: str = "shared"):
+    if run is None or run.tr.trace is None:
+        return message_figure(FIRST)
+    kind = kind_of(kind)
+    if view == "scores":
+        return scores_figure(run, kind, layer, head)
+    attn, q, k, valid, mask, q_title, unit = kind_view(run, kind, units, lm)
+    label = KIND_LABELS[kind]
+    L, H = attn.shape[:2]
+    l, h = clamp(layer, L), clamp(head, H)
+    axes = f"rows: query {unit}, columns: key {unit}"
+    if view == "head":
+        return va.single_head(attn[l, h], q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, layer=l,
+                              head=h, query_title=q_title, label=f"layer {l}, head {h}",
+                              title=f"{label}: layer {l}, head {h} ({axes})")
+    if view == "mean":
+        return va.layer_means(attn, q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, query_title=q_title,
+                              title=f"{label}: mean over heads per layer ({axes})")
+    return va.head_grid(attn, q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, query_title=q_title,
+                        title=f"{label}: every layer × head; click a panel to open that head ({axes})")
+
+
+def scores_figure(run: Run | None, kind: str, layer, head):
+    """One head's scaled scores, the scores with the mask applied, and the softmax (tokens, not words)."""
+    if run is None or run.tr.trace is None:
+        return message_figure(FIRST)
+    tr, kind = run.tr, kind_of(kind)
+    attn = tr.attention(kind)
+    l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
+    q, k = tr.axes(kind)
+    rows, q_title = (q, None) if kind == ATTN_KINDS[0] else decoder_rows(q, tr.output_tokens)
+    return va.score_panels(tr.scores(kind, l)[h], attn[l, h], rows, k, mask=tr.mask(kind),
+                           query_valid=tr.query_valid(kind), query_title=q_title, label=f"L{l} H{h}",
+                           title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: QKᵀ/√d_k → mask → softmax (tokens)")
+
+
+# --------------------------------------------------------------------------- generation
+
+def step_figures(run: Run | None, t, head=None):
+    """(markdown, prefix chips, source strip, top-k, cross rows, self rows) of step ``t``."""
+    if run is None or not run.tr.steps:
+        msg = message_figure(FIRST)
+        return FIRST, [], msg, msg, msg, msg
+    tr = run.tr
+    sv = tr.step_view(t or 0)
+    special = ("<unk>", "<pad>", "<bos>", "<eos>")
+    prefix = [(tok, "special" if tok in special else "token") for tok in sv.prefix[:-1]] + [(sv.prefix[-1], "input")]
+    prefix.append((sv.token, "new"))
+    md = (f"**Step {sv.t} of {sv.n - 1}.** The decoder reads the {len(sv.prefix)} token(s) on the left and "
+          f"produces **{sv.token}** with probability {sv.prob:.1%}.")
+    row_label = step_row_labels(tr.decoder_input_tokens, tr.output_tokens)[sv.t]
+    topk = vs.topk_bars(sv.topk_tokens, sv.topk_probs, sv.chosen,
+                        title=f"Top-{len(sv.topk_tokens)} next tokens at step {sv.t}")
+    cross_w, src, over = sv.cross, tr.src_tokens, "the source"
+    if run.src_spans is not None:  # subword model: a source word's weight is the sum over its pieces
+        cross_w = an.pool_words(cross_w[..., None, :], [[0]], run.src_spans)[..., 0, :]
+        src, over = run.src_words, "the source words"
+    h = None if head in (None, "", "mean") else clamp(head, cross_w.shape[1])
+    weights = cross_w[-1].mean(0) if h is None else cross_w[-1, h]
+    what = f"last layer, mean over heads" if h is None else f"last layer, head {h}"
+    strip = vs.source_strip(weights, src, what=what, per_row=12, key_valid=not_padding(src),
+                            title=f"Step {sv.t} ({row_label}) looks at {over}")
+    cross = vs.step_rows(cross_w, src, what="cross-attention", query_label=row_label, key_valid=not_padding(src),
+                         title=f"Cross-attention of step {sv.t} over {over}, every layer and head")
+    self_ = vs.step_rows(sv.self_, sv.prefix, what="self-attention", highlight_key=len(sv.prefix) - 1,
+                         query_label=row_label, title=f"Decoder self-attention of step {sv.t} over the prefix")
+    return md, prefix, strip, topk, cross, self_
+
+
+def watch_strip(run: Run, t: int) -> list[tuple[str, float]]:
+    """HighlightedText value: the source words shaded by step t's last-layer cross-attention (mean of heads)."""
+    sv = run.tr.step_view(t)
+    w = sv.cross[-1].mean(0)
+    src = run.tr.src_tokens
+    if run.src_spans is not None:
+        w = np.array([w[s].sum() for s in run.src_spans])
+        src = run.src_words
+    top = float(w.max()) if w.size and w.max() > 0 else 1.0
+    return [(tok, round(float(x) / top, 3)) for tok, x in zip(src, w) if tok != "<pad>"]
+
+
+def watch_heads(run: Run, t: int | None = None):
+    """Every head's cross-attention over the rows decoded so far (all rows when ``t`` is None)."""
+    tr = run.tr
+    cross = tr.attention(ATTN_KINDS[2])
+    n = cross.shape[2]
+    t = n if t is None else max(1, min(int(t), n))
+    labels = step_row_labels(tr.decoder_input_tokens, tr.output_tokens)
+    return vs.heads_mini(cross[:, :, :t], tr.src_tokens, labels, n_rows=n, kind=ATTN_KINDS[2], height=260,
+                         title="Cross-attention of every head as it is generated (click a panel to open it)")
+
+
+# --------------------------------------------------------------------------- masks and interventions
+
+def masks_figure(reg: Registry, model: str, src_tokens, out_tokens, iv: Interventions, title: str):
+    m = mask_preview(reg.models[model], src_tokens, out_tokens, iv)
+    dec_in = ["<bos>"] + list(out_tokens[:-1]) if out_tokens else ["<bos>"]
+    rows = step_row_labels(dec_in, list(out_tokens)) if out_tokens else dec_in
+    return vm.mask_panels([
+        ("source padding mask (encoder self-attn)", m["padding"], src_tokens, src_tokens),
+        ("causal mask", m["causal"], rows, dec_in),
+        ("combined decoder self-attn mask", m["combined"], rows, dec_in),
+        ("cross-attention mask", m["cross"], rows, src_tokens),
+    ], title=title)
+
+
+def compare_maps_figure(cmp: CompareRun | None, kind: str, layer, head, lm=None):
+    """Baseline, modified and difference maps of one head; a subword ``lm`` pools pieces into words."""
+    if cmp is None:
+        return message_figure("Press Compare to run the baseline and the modified model.")
+    kind = kind_of(kind)
+    run = Run.of(lm, cmp.model, cmp.base) if lm is not None else Run(cmp.model, cmp.base)
+    base, q, k, valid, mask_b, q_title, unit = kind_view(run, kind, "words", lm)
+    mod, *_rest = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)
+    mask_m = _rest[3]
+    L, H = base.shape[:2]
+    l, h = clamp(layer, L), clamp(head, H)
+    return va.comparison_maps(base[l, h], mod[l, h], q, k, query_valid=valid, masks=(mask_b, mask_m),
+                              query_title=q_title,
+                              title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: baseline, modified and their "
+                                    f"difference (same decoder input; {unit})")
+
+
+def probability_figure(cmp: CompareRun):
+    base, mod = cmp.base, cmp.mod
+    return vs.step_probabilities([("baseline", base.output_tokens, [s.prob for s in base.steps]),
+                                  ("modified", mod.output_tokens, [s.prob for s in mod.steps])],
+                                 title="Probability of the chosen token at each step")
+
+
+# --------------------------------------------------------------------------- encodings
+
+def norms_figure(run: Run | None):
+    if run is None or run.tr.trace is None:
+        return message_figure("Translate a sentence to see its embedding norms.")
+    emb, pos = run.tr.embedding_norms()
+    return vp.embedding_norms(run.tr.src_tokens, emb, pos,
+                              title="Per source position: scaled token embedding vs positional encoding (L2 norm)")
+
+
+def positional_figures(reg: Registry, model: str, n_pos, dims_text: str):
+    if model not in reg.models:
+        msg = message_figure("No model loaded.")
+        return msg, msg, msg, msg
+    pe = reg.pe[model]
+    n = max(2, min(int(n_pos or PE_POSITIONS), pe.shape[0]))
+    sub = pe[:n]
+    dims = [int(d) for d in re.findall(r"\d+", dims_text or "")][:12] or [0, 1, 4, 5, 10, 11]
+    variants = an.pe_variants(n, pe.shape[1])
+    d_show = min(pe.shape[1], 64)
+    return (vp.encoding_heatmap(sub, title=f"The model's positional encoding: first {n} positions × "
+                                           f"{pe.shape[1]} dimensions"),
+            vp.encoding_curves(sub, dims, title="Chosen dimensions over positions"),
+            vp.similarity_matrix(sub, title="Cosine similarity between positions"),
+            vp.scheme_comparison({k: v[:, :d_show] for k, v in variants.items()},
+                                 title=f"Interleaved sin/cos (the model's) vs sin-only vs cos-only "
+                                       f"(first {d_show} dimensions)"))
+
+
+# --------------------------------------------------------------------------- analysis views
+
+def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
+    if run is None or run.tr.trace is None:
+        return message_figure(FIRST)
+    tr = run.tr
+    n_dec = tr.attention(ATTN_KINDS[2]).shape[0]
+    layer = None if layer_sel in (None, "", "all") else clamp(layer_sel, n_dec)
+    d = an.rollout_data(tr, layer)
+    which = "mean over every layer and head" if layer is None else f"layer {layer}, mean over heads"
+    roll, attr, src, out, dec_in = d["rollout"], d["attribution"], tr.src_tokens, tr.output_tokens, \
+        tr.decoder_input_tokens
+    if run.by_word(units):  # keys summed, queries averaged over a word's pieces
+        roll = an.pool_words(roll, run.src_spans, run.src_spans)
+        attr = an.pool_words(attr, run.out_spans, run.src_spans)
+        src, out, dec_in = run.src_words, run.out_words, ["<bos>"] + run.out_words[:-1]
+        which += "; pieces pooled into words"
+    rows, title = decoder_rows(dec_in, out)
+    return v_roll.rollout_figure(roll, attr, src, rows, formula=an.ROLLOUT_FORMULA, src_valid=not_padding(src).tolist(),
+                                 out_title=title, title=f"Attention rollout; cross-attention c_t: {which}")
+
+
+ALIGN_MODES = ("head", "layer", "mean", "rollout")
+
+
+def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "words"):
+    if run is None or run.tr.trace is None:
+        return message_figure(FIRST)
+    tr = run.tr
+    L, H = tr.attention(ATTN_KINDS[2]).shape[:2]
+    mode = mode if mode in ALIGN_MODES else "layer"
+    l, h = clamp(layer, L), clamp(head, H)
+    w = an.alignment_data(tr, mode, l, h)
+    what = {"head": f"cross-attention, layer {l}, head {h}", "layer": f"cross-attention, layer {l}, mean of heads",
+            "mean": "cross-attention, mean of every layer and head", "rollout": "rollout attribution"}[mode]
+    src, out, dec_in = tr.src_tokens, tr.output_tokens, tr.decoder_input_tokens
+    if run.by_word(units):  # keys summed, queries averaged over a word's pieces
+        w = an.pool_words(w, run.out_spans, run.src_spans)
+        src, out, dec_in = run.src_words, run.out_words, ["<bos>"] + run.out_words[:-1]
+        what += "; pieces pooled into words"
+    rows, title = decoder_rows(dec_in, out)
+    return v_align.alignment_lines(w, src, rows, what="weight", out_title=title or "output",
+                                   title=f"Alignment lines ({what}); hover a token to highlight its lines")
+
+
+def beam_view_figure(view: BeamView | None):
+    if view is None:
+        return message_figure("Open this view after translating to see the beam search.")
+    return v_beam.beam_tree_figure(view.tree["nodes"], view.tree["y"], length_penalty=view.tree["length_penalty"],
+                                   title=f"Beam search tree: {len(view.tree['nodes']) - 1} hypotheses explored, "
+                                         f"{len(view.tree['finished'])} finished")
+
+
+def profiles_view_figure(rows, stat, label: str = ""):
+    if not rows:
+        return message_figure("No head profiles yet.")
+    stat = stat if stat in an.STATS else an.STATS[0]
+    grids = [(KIND_LABELS[k], an.profile_grid(list(rows), k, stat)) for k in ATTN_KINDS]
+    return v_prof.profile_heatmaps(grids, stat, kinds=list(ATTN_KINDS),
+                                   title=f"{v_prof.STAT_LABELS[stat]} per layer × head{label}; click a cell to "
+                                         "open that head")
+
+
+def head_map_figure(run: Run | None, head_label, lm=None):
+    if run is None or run.tr.trace is None:
+        return message_figure("Translate a sentence to see a head's map.")
+    if not head_label:
+        return message_figure("Pick a head (or click a cell or a row).")
+    (kind, l, h), = parse_heads([head_label])
+    return attention_figure(run, kind, "head", l, h, "words", lm, scale="head")
+
+
+def pair_view_figure(pair: PairRun | None, kind, layer, head):
+    if pair is None:
+        return message_figure("Enter two sentences and press Compare sentences.")
+    kind = kind_of(kind, ATTN_KINDS[0])
+    maps, valid, masks = [], [], []
+    l = h = 0
+    for label, tr in (("sentence A", pair.a), ("sentence B", pair.b)):
+        attn = tr.attention(kind)
+        l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
+        q, k = tr.axes(kind)
+        rows = q if kind == ATTN_KINDS[0] else decoder_rows(q, tr.output_tokens)[0]
+        maps.append((f"{label}: {tr.text[:60]}", attn[l, h], rows, k))
+        valid.append(tr.query_valid(kind))
+        masks.append(tr.mask(kind))
+    return v_pair.side_by_side(maps, query_valid=valid, masks=masks,
+                               query_title=None if kind == ATTN_KINDS[0] else STEP_ROW_TITLE,
+                               title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: both sentences on one colour scale")
+
+
+def hypothesis_figure(hyp, rank):
+    kind = ATTN_KINDS[2]
+    attn = hyp.attention(kind)
+    rows, q_title = decoder_rows(*hyp.axes(kind)[:1], hyp.output_tokens)
+    return va.layer_means(attn, rows, hyp.axes(kind)[1], query_valid=hyp.query_valid(kind), query_title=q_title,
+                          kind=kind, title=f"Hypothesis #{rank}: cross-attention, mean over heads per layer "
+                                           "(teacher-forced on this hypothesis)")
+
+
+__all__ = ["attention_figure", "scores_figure", "step_figures", "watch_strip", "watch_heads", "masks_figure",
+           "compare_maps_figure", "probability_figure", "norms_figure", "positional_figures", "rollout_view_figure",
+           "alignment_view_figure", "beam_view_figure", "profiles_view_figure", "head_map_figure",
+           "pair_view_figure", "hypothesis_figure", "NO_INTERVENTION"]
+
+
+def warm_up(reg_key: str) -> None:
+    """One short translation and one of each figure per model, so the first visitor does not pay for
+    spaCy, lazy imports and first-call allocations. Runs in a background thread after start-up."""
+    import logging
+    import traceback
+
+    from model.decoding import DecodeOptions
+
+    from . import calls
+    from .payload import EVERYDAY
+    reg = calls.REGISTRIES[reg_key]
+    try:
+        for name, lm in reg.models.items():
+            text = EVERYDAY.get(lm.src_lang, ["a b"])[0]
+            for _ in calls.gpu_stream(reg_key, name, text, DecodeOptions(max_len=3)):
+                pass
+            run = Run(name, calls.gpu_translate(reg_key, name, text, DecodeOptions(max_len=3)))
+            figs = [attention_figure(run, k, v, 0, 0) for k in ATTN_KINDS for v in ("grid", "head", "mean", "scores")]
+            figs += list(step_figures(run, 0)[2:]) + [norms_figure(run), watch_heads(run), masks_figure(
+                reg, name, run.tr.src_tokens, run.tr.output_tokens, NO_INTERVENTION, "")]
+            for fig in figs:
+                fig.to_json()
+    except Exception:  # never fatal: the first request just pays the cost instead
+        logging.getLogger("attention-explorer").warning("warm-up failed: %s", traceback.format_exc())
