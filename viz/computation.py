@@ -87,14 +87,16 @@ def _head_panels(q, K, scores, blocked, masked, pattern, V, z, result, d_k, quer
     who = f" of “{esc(short(query_token))}”" if str(query_token) else ""
     return [
         (0, f"q: the query{who}", q[None], "dim", False, ("div", qk), False, "q[%{x}] = %{z:.4g}"),
-        (0, "K: one key per token (row), d_k columns", K, "dim", True, ("div", qk), True, "key %{y}<br>k[%{x}] = %{z:.4g}"),
+        (0, "K: one key per token (row), d_k columns", K, "dim", True, ("div", qk), True,
+         "key %{y}<br>k[%{x}] = %{z:.4g}"),
         (0, f"scores = q·Kᵀ / √d_k (d_k = {d_k})", finite(scores)[None], "key", False, ("div", s_lo), False,
          "key %{x}<br>score = %{z:.4g}"),
         (0, "mask: score, or −∞ where the key is hidden", finite(np.where(blocked, np.nan, masked))[None], "key",
          False, ("div", s_lo), False, "key %{x}<br>score = %{z:.4g}"),
         (0, "α = softmax(masked scores)", finite(pattern)[None], "key", False, ("attn", 1.0), True,
          "key %{x}<br>α = %{z:.4f}"),
-        (1, "V: one value per token (row), d_k columns", V, "dim", True, ("div", vz), True, "key %{y}<br>v[%{x}] = %{z:.4g}"),
+        (1, "V: one value per token (row), d_k columns", V, "dim", True, ("div", vz), True,
+         "key %{y}<br>v[%{x}] = %{z:.4g}"),
         (1, "z = αV = Σⱼ αⱼ vⱼ", z[None], "dim", False, ("div", vz), False, "z[%{x}] = %{z:.4g}"),
         (1, f"head output z · W_Oʰ (d_model = {result.shape[0]})", result[None], "model", False,
          ("div", finite_absmax(result)), True, "out[%{x}] = %{z:.4g}"),
