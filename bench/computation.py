@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import gzip
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -43,6 +44,11 @@ def _payload(obj) -> int:
     return len(json.dumps(conv(obj)))
 
 
+def _logit_lens(comp: Computation):
+    lens = comp.logit_lens(k=5)
+    return lens.top_ids, lens.top_probs  # what the view shows; not the (L, T, V) probabilities
+
+
 def views(lm, src: str, ref: str):
     tr = translate(lm, src, DecodeOptions(beam=1))
     comp = Computation(tr.trace, lm.model)
@@ -50,7 +56,7 @@ def views(lm, src: str, ref: str):
     return {
         "inside one head (cross)": lambda: comp.head("cross", 0, 0, t),
         "residual norms": lambda: (comp.residual_norms("encoder"), comp.residual_norms("decoder")),
-        "logit lens": lambda: comp.logit_lens(k=5).top_ids,
+        "logit lens": lambda: _logit_lens(comp),
         "norm-based weights": lambda: comp.norm_weights("cross", -1 % comp.n_layers("decoder")),
         "embedding steps": lambda: comp.embedding_steps("encoder"),
         "forced decoding": lambda: force(lm, src, ref),
@@ -86,7 +92,8 @@ def main(argv=None) -> dict:
         ok = "ok" if r["p50_ms"] <= r["target_ms"] else "OVER"
         print(f"{name:26s} p50 {r['p50_ms']:8.1f} ms (target {r['target_ms']:.0f}, {ok})  "
               f"payload {r['payload_bytes']:,} B")
-    result = {"checkpoint": args.checkpoint, "sentences": args.n, "reps": args.reps, "threads": 1, "views": rows}
+    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_average": os.getloadavg(),
+              "checkpoint": args.checkpoint, "sentences": args.n, "reps": args.reps, "threads": 1, "views": rows}
     Path(__file__).with_name("computation.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
 

@@ -17,7 +17,6 @@ from .checkpoint import LoadedModel
 from .decoding import StepRecord, Translation, full_trace, generable, prepare_source
 from .hooks import Trace, hook_name
 from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, Interventions, Transformer, canonical_kind
-from .vocab import tokenize
 
 @dataclass
 class HeadComputation:
@@ -165,7 +164,7 @@ def force(lm: LoadedModel, src_text: str, ref_text: str, iv: Interventions = NO_
     if not src_text.strip() or not ref_text.strip():
         raise ValueError("both a source sentence and a reference translation are needed")
     room = lm.model.cfg.max_len - 1
-    pieces = lm.tgt_vocab.segment(tokenize(ref_text, lm.tgt_lang))  # words, or pieces for a subword vocabulary
+    pieces = lm.tgt_vocab.tokens(ref_text, lm.tgt_lang)
     out_ids = lm.tgt_vocab.encode(pieces[:room - 1]) + [EOS_ID]
     return force_ids(lm, src_text, out_ids, ref_text, iv, top_k)
 

@@ -16,7 +16,7 @@ from .data import pad_batch
 from .hooks import Trace, capture, hook_name
 from .transformer import (ATTN_KINDS, BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions, KVCache,
                           Transformer, canonical_kind)
-from .vocab import SPECIALS, tokenize
+from .vocab import SPECIALS
 
 ROW_HOOKS = ("decoder.layers.*.self_attn.hook_pattern", "decoder.layers.*.cross_attn.hook_pattern")
 
@@ -346,7 +346,7 @@ def lineage(hyp: FinishedHypothesis, steps: list[_StepData]) -> list[int]:
 def prepare_source(lm: LoadedModel, text: str, pad_to: int = 0) -> tuple[list[str], bool]:
     """Tokens <bos> t1..tn <eos> [<pad>...] cut to the model's length; also whether it was cut.
     Tokens are spaCy words for a word vocabulary, their pieces for a subword one."""
-    words = lm.src_vocab.segment(tokenize(text, lm.src_lang))
+    words = lm.src_vocab.tokens(text, lm.src_lang)
     room = lm.model.cfg.max_len - 2
     truncated = len(words) > room
     toks = ["<bos>"] + words[:room] + ["<eos>"]
@@ -527,7 +527,7 @@ def translate_batch(lm: LoadedModel, texts: list[str], beam: int = 1, alpha: flo
             out[i] = translate(lm, texts[i], opts).text
         return out
     room = lm.model.cfg.max_len - 2
-    ids = [[BOS_ID] + lm.src_vocab.encode(lm.src_vocab.segment(tokenize(texts[i], lm.src_lang))[:room]) + [EOS_ID]
+    ids = [[BOS_ID] + lm.src_vocab.encode(lm.src_vocab.tokens(texts[i], lm.src_lang)[:room]) + [EOS_ID]
            for i in todo]
     for i, text in zip(todo, translate_ids(lm, ids, beam, alpha, batch_size)):
         out[i] = text

@@ -11,7 +11,10 @@ concurrent requests each get their own trace.
 """
 from __future__ import annotations
 
+import ctypes
 import fnmatch
+import functools
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -53,6 +56,28 @@ class HookPoint(nn.Module):
         return bool(self._forward_hooks)
 
 
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's <malloc.h>
+
+
+@functools.cache
+def keep_freed_memory(trim_threshold: int = 512 << 20) -> bool:
+    """Ask glibc, once, to keep freed memory for reuse instead of handing it back to the kernel.
+
+    A capture keeps every activation alive (~140 MB for a batch of 64). By default glibc returns
+    such memory on free (large blocks are mmap'ed and unmapped, the heap top is trimmed), so the
+    next capture gets it back one 4 KB page fault at a time: ~2.5 µs a page here, more than the
+    forward pass itself costs. Process-wide; True when glibc took the settings.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(M_MMAP_MAX, 0)  # every block from the heap, where it can be reused
+                    and libc.mallopt(M_TRIM_THRESHOLD, trim_threshold))
+    except (OSError, AttributeError):  # not glibc (musl, ...)
+        return False
+
+
 def hook_names(model: nn.Module) -> list[str]:
     """All hook point names of ``model``, in module order."""
     return [name for name, mod in model.named_modules() if isinstance(mod, HookPoint)]
@@ -74,7 +99,11 @@ def _matcher(names: NameFilter) -> Callable[[str], bool]:
 
 @dataclass
 class Trace:
-    """Captured tensors: hook name -> one detached CPU tensor per call, in call order."""
+    """Captured tensors: hook name -> one detached CPU tensor per call, in call order.
+
+    On the CPU these are the model's own tensors, not copies (nothing writes into them later): treat
+    them as read-only, and copy before changing one in place.
+    """
 
     records: dict[str, list[torch.Tensor]] = field(default_factory=dict)
 
@@ -148,7 +177,9 @@ def capture(model: nn.Module, names: NameFilter = None) -> Iterator[Trace]:
 
     ``names`` may be None (all but opt-in points), a glob such as ``"*.hook_pattern"``, a list of
     names/globs, or a predicate. Hooks are removed on exit, even after an exception.
+    The first capture calls :func:`keep_freed_memory`.
     """
+    keep_freed_memory()
     match = _matcher(names)
     trace = Trace()
     owner = threading.get_ident()
@@ -157,7 +188,10 @@ def capture(model: nn.Module, names: NameFilter = None) -> Iterator[Trace]:
     def make_hook(name: str):
         def hook(_module, _inputs, output):
             if threading.get_ident() == owner:
-                trace.records.setdefault(name, []).append(output.detach().to("cpu", copy=True))
+                # The tensor itself on the CPU, not a copy: the model never writes into a tensor once a
+                # hook point has passed it on, nor passes one its own parameters or buffers (tests
+                # check). Copying all a capture keeps (~140 MB for a batch of 64) would add ~5 %.
+                trace.records.setdefault(name, []).append(output.detach().to("cpu"))
         return hook
 
     try:

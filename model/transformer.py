@@ -300,7 +300,11 @@ class _Stack(nn.Module):
         if start_pos + T > self.pe.size(0):
             raise ValueError(f"sequence of {start_pos + T} positions exceeds max_len {self.pe.size(0)}")
         pe = self.pe[start_pos:start_pos + T][None].to(x.dtype)
-        pe = self.hook_pos(pe if use_pos else torch.zeros_like(pe))
+        if not use_pos:
+            pe = torch.zeros_like(pe)
+        elif self.hook_pos.active:  # a capture keeps what it is given: never the buffer itself
+            pe = pe.clone()
+        pe = self.hook_pos(pe)
         return _dropout(self.dropout, x + pe)
 
 

@@ -89,6 +89,10 @@ class Vocab:
     def segment(self, words: list[str]) -> list[str]:
         return list(words)
 
+    def tokens(self, text: str, lang: str) -> list[str]:
+        """``text`` as this vocabulary's tokens: spaCy words, or their pieces for a subword vocabulary."""
+        return self.segment(tokenize(text, lang))
+
     def word_spans(self, tokens: list[str]) -> list[list[int]]:
         return [[i] for i in range(len(tokens))]
 

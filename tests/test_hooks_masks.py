@@ -6,6 +6,7 @@ import threading
 import pytest
 import torch
 
+from model.decoding import greedy_batch
 from model.hooks import HookPoint, capture, hook_names
 from model.masks import causal_mask, padding_mask, target_mask, to_ignore_mask
 from model.transformer import BOS_ID, EOS_ID, PAD_ID, Interventions, KVCache, sinusoidal_encoding
@@ -99,7 +100,7 @@ def test_opt_in_points_recorded_only_when_named(tiny_model):
     torch.testing.assert_close(named["hook_logits"], logits)
 
 
-def test_captured_tensors_are_detached_copies(tiny_model):
+def test_captured_tensors_are_detached(tiny_model):
     src, tgt = batch()
     with capture(tiny_model, "encoder.hook_embed") as trace:
         tiny_model(src, tgt).sum().backward()  # grad mode on: the model's tensors require grad
@@ -107,6 +108,33 @@ def test_captured_tensors_are_detached_copies(tiny_model):
     assert not emb.requires_grad and emb.grad_fn is None
     expected = tiny_model.encoder.tok_embed(src).detach() * tiny_model.cfg.d_model ** 0.5
     torch.testing.assert_close(emb, expected)
+
+
+def test_captured_tensors_are_never_written_afterwards(tiny_model):
+    """A trace keeps the model's own tensors, not copies: so none may be a parameter or buffer,
+    and nothing may write into one later (teacher forcing, then a cached greedy decode)."""
+    src, tgt = batch()
+    at_hook: dict[str, list[torch.Tensor]] = {}
+
+    def snapshot(name):
+        return lambda _m, _i, out: at_hook.setdefault(name, []).append(out.detach().clone())
+
+    handles = [m.register_forward_hook(snapshot(n)) for n, m in tiny_model.named_modules()
+               if isinstance(m, HookPoint)]
+    try:
+        with torch.inference_mode(), capture(tiny_model, lambda _n: True) as trace:  # opt-in points too
+            tiny_model(src, tgt)
+            greedy_batch(tiny_model, src, max_len=6)
+    finally:
+        for h in handles:
+            h.remove()
+    owned = {t.untyped_storage().data_ptr() for t in [*tiny_model.parameters(), *tiny_model.buffers()]}
+    assert trace.names() and sorted(trace.names()) == sorted(at_hook)
+    for name, calls in trace.records.items():
+        assert len(calls) == len(at_hook[name]) > 1, name
+        for got, want in zip(calls, at_hook[name]):
+            assert got.untyped_storage().data_ptr() not in owned, name
+            assert torch.equal(got, want), name
 
 
 def test_capture_records_every_incremental_step(tiny_model):
