@@ -22,7 +22,7 @@ import torch
 from ui import calls
 from ui.api import make_api
 from ui.sections import Shell, bar, lazy_section
-from ui.sections import analysis, attention, encodings, generation, interventions, translate
+from ui.sections import analysis, attention, computation, generation, interventions, translate
 from ui.views import warm_up
 
 # Requests waiting in the queue before new ones are refused with "busy, try again" ($ATTN_QUEUE_SIZE).
@@ -32,7 +32,7 @@ QUEUE_SIZE = 64
 MODEL_CONCURRENCY = max(1, int(os.environ.get("ATTN_MODEL_CONCURRENCY") or 1))
 SECTIONS = [("Translate & watch", "translate", translate), ("Attention", "attention", attention),
             ("Generation", "generation", generation), ("Masks & interventions", "interventions", interventions),
-            ("Encodings", "encodings", encodings), ("Analysis & export", "analysis", analysis)]
+            ("Computation", "computation", computation), ("Analysis & export", "analysis", analysis)]
 CSS = """
 #header h1 {margin: 0 0 0.1em 0; font-size: 1.5em;}
 .explain {color: #555; font-size: 0.9em;}
@@ -51,9 +51,7 @@ def _lazy(shell: Shell) -> None:
                  lambda run, step: generation.refresh(shell, run, dict(step=step)))
     lazy_section(shell, "interventions", p["tab_interventions"], [p["masks_plot"], p["ablate_src"], p["cmp_stale"]],
                  [p["cmp_state"]], lambda run, cmp: interventions.refresh(shell, run, {}, cmp))
-    lazy_section(shell, "encodings", p["tab_encodings"], [p["norms_plot"], p["pe_heat"], p["pe_curves"], p["pe_sim"],
-                                                          p["pe_var"]],
-                 [p["n_pos"], p["dims"]], lambda run, n, dims: encodings.refresh(shell, run, n, dims))
+    lazy_section(shell, "computation", p["tab_computation"], *computation.lazy_io(shell))
     for sid in ("translate", "attention", "analysis"):
         p[f"tab_{sid}"].select(lambda s=sid: s, None, shell.section, api_visibility="private", queue=False,
                                show_progress="hidden")
@@ -75,9 +73,10 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         translate.wire(shell)  # last: a new run refreshes every section
         interventions.wire_preset(shell)
         translate.wire_load(shell, demo)
-        api_translate, api_compare, api_models = make_api(reg_key)
+        api_translate, api_compare, api_attribution, api_models = make_api(reg_key)
         gr.api(api_translate, api_name="translate", **shell.model_event())
         gr.api(api_compare, api_name="compare", **shell.model_event())
+        gr.api(api_attribution, api_name="attribution", **shell.model_event())
         gr.api(api_models, api_name="models")
         demo.load(None, None, None, js=attention.CLICK_JS)
     demo.queue(default_concurrency_limit=1,

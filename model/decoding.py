@@ -154,12 +154,6 @@ class Translation:
         return StepView(t, len(self.steps), rec.token, rec.prob, self.decoder_input_tokens[: t + 1], tokens, probs,
                         chosen, rec.cross_attn, rec.self_attn)
 
-    def embedding_norms(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per source position: ||scaled token embedding|| and ||positional encoding added||."""
-        emb = self.trace[hook_name("embed", "encoder")][0].float().numpy()
-        pos = self.trace[hook_name("pos", "encoder")][0].float().numpy()
-        return np.linalg.norm(emb, axis=-1), np.broadcast_to(np.linalg.norm(pos, axis=-1), emb.shape[:1]).copy()
-
 
 @dataclass
 class Words:

@@ -148,7 +148,7 @@ def test_translate_ui_fills_every_view(client):
     assert g["step"]["value"] == 0 and g["step"]["maximum"] >= 1  # slider reset to the new decode
     masks, choices, stale = client.predict(api_name="/open_interventions")
     assert len(plot_json(masks)["data"]) >= 4 and stale == ""
-    norms, heat, *_ = client.predict(32, "0, 1", api_name="/open_encodings")
+    _, norms, heat, *_ = client.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", api_name="/open_computation")
     assert plot_json(norms)["data"] and plot_json(heat)["data"]
 
 
@@ -302,7 +302,7 @@ def test_html_and_script_are_text(client):
     toks = [t for t, _ in chip_tokens(r["src_chips"])]
     assert any("script" in t for t in toks)  # kept as plain text for the chip component
     masks = client.predict(api_name="/open_interventions")[0]
-    norms = client.predict(32, "0, 1", api_name="/open_encodings")[0]
+    norms = client.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", api_name="/open_computation")[1]
     for name, fig in (("attn_plot", r["attn_plot"]), ("watch_heads", r["watch_heads"]), ("masks", masks),
                       ("norms", norms)):
         strings = list(all_strings(plot_json(fig)))

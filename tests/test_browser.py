@@ -68,7 +68,7 @@ def _translate(page, text):
     return page.locator("#translation textarea").input_value()
 
 
-SECTIONS = ["Translate & watch", "Attention", "Generation", "Masks & interventions", "Encodings", "Analysis & export"]
+SECTIONS = ["Translate & watch", "Attention", "Generation", "Masks & interventions", "Computation", "Analysis & export"]
 
 
 def _plot(page, sel: str):
@@ -91,6 +91,9 @@ def test_first_screen_shows_a_heatmap_and_every_section(page):
 def test_clicking_a_grid_panel_opens_that_head(page):
     page.get_by_role("tab", name="Attention", exact=True).click()
     gd = _plot(page, "#attn-plot")
+    # the click handler is attached once the plot is mounted; clicking before that would be lost
+    page.wait_for_function("() => !!(document.querySelector('#attn-plot .js-plotly-plot') || {}).__headClick",
+                           timeout=30_000)
     box = page.locator("#attn-plot .js-plotly-plot .nsewdrag").first.bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.1)  # layer 0, head 1
     page.wait_for_function("() => document.querySelector('#attn-view input[value=head]').checked", timeout=30_000)
@@ -142,6 +145,41 @@ def test_compare_causal_off_shows_the_upper_triangle_and_goes_stale(page):
     page.locator("#tog-causal input").check()  # a changed input: the verdict is stale
     page.wait_for_function("() => (document.querySelector('#cmp-stale')||{}).innerText?.includes('Stale')",
                            timeout=30_000)
+
+
+def _title(page, sel: str) -> str:
+    _plot(page, sel)
+    return page.evaluate(f"() => document.querySelector('{sel} .js-plotly-plot').layout.title.text")
+
+
+def test_computation_inside_head_lens_attribution_and_forced(page):
+    """Inside one head for cross-attention, the logit lens, the attribution comparison, and a forced run
+    that becomes the current run."""
+    _translate(page, "Zwei Hunde spielen im Schnee.")
+    page.locator("#attn-kind input[value='decoder.cross_attn']").check()
+    page.get_by_role("tab", name="Computation", exact=True).click()
+    _plot(page, "#pe-norms")  # the first sub-view: embedding × √d_model + positional encoding
+    page.get_by_role("tab", name="Inside one head", exact=True).click()
+    _plot(page, "#head-comp")
+    assert "Decoder cross-attention" in _title(page, "#head-comp")
+    page.screenshot(path=str(ARTIFACTS / "inside-one-head.png"), full_page=True)
+    page.get_by_role("tab", name="Logit lens", exact=True).click()
+    _plot(page, "#lens-plot")
+    assert "Logit lens" in _title(page, "#lens-plot")
+    page.get_by_role("tab", name="Attribution", exact=True).click()
+    page.wait_for_function("() => (document.querySelector('#attr-md')||{}).innerText?.includes('ALTI+')",
+                           timeout=90_000)
+    assert "six ways" in _title(page, "#attr-plot")
+    page.get_by_role("tab", name="Forced decoding", exact=True).click()
+    page.locator("#ref-text textarea").fill("Two dogs are playing in the snow.")
+    before = _status(page)
+    page.locator("#force-btn").click()
+    _wait_done(page, before)
+    assert "forced" in _status(page)
+    assert "perplexity" in page.locator("#forced-md").inner_text()
+    assert "teacher-forced" in page.locator("#run-bar").inner_text()
+    assert "perplexity" in _title(page, "#forced-plot")
+    page.screenshot(path=str(ARTIFACTS / "forced-decoding.png"), full_page=True)
 
 
 def test_script_in_input_is_inert(page):

@@ -1,4 +1,4 @@
-"""The JSON API (/translate, /compare, /models): stable names and payloads for gradio_client."""
+"""The JSON API (/translate, /compare, /attribution, /models): stable names and payloads for gradio_client."""
 from __future__ import annotations
 
 import logging
@@ -12,6 +12,7 @@ from model.decoding import DecodeOptions
 from model.transformer import ATTN_KINDS, canonical_kind
 
 from . import calls
+from .inside import attribution_payload
 from .payload import to_json
 from .present import clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
 
@@ -100,6 +101,29 @@ def make_api(reg_key: str):
                     "difference": np.round(a_mod[l, h] - a_base[l, h], 4).tolist()},
         }
 
+    def attribution(text: str, direction: str = "", position: int = 0, ig_steps: int = 64) -> dict:
+        """For output `position` of the greedy translation of `text`: its scores over the source tokens by six
+        methods (raw cross-attention, rollout, norm-based, ALTI+, gradient x input, integrated gradients),
+        their Spearman correlations, and the ALTI+ source and target shares."""
+        name = _api_model(reg, direction)
+        text, _ = clean_input(text)
+        if is_blank(text):
+            raise gr.Error("The input is empty: type a sentence.")
+        try:
+            tr = calls.gpu_translate(reg_key, name, text, DecodeOptions())
+        except Exception as e:
+            log.exception("translate failed")
+            raise gr.Error(f"The translation failed ({type(e).__name__}).") from None
+        n = len(tr.output_ids)
+        position = _api_int(position, "position", -n, n - 1) % n
+        try:
+            attr = calls.gpu_attribute(reg_key, name, tr, position, _api_int(ig_steps, "ig_steps", 8, 256))
+        except Exception as e:
+            log.exception("attribution failed")
+            raise gr.Error(f"The attribution failed ({type(e).__name__}).") from None
+        return {"model": name, "translation": tr.text, "output_tokens": list(tr.output_tokens)} | \
+            attribution_payload(attr)
+
     def models() -> list:
         """The loaded translation directions and their sizes and metrics."""
         out = []
@@ -109,4 +133,4 @@ def make_api(reg_key: str):
             out.append(dict(s, direction=name, checkpoint=lm.path.name if lm.path else None))
         return out
 
-    return translate, compare, models
+    return translate, compare, attribution, models

@@ -12,10 +12,13 @@ import sys
 import threading
 from pathlib import Path
 
-from model.analysis import average_head_profiles
-from model.checkpoint import Registry, load_all
 from model import decoding
+from model.analysis import average_head_profiles
+from model.attribution import Attribution, attribute
+from model.checkpoint import Registry, load_all
+from model.computation import Forced, force
 from model.decoding import DecodeOptions, Translation, full_trace, hypothesis, stream
+from model.hooks import Trace
 from model.transformer import NO_INTERVENTION, Interventions
 
 
@@ -124,6 +127,27 @@ def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
     lm = _lm(reg_key, name)
     with MODEL_LOCK:
         return decoding.translate(lm, text_a, opts), decoding.translate(lm, text_b, opts)
+
+
+@GPU(duration=60)
+def gpu_force(reg_key: str, name: str, text: str, reference: str) -> Forced:
+    """The model teacher-forced on ``reference`` after ``text``."""
+    with MODEL_LOCK:
+        return force(_lm(reg_key, name), text, reference)
+
+
+@GPU(duration=60)
+def gpu_attribute(reg_key: str, name: str, tr: Translation, position: int, ig_steps: int = 64) -> Attribution:
+    """Every attribution method for output ``position`` of ``tr`` (gradients need the model)."""
+    with MODEL_LOCK:
+        return attribute(_lm(reg_key, name).model, tr, position, ig_steps=ig_steps)
+
+
+@GPU(duration=60)
+def gpu_full_trace(reg_key: str, name: str, tr: Translation) -> Trace:
+    """``tr`` teacher-forced again with every hook point, opt-in ones (logits, per-head results) too."""
+    with MODEL_LOCK:
+        return full_trace(_lm(reg_key, name), tr.src_ids, tr.output_ids, tr.interventions, names=lambda _n: True)
 
 
 @GPU(duration=120)

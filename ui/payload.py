@@ -82,7 +82,7 @@ def write_export(tr: Translation, model: str, folder, lm: LoadedModel | None = N
 
 # --------------------------------------------------------------------------- deep links
 
-SECTIONS = ("translate", "attention", "generation", "interventions", "encodings", "analysis")
+SECTIONS = ("translate", "attention", "generation", "interventions", "computation", "analysis")
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,7 @@ def parse_link(params, models: list[str]) -> Link | None:
     model = params.get("model")
     model = model if model in models else (models[0] if models else None)
     section = params.get("section", "translate")
+    section = "computation" if section == "encodings" else section  # links made before Encodings moved
     kind = KINDS.get(str(params.get("kind", "")), ATTN_KINDS[2]) if params.get("kind") not in ATTN_KINDS \
         else params["kind"]
     return Link(text, model, _int(params.get("beam", 1), 1, 8, 1),
@@ -164,10 +165,10 @@ DIRECTION_EXAMPLES = {
 TEST_FALLBACK = {  # the first lines of Multi30k test_2016_flickr, used when the data folder is absent
     "de": ["Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
            "Ein Boston Terrier läuft über saftig-grünes Gras vor einem weißen Zaun.",
-           "Eine Gruppe von Menschen steht vor einem Iglu."],
+           "Ein Mädchen in einem Karateanzug bricht ein Brett mit einem Tritt."],
     "en": ["A man in an orange hat starring at something.",
            "A Boston Terrier is running on lush green grass in front of a white fence.",
-           "A group of people standing in front of an igloo."],
+           "A girl in karate uniform breaking a stick with a front kick."],
     "fr": ["Un homme avec un chapeau orange regardant quelque chose.",
            "Un terrier de Boston court sur l'herbe verdoyante devant une clôture blanche.",
            "Une fille en tenue de karaté brisant un bâton avec un coup de pied."],
@@ -194,6 +195,17 @@ def test_examples(lang: str, data_dirs, n: int = 3, max_chars: int = 90) -> list
     """A few short sentences of the Multi30k test set for ``lang`` (built-in ones if it is absent)."""
     found = corpus_sentences(lang, data_dirs, n, max_chars)
     return found[0] if found else TEST_FALLBACK.get(lang, [])[:n]
+
+
+def reference_pairs(src_lang: str, tgt_lang: str, data_dirs, n: int = 12, max_chars: int = 90
+                    ) -> list[tuple[str, str]]:
+    """Up to ``n`` short (source, reference) pairs of the Multi30k test set (built-in ones if it is absent)."""
+    for d in data_dirs:
+        src = head_lines(Path(d) / f"test_2016_flickr.{src_lang}.gz", 4 * n + 200)
+        ref = head_lines(Path(d) / f"test_2016_flickr.{tgt_lang}.gz", 4 * n + 200)
+        if src and ref:
+            return [(s, r) for s, r in zip(src, ref) if s and r and len(s) <= max_chars][:n]
+    return list(zip(TEST_FALLBACK.get(src_lang, []), TEST_FALLBACK.get(tgt_lang, [])))[:n]
 
 
 def validation_sentences(lang: str, data_dirs, n: int = 24, max_chars: int = 200) -> tuple[list[str], str]:

@@ -251,11 +251,12 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1].rstrip() + "…"
 
 
-def run_bar(model: str, tr: Translation, reg: Registry) -> str:
+def run_bar(model: str, tr: Translation, reg: Registry, forced: bool = False) -> str:
     """The one line naming the current run, which every section shows."""
     lm = reg.models.get(model)
     arrow = f"{lm.src_lang}→{lm.tgt_lang}" if lm else model
     decoding = "greedy" if tr.beam is None else f"beam {max(len(s.tokens) for s in tr.beam.steps)}"
+    decoding = "teacher-forced on a reference" if forced else decoding
     changed = describe_interventions(tr.interventions)
     extra = f" · {md_escape('; '.join(changed))}" if changed else ""
     return (f"**Current run** · {arrow} · {md_escape(_clip(tr.src_text, 60))} → "

@@ -24,14 +24,15 @@ class Run:
     out_spans: list[list[int]] | None = None
     src_words: list[str] | None = None
     out_words: list[str] | None = None
+    forced: bool = False  # teacher-forced on a reference rather than decoded
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
 
     @classmethod
-    def of(cls, lm, name: str, tr: Translation, notices: list[str] | None = None) -> "Run":
+    def of(cls, lm, name: str, tr: Translation, notices: list[str] | None = None, forced: bool = False) -> "Run":
         if lm.src_vocab.kind == "word":
-            return cls(name, tr, list(notices or []))
+            return cls(name, tr, list(notices or []), forced=forced)
         w = tr.words(lm)
-        return cls(name, tr, list(notices or []), w.src_spans, w.output_spans, w.src, w.output)
+        return cls(name, tr, list(notices or []), w.src_spans, w.output_spans, w.src, w.output, forced)
 
     def by_word(self, units: str) -> bool:
         return units == "words" and self.src_spans is not None

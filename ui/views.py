@@ -204,14 +204,6 @@ def probability_figure(cmp: CompareRun):
 
 # --------------------------------------------------------------------------- encodings
 
-def norms_figure(run: Run | None):
-    if run is None or run.tr.trace is None:
-        return message_figure("Translate a sentence to see its embedding norms.")
-    emb, pos = run.tr.embedding_norms()
-    return vp.embedding_norms(run.tr.src_tokens, emb, pos,
-                              title="Per source position: scaled token embedding vs positional encoding (L2 norm)")
-
-
 def positional_figures(reg: Registry, model: str, n_pos, dims_text: str):
     if model not in reg.models:
         msg = message_figure("No model loaded.")
@@ -332,7 +324,7 @@ def hypothesis_figure(hyp, rank):
 
 
 __all__ = ["attention_figure", "scores_figure", "step_figures", "watch_strip", "watch_heads", "masks_figure",
-           "compare_maps_figure", "probability_figure", "norms_figure", "positional_figures", "rollout_view_figure",
+           "compare_maps_figure", "probability_figure", "positional_figures", "rollout_view_figure",
            "alignment_view_figure", "beam_view_figure", "profiles_view_figure", "head_map_figure",
            "pair_view_figure", "hypothesis_figure", "NO_INTERVENTION"]
 
@@ -355,7 +347,7 @@ def warm_up(reg_key: str) -> None:
                 pass
             run = Run(name, calls.gpu_translate(reg_key, name, text, DecodeOptions(max_len=3)))
             figs = [attention_figure(run, k, v, 0, 0) for k in ATTN_KINDS for v in ("grid", "head", "mean", "scores")]
-            figs += list(step_figures(run, 0)[2:]) + [norms_figure(run), watch_heads(run), masks_figure(
+            figs += list(step_figures(run, 0)[2:]) + [watch_heads(run), masks_figure(
                 reg, name, run.tr.src_tokens, run.tr.output_tokens, NO_INTERVENTION, "")]
             for fig in figs:
                 fig.to_json()

@@ -100,7 +100,8 @@ def build(shell: Shell) -> None:
             p["pair_state"] = gr.State(None)
         with gr.Tab("Export & share", id="export"):
             gr.Markdown("Everything captured for the current run: an `.npz` with every hook's tensor (keyed by hook "
-                        "name) and a JSON file with the tokens, the settings and the model id. Figures as standalone "
+                        "name: q, k, v, scores, mask, pattern, z, each head's result, the residual stream, the FFN, "
+                        "the logits) and a JSON file with the tokens, the settings and the model id. Figures as standalone "
                         "HTML, or PNG where the server has Kaleido and a Chromium.", elem_classes="explain")
             with gr.Row():
                 p["export_btn"] = gr.Button("Export the current run", elem_id="export-btn")
@@ -220,7 +221,10 @@ def _wire_export(shell: Shell) -> None:
                     "controls": {"decoding": decoding, "beam": beam, "max_len": max_len},
                     "interventions": describe_interventions(tr.interventions)}
         folder = Path(tempfile.mkdtemp(prefix="attn-export-"))
-        npz, js = write_export(tr, run.model, folder, shell.lm(run), settings)
+        # the opt-in points too (each head's output after W_O, the logits): one more teacher-forced pass
+        full = calls.gpu_full_trace(shell.reg_key, run.model, tr).arrays()
+        extra = {k: v for k, v in full.items() if k not in tr.trace.arrays()}
+        npz, js = write_export(tr, run.model, folder, shell.lm(run), settings, extra)
         return [str(npz), str(js)]
 
     p["export_btn"].click(on_export, [shell.run_state, shell.decoding, shell.beam, shell.max_len], p["export_files"],

@@ -39,7 +39,10 @@ CLICK_JS = """() => {
       btn.click();
     });
   });
-  setInterval(hook, 400);
+  // Hook a plot the moment it is mounted (tabs mount their children lazily); the interval is a fallback.
+  new MutationObserver(hook).observe(document.body, {childList: true, subtree: true});
+  hook();
+  setInterval(hook, 1000);
 }"""
 
 

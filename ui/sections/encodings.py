@@ -1,18 +1,25 @@
-"""Encodings: the model's own sinusoidal positional encoding, and how the current sentence's input is
-built from it (embedding × √d_model + encoding)."""
+"""Embedding & positions (a sub-view of Computation): how the current sentence's input is built
+(embedding × √d_model + encoding), and the model's own sinusoidal positional encoding."""
 from __future__ import annotations
 
 import gradio as gr
 
-from .. import views
+from .. import inside, views
 from . import VIEW, Shell, log
+
+PART_CHOICES = [("Source (encoder)", "encoder"), ("Decoder input", "decoder")]
 
 
 def build(shell: Shell) -> None:
     p = shell.parts
-    gr.Markdown("The model's own encoding, read from its buffer (the tensor `hook_pos` captures). Each input "
-                "vector is the token embedding × √d_model plus this encoding.", elem_classes="explain")
-    p["norms_plot"] = gr.Plot(label="Embedding vs encoding norms (current sentence)", elem_id="pe-norms",
+    gr.Markdown("The current sentence's input as the tutorials build it: each token's embedding, scaled by "
+                "√d_model, plus the positional encoding (the model's own, read from its buffer: the tensor "
+                "`hook_pos` captures). Bars are L2 norms per position; the heatmap below shows the first "
+                "dimensions of the four vectors at the chosen position.", elem_classes="explain")
+    with gr.Row():
+        p["emb_part"] = gr.Radio(PART_CHOICES, value="encoder", label="Input of", elem_id="emb-part")
+        p["emb_pos"] = gr.Dropdown([], label="Position in detail", elem_id="emb-pos", allow_custom_value=True)
+    p["norms_plot"] = gr.Plot(label="Embedding, scaling and encoding (current sentence)", elem_id="pe-norms",
                               show_label=False)
     with gr.Row():
         p["n_pos"] = gr.Slider(8, 128, value=views.PE_POSITIONS, step=1, label="Positions shown", elem_id="pe-npos")
@@ -25,8 +32,28 @@ def build(shell: Shell) -> None:
         p["pe_var"] = gr.Plot(label="Interleaved vs sin-only vs cos-only", elem_id="pe-variants", show_label=False)
 
 
-def refresh(shell: Shell, run, n_pos, dims) -> list:
-    return [views.norms_figure(run), *views.positional_figures(shell.reg, run.model, n_pos, dims)]
+def _positions(run, part: str) -> list[tuple[str, int]]:
+    tokens = run.tr.src_tokens if part == "encoder" else run.tr.decoder_input_tokens
+    return [(f"{i}: {t}", i) for i, t in enumerate(tokens)]
+
+
+def embedding(shell: Shell, run, part, position) -> list:
+    part = part if part == "decoder" else "encoder"
+    choices = _positions(run, part)
+    position = inside.clamp(position, len(choices), 1)
+    return [gr.Dropdown(choices=choices, value=position),
+            inside.embedding_figure(run, shell.lm(run), part, position)]
+
+
+def lazy_io(shell: Shell) -> tuple[list, list]:
+    """(outputs, extra inputs) as drawn when Computation opens: the order ``refresh`` takes and returns."""
+    p = shell.parts
+    return ([p["emb_pos"], p["norms_plot"], p["pe_heat"], p["pe_curves"], p["pe_sim"], p["pe_var"]],
+            [p["n_pos"], p["dims"], p["emb_part"], p["emb_pos"]])
+
+
+def refresh(shell: Shell, run, n_pos, dims, part, position) -> list:
+    return [*embedding(shell, run, part, position), *views.positional_figures(shell.reg, run.model, n_pos, dims)]
 
 
 def wire(shell: Shell) -> None:
@@ -44,3 +71,17 @@ def wire(shell: Shell) -> None:
                                                                              p["pe_sim"], p["pe_var"]]
     p["n_pos"].release(on_positional, pe_in, pe_out, api_name="positional", api_visibility="undocumented", **VIEW)
     p["dims"].submit(on_positional, pe_in, pe_out, api_visibility="private", **VIEW)
+
+    def on_embedding(run, part, position):
+        if run is None:
+            return gr.skip(), views.message_figure(views.FIRST)
+        try:
+            return tuple(embedding(shell, run, part, position))
+        except Exception:
+            log.exception("embedding steps failed")
+            return gr.skip(), views.message_figure("This view could not be drawn.")
+
+    emb_in, emb_out = [shell.run_state, p["emb_part"], p["emb_pos"]], [p["emb_pos"], p["norms_plot"]]
+    p["emb_part"].input(on_embedding, emb_in, emb_out, api_name="embedding_steps", api_visibility="undocumented",
+                        **VIEW)
+    p["emb_pos"].input(on_embedding, emb_in, emb_out, api_visibility="private", **VIEW)

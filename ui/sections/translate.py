@@ -79,7 +79,7 @@ def _final(shell: Shell, run: Run) -> list:
     tr = run.tr
     strip = views.watch_strip(run, len(tr.steps) - 1) if tr.steps else []
     return [notice_md(run.notices), tr.text, chips(source_marks(tr)), chips(output_marks(tr)), strip,
-            views.watch_heads(run), run, run_bar(run.model, tr, shell.reg)]
+            views.watch_heads(run), run, run_bar(run.model, tr, shell.reg, run.forced)]
 
 
 def _replay(shell: Shell, run: Run):

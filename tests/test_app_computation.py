@@ -1,0 +1,156 @@
+"""The Computation section and the /attribution API through gradio_client, on tiny random checkpoints:
+inside one head (every kind), the residual stream, the logit lens, attribution, forced decoding (which
+becomes the current run), the embedding steps, and the export of every hook point."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from gradio_client import Client
+
+from model.attribution import METHODS
+
+from tests.app_fixtures import launch, make_checkpoint, named
+
+SRC = "Zwei Hunde spielen im Schnee."
+REF = "Two dogs are playing in the snow."
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_checkpoint(root / "de-en", "de", "en", seed=0)
+    demo, url = launch(root, warm=False)
+    yield url
+    demo.close()
+
+
+@pytest.fixture()
+def client(url):
+    """A fresh session with SRC translated."""
+    c = Client(url, verbose=False)
+    c.predict(SRC, "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0, "words",
+              api_name="/translate_stream")
+    return c
+
+
+def plot(value) -> dict:
+    assert isinstance(value, dict) and value["type"] == "plotly", value
+    return json.loads(value["plot"])
+
+
+def decode(z):
+    """A plotly array as sent (typed-array dict or nested lists) as numpy."""
+    if isinstance(z, dict):
+        a = np.frombuffer(__import__("base64").b64decode(z["bdata"]), dtype=z["dtype"])
+        return a.reshape([int(s) for s in str(z.get("shape", len(a))).split(",")])
+    return np.asarray(z, dtype=float)
+
+
+def open_section(c, kind="decoder.cross_attn", layer=1, head=2, query=1, part="decoder") -> dict:
+    return named(c, c.src, c.predict(32, "0, 1", "encoder", 1, kind, layer, head, query, part,
+                                     api_name="/open_computation"), "open_computation")
+
+
+def test_opening_the_section_draws_every_view_of_the_current_run(client):
+    o = open_section(client)
+    assert [q[1] for q in o["head_query"]["choices"]][:2] == [0, 1]
+    assert o["head_query"]["choices"][0][0].startswith("0: <bos>→")  # decoder queries read input→token
+    assert "cross-attention, layer 1, head 2" in plot(o["head_comp"])["layout"]["title"]["text"]
+    assert plot(o["pe_norms"])["data"] and plot(o["pe_heat"])["data"]
+    assert plot(o["resid_plot"])["data"] and plot(o["normw_plot"])["data"] and plot(o["lens_plot"])["data"]
+    assert [c[1] for c in o["attr_pos"]["choices"]][0] == 0
+    assert o["ref_example"]["choices"]  # test-set sentences with their references (or the built-in ones)
+
+
+@pytest.mark.parametrize("kind,keys", [("encoder.self_attn", "source"), ("decoder.self_attn", "decoder input"),
+                                       ("decoder.cross_attn", "source")])
+def test_inside_one_head_for_every_kind(client, kind, keys):
+    """The softmax panel is a distribution over the keys; cross-attention's keys are the source tokens."""
+    open_section(client)
+    query, fig, normw = client.predict(kind, 1, 2, 2, api_name="/head_computation")
+    f = plot(fig)
+    assert f"layer 1, head 2, query 2" in f["layout"]["title"]["text"]
+    ticks = [t for ax in f["layout"].values() if isinstance(ax, dict) for t in ax.get("ticktext", [])]
+    assert ("Hunde" in " ".join(ticks)) == (keys == "source")
+    assert plot(normw)["data"]
+    assert query["value"] == 2
+
+
+def test_inside_one_head_waits_while_another_section_shows(client):
+    """A shared-selection change elsewhere draws nothing here (it is drawn when the section opens)."""
+    query, fig, normw = client.predict("decoder.cross_attn", 1, 2, 1, api_name="/head_computation")
+    assert fig == normw == {"__type__": "update"}  # gr.skip(): nothing sent
+
+
+def test_attribution_api(url):
+    out = Client(url, verbose=False).predict(SRC, "de-en", 1, 16, api_name="/attribution")
+    S = len(out["src_tokens"])
+    assert out["methods"] == list(METHODS) and out["position"] == 1
+    assert all(len(out["scores"][m]) == S for m in METHODS)
+    alti = np.array(out["scores"]["alti"])
+    assert (alti >= 0).all() and alti.sum() == pytest.approx(out["source_share"], abs=1e-6)
+    assert out["source_share"] + out["target_share"] == pytest.approx(1.0, abs=1e-6)
+    rho = np.array(out["correlations"], dtype=float)
+    assert rho.shape == (6, 6) and np.allclose(np.diag(rho)[~np.isnan(np.diag(rho))], 1.0)
+    assert out["token"] == out["output_tokens"][1]
+
+
+def test_attribution_api_rejects_bad_input(url):
+    c = Client(url, verbose=False)
+    with pytest.raises(Exception, match="empty"):
+        c.predict("   ", "de-en", 0, 16, api_name="/attribution")
+    with pytest.raises(Exception, match="whole number"):
+        c.predict(SRC, "de-en", "first", 16, api_name="/attribution")
+
+
+def test_attribution_view(client):
+    open_section(client)
+    md, fig, table = client.predict(0, 16, api_name="/attribution_view")
+    assert "ALTI+" in md and "Spearman" in md
+    assert len(plot(fig)["data"]) >= 2
+    assert table["headers"] == ["source", *METHODS]
+    assert [row[0] for row in table["data"]] == ["<bos>", "Zwei", "Hunde", "spielen", "im", "Schnee", ".", "<eos>"]
+
+
+def test_forced_decoding_becomes_the_current_run(client):
+    out = named(client, client.src, client.predict(SRC, REF, "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1",
+                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", api_name="/forced_view"), "forced_view")
+    assert out["run_status"].startswith("✓ forced")
+    assert "perplexity" in out["forced_md"] and "teacher-forced" in out["run_bar"]
+    assert out["translation"] == REF
+    ref_tokens = ["Two", "dogs", "are", "playing", "in", "the", "snow", ".", "<eos>"]
+    assert [c[0].split(": ", 1)[1] for c in out["attr_pos"]["choices"]] == ref_tokens
+    bars = plot(out["forced_plot"])["data"][0]
+    assert len(decode(bars["y"])) == len(ref_tokens)
+    assert ((decode(bars["y"]) >= 0) & (decode(bars["y"]) <= 100.0001)).all()
+    # every view now shows the forced run: the attention map's rows are the reference, step by step
+    fig = client.predict("decoder.cross_attn", "head", 0, 0, "words", "shared", api_name="/attention_view")[0]
+    rows = [t for ax in plot(fig)["layout"].values() if isinstance(ax, dict) for t in ax.get("ticktext", [])]
+    assert any("→dogs" in r for r in rows) and any("→snow" in r for r in rows)
+
+
+def test_forced_decoding_needs_a_reference(client):
+    out = named(client, client.src, client.predict(SRC, "  ", "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1",
+                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", api_name="/forced_view"), "forced_view")
+    assert "reference" in out["forced_md"]
+    assert out["run_status"] == {"__type__": "update"}  # the current run is untouched
+
+
+def test_embedding_steps(client):
+    pos, fig = client.predict("encoder", 2, api_name="/embedding_steps")
+    f = plot(fig)
+    assert pos["value"] == 2
+    assert [t["name"] for t in f["data"] if t.get("type") == "bar"][:4]
+    assert "√d_model" in f["layout"]["title"]["text"]
+
+
+def test_export_has_every_hook_point(client):
+    files = client.predict("greedy", 4, 30, api_name="/export_run")
+    npz = next(f for f in files if str(f).endswith(".npz"))
+    keys = set(np.load(npz).keys())
+    for name in ("decoder.layers.1.cross_attn.hook_q", "decoder.layers.1.cross_attn.hook_z",
+                 "decoder.layers.1.cross_attn.hook_result", "decoder.layers.0.hook_resid_post",
+                 "encoder.layers.0.ff.hook_post", "hook_logits"):
+        assert any(k == name or k.startswith(name + "#") for k in keys), (name, sorted(keys)[:20])

@@ -1,0 +1,171 @@
+"""Figures of the computation under a run (one head's arithmetic, the residual stream, the logit
+lens, attribution, forced decoding, the embedding steps), assembled with ``viz.computation`` from
+``model.computation`` readouts of the run's trace. No gradio here."""
+from __future__ import annotations
+
+import numpy as np
+
+from model.attribution import METHODS, Attribution
+from model.computation import Computation, Forced
+from model.transformer import ATTN_KINDS
+from viz import computation as vc
+from viz.common import message_figure, step_row_labels
+
+from .present import KIND_LABELS, kind_of, md_escape
+from .state import Run
+
+FIRST = "Translate a sentence first."
+METHOD_LABELS = {"attention": "raw cross-attention", "rollout": "rollout", "norm": "norm-based ‖α·f(x)‖",
+                 "alti": "ALTI+", "grad_input": "gradient × input", "integrated_gradients": "integrated gradients"}
+PARTS = {"encoder": "Encoder", "decoder": "Decoder"}
+
+
+def computation(run: Run, lm) -> Computation:
+    if run.tr.trace is None:
+        raise ValueError("this run holds no trace")
+    return Computation(run.tr.trace, lm.model)
+
+
+def query_labels(run: Run, kind: str) -> list[str]:
+    """One label per query position of ``kind``: source tokens, or ``input→token`` decoder steps."""
+    tr, kind = run.tr, kind_of(kind)
+    if kind == ATTN_KINDS[0]:
+        return [f"{i}: {t}" for i, t in enumerate(tr.src_tokens)]
+    return [f"{i}: {t}" for i, t in enumerate(step_row_labels(tr.decoder_input_tokens, tr.output_tokens))]
+
+
+def query_choices(run: Run | None, kind: str) -> list[tuple[str, int]]:
+    return [] if run is None else [(label, i) for i, label in enumerate(query_labels(run, kind))]
+
+
+def clamp(value, n: int, default: int = 0) -> int:
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        v = default
+    return max(0, min(v, n - 1)) if n else 0
+
+
+def head_figure(run: Run | None, lm, kind: str, layer, head, query):
+    """Inside one head: q, K, QKᵀ/√d_k, the mask as −∞, softmax, V, αV and the head's output after W_O."""
+    if run is None or lm is None:
+        return message_figure(FIRST)
+    kind = kind_of(kind)
+    comp = computation(run, lm)
+    part = kind.split(".")[0]
+    layer = clamp(layer, comp.n_layers(part))
+    head = clamp(head, lm.model.cfg.n_heads)
+    labels = query_labels(run, kind)
+    query = clamp(query, len(labels), len(labels) - 1)
+    h = comp.head(kind, layer, head, query)
+    keys = run.tr.axes(kind)[1]
+    return vc.head_computation(h.query, h.keys, h.scores, h.mask, h.masked, h.pattern, h.values, h.z, h.result,
+                               keys, labels[query].split(": ", 1)[1], lm.model.cfg.d_model // lm.model.cfg.n_heads,
+                               title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}, query {md_escape(labels[query])}")
+
+
+def residual_figure(run: Run | None, lm, part: str):
+    if run is None or lm is None:
+        return message_figure(FIRST)
+    part = part if part in PARTS else "decoder"
+    r = computation(run, lm).residual_norms(part)
+    tokens = run.tr.src_tokens if part == "encoder" else step_row_labels(run.tr.decoder_input_tokens,
+                                                                          run.tr.output_tokens)
+    return vc.residual_norms(r.resid, r.attn, r.ffn, r.cross, tokens,
+                             title=f"{PARTS[part]}: the residual stream's norm, and what each sublayer adds")
+
+
+def norm_weight_figure(run: Run | None, lm, kind: str, layer, head):
+    """One head's attention beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. 2020)."""
+    if run is None or lm is None:
+        return message_figure(FIRST)
+    kind = kind_of(kind)
+    comp = computation(run, lm)
+    layer = clamp(layer, comp.n_layers(kind.split(".")[0]))
+    head = clamp(head, lm.model.cfg.n_heads)
+    pattern = run.tr.attention(kind)[layer, head]
+    q, k = run.tr.axes(kind)
+    if kind != ATTN_KINDS[0]:
+        q = step_row_labels(q, run.tr.output_tokens)
+    return vc.norm_vs_attention(pattern, comp.norm_weights(kind, layer)[head], q, k,
+                                title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}: α beside ‖α·f(x)‖")
+
+
+def lens_figure(run: Run | None, lm, k: int = 5):
+    """The logit lens: the decoder's top tokens after each layer, at every step."""
+    if run is None or lm is None:
+        return message_figure(FIRST)
+    lens = computation(run, lm).logit_lens(k)
+    vocab = lm.tgt_vocab
+    tokens = [[vocab.decode(list(map(int, row))) for row in layer] for layer in lens.top_ids]
+    steps = step_row_labels(run.tr.decoder_input_tokens, run.tr.output_tokens)
+    return vc.logit_lens(tokens, lens.top_probs, steps,
+                         title="Logit lens: the final norm and the generator applied after each decoder layer")
+
+
+def attribution_figure(attr: Attribution | None):
+    if attr is None:
+        return message_figure(FIRST)
+    scores = {METHOD_LABELS[m]: attr.scores(m) for m in METHODS}
+    return vc.attribution_comparison(attr.src_tokens, scores, attr.correlations(), list(scores), attr.token,
+                                     attr.source_share,
+                                     title=f"Where output {attr.position} “{attr.token}” came from, six ways")
+
+
+def attribution_table(attr: Attribution) -> list[list]:
+    """Rows: source token, then one score per method (the order of ``METHODS``)."""
+    return [[tok, *(round(float(attr.scores(m)[i]), 5) for m in METHODS)] for i, tok in enumerate(attr.src_tokens)]
+
+
+def attribution_markdown(attr: Attribution) -> str:
+    rho = attr.correlations()
+    i, j, k = METHODS.index("attention"), METHODS.index("alti"), METHODS.index("integrated_gradients")
+    fmt = lambda v: "n/a" if np.isnan(v) else f"{v:+.2f}"  # noqa: E731
+    return (f"Output {attr.position} **{md_escape(attr.token)}**. ALTI+: the source gives "
+            f"**{attr.source_share:.0%}** of this prediction, the target prefix {attr.target_share:.0%}. "
+            f"Rank correlation (Spearman) of raw attention with ALTI+ {fmt(rho[i, j])}, with integrated "
+            f"gradients {fmt(rho[i, k])}. Integrated gradients add up to f(x) − f(baseline) = {attr.ig_delta:.3f}.")
+
+
+def attribution_payload(attr: Attribution) -> dict:
+    """The attribution table as plain JSON (the API's answer)."""
+    return {"src_tokens": list(attr.src_tokens), "position": attr.position, "token": attr.token,
+            "methods": list(METHODS), "scores": {m: [float(v) for v in attr.scores(m)] for m in METHODS},
+            "correlations": [[None if np.isnan(v) else float(v) for v in row] for row in attr.correlations()],
+            "source_share": attr.source_share, "target_share": attr.target_share,
+            "target_alti": [float(v) for v in attr.target_alti], "ig_delta": attr.ig_delta}
+
+
+def position_choices(run: Run | None) -> list[tuple[str, int]]:
+    """Output positions, labelled ``i: token``."""
+    return [] if run is None else [(f"{i}: {t}", i) for i, t in enumerate(run.tr.output_tokens)]
+
+
+def forced_figure(forced: Forced | None):
+    if forced is None:
+        return message_figure("Give a reference translation and press Force.")
+    return vc.forced_decoding(forced.target_tokens, forced.prob, forced.loss, forced.top_tokens, forced.differs,
+                              title=f"Teacher-forced on the reference: perplexity {forced.perplexity:.2f}")
+
+
+def forced_markdown(forced: Forced) -> str:
+    n, wrong = len(forced.target_tokens), sum(forced.differs)
+    return (f"Reference of {n} tokens (with `<eos>`): mean cross-entropy **{float(forced.loss.mean()):.3f}** nats, "
+            f"perplexity **{forced.perplexity:.2f}**; the model's own top-1 differs at **{wrong}** of {n} positions "
+            "(red bars). This forced run is now the current run: every attention view shows it.")
+
+
+def embedding_figure(run: Run | None, lm, part: str = "encoder", position=0):
+    """The input as the tutorials build it: embedding, × √d_model, + positional encoding, per position."""
+    if run is None or lm is None:
+        return message_figure(FIRST)
+    part = part if part in PARTS else "encoder"
+    steps = computation(run, lm).embedding_steps(part)
+    tokens = run.tr.src_tokens if part == "encoder" else run.tr.decoder_input_tokens
+    pos = clamp(position, len(tokens))
+    n = steps.norms()
+    detail = np.stack([steps.token[pos], steps.scaled[pos], steps.pos[pos], steps.total[pos]])
+    return vc.embedding_steps(tokens, n["token"], n["scaled"], n["pos"], n["total"], steps.scale,
+                              title=f"{PARTS[part]} input per position: embedding, × √d_model = "
+                                    f"×{steps.scale:.1f}, + positional encoding (L2 norms)",
+                              detail=detail, position=pos)

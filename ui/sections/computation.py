@@ -1,0 +1,211 @@
+"""Computation: the arithmetic under the weights, in the tutorials' order. The input (embedding ×
+√d_model + positional encoding, in ``encodings``), inside one head (q, K, QKᵀ/√d_k, the mask as −∞,
+softmax, V, αV, W_O), the residual stream and norm-based weights, the logit lens, attribution by six
+methods side by side, and forced decoding on a reference (which becomes the current run)."""
+from __future__ import annotations
+
+import gradio as gr
+
+from model.attribution import METHODS
+
+from .. import calls, inside, views
+from ..payload import reference_pairs
+from ..present import clean_input, is_blank, md_escape, no_model_message
+from ..state import Run
+from . import VIEW, Shell, encodings, lazy_values, log
+
+SID = "computation"
+PART_CHOICES = [("Decoder", "decoder"), ("Encoder", "encoder")]
+IG_STEPS = 64
+
+
+def build(shell: Shell) -> None:
+    p = shell.parts
+    with gr.Tabs():
+        with gr.Tab("Embedding & positions", id="encodings"):
+            encodings.build(shell)
+        with gr.Tab("Inside one head", id="inside"):
+            gr.Markdown("The head chosen above (kind, layer, head) for one **query** token, as the formula is "
+                        "written: q and the keys K, the scores q·Kᵀ/√d_k, the mask applied as −∞ (dark grey), the "
+                        "softmax row α, the values V, z = αV, and the head's output after its slice of W_O. In "
+                        "cross-attention K and V come from the encoder. Hover any cell for its number.",
+                        elem_classes="explain")
+            p["head_query"] = gr.Dropdown([], label="Query token", elem_id="head-query", allow_custom_value=True)
+            p["head_plot"] = gr.Plot(label="Inside one head", elem_id="head-comp", show_label=False)
+        with gr.Tab("Residual stream", id="residual"):
+            gr.Markdown("The residual stream's L2 norm through the stack, and what each sublayer adds to it. Below, "
+                        "the chosen head's attention α beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. "
+                        "2020): a key with a large weight but a small transformed value fades.",
+                        elem_classes="explain")
+            p["resid_part"] = gr.Radio(PART_CHOICES, value="decoder", label="Stack", elem_id="resid-part")
+            p["resid_plot"] = gr.Plot(label="Residual stream", elem_id="resid-plot", show_label=False)
+            p["normw_plot"] = gr.Plot(label="Attention vs norm-based weights", elem_id="normw-plot",
+                                      show_label=False)
+        with gr.Tab("Logit lens", id="lens"):
+            gr.Markdown("What the decoder would say if it stopped after each layer: the final layer norm and the "
+                        "generator applied to the residual stream, at every step. The last layer is the model's own "
+                        "output distribution.", elem_classes="explain")
+            p["lens_plot"] = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
+        with gr.Tab("Attribution", id="attribution") as attr_tab:
+            gr.Markdown("Which source tokens one output token came from: raw cross-attention (mean of the last "
+                        "layer's heads), rollout, norm-based weights, ALTI+ (Ferrando et al. 2022), gradient × input "
+                        "and integrated gradients on the source embeddings. The right panel ranks how far the methods "
+                        "agree (Spearman).", elem_classes="explain")
+            with gr.Row():
+                p["attr_pos"] = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
+                p["attr_steps"] = gr.Slider(8, 128, value=IG_STEPS, step=8, label="Integrated-gradient steps",
+                                            elem_id="attr-steps")
+            p["attr_md"] = gr.Markdown(elem_id="attr-md")
+            p["attr_plot"] = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
+            p["attr_table"] = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
+                                           label="Scores (raw)")
+        with gr.Tab("Forced decoding", id="forced"):
+            gr.Markdown("Teacher-force the model on a **reference** translation: the probability and the "
+                        "cross-entropy −log p of each reference token (the training loss), the perplexity, and where "
+                        "the model's own top-1 choice differs. The forced run becomes the current run, so every "
+                        "attention view shows it.", elem_classes="explain")
+            p["ref_example"] = gr.Dropdown([], label="A test-set sentence with its reference", elem_id="ref-example",
+                                         allow_custom_value=True)
+            p["ref_text"] = gr.Textbox(label="Reference translation (of the sentence above)", lines=1, max_lines=4,
+                                       elem_id="ref-text")
+            p["force_btn"] = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
+            p["forced_md"] = gr.Markdown(elem_id="forced-md")
+            p["forced_plot"] = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
+    p["attr_tab"] = attr_tab
+
+
+def lazy_io(shell: Shell) -> tuple[list, list, callable]:
+    """(outputs, extra inputs, fn(run, *extra)) of the section as drawn when opened."""
+    p = shell.parts
+    enc_out, enc_in = encodings.lazy_io(shell)
+    outs = [p["head_query"], p["head_plot"], p["resid_plot"], p["normw_plot"], p["lens_plot"], p["attr_pos"],
+            p["ref_example"]]
+    ins = [shell.kind, shell.layer, shell.head, p["head_query"], p["resid_part"]]
+    k = len(enc_in)
+    return ([*enc_out, *outs], [*enc_in, *ins],
+            lambda run, *x: encodings.refresh(shell, run, *x[:k]) + refresh(shell, run, *x[k:]))
+
+
+def refresh(shell: Shell, run: Run, kind, layer, head, query, part) -> list:
+    lm = shell.lm(run)
+    n = len(inside.query_labels(run, kind))
+    query = inside.clamp(query, n, n - 1)
+    pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
+    positions = inside.position_choices(run)
+    return [gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
+            inside.head_figure(run, lm, kind, layer, head, query), inside.residual_figure(run, lm, part),
+            inside.norm_weight_figure(run, lm, kind, layer, head), inside.lens_figure(run, lm),
+            gr.Dropdown(choices=positions, value=0 if positions else None),
+            gr.Dropdown(choices=[(f"{s}  ⇒  {r}", i) for i, (s, r) in enumerate(pairs)], value=None)]
+
+
+def wire(shell: Shell) -> None:
+    p = shell.parts
+    encodings.wire(shell)
+    _wire_head(shell)
+    resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731
+    p["resid_part"].input(_safe(resid, "residual stream"), [shell.run_state, p["resid_part"]], p["resid_plot"],
+                          api_name="residual_view", api_visibility="undocumented", **VIEW)
+    _wire_attribution(shell)
+    _wire_forced(shell)
+
+
+def _safe(fn, what):
+    def wrapped(*args):
+        try:
+            return fn(*args)
+        except Exception:
+            log.exception("%s failed", what)
+            return views.message_figure(f"The {what} could not be drawn.")
+    return wrapped
+
+
+def _wire_head(shell: Shell) -> None:
+    """Kind, layer, head or query changed: redraw one head (and its norm weights) where the section shows."""
+    p = shell.parts
+    stamp = p["lazy"][SID].stamp
+    outs = [p["head_query"], p["head_plot"], p["normw_plot"], stamp]
+
+    def on_head(run, section, seen, kind, layer, head, query):
+        if run is None or section != SID:  # drawn when the section opens instead
+            return gr.skip(), gr.skip(), gr.skip(), ""
+        try:
+            lm = shell.lm(run)
+            n = len(inside.query_labels(run, kind))
+            query = inside.clamp(query, n, n - 1)
+            return (gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
+                    inside.head_figure(run, lm, kind, layer, head, query),
+                    inside.norm_weight_figure(run, lm, kind, layer, head), seen)
+        except Exception:
+            log.exception("inside one head failed")
+            return gr.skip(), views.message_figure("This head could not be drawn."), gr.skip(), seen
+
+    ins = [shell.run_state, shell.section, stamp, shell.kind, shell.layer, shell.head, p["head_query"]]
+    for i, comp in enumerate((p["head_query"], shell.kind, shell.layer, shell.head)):
+        comp.input(on_head, ins, outs, api_name="head_computation" if i == 0 else None,
+                   api_visibility="undocumented" if i == 0 else "private", **VIEW)
+
+
+def _wire_attribution(shell: Shell) -> None:
+    p = shell.parts
+    outs = [p["attr_md"], p["attr_plot"], p["attr_table"]]
+
+    def on_attribution(run, position, steps):
+        if run is None:
+            return inside.FIRST, views.message_figure(inside.FIRST), None
+        try:
+            n = len(run.tr.output_ids)
+            position = inside.clamp(position, n)
+            steps = max(8, min(int(steps or IG_STEPS), 256))
+            attr = calls.gpu_attribute(shell.reg_key, run.model, run.tr, position, steps)
+            return inside.attribution_markdown(attr), inside.attribution_figure(attr), inside.attribution_table(attr)
+        except Exception as e:
+            log.exception("attribution failed")
+            return (f"⚠️ The attribution failed ({md_escape(type(e).__name__)}).",
+                    views.message_figure("The attribution could not be drawn."), None)
+
+    ins = [shell.run_state, p["attr_pos"], p["attr_steps"]]
+    p["attr_tab"].select(on_attribution, ins, outs, api_name="attribution_view", api_visibility="undocumented",
+                         **shell.model_event())
+    p["attr_pos"].input(on_attribution, ins, outs, api_visibility="private", **shell.model_event())
+    p["attr_steps"].release(on_attribution, ins, outs, api_visibility="private", **shell.model_event())
+
+
+def _wire_forced(shell: Shell) -> None:
+    p = shell.parts
+
+    def on_example(name, i):
+        lm = shell.reg.models.get(name)
+        pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS) if lm else []
+        if i is None or not 0 <= int(i) < len(pairs):
+            return gr.skip(), gr.skip()
+        return pairs[int(i)]
+
+    p["ref_example"].input(on_example, [shell.direction, p["ref_example"]], [shell.text, p["ref_text"]],
+                           api_visibility="private", queue=False, show_progress="hidden")
+    sel_inputs = [shell.kind, p["view"], shell.layer, shell.head, shell.units]
+    lz = p["lazy"][SID]
+    outputs = [p["forced_md"], p["forced_plot"], p["run_status"], lz.stamp, *lz.outputs, *shell.run_outputs()]
+
+    def on_force(text, reference, name, kind, view, layer, head, units, *lazy_extra):
+        problem = no_model_message(shell.reg, name)
+        text, _ = clean_input(text)
+        reference, _ = clean_input(reference)
+        if problem or is_blank(text) or is_blank(reference):
+            msg = f"⚠️ {problem}" if problem else "✏️ Give a sentence (above) and its reference translation."
+            return {p["forced_md"]: msg}
+        try:
+            forced = calls.gpu_force(shell.reg_key, name, text, reference)
+        except Exception as e:
+            log.exception("forced decoding failed")
+            return {p["forced_md"]: f"⚠️ Forced decoding failed ({md_escape(type(e).__name__)})."}
+        lm = shell.reg.models[name]
+        note = f"Teacher-forced on the reference “{reference[:80]}” (perplexity {forced.perplexity:.2f})."
+        run = Run.of(lm, name, forced.translation, [note], forced=True)
+        sel = dict(kind=kind, view=view, layer=layer, head=head, units=units)
+        return (shell.run_values(run, sel) | lazy_values(shell, SID, run, *lazy_extra) |
+                {p["forced_md"]: inside.forced_markdown(forced), p["forced_plot"]: inside.forced_figure(forced),
+                 p["run_status"]: f"✓ forced · run {run.id}"})
+
+    p["force_btn"].click(on_force, [shell.text, p["ref_text"], shell.direction, *sel_inputs, *lz.inputs], outputs, api_name="forced_view", api_visibility="undocumented",
+                         **shell.model_event())
