@@ -37,10 +37,9 @@ CSS = """
 #header h1 {margin: 0 0 0.1em 0; font-size: 1.5em;}
 .explain {color: #555; font-size: 0.9em;}
 .proxy {display: none !important;}
-.link-box {max-width: 100%;}
+.link-box textarea {font-size: 0.75em;}
 @media (min-width: 900px) {#run-bar-box {position: sticky; top: 0; z-index: 20; background: var(--background-fill-primary);}}
-@media (max-width: 600px) {#header details {display: none;} #selection-bar {flex-wrap: wrap;}
-  #sections > div:first-child {overflow-x: auto; flex-wrap: nowrap;}}
+@media (max-width: 600px) {#header details {display: none;} #selection-bar {flex-wrap: wrap;}}
 """
 
 
@@ -63,7 +62,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
     with gr.Blocks(title="Attention Explorer") as demo:
         shell.run_state, shell.section = gr.State(None), gr.State("translate")
         bar.build(shell)
-        with gr.Tabs(elem_id="sections") as shell.tabs:
+        with gr.Tabs(elem_id="sections", overflow_behavior="wrap") as shell.tabs:
             for label, sid, section in SECTIONS:
                 with gr.Tab(label, id=sid) as shell.parts[f"tab_{sid}"]:
                     section.build(shell)

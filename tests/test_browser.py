@@ -191,10 +191,22 @@ def test_script_in_input_is_inert(page):
     assert page.dialogs == []
 
 
-def test_phone_first_screen(page):
+def test_phone_sections_reachable_and_attention_on_one_head(page):
+    """390x844: every section's tab is on screen (the strip wraps, no overflow menu), and Attention opens
+    on one head rather than the grid of all heads."""
     pg = page.browser_.new_page(viewport={"width": 390, "height": 844})
     pg.goto(page.url_base)
     _wait_done(pg)
     pg.screenshot(path=str(ARTIFACTS / "phone-first-screen.png"))
     assert pg.locator("#translation textarea").input_value().strip()
+    for name in SECTIONS:
+        tab = pg.get_by_role("tab", name=name, exact=True)
+        assert tab.is_visible(), name
+        box = tab.bounding_box()
+        assert 0 <= box["x"] and box["x"] + box["width"] <= 390, name
+    assert pg.locator("#sections button[aria-label='More tabs']").count() == 0
+    pg.get_by_role("tab", name="Attention", exact=True).click()
+    _plot(pg, "#attn-plot")
+    assert pg.locator("#attn-view input[value=head]").is_checked()
+    pg.screenshot(path=str(ARTIFACTS / "phone-attention.png"), full_page=True)
     pg.close()

@@ -64,7 +64,7 @@ def build(shell: Shell) -> None:
     p = shell.parts
     lm = shell.default_lm
     n_layers = max(lm.model.cfg.n_decoder_layers, lm.model.cfg.n_encoder_layers) if lm else 1
-    with gr.Tabs():
+    with gr.Tabs(overflow_behavior="wrap"):
         with gr.Tab("Head profiles", id="profiles") as prof_tab:
             gr.Markdown("Per head: entropy, mean distance |i − j|, weight on the previous and on the same position, "
                         "on the begin/end markers, and the maximum weight. The validation average is computed "

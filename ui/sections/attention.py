@@ -50,7 +50,7 @@ def build(shell: Shell) -> None:
     p = shell.parts
     lm = shell.default_lm
     n_layers = lm.model.cfg.n_decoder_layers if lm else 1
-    with gr.Tabs():
+    with gr.Tabs(overflow_behavior="wrap"):
         with gr.Tab("Maps", id="maps"):
             with gr.Row():
                 p["view"] = gr.Radio(VIEW_CHOICES, value="grid", label="View", elem_id="attn-view", scale=3)

@@ -28,8 +28,9 @@ def build(shell: Shell) -> None:
                                      min_width=90)
             shell.units = gr.Radio(UNIT_CHOICES, value="words", label="Units", elem_id="attn-units", scale=2,
                                    info="pieces pooled into words: keys summed, queries averaged")
-            shell.parts["link_btn"] = gr.Button("🔗 Copy link", elem_id="link-btn", scale=0, min_width=100,
-                                                size="sm")
-        shell.parts["link_box"] = gr.Textbox(label="Link to this view (sentence, model, beam, section, kind, layer, "
-                                                   "head, step)", interactive=False, elem_id="link-box",
-                                             elem_classes="link-box")
+            with gr.Column(scale=2, min_width=160):
+                shell.parts["link_btn"] = gr.Button("🔗 Copy link", elem_id="link-btn", size="sm")
+                shell.parts["link_box"] = gr.Textbox(placeholder="the link to this view (sentence, model, beam, "
+                                                                 "section, kind, layer, head, step)",
+                                                     interactive=False, elem_id="link-box", elem_classes="link-box",
+                                                     show_label=False, container=False, max_lines=1)

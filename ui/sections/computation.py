@@ -21,7 +21,7 @@ IG_STEPS = 64
 
 def build(shell: Shell) -> None:
     p = shell.parts
-    with gr.Tabs():
+    with gr.Tabs(overflow_behavior="wrap"):
         with gr.Tab("Embedding & positions", id="encodings"):
             encodings.build(shell)
         with gr.Tab("Inside one head", id="inside"):

@@ -17,7 +17,7 @@ PREFIX_COLORS = {"token": "#dde7f7", "special": "#d9d9d9", "input": "#b8cff0", "
 
 def build(shell: Shell) -> None:
     p = shell.parts
-    with gr.Tabs():
+    with gr.Tabs(overflow_behavior="wrap"):
         with gr.Tab("Step by step", id="steps"):
             with gr.Row():
                 shell.step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="step-slider", scale=4)

@@ -20,6 +20,7 @@ from . import Shell, lazy_values, log
 CHIP_COLORS = {"token": "#dde7f7", "<unk>": "#f4a6a6", "replaced <unk>": "#ffd27f", "special": "#d9d9d9"}
 WATCH_PACE = 0.04   # seconds between replayed steps: long enough to see, short enough not to wait
 WATCH_FIGURES = 3   # intermediate heads figures sent while replaying (payload)
+PHONE_WIDTH = 600   # px: narrower browsers open the attention view on one head
 
 
 def opts_from(decoding: str, beam, max_len, pad_to: int = 0) -> DecodeOptions:
@@ -51,6 +52,8 @@ def build(shell: Shell) -> None:
     # "✓" plus a fresh id once the last value of a run is on the page: browser tests wait on it
     p["run_status"] = gr.Markdown(elem_id="run-status")
     p["notice"] = gr.Markdown(elem_id="notice")
+    # the browser's width, read once on load: a phone opens on one head instead of the grid of all heads
+    p["viewport"] = gr.Number(0, elem_id="viewport", elem_classes="proxy", show_label=False, container=False)
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
             p["out_text"] = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
@@ -168,7 +171,7 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
     head_outputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.kind, shell.layer, shell.head,
                     shell.step, p["view"], shell.tabs, shell.section]
 
-    def on_load(request: gr.Request):
+    def on_load(width, request: gr.Request):
         params = dict(request.query_params) if request is not None else {}
         link = parse_link(params, names)
         if link is None and first is not None:
@@ -178,7 +181,8 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
             return
         decoding = "beam" if link.beam > 1 else "greedy"
         beam = link.beam if link.beam > 1 else 4
-        view = "head" if ("layer" in params or "head" in params) else "grid"
+        narrow = 0 < (width or 0) < PHONE_WIDTH
+        view = "head" if ("layer" in params or "head" in params or narrow) else "grid"
         yield {shell.text: link.text, shell.direction: link.model, shell.decoding: decoding,
                shell.beam: gr.Slider(value=beam, visible=decoding == "beam"), shell.kind: link.kind,
                shell.layer: link.layer, shell.head: link.head, shell.step: link.step, p["view"]: view,
@@ -197,5 +201,5 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
 
 def wire_load(shell: Shell, demo) -> None:
     fn, outputs = shell.parts["load_event"]
-    demo.load(fn, None, outputs, api_name="deep_link", api_visibility="undocumented", show_progress="minimal",
+    demo.load(fn, shell.parts["viewport"], outputs, js="() => [window.innerWidth]", api_name="deep_link", api_visibility="undocumented", show_progress="minimal",
               **shell.model_event())
