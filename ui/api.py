@@ -37,26 +37,34 @@ def _api_int(value, name: str, lo: int, hi: int) -> int:
         raise gr.Error(f"{name} must be a whole number, not {str(value)[:40]!r}.") from None
 
 
-def make_api(reg_key: str):
-    reg = calls.REGISTRIES[reg_key]
+def _run(what: str, fn, *args):
+    """A model call whose failure reaches the client as a short message, never a traceback."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        log.exception("%s failed", what)
+        raise gr.Error(f"The {what} failed ({type(e).__name__}).") from None
 
-    def translate(text: str, direction: str = "", beam: int = 1, max_len: int = 100) -> dict:
+
+class Api:
+    """The endpoints, bound to one registry (methods keep their signatures for the API schema)."""
+
+    def __init__(self, reg_key: str):
+        self.reg_key, self.reg = reg_key, calls.REGISTRIES[reg_key]
+
+    def translate(self, text: str, direction: str = "", beam: int = 1, max_len: int = 100) -> dict:
         """Translate `text`. Returns the tokens, the translation, the per-step top-k and the attention arrays
         (encoder self, decoder self, cross), each layers x heads x queries x keys."""
-        name = _api_model(reg, direction)
+        name = _api_model(self.reg, direction)
         text, notices = clean_input(text)
         if is_blank(text):
             return {"model": name, "translation": "", "src_tokens": [], "output_tokens": [], "steps": [],
                     "attention": {}, "notices": notices + ["The input is empty: type a sentence to translate."]}
         opts = DecodeOptions(beam=_api_int(beam, "beam", 1, 8), max_len=_api_int(max_len, "max_len", 1, 250))
-        try:
-            tr = calls.gpu_translate(reg_key, name, text, opts)
-        except Exception as e:
-            log.exception("translate failed")
-            raise gr.Error(f"The translation failed ({type(e).__name__}).") from None
-        return to_json(tr, run_notices(tr, notices, reg.models[name]), name, lm=reg.models[name])
+        tr = _run("translation", calls.gpu_translate, self.reg_key, name, text, opts)
+        return to_json(tr, run_notices(tr, notices, self.reg.models[name]), name, lm=self.reg.models[name])
 
-    def compare(text: str, direction: str = "", beam: int = 1, max_len: int = 100, pad_to: int = 0,
+    def compare(self, text: str, direction: str = "", beam: int = 1, max_len: int = 100, pad_to: int = 0,
                 src_padding_mask: bool = True, causal_mask: bool = True, positional_encoding: bool = True,
                 ablate_heads: list[str] | None = None, ablate_src_tokens: list[int] | None = None,
                 kind: str = "cross", layer: int = 0, head: int = 0) -> dict:
@@ -64,7 +72,7 @@ def make_api(reg_key: str):
         'cross L1 H2', hidden source positions). Returns both translations, the differing tokens, the
         per-step chosen-token probabilities and, for one layer and head of `kind`, both attention maps
         (the modified model fed the baseline's output) and their difference."""
-        name = _api_model(reg, direction)
+        name = _api_model(self.reg, direction)
         text, notices = clean_input(text)
         if is_blank(text):
             return {"model": name, "baseline": None, "modified": None,
@@ -72,17 +80,13 @@ def make_api(reg_key: str):
         try:
             iv = make_interventions(src_padding_mask, causal_mask, positional_encoding,
                                             ablate_heads or [], ablate_src_tokens or [])
-            reg.models[name].model.validate_interventions(iv)
+            self.reg.models[name].model.validate_interventions(iv)
             kind_c = canonical_kind(kind) if kind else ATTN_KINDS[2]  # checked before the model runs
         except (ValueError, TypeError) as e:
             raise gr.Error(str(e)[:300]) from None
         opts = DecodeOptions(beam=_api_int(beam, "beam", 1, 8), max_len=_api_int(max_len, "max_len", 1, 250),
                              pad_src_to=_api_int(pad_to, "pad_to", 0, 1024))
-        try:
-            base, mod, mod_on_base = calls.gpu_compare(reg_key, name, text, opts, iv)
-        except Exception as e:
-            log.exception("compare failed")
-            raise gr.Error(f"The comparison failed ({type(e).__name__}).") from None
+        base, mod, mod_on_base = _run("comparison", calls.gpu_compare, self.reg_key, name, text, opts, iv)
         a_base = base.attention(kind_c)
         a_mod = base.attention(kind_c, mod_on_base)
         l = _api_int(layer, "layer", 0, a_base.shape[0] - 1)
@@ -101,36 +105,34 @@ def make_api(reg_key: str):
                     "difference": np.round(a_mod[l, h] - a_base[l, h], 4).tolist()},
         }
 
-    def attribution(text: str, direction: str = "", position: int = 0, ig_steps: int = 64) -> dict:
+    def attribution(self, text: str, direction: str = "", position: int = 0, ig_steps: int = 64) -> dict:
         """For output `position` of the greedy translation of `text`: its scores over the source tokens by six
         methods (raw cross-attention, rollout, norm-based, ALTI+, gradient x input, integrated gradients),
         their Spearman correlations, and the ALTI+ source and target shares."""
-        name = _api_model(reg, direction)
+        name = _api_model(self.reg, direction)
         text, _ = clean_input(text)
         if is_blank(text):
             raise gr.Error("The input is empty: type a sentence.")
-        try:
-            tr = calls.gpu_translate(reg_key, name, text, DecodeOptions())
-        except Exception as e:
-            log.exception("translate failed")
-            raise gr.Error(f"The translation failed ({type(e).__name__}).") from None
+        tr = _run("translation", calls.gpu_translate, self.reg_key, name, text, DecodeOptions())
         n = len(tr.output_ids)
         position = _api_int(position, "position", -n, n - 1) % n
-        try:
-            attr = calls.gpu_attribute(reg_key, name, tr, position, _api_int(ig_steps, "ig_steps", 8, 256))
-        except Exception as e:
-            log.exception("attribution failed")
-            raise gr.Error(f"The attribution failed ({type(e).__name__}).") from None
+        attr = _run("attribution", calls.gpu_attribute, self.reg_key, name, tr, position,
+                    _api_int(ig_steps, "ig_steps", 8, 256))
         return {"model": name, "translation": tr.text, "output_tokens": list(tr.output_tokens)} | \
             attribution_payload(attr)
 
-    def models() -> list:
+    def models(self) -> list:
         """The loaded translation directions and their sizes and metrics."""
         out = []
-        for name, lm in reg.models.items():
+        for name, lm in self.reg.models.items():
             s = asdict(summarize(lm))
             s.pop("path")  # the client would take a "path" key for a file to download
             out.append(dict(s, direction=name, checkpoint=lm.path.name if lm.path else None))
         return out
 
-    return translate, compare, attribution, models
+
+
+def make_api(reg_key: str):
+    """(translate, compare, attribution, models) for ``gr.api``."""
+    api = Api(reg_key)
+    return api.translate, api.compare, api.attribution, api.models
