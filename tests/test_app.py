@@ -14,7 +14,7 @@ import pytest
 
 from gradio_client import Client
 
-from tests.app_fixtures import launch, make_checkpoint, named
+from tests.app_fixtures import all_strings, launch, make_checkpoint, named
 from ui import present
 from ui import calls
 
@@ -64,17 +64,6 @@ def plot_json(value) -> dict:
 
 def chip_tokens(value) -> list[tuple[str, str | None]]:
     return [(c["token"], c["class_or_confidence"]) for c in value]
-
-
-def all_strings(obj):
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from all_strings(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from all_strings(v)
 
 
 # --------------------------------------------------------------------------- startup

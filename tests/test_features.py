@@ -20,6 +20,7 @@ from viz import profiles as v_prof
 from viz import rollout as v_roll
 from model import decoding
 from ui import payload
+from tests.app_fixtures import all_strings
 analysis = an
 
 EVIL = ["<bos>", "<script>alert(1)</script>", "<b>x</b>", "<eos>"]
@@ -28,17 +29,6 @@ EVIL = ["<bos>", "<script>alert(1)</script>", "<b>x</b>", "<eos>"]
 def validated(fig):
     go.Figure(fig.to_plotly_json())
     return fig
-
-
-def strings(obj):
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from strings(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from strings(v)
 
 
 # --------------------------------------------------------------------------- computations by hand
@@ -147,7 +137,7 @@ def test_viz_builders_validate_and_escape():
     ]
     for fig in figs:
         validated(fig)
-        for s in strings(json.loads(fig.to_json())):
+        for s in all_strings(json.loads(fig.to_json())):
             assert "<script" not in s and "<b>x" not in s and "<i>o" not in s, s
     sk = figs[0].data[0]
     # one line per non-zero pair, opacity proportional to the weight (max weight -> 1)
