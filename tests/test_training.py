@@ -6,7 +6,6 @@ import gzip
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,8 @@ from model.data import ensure_file, load_pairs, token_batches, with_specials
 from model.decoding import translate_batch
 from model.train import lr_at, main
 from model.vocab import load_vocabs, tokenize_corpus
+
+from tests.app_fixtures import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,12 +154,6 @@ def test_resume_after_kill_9(tmp_path, make_corpus, train_flags, capsys):
 
 
 # -- DistributedDataParallel on CPU -------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ddp_two_processes_gloo(tmp_path, make_corpus, train_flags):
     make_corpus(tmp_path / "data", n_train=80, n_val=8)
     work, out = tmp_path / "work", tmp_path / "ckpt"
