@@ -6,8 +6,6 @@ entry point only: the ZeroGPU guard, the settings, and the six sections of ``ui/
 """
 from __future__ import annotations
 
-import os
-
 try:  # ZeroGPU: `spaces` must be imported before anything touches CUDA (ui.calls applies spaces.GPU)
     import spaces  # type: ignore  # noqa: F401
 except Exception:  # not installed, or not usable here
@@ -19,17 +17,12 @@ import threading
 import gradio as gr
 import torch
 
-from ui import calls
+from ui import calls, settings
 from ui.api import make_api
 from ui.sections import Shell, bar, lazy_section
 from ui.sections import analysis, attention, computation, generation, interventions, translate
 from ui.views import warm_up
 
-# Requests waiting in the queue before new ones are refused with "busy, try again" ($ATTN_QUEUE_SIZE).
-QUEUE_SIZE = 64
-# Events of the model group in flight at once ($ATTN_MODEL_CONCURRENCY); the model itself runs one call
-# at a time either way. 1 measured best: with 2 or 3, 16-user throughput fell (GIL contention).
-MODEL_CONCURRENCY = max(1, int(os.environ.get("ATTN_MODEL_CONCURRENCY") or 1))
 SECTIONS = [("Translate & watch", "translate", translate), ("Attention", "attention", attention),
             ("Generation", "generation", generation), ("Masks & interventions", "interventions", interventions),
             ("Computation", "computation", computation), ("Analysis & export", "analysis", analysis)]
@@ -58,7 +51,8 @@ def _lazy(shell: Shell) -> None:
 
 def build_app(root=None, device: str | None = None, warm: bool = True, max_queue: int | None = None) -> gr.Blocks:
     reg_key, reg = calls.load_registry(root, device)
-    shell = Shell(reg_key, reg, MODEL_CONCURRENCY)
+    env = settings.read()
+    shell = Shell(reg_key, reg, env.model_concurrency)
     with gr.Blocks(title="Attention Explorer") as demo:
         shell.run_state, shell.section = gr.State(None), gr.State("translate")
         bar.build(shell)
@@ -79,7 +73,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         gr.api(api_models, api_name="models")
         demo.load(None, None, None, js=attention.CLICK_JS)
     demo.queue(default_concurrency_limit=1,
-               max_size=max(1, int(max_queue or os.environ.get("ATTN_QUEUE_SIZE") or QUEUE_SIZE)))
+               max_size=max(1, int(max_queue or env.queue_size)))
     demo.registry = reg  # for tests and benchmarks
     if warm and reg.models:
         threading.Thread(target=warm_up, args=(reg_key,), name="warm-up", daemon=True).start()
@@ -91,19 +85,17 @@ def launch_kwargs() -> dict:
 
 
 def set_cpu_threads() -> None:
-    """On the CPU, one torch thread ($ATTN_TORCH_THREADS): model calls run one at a time anyway, and idle
-    OpenMP workers spinning between small ops take the CPU the web server needs (16-user load on 2 cores:
-    about 7-8 req/s with 1 thread, 5.4 with 2)."""
+    """On the CPU, ``ATTN_TORCH_THREADS`` torch threads (default 1: see ui/settings.py)."""
     if calls.pick_device() == "cpu":
-        torch.set_num_threads(max(1, int(os.environ.get("ATTN_TORCH_THREADS") or 1)))
+        torch.set_num_threads(settings.read().torch_threads)
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     set_cpu_threads()
     demo = build_app()
-    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-                server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_kwargs())
+    env = settings.read()
+    demo.launch(server_name=env.host, server_port=env.port, **launch_kwargs())
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .transformer import Transformer, TransformerConfig
@@ -174,7 +175,7 @@ class Registry:
 
     models: dict[str, LoadedModel] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    pe: dict[str, "np.ndarray"] = field(default_factory=dict)  # the encoder's own positional buffer
+    pe: dict[str, np.ndarray] = field(default_factory=dict)  # the encoder's own positional buffer
     root: Path | None = None
     device: str = "cpu"
 

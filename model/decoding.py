@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,8 +13,8 @@ import torch
 from .checkpoint import LoadedModel
 from .data import pad_batch
 from .hooks import Trace, capture, hook_name
-from .transformer import (ATTN_KINDS, BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions, KVCache,
-                          Transformer, canonical_kind)
+from .transformer import (BOS_ID, DEC_SELF, ENC_SELF, EOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions,
+                          KVCache, Transformer, canonical_kind)
 from .vocab import SPECIALS
 
 ROW_HOOKS = ("decoder.layers.*.self_attn.hook_pattern", "decoder.layers.*.cross_attn.hook_pattern")
@@ -102,9 +101,9 @@ class Translation:
     def axes(self, kind: str) -> tuple[list[str], list[str]]:
         """(query tokens, key tokens) of an attention kind."""
         kind = canonical_kind(kind)
-        if kind == ATTN_KINDS[0]:
+        if kind == ENC_SELF:
             return list(self.src_tokens), list(self.src_tokens)
-        keys = self.decoder_input_tokens if kind == ATTN_KINDS[1] else list(self.src_tokens)
+        keys = self.decoder_input_tokens if kind == DEC_SELF else list(self.src_tokens)
         return self.decoder_input_tokens, keys
 
     def query_valid(self, kind: str) -> np.ndarray:
@@ -134,8 +133,8 @@ class Translation:
         from .analysis import pool_words
         kind = canonical_kind(kind)
         q, k = self.axes(kind)
-        q_vocab = lm.src_vocab if kind == ATTN_KINDS[0] else lm.tgt_vocab
-        k_vocab = lm.tgt_vocab if kind == ATTN_KINDS[1] else lm.src_vocab
+        q_vocab = lm.src_vocab if kind == ENC_SELF else lm.tgt_vocab
+        k_vocab = lm.tgt_vocab if kind == DEC_SELF else lm.src_vocab
         weights = self.attention(kind, trace)
         return pool_words(weights, q_vocab.word_spans(q), k_vocab.word_spans(k)), q_vocab.join(q), k_vocab.join(k)
 

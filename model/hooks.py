@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.modules import module as _nn_module
@@ -124,7 +125,7 @@ class Trace:
         return {k: [t.float().numpy() if t.is_floating_point() else t.numpy() for t in v]
                 for k, v in self.records.items()}
 
-    def arrays(self) -> dict[str, "np.ndarray"]:
+    def arrays(self) -> dict[str, np.ndarray]:
         """Every tensor keyed by hook name ('name#i' for the i-th call of a hook that fired more than once)."""
         out = {}
         for name, calls in self.records.items():
@@ -133,9 +134,8 @@ class Trace:
                 out[name if len(calls) == 1 else f"{name}#{i}"] = a
         return out
 
-    def attention(self, kind: str) -> "np.ndarray":
+    def attention(self, kind: str) -> np.ndarray:
         """(layers, heads, queries, keys) weights of one attention kind (batch row 0)."""
-        import numpy as np
         layers, i = [], 0
         while (name := hook_name("pattern", kind, i)) in self.records:
             layers.append(self[name][0].float().numpy())

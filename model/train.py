@@ -18,7 +18,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
 def train_epochs(args, data: TrainData, model, opt, meta, history, device, world, rank, log) -> list | None:
     """Run epochs until args.epochs; after each, write history, the epoch's weights and the state."""
     from tqdm import tqdm
-    work, tr = Path(args.work), data.train
+    tr = data.train
     use_cuda = device.type == "cuda"
     ddp_model = model
     if world > 1:

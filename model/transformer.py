@@ -48,9 +48,10 @@ class TransformerConfig:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-ATTN_KINDS = ("encoder.self_attn", "decoder.self_attn", "decoder.cross_attn")
-_KIND_ALIASES = {"encoder": ATTN_KINDS[0], "enc": ATTN_KINDS[0], "decoder": ATTN_KINDS[1],
-                 "self": ATTN_KINDS[1], "dec": ATTN_KINDS[1], "cross": ATTN_KINDS[2]}
+ENC_SELF, DEC_SELF, CROSS = "encoder.self_attn", "decoder.self_attn", "decoder.cross_attn"
+ATTN_KINDS = (ENC_SELF, DEC_SELF, CROSS)
+_KIND_ALIASES = {"encoder": ENC_SELF, "enc": ENC_SELF, "decoder": DEC_SELF,
+                 "self": DEC_SELF, "dec": DEC_SELF, "cross": CROSS}
 
 
 def canonical_kind(kind: str) -> str:
@@ -315,7 +316,7 @@ class Encoder(_Stack):
     def forward(self, src, src_mask, iv: Interventions = NO_INTERVENTION):
         x = self.embed(src, 0, iv.positional_encoding)
         for i, layer in enumerate(self.layers):
-            x = layer(x, src_mask, ablate=iv.heads(ATTN_KINDS[0], i))
+            x = layer(x, src_mask, ablate=iv.heads(ENC_SELF, i))
         return self.hook_norm(self.norm(x))
 
 
@@ -337,7 +338,7 @@ class Decoder(_Stack):
             return self.hook_norm(self.norm(x))
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache.layers[i],
-                      ablate_self=iv.heads(ATTN_KINDS[1], i), ablate_cross=iv.heads(ATTN_KINDS[2], i))
+                      ablate_self=iv.heads(DEC_SELF, i), ablate_cross=iv.heads(CROSS, i))
         return self.hook_norm(self.norm(x))
 
     def _lean_step_allowed(self, iv: Interventions, cache: "KVCache") -> bool:
@@ -434,8 +435,8 @@ class Transformer(nn.Module):
         return self.hook_logits(self.generator(h))
 
     def validate_interventions(self, iv: Interventions) -> None:
-        n = {ATTN_KINDS[0]: self.cfg.n_encoder_layers, ATTN_KINDS[1]: self.cfg.n_decoder_layers,
-             ATTN_KINDS[2]: self.cfg.n_decoder_layers}
+        n = {ENC_SELF: self.cfg.n_encoder_layers, DEC_SELF: self.cfg.n_decoder_layers,
+             CROSS: self.cfg.n_decoder_layers}
         for kind, layer, head in iv.ablate_heads:
             if not (0 <= layer < n[kind] and 0 <= head < self.cfg.n_heads):
                 raise ValueError(f"no head ({kind}, layer {layer}, head {head}) in this model")

@@ -71,7 +71,7 @@ def test_inside_one_head_for_every_kind(client, kind, keys):
     open_section(client)
     query, fig, normw = client.predict(kind, 1, 2, 2, api_name="/head_computation")
     f = plot(fig)
-    assert f"layer 1, head 2, query 2" in f["layout"]["title"]["text"]
+    assert "layer 1, head 2, query 2" in f["layout"]["title"]["text"]
     ticks = [t for ax in f["layout"].values() if isinstance(ax, dict) for t in ax.get("ticktext", [])]
     assert ("Hunde" in " ".join(ticks)) == (keys == "source")
     assert plot(normw)["data"]

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from model import decoding
-
 from tests.app_fixtures import launch, make_checkpoint
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

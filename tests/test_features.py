@@ -47,6 +47,7 @@ def test_rollout_views_three_tokens_by_hand():
     cross = np.stack([np.stack([c0, c1]), np.stack([c0, c1])])
     d = an.rollout_views(enc, cross)
     r = M2 @ M1  # row 0 = [0.625, 0.375, 0], row 1 = [0.175, 0.45, 0.375], row 2 = [0.55, 0.075, 0.375]
+    np.testing.assert_allclose(d["rollout"], r)
     np.testing.assert_allclose(d["rollout"], [[0.625, 0.375, 0.0], [0.175, 0.45, 0.375], [0.55, 0.075, 0.375]])
     np.testing.assert_allclose(d["cross"], [[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
     # a_0 = ½ R[0] + ½ R[1] ; a_1 = R[2]

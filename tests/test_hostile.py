@@ -17,7 +17,7 @@ import urllib.request
 import httpx
 import pytest
 
-from ui import calls
+from ui import calls, settings
 
 from model import decoding
 from gradio_client import Client
@@ -292,7 +292,7 @@ def test_odd_compare_arguments_are_clear_errors(client, spy_translate):
 # --------------------------------------------------------------------------- the queue bound
 
 def test_queue_bound_default_and_env(tmp_path, monkeypatch, server):
-    assert server[0]._queue.max_size == app.QUEUE_SIZE == 64
+    assert server[0]._queue.max_size == settings.Settings().queue_size == 64
     make_checkpoint(tmp_path / "de-en", "de", "en")
     monkeypatch.setenv("ATTN_QUEUE_SIZE", "5")
     assert app.build_app(tmp_path, device="cpu", warm=False)._queue.max_size == 5

@@ -9,11 +9,12 @@ import numpy as np
 
 from model.checkpoint import Registry, summarize
 from model.decoding import DecodeOptions
-from model.transformer import ATTN_KINDS, canonical_kind
+from model.transformer import CROSS, canonical_kind
 
 from . import calls
 from .inside import attribution_payload
 from .payload import to_json
+from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
 from .present import clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
 
 log = logging.getLogger("attention-explorer")
@@ -60,7 +61,7 @@ class Api:
         if is_blank(text):
             return {"model": name, "translation": "", "src_tokens": [], "output_tokens": [], "steps": [],
                     "attention": {}, "notices": notices + ["The input is empty: type a sentence to translate."]}
-        opts = DecodeOptions(beam=_api_int(beam, "beam", 1, 8), max_len=_api_int(max_len, "max_len", 1, 250))
+        opts = DecodeOptions(beam=_api_int(beam, "beam", 1, MAX_BEAM), max_len=_api_int(max_len, "max_len", 1, MAX_OUTPUT_TOKENS))
         tr = _run("translation", calls.gpu_translate, self.reg_key, name, text, opts)
         return to_json(tr, run_notices(tr, notices, self.reg.models[name]), name, lm=self.reg.models[name])
 
@@ -81,10 +82,10 @@ class Api:
             iv = make_interventions(src_padding_mask, causal_mask, positional_encoding,
                                             ablate_heads or [], ablate_src_tokens or [])
             self.reg.models[name].model.validate_interventions(iv)
-            kind_c = canonical_kind(kind) if kind else ATTN_KINDS[2]  # checked before the model runs
+            kind_c = canonical_kind(kind) if kind else CROSS  # checked before the model runs
         except (ValueError, TypeError) as e:
             raise gr.Error(str(e)[:300]) from None
-        opts = DecodeOptions(beam=_api_int(beam, "beam", 1, 8), max_len=_api_int(max_len, "max_len", 1, 250),
+        opts = DecodeOptions(beam=_api_int(beam, "beam", 1, MAX_BEAM), max_len=_api_int(max_len, "max_len", 1, MAX_OUTPUT_TOKENS),
                              pad_src_to=_api_int(pad_to, "pad_to", 0, 1024))
         base, mod, mod_on_base = _run("comparison", calls.gpu_compare, self.reg_key, name, text, opts, iv)
         a_base = base.attention(kind_c)

@@ -7,7 +7,6 @@ torch; this module only looks it up.
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from pathlib import Path
@@ -21,18 +20,22 @@ from model.decoding import DecodeOptions, Translation, full_trace, hypothesis, s
 from model.hooks import Trace
 from model.transformer import NO_INTERVENTION, Interventions
 
+from . import settings
+from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
+
 
 def on_zero_gpu() -> bool:
-    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+    return settings.read().zero_gpu
 
 
 def gpu_calls_wrapped() -> bool:
     """Model calls go through ``spaces.GPU`` (a forked worker per call) only where the models run on
     CUDA (``ATTN_DEVICE=cuda``), or when ``ATTN_GPU_CALLS=on`` asks for the boundary anyway (tests).
     On ZeroGPU the models run on the Space's CPU by default: see pick_device."""
-    if sys.modules.get("spaces") is None or os.environ.get("ATTN_GPU_CALLS") == "off":
+    s = settings.read()
+    if sys.modules.get("spaces") is None or s.gpu_calls == "off":
         return False
-    return os.environ.get("ATTN_GPU_CALLS") == "on" or os.environ.get("ATTN_DEVICE") == "cuda"
+    return s.gpu_calls == "on" or s.device == "cuda"
 
 
 def _no_gpu(fn=None, **_kwargs):
@@ -47,7 +50,7 @@ def pick_device() -> str:
     sentence costs about 35 ms of CPU, while every GPU call pays for acquiring a GPU and counts against
     the visitor's daily quota, so the model stays on the Space's CPU unless ATTN_DEVICE=cuda."""
     import torch
-    want = os.environ.get("ATTN_DEVICE", "auto")
+    want = settings.read().device
     if want != "auto":
         return want
     return "cuda" if torch.cuda.is_available() and not on_zero_gpu() else "cpu"
@@ -65,7 +68,7 @@ MODEL_LOCK = threading.RLock()
 
 
 def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
-    root = Path(root or os.environ.get("ATTN_CHECKPOINTS") or DEFAULT_ROOT)
+    root = Path(root or settings.read().checkpoints or DEFAULT_ROOT)
     reg = load_all(root, device or pick_device())
     key = f"reg{len(REGISTRIES)}"
     REGISTRIES[key] = reg
@@ -109,7 +112,7 @@ def gpu_compare(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Int
 
 @GPU(duration=60)
 def gpu_beam(reg_key: str, name: str, text: str, beam: int, max_len: int = 100) -> Translation:
-    opts = DecodeOptions(beam=max(2, min(int(beam), 8)), max_len=max(1, min(int(max_len or 100), 250)),
+    opts = DecodeOptions(beam=max(2, min(int(beam), MAX_BEAM)), max_len=max(1, min(int(max_len or 100), MAX_OUTPUT_TOKENS)),
                          record=False, replace_unk=False, trace=False)
     with MODEL_LOCK:
         return decoding.translate(_lm(reg_key, name), text, opts)

@@ -7,7 +7,7 @@ import numpy as np
 
 from model.attribution import METHODS, Attribution
 from model.computation import Computation, Forced
-from model.transformer import ATTN_KINDS
+from model.transformer import ENC_SELF
 from viz import computation as vc
 from viz.common import message_figure, step_row_labels
 
@@ -29,7 +29,7 @@ def computation(run: Run, lm) -> Computation:
 def query_labels(run: Run, kind: str) -> list[str]:
     """One label per query position of ``kind``: source tokens, or ``input→token`` decoder steps."""
     tr, kind = run.tr, kind_of(kind)
-    if kind == ATTN_KINDS[0]:
+    if kind == ENC_SELF:
         return [f"{i}: {t}" for i, t in enumerate(tr.src_tokens)]
     return [f"{i}: {t}" for i, t in enumerate(step_row_labels(tr.decoder_input_tokens, tr.output_tokens))]
 
@@ -85,7 +85,7 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head):
     head = clamp(head, lm.model.cfg.n_heads)
     pattern = run.tr.attention(kind)[layer, head]
     q, k = run.tr.axes(kind)
-    if kind != ATTN_KINDS[0]:
+    if kind != ENC_SELF:
         q = step_row_labels(q, run.tr.output_tokens)
     return vc.norm_vs_attention(pattern, comp.norm_weights(kind, layer)[head], q, k,
                                 title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}: α beside ‖α·f(x)‖")

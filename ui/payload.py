@@ -11,7 +11,7 @@ import numpy as np
 from model.checkpoint import LoadedModel
 from model.data import head_lines
 from model.decoding import Translation
-from model.transformer import ATTN_KINDS
+from model.transformer import ATTN_KINDS, CROSS
 
 from .present import KIND_JSON, KIND_SHORT, KINDS, clean_input, describe_interventions
 
@@ -92,7 +92,7 @@ class Link:
     model: str | None
     beam: int = 1
     section: str = "translate"
-    kind: str = ATTN_KINDS[2]
+    kind: str = CROSS
     layer: int = 0
     head: int = 0
     step: int = 0
@@ -134,7 +134,7 @@ def parse_link(params, models: list[str]) -> Link | None:
     model = model if model in models else (models[0] if models else None)
     section = params.get("section", "translate")
     section = "computation" if section == "encodings" else section  # links made before Encodings moved
-    kind = KINDS.get(str(params.get("kind", "")), ATTN_KINDS[2]) if params.get("kind") not in ATTN_KINDS \
+    kind = KINDS.get(str(params.get("kind", "")), CROSS) if params.get("kind") not in ATTN_KINDS \
         else params["kind"]
     return Link(text, model, _int(params.get("beam", 1), 1, 8, 1),
                 section if section in SECTIONS else "translate", kind,

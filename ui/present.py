@@ -11,21 +11,22 @@ import numpy as np
 
 from model.checkpoint import LoadedModel, Registry, device_label, summarize
 from model.decoding import Translation
-from model.transformer import ATTN_KINDS, Interventions, canonical_kind
+from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Interventions, canonical_kind
 from model.vocab import SPECIALS
 
-MAX_INPUT_CHARS = 2000
+from .settings import MAX_INPUT_CHARS
+
 LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech"}
-KINDS = {"enc": ATTN_KINDS[0], "dec": ATTN_KINDS[1], "cross": ATTN_KINDS[2]}  # short name -> module kind
-KIND_LABELS = {ATTN_KINDS[0]: "Encoder self-attention", ATTN_KINDS[1]: "Decoder masked self-attention",
-               ATTN_KINDS[2]: "Decoder cross-attention"}
+KINDS = {"enc": ENC_SELF, "dec": DEC_SELF, "cross": CROSS}  # short name -> module kind
+KIND_LABELS = {ENC_SELF: "Encoder self-attention", DEC_SELF: "Decoder masked self-attention",
+               CROSS: "Decoder cross-attention"}
 KIND_SHORT = {v: k for k, v in KINDS.items()}
-KIND_JSON = {ATTN_KINDS[0]: "encoder_self", ATTN_KINDS[1]: "decoder_self", ATTN_KINDS[2]: "cross"}
+KIND_JSON = {ENC_SELF: "encoder_self", DEC_SELF: "decoder_self", CROSS: "cross"}
 DOMAIN_HINT = ("The models know image captions (Multi30k): short descriptions of people, animals and scenes; "
                "other text translates poorly.")
 
 
-def kind_of(value, default: str = ATTN_KINDS[2]) -> str:
+def kind_of(value, default: str = CROSS) -> str:
     """A kind by any of its names ('cross', 'decoder.cross_attn', ...); unknown names give ``default``."""
     try:
         return canonical_kind(str(value))
@@ -67,8 +68,8 @@ def head_label(kind: str, layer: int, head: int) -> str:
 def head_choices(lm: LoadedModel) -> list[str]:
     """Labels of every head, e.g. 'cross L1 H2', for the ablation picker."""
     cfg = lm.model.cfg
-    n = {ATTN_KINDS[0]: cfg.n_encoder_layers, ATTN_KINDS[1]: cfg.n_decoder_layers,
-         ATTN_KINDS[2]: cfg.n_decoder_layers}
+    n = {ENC_SELF: cfg.n_encoder_layers, DEC_SELF: cfg.n_decoder_layers,
+         CROSS: cfg.n_decoder_layers}
     return [head_label(k, l, h) for k in ATTN_KINDS for l in range(n[k]) for h in range(cfg.n_heads)]
 
 

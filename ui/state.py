@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from model.decoding import Translation
 from model.hooks import Trace
-from model.transformer import ATTN_KINDS, Interventions
+from model.transformer import CROSS, Interventions
 
 
 @dataclass
@@ -68,7 +68,7 @@ class PairRun:
 @dataclass(frozen=True)
 class Selection:
     """The head every view points at: kind, layer, head, and the generation step."""
-    kind: str = ATTN_KINDS[2]
+    kind: str = CROSS
     layer: int = 0
     head: int = 0
     step: int = 0

@@ -13,7 +13,7 @@ import numpy as np
 from model import analysis as an
 from model.checkpoint import Registry
 from model.decoding import mask_preview, not_padding
-from model.transformer import ATTN_KINDS, NO_INTERVENTION, Interventions
+from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION, Interventions
 from viz import alignment as v_align
 from viz import attention as va
 from viz import beam as v_beam
@@ -60,14 +60,14 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None):
         attn, (q, k), mask = tr.attention(kind, trace), tr.axes(kind), tr.mask(kind, trace)
         outputs, unit = tr.output_tokens, "tokens"
     valid = not_padding(q)
-    rows, title = (q, None) if kind == ATTN_KINDS[0] else decoder_rows(q, outputs)
+    rows, title = (q, None) if kind == ENC_SELF else decoder_rows(q, outputs)
     return attn, rows, k, valid, mask, title, unit
 
 
 def _spans(tr, lm, kind):
     q, k = tr.axes(kind)
-    qv = lm.src_vocab if kind == ATTN_KINDS[0] else lm.tgt_vocab
-    kv = lm.tgt_vocab if kind == ATTN_KINDS[1] else lm.src_vocab
+    qv = lm.src_vocab if kind == ENC_SELF else lm.tgt_vocab
+    kv = lm.tgt_vocab if kind == DEC_SELF else lm.src_vocab
     return qv.word_spans(q), kv.word_spans(k)
 
 
@@ -102,7 +102,7 @@ def scores_figure(run: Run | None, kind: str, layer, head):
     attn = tr.attention(kind)
     l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
     q, k = tr.axes(kind)
-    rows, q_title = (q, None) if kind == ATTN_KINDS[0] else decoder_rows(q, tr.output_tokens)
+    rows, q_title = (q, None) if kind == ENC_SELF else decoder_rows(q, tr.output_tokens)
     return va.score_panels(tr.scores(kind, l)[h], attn[l, h], rows, k, mask=tr.mask(kind),
                            query_valid=tr.query_valid(kind), query_title=q_title, label=f"L{l} H{h}",
                            title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: QKᵀ/√d_k → mask → softmax (tokens)")
@@ -131,7 +131,7 @@ def step_figures(run: Run | None, t, head=None):
         src, over = run.src_words, "the source words"
     h = None if head in (None, "", "mean") else clamp(head, cross_w.shape[1])
     weights = cross_w[-1].mean(0) if h is None else cross_w[-1, h]
-    what = f"last layer, mean over heads" if h is None else f"last layer, head {h}"
+    what = "last layer, mean over heads" if h is None else f"last layer, head {h}"
     strip = vs.source_strip(weights, src, what=what, per_row=12, key_valid=not_padding(src),
                             title=f"Step {sv.t} ({row_label}) looks at {over}")
     cross = vs.step_rows(cross_w, src, what="cross-attention", query_label=row_label, key_valid=not_padding(src),
@@ -156,11 +156,11 @@ def watch_strip(run: Run, t: int) -> list[tuple[str, float]]:
 def watch_heads(run: Run, t: int | None = None):
     """Every head's cross-attention over the rows decoded so far (all rows when ``t`` is None)."""
     tr = run.tr
-    cross = tr.attention(ATTN_KINDS[2])
+    cross = tr.attention(CROSS)
     n = cross.shape[2]
     t = n if t is None else max(1, min(int(t), n))
     labels = step_row_labels(tr.decoder_input_tokens, tr.output_tokens)
-    return vs.heads_mini(cross[:, :, :t], tr.src_tokens, labels, n_rows=n, kind=ATTN_KINDS[2], height=260,
+    return vs.heads_mini(cross[:, :, :t], tr.src_tokens, labels, n_rows=n, kind=CROSS, height=260,
                          title="Cross-attention of every head as it is generated (click a panel to open it)")
 
 
@@ -229,7 +229,7 @@ def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
     if run is None or run.tr.trace is None:
         return message_figure(FIRST)
     tr = run.tr
-    n_dec = tr.attention(ATTN_KINDS[2]).shape[0]
+    n_dec = tr.attention(CROSS).shape[0]
     layer = None if layer_sel in (None, "", "all") else clamp(layer_sel, n_dec)
     d = an.rollout_data(tr, layer)
     which = "mean over every layer and head" if layer is None else f"layer {layer}, mean over heads"
@@ -252,7 +252,7 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
     if run is None or run.tr.trace is None:
         return message_figure(FIRST)
     tr = run.tr
-    L, H = tr.attention(ATTN_KINDS[2]).shape[:2]
+    L, H = tr.attention(CROSS).shape[:2]
     mode = mode if mode in ALIGN_MODES else "layer"
     l, h = clamp(layer, L), clamp(head, H)
     w = an.alignment_data(tr, mode, l, h)
@@ -298,24 +298,24 @@ def head_map_figure(run: Run | None, head_label, lm=None):
 def pair_view_figure(pair: PairRun | None, kind, layer, head):
     if pair is None:
         return message_figure("Enter two sentences and press Compare sentences.")
-    kind = kind_of(kind, ATTN_KINDS[0])
+    kind = kind_of(kind, ENC_SELF)
     maps, valid, masks = [], [], []
     l = h = 0
     for label, tr in (("sentence A", pair.a), ("sentence B", pair.b)):
         attn = tr.attention(kind)
         l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
         q, k = tr.axes(kind)
-        rows = q if kind == ATTN_KINDS[0] else decoder_rows(q, tr.output_tokens)[0]
+        rows = q if kind == ENC_SELF else decoder_rows(q, tr.output_tokens)[0]
         maps.append((f"{label}: {tr.text[:60]}", attn[l, h], rows, k))
         valid.append(tr.query_valid(kind))
         masks.append(tr.mask(kind))
     return v_pair.side_by_side(maps, query_valid=valid, masks=masks,
-                               query_title=None if kind == ATTN_KINDS[0] else STEP_ROW_TITLE,
+                               query_title=None if kind == ENC_SELF else STEP_ROW_TITLE,
                                title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: both sentences on one colour scale")
 
 
 def hypothesis_figure(hyp, rank):
-    kind = ATTN_KINDS[2]
+    kind = CROSS
     attn = hyp.attention(kind)
     rows, q_title = decoder_rows(*hyp.axes(kind)[:1], hyp.output_tokens)
     return va.layer_means(attn, rows, hyp.axes(kind)[1], query_valid=hyp.query_valid(kind), query_title=q_title,

@@ -9,7 +9,7 @@ from pathlib import Path
 import gradio as gr
 
 from model import analysis as an
-from model.transformer import ATTN_KINDS
+from model.transformer import ENC_SELF
 from viz import export as v_export
 from viz import profiles as v_prof
 
@@ -90,7 +90,7 @@ def build(shell: Shell) -> None:
                 p["pair_a"] = gr.Textbox("Der Mann sieht die Frau.", label="Sentence A", elem_id="pair-a")
                 p["pair_b"] = gr.Textbox("Die Frau sieht den Mann.", label="Sentence B", elem_id="pair-b")
             with gr.Row():
-                p["pair_kind"] = gr.Radio(KIND_CHOICES, value=ATTN_KINDS[0], label="Attention", elem_id="pair-kind")
+                p["pair_kind"] = gr.Radio(KIND_CHOICES, value=ENC_SELF, label="Attention", elem_id="pair-kind")
                 p["pair_layer"] = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="pair-layer")
                 p["pair_head"] = gr.Dropdown(head_numbers(lm.model.cfg.n_heads if lm else 1), value=0, label="Head",
                                              elem_id="pair-head")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from model.transformer import ATTN_KINDS
+from model.transformer import CROSS
 
 from ..present import KIND_LABELS, header_markdown
 from . import Shell, head_choices, layer_choices
@@ -20,7 +20,7 @@ def build(shell: Shell) -> None:
     with gr.Column(elem_id="run-bar-box"):
         shell.run_bar = gr.Markdown("**Current run** · translating the first example…", elem_id="run-bar")
         with gr.Row(elem_id="selection-bar"):
-            shell.kind = gr.Radio(KIND_CHOICES, value=ATTN_KINDS[2], label="Attention", elem_id="attn-kind",
+            shell.kind = gr.Radio(KIND_CHOICES, value=CROSS, label="Attention", elem_id="attn-kind",
                                   scale=4)
             shell.layer = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="attn-layer",
                                       scale=1, min_width=90)

@@ -8,14 +8,14 @@ from __future__ import annotations
 import gradio as gr
 
 from model.decoding import prepare_source
-from model.transformer import ATTN_KINDS, NO_INTERVENTION
+from model.transformer import CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION
 
 from .. import calls, views
 from ..payload import WORD_ORDER
 from ..present import (describe_interventions, diff_summary, head_choices, make_interventions, md_escape,
-                       notice_md, parse_heads, run_notices, src_token_choices, token_diff)
+                       notice_md, parse_heads, src_token_choices, token_diff)
 from ..state import CompareRun
-from . import VIEW, Shell, layer_choices, log
+from . import VIEW, Shell, log
 from .bar import KIND_CHOICES
 from .translate import opts_from
 
@@ -34,11 +34,11 @@ STALE = "⚠️ **Stale:** the settings or the current run changed since this co
 def follow(pad_on, causal_on, pos_on, heads, padded: bool, kind, layer, head):
     """(kind, layer, head, why) of the map that shows a toggle's effect."""
     if not causal_on:
-        return ATTN_KINDS[1], layer, head, "causal mask off: decoder self-attention, where the upper triangle fills in"
+        return DEC_SELF, layer, head, "causal mask off: decoder self-attention, where the upper triangle fills in"
     if not pos_on:
-        return ATTN_KINDS[0], layer, head, "positional encoding off: encoder self-attention, which loses word order"
+        return ENC_SELF, layer, head, "positional encoding off: encoder self-attention, which loses word order"
     if not pad_on and padded:
-        return ATTN_KINDS[0], layer, head, "padding mask off: encoder self-attention over the padded keys"
+        return ENC_SELF, layer, head, "padding mask off: encoder self-attention over the padded keys"
     if heads:
         (k, l, h), *_ = sorted(parse_heads(heads))
         return k, l, h, f"{heads[0]} ablated: that head, and its layer's output"
@@ -62,7 +62,7 @@ def build(shell: Shell) -> None:
                                             label="Ablate heads", info=EXPLAIN["heads"], elem_id="tog-heads")
             p["ablate_src"] = gr.Dropdown([], value=[], multiselect=True, label="Ablate source tokens",
                                           info=EXPLAIN["src"], elem_id="tog-src")
-            p["cmp_kind"] = gr.Radio(KIND_CHOICES, value=ATTN_KINDS[2], label="Map to compare (follows the toggle)",
+            p["cmp_kind"] = gr.Radio(KIND_CHOICES, value=CROSS, label="Map to compare (follows the toggle)",
                                      elem_id="cmp-kind")
             with gr.Row():
                 p["compare_btn"] = gr.Button("Compare with the current run", variant="primary",
@@ -85,7 +85,6 @@ def build(shell: Shell) -> None:
 
 def refresh(shell: Shell, run, sel: dict, cmp=None) -> list:
     """Mask preview, source choices, and the verdict marked stale when it is not of this run."""
-    p = shell.parts
     tr = run.tr
     masks = views.masks_figure(shell.reg, run.model, tr.src_tokens, tr.output_tokens, NO_INTERVENTION,
                                "Masks of the current run (True = attend)")

@@ -8,12 +8,12 @@ import traceback
 import gradio as gr
 
 from model.decoding import DecodeOptions
-from model.transformer import ATTN_KINDS
 
 from .. import calls, views
 from ..payload import examples_for, parse_link
-from ..present import (DOMAIN_HINT, MAX_INPUT_CHARS, chips, clean_input, direction_label, is_blank, md_escape,
+from ..present import (DOMAIN_HINT, chips, clean_input, direction_label, is_blank, md_escape,
                        no_model_message, notice_md, output_marks, run_bar, run_notices, source_marks)
+from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
 from ..state import Run
 from . import Shell, lazy_values, log
 
@@ -25,7 +25,8 @@ PHONE_WIDTH = 600   # px: narrower browsers open the attention view on one head
 
 def opts_from(decoding: str, beam, max_len, pad_to: int = 0) -> DecodeOptions:
     b = int(beam or 1) if decoding == "beam" else 1
-    return DecodeOptions(beam=max(1, min(b, 8)), max_len=max(1, min(int(max_len or 100), 250)),
+    return DecodeOptions(beam=max(1, min(b, MAX_BEAM)),
+                         max_len=max(1, min(int(max_len or DEFAULT_OUTPUT_TOKENS), MAX_OUTPUT_TOKENS)),
                          pad_src_to=max(0, int(pad_to or 0)))
 
 

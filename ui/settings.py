@@ -1,0 +1,49 @@
+"""Every environment variable the app reads, and every limit it applies, in one place.
+
+``read()`` looks at the environment each time it is called (tests change it between apps); callers
+keep the frozen result rather than reading ``os.environ`` themselves.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+MAX_INPUT_CHARS = 2000   # longer input is cut, with a notice
+MAX_BEAM = 8
+MAX_OUTPUT_TOKENS = 250
+DEFAULT_OUTPUT_TOKENS = 100
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: str = "auto"            # ATTN_DEVICE: auto, cpu or cuda
+    gpu_calls: str = ""             # ATTN_GPU_CALLS: "on" forces the spaces.GPU boundary, "off" removes it
+    zero_gpu: bool = False          # SPACES_ZERO_GPU, set by Hugging Face on ZeroGPU Spaces
+    checkpoints: str = ""           # ATTN_CHECKPOINTS: the checkpoint root ("" = checkpoints/)
+    queue_size: int = 64            # ATTN_QUEUE_SIZE: waiting requests before "busy, try again"
+    # ATTN_MODEL_CONCURRENCY: model events in flight. 1 measured best: with 2 or 3, 16-user throughput
+    # fell (GIL contention), and the model runs one call at a time either way.
+    model_concurrency: int = 1
+    # ATTN_TORCH_THREADS: torch threads on the CPU. Model calls run one at a time, and idle OpenMP workers
+    # spinning between small ops take the CPU the web server needs (16 users on 2 cores: about 7-8 req/s
+    # with 1 thread, 5.4 with 2).
+    torch_threads: int = 1
+    host: str = "127.0.0.1"         # GRADIO_SERVER_NAME
+    port: int = 7860                # GRADIO_SERVER_PORT
+
+
+def _int(env, name: str, default: int) -> int:
+    try:
+        return max(1, int(env.get(name) or default))
+    except ValueError:
+        return default
+
+
+def read(env=None) -> Settings:
+    env = os.environ if env is None else env
+    return Settings(device=env.get("ATTN_DEVICE") or "auto", gpu_calls=env.get("ATTN_GPU_CALLS", ""),
+                    zero_gpu=env.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true"),
+                    checkpoints=env.get("ATTN_CHECKPOINTS", ""), queue_size=_int(env, "ATTN_QUEUE_SIZE", 64),
+                    model_concurrency=_int(env, "ATTN_MODEL_CONCURRENCY", 1),
+                    torch_threads=_int(env, "ATTN_TORCH_THREADS", 1),
+                    host=env.get("GRADIO_SERVER_NAME") or "127.0.0.1", port=_int(env, "GRADIO_SERVER_PORT", 7860))
