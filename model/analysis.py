@@ -10,6 +10,8 @@
 """
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
+
 import numpy as np
 
 ROLLOUT_FORMULA = "R = Â_L ··· Â_1,  Â_l = rownorm(½·mean_heads(A_l) + ½·I);  source attribution a_t = c_t · R_enc"
@@ -163,62 +165,87 @@ def profile_grid(rows: list[dict], kind: str, stat: str) -> np.ndarray:
 
 # --------------------------------------------------------------------------- beam search tree
 
-def beam_tree(steps, finished) -> dict:
-    """Every hypothesis a beam search explored, as plain nodes and edges.
+@dataclass
+class BeamNode:
+    """One hypothesis prefix a beam search explored. Node 0 is the root (<bos>)."""
+    id: int
+    parent: int | None
+    step: int
+    token_id: int | None
+    score: float                    # cumulative log-probability
+    # "chosen" (on the chosen hypothesis's path), "finished" (on another finished one's), "pruned"
+    status: str = "pruned"
+    final: bool = False             # a finished hypothesis (leaf); the fields below are set for these
+    normalized: float | None = None
+    length: int | None = None
+    ids: list[int] | None = None
+    rank_raw: int | None = None
+    rank_norm: int | None = None
+    token: str = ""                 # with a vocabulary (beam_tree_data)
+    tokens: list[str] | None = None
+    text: str = ""
+
+
+@dataclass
+class BeamTree:
+    nodes: list[BeamNode]
+    best: int | None                # node id of the chosen hypothesis
+    finished: list[int]             # node ids of finished hypotheses, best first by normalized score
+    length_penalty: float = 1.0
+    y: list[float] = field(default_factory=list)  # a layout position per node
+    size: int | None = None         # the beam size, when the tree was decoded for the view
+
+    def node_dicts(self) -> list[dict]:
+        """The nodes as plain dicts (what viz/beam.py draws)."""
+        return [asdict(n) for n in self.nodes]
+
+
+def beam_tree(steps, finished) -> BeamTree:
+    """Every hypothesis a beam search explored, as nodes with parents.
 
     ``steps``: per step an object with ``parents``, ``tokens``, ``scores`` (the kept hypotheses;
     parents index the previous step's kept list, or the root at step 0). ``finished``: objects
     with ``ids``, ``score``, ``normalized``, ``step``, ``beam_index``.
-
-    Returns {"nodes": [...], "best": node id of the chosen hypothesis, "finished": [node ids,
-    best first by normalized score]}. Node 0 is the root (<bos>). Each node: id, parent, step,
-    token_id, score (cumulative log-probability), status: "chosen" (on the path of the chosen
-    hypothesis), "finished" (on the path of another finished hypothesis), "pruned" (dropped
-    later); finished leaves also carry "final": True, "normalized", "length", "rank_raw",
-    "rank_norm" and "ids".
     """
-    nodes = [dict(id=0, parent=None, step=-1, token_id=None, score=0.0, status="pruned", final=False)]
+    nodes = [BeamNode(0, None, -1, None, 0.0)]
     level = [0]  # node ids of the previous step's kept hypotheses
     kept_ids = []
     for t, st in enumerate(steps):
         here = []
         for p, tok, s in zip(st.parents, st.tokens, st.scores):
-            nid = len(nodes)
-            nodes.append(dict(id=nid, parent=level[p] if t > 0 else 0, step=t, token_id=int(tok), score=float(s),
-                              status="pruned", final=False))
-            here.append(nid)
+            nodes.append(BeamNode(len(nodes), level[p] if t > 0 else 0, t, int(tok), float(s)))
+            here.append(nodes[-1].id)
         kept_ids.append(here)
         level = here
     leaves = []
     for h in finished:
         parent = 0 if h.step == 0 else kept_ids[h.step - 1][h.beam_index]
-        nid = len(nodes)
-        nodes.append(dict(id=nid, parent=parent, step=int(h.step), token_id=int(h.ids[-1]) if h.ids else None,
-                          score=float(h.score), status="pruned", final=True, normalized=float(h.normalized),
-                          length=len(h.ids), ids=[int(i) for i in h.ids]))
-        leaves.append(nid)
-    by_norm = sorted(leaves, key=lambda n: -nodes[n]["normalized"])
-    by_raw = sorted(leaves, key=lambda n: -nodes[n]["score"])
+        nodes.append(BeamNode(len(nodes), parent, int(h.step), int(h.ids[-1]) if h.ids else None, float(h.score),
+                              final=True, normalized=float(h.normalized), length=len(h.ids),
+                              ids=[int(i) for i in h.ids]))
+        leaves.append(nodes[-1].id)
+    by_norm = sorted(leaves, key=lambda n: -nodes[n].normalized)
+    by_raw = sorted(leaves, key=lambda n: -nodes[n].score)
     for n in leaves:
-        nodes[n]["rank_norm"] = by_norm.index(n) + 1
-        nodes[n]["rank_raw"] = by_raw.index(n) + 1
+        nodes[n].rank_norm = by_norm.index(n) + 1
+        nodes[n].rank_raw = by_raw.index(n) + 1
     best = by_norm[0] if by_norm else None
     for leaf in by_norm[::-1]:  # mark paths; the best last so its path wins
         status = "chosen" if leaf == best else "finished"
         n = leaf
         while n is not None:
-            if nodes[n]["status"] != "chosen":
-                nodes[n]["status"] = status
-            n = nodes[n]["parent"]
-    return {"nodes": nodes, "best": best, "finished": by_norm}
+            if nodes[n].status != "chosen":
+                nodes[n].status = status
+            n = nodes[n].parent
+    return BeamTree(nodes, best, by_norm)
 
 
-def tree_layout(nodes: list[dict]) -> list[float]:
+def tree_layout(nodes: list[BeamNode]) -> list[float]:
     """A y position per node: leaves in depth-first order, parents at the mean of their children."""
     children: dict[int, list[int]] = {}
     for n in nodes:
-        if n["parent"] is not None:
-            children.setdefault(n["parent"], []).append(n["id"])
+        if n.parent is not None:
+            children.setdefault(n.parent, []).append(n.id)
     y = [0.0] * len(nodes)
     counter = [0]
 
@@ -297,20 +324,20 @@ def average_head_profiles(lm, sentences: list[str], progress=None, lock=None) ->
     return profiles_table(average_profiles(profs))
 
 
-def beam_tree_data(lm, tr) -> dict:
+def beam_tree_data(lm, tr, size: int | None = None) -> BeamTree:
     """beam_tree of a beam-search translation, with token strings and leaf translations."""
     if tr.beam is None:
         raise ValueError("this translation was decoded greedily; it has no beam-search trace")
     tree = beam_tree(tr.beam.steps, tr.beam.finished)
-    for n in tree["nodes"]:
-        n["token"] = "<bos>" if n["token_id"] is None and n["parent"] is None else (
-            lm.tgt_vocab.decode([n["token_id"]])[0] if n["token_id"] is not None else "")
-        if n.get("final"):
-            toks = lm.tgt_vocab.decode(n["ids"])
-            n["tokens"] = toks
-            n["text"] = lm.tgt_vocab.to_text(toks, lm.tgt_lang)
-    tree["length_penalty"] = tr.beam.length_penalty
-    tree["y"] = tree_layout(tree["nodes"])
+    for n in tree.nodes:
+        n.token = "<bos>" if n.token_id is None and n.parent is None else (
+            lm.tgt_vocab.decode([n.token_id])[0] if n.token_id is not None else "")
+        if n.final:
+            n.tokens = lm.tgt_vocab.decode(n.ids)
+            n.text = lm.tgt_vocab.to_text(n.tokens, lm.tgt_lang)
+    tree.length_penalty = tr.beam.length_penalty
+    tree.y = tree_layout(tree.nodes)
+    tree.size = size
     return tree
 
 

@@ -97,25 +97,25 @@ def fake_beam():
 def test_beam_tree_by_hand():
     steps, finished = fake_beam()
     tree = an.beam_tree(steps, finished)
-    nodes = tree["nodes"]
+    nodes = tree.nodes
     assert len(nodes) == 1 + 4 + 3
     a, b, c, d = nodes[1:5]
-    assert (a["token_id"], b["token_id"], c["parent"], d["parent"]) == (4, 5, a["id"], b["id"])
-    best = nodes[tree["best"]]
-    assert best["ids"] == [4, 6, 3] and best["status"] == "chosen" and best["rank_raw"] == 1
-    assert [nodes[n]["ids"] for n in tree["finished"]] == [[4, 6, 3], [4, 3], [5, 7, 3]]
-    assert a["status"] == c["status"] == "chosen"
-    assert b["status"] == d["status"] == "finished"  # on the path of a finished (losing) hypothesis
-    short = nodes[tree["finished"][1]]
-    assert short["parent"] == a["id"] and short["status"] == "finished"
+    assert (a.token_id, b.token_id, c.parent, d.parent) == (4, 5, a.id, b.id)
+    best = nodes[tree.best]
+    assert best.ids == [4, 6, 3] and best.status == "chosen" and best.rank_raw == 1
+    assert [nodes[n].ids for n in tree.finished] == [[4, 6, 3], [4, 3], [5, 7, 3]]
+    assert a.status == c.status == "chosen"
+    assert b.status == d.status == "finished"  # on the path of a finished (losing) hypothesis
+    short = nodes[tree.finished[1]]
+    assert short.parent == a.id and short.status == "finished"
     y = an.tree_layout(nodes)
-    assert len(y) == len(nodes) and sorted(y[n] for n in tree["finished"]) == [0.0, 1.0, 2.0]
+    assert len(y) == len(nodes) and sorted(y[n] for n in tree.finished) == [0.0, 1.0, 2.0]
     for n in nodes:
-        n["token"] = f"t{n['token_id']}"
-    fig = validated(v_beam.beam_tree_figure(nodes, y, length_penalty=0.6, title="<b>x</b>"))
+        n.token = f"t{n.token_id}"
+    fig = validated(v_beam.beam_tree_figure(tree.node_dicts(), y, length_penalty=0.6, title="<b>x</b>"))
     names = [t.name for t in fig.data if t.name]
     assert "chosen hypothesis" in names
-    rows = v_beam.finished_rows(nodes, tree["finished"])
+    rows = v_beam.finished_rows(tree.node_dicts(), tree.finished)
     assert [r[0] for r in rows] == [1, 2, 3]
 
 
@@ -124,7 +124,7 @@ def test_beam_tree_marks_pruned_branches():
              NS(parents=[0], tokens=[6], scores=[-0.3])]
     finished = [NS(ids=[4, 6, 3], score=-0.4, normalized=-0.3, step=2, beam_index=0)]
     tree = an.beam_tree(steps, finished)
-    statuses = {n["token_id"]: n["status"] for n in tree["nodes"][1:]}
+    statuses = {n.token_id: n.status for n in tree.nodes[1:]}
     assert statuses[5] == "pruned" and statuses[4] == statuses[6] == "chosen"
 
 
@@ -184,13 +184,13 @@ def test_beam_tree_and_hypothesis_on_tiny_model(tiny_lm):
     from model.decoding import DecodeOptions
     tr = decoding.translate(tiny_lm, "haus katze hund", DecodeOptions(beam=3, max_len=6))
     tree = analysis.beam_tree_data(tiny_lm, tr)
-    best = tree["nodes"][tree["best"]]
-    assert best["ids"] == tr.output_ids and best["status"] == "chosen"
-    other = tree["nodes"][tree["finished"][-1]]
-    hyp = decoding.hypothesis(tiny_lm, tr, other["ids"])
-    assert hyp.output_ids == other["ids"]
+    best = tree.nodes[tree.best]
+    assert best.ids == tr.output_ids and best.status == "chosen"
+    other = tree.nodes[tree.finished[-1]]
+    hyp = decoding.hypothesis(tiny_lm, tr, other.ids)
+    assert hyp.output_ids == other.ids
     cross = hyp.attention("decoder.cross_attn")
-    assert cross.shape[2:] == (len(other["ids"]), len(tr.src_tokens))
+    assert cross.shape[2:] == (len(other.ids), len(tr.src_tokens))
     profs = analysis.head_profiles(tr)
     assert len(profs) == 2 + 2 + 2 and all(len(p["entropy"]) == 4 for p in profs.values())
 

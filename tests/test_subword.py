@@ -240,8 +240,8 @@ def test_compare_and_profiles_read_as_words(tmp_path, sv):
 def test_beam_tree_texts_are_words_not_pieces(tmp_path, sv):
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(beam=3, max_len=6))
-    finals = [n for n in analysis.beam_tree_data(lm, tr)["nodes"] if n.get("final")]
-    assert finals and all("\u2581" not in n["text"] for n in finals)
-    assert any(n["text"] for n in finals)
-    hyp = decoding.hypothesis(lm, tr, finals[0]["ids"])
-    assert hyp.text == finals[0]["text"]
+    finals = [n for n in analysis.beam_tree_data(lm, tr).nodes if n.final]
+    assert finals and all("\u2581" not in n.text for n in finals)
+    assert any(n.text for n in finals)
+    hyp = decoding.hypothesis(lm, tr, finals[0].ids)
+    assert hyp.text == finals[0].text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from model.analysis import BeamTree
 from model.decoding import Translation
 from model.hooks import Trace
 from model.transformer import CROSS, Interventions
@@ -54,7 +55,7 @@ class BeamView:
     """The beam search the Generation section shows."""
     model: str
     tr: Translation
-    tree: dict
+    tree: BeamTree
     run_id: str = ""
 
 

@@ -271,9 +271,10 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
 def beam_view_figure(view: BeamView | None):
     if view is None:
         return message_figure("Open this view after translating to see the beam search.")
-    return v_beam.beam_tree_figure(view.tree["nodes"], view.tree["y"], length_penalty=view.tree["length_penalty"],
-                                   title=f"Beam search tree: {len(view.tree['nodes']) - 1} hypotheses explored, "
-                                         f"{len(view.tree['finished'])} finished")
+    tree = view.tree
+    return v_beam.beam_tree_figure(tree.node_dicts(), tree.y, length_penalty=tree.length_penalty,
+                                   title=f"Beam search tree: {len(tree.nodes) - 1} hypotheses explored, "
+                                         f"{len(tree.finished)} finished")
 
 
 def profiles_view_figure(rows, stat, label: str = ""):

@@ -153,8 +153,8 @@ def wire(shell: Shell) -> None:
 
     p["prof_tab"].select(on_profiles, prof_in, prof_out, api_name="head_profiles", api_visibility="undocumented",
                          **shell.model_event())
-    for comp in (p["prof_scope"], p["prof_n"]):
-        comp.input(on_profiles, prof_in, prof_out, api_visibility="private", **shell.model_event())
+    gr.on([p["prof_scope"].input, p["prof_n"].input], on_profiles, prof_in, prof_out, api_visibility="private",
+          **shell.model_event())
     p["prof_stat"].input(safe(lambda st, s: views.profiles_view_figure(st[0], s, st[1]) if st else
                               views.message_figure("No head profiles yet."), "head profiles"),
                          [p["prof_state"], p["prof_stat"]], p["prof_heat"], api_visibility="private", **VIEW)
@@ -202,10 +202,10 @@ def _wire_pair(shell: Shell) -> None:
     p["pair_btn"].click(on_pair, [p["pair_a"], p["pair_b"], shell.run_state, shell.direction, p["pair_kind"],
                                   p["pair_layer"], p["pair_head"]], [p["pair_text"], p["pair_plot"], p["pair_state"]],
                         api_name="pair_view", api_visibility="undocumented", **shell.model_event())
-    for comp in (p["pair_kind"], p["pair_layer"], p["pair_head"]):
-        comp.input(safe(views.pair_view_figure, "two-sentence view"),
-                   [p["pair_state"], p["pair_kind"], p["pair_layer"], p["pair_head"]], p["pair_plot"],
-                   api_visibility="private", **VIEW)
+    gr.on([p["pair_kind"].input, p["pair_layer"].input, p["pair_head"].input],
+          safe(views.pair_view_figure, "two-sentence view"),
+          [p["pair_state"], p["pair_kind"], p["pair_layer"], p["pair_head"]], p["pair_plot"],
+          api_visibility="private", **VIEW)
 
 
 def _wire_export(shell: Shell) -> None:

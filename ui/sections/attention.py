@@ -106,10 +106,9 @@ def wire(shell: Shell) -> None:
             log.exception("attention view failed")
             return views.message_figure("This view could not be drawn."), gr.skip()
 
-    for i, comp in enumerate((shell.kind, p["view"], shell.layer, shell.head, shell.units, p["scale"])):
-        comp.input(on_attention, sel_in, [p["attn_plot"], shell.layer],
-                   api_name="attention_view" if i == 0 else None,
-                   api_visibility="undocumented" if i == 0 else "private", **VIEW)
+    gr.on([c.input for c in (shell.kind, p["view"], shell.layer, shell.head, shell.units, p["scale"])],
+          on_attention, sel_in, [p["attn_plot"], shell.layer], api_name="attention_view",
+          api_visibility="undocumented", **VIEW)
 
     def on_click(value, units, scale, run):
         try:
@@ -129,11 +128,11 @@ def wire(shell: Shell) -> None:
     align = safe(views.alignment_view_figure, "alignment view")
     p["align_tab"].select(align, align_in, p["align_plot"], api_name="alignment_view",
                           api_visibility="undocumented", **VIEW)
-    for comp in (p["align_mode"], shell.layer, shell.head, shell.units):
-        comp.input(align, align_in, p["align_plot"], api_visibility="private", **VIEW)
+    gr.on([c.input for c in (p["align_mode"], shell.layer, shell.head, shell.units)], align, align_in,
+          p["align_plot"], api_visibility="private", **VIEW)
     roll = safe(views.rollout_view_figure, "rollout view")
     roll_in = [shell.run_state, p["rollout_layer"], shell.units]
     p["rollout_tab"].select(roll, roll_in, p["rollout_plot"], api_name="rollout_view", api_visibility="undocumented",
                             **VIEW)
-    for comp in (p["rollout_layer"], shell.units):
-        comp.input(roll, roll_in, p["rollout_plot"], api_visibility="private", **VIEW)
+    gr.on([p["rollout_layer"].input, shell.units.input], roll, roll_in, p["rollout_plot"], api_visibility="private",
+          **VIEW)

@@ -141,9 +141,8 @@ def _wire_head(shell: Shell) -> None:
             return gr.skip(), views.message_figure("This head could not be drawn."), gr.skip(), seen
 
     ins = [shell.run_state, shell.section, stamp, shell.kind, shell.layer, shell.head, p["head_query"]]
-    for i, comp in enumerate((p["head_query"], shell.kind, shell.layer, shell.head)):
-        comp.input(on_head, ins, outs, api_name="head_computation" if i == 0 else None,
-                   api_visibility="undocumented" if i == 0 else "private", **VIEW)
+    gr.on([c.input for c in (p["head_query"], shell.kind, shell.layer, shell.head)], on_head, ins, outs,
+          api_name="head_computation", api_visibility="undocumented", **VIEW)
 
 
 def _wire_attribution(shell: Shell) -> None:

@@ -82,12 +82,12 @@ def _beam(shell: Shell, run, old, size, force=False):
     size = max(2, min(int(size or 4), 8))
     lm = shell.lm(run)
     if old is not None and not force and old.run_id == run.id and (run.tr.beam is not None
-                                                                    or old.tree.get("size") == size):
+                                                                    or old.tree.size == size):
         return old  # this run's tree is already drawn
     if run.tr.beam is not None and not force:
         return BeamView(run.model, run.tr, an.beam_tree_data(lm, run.tr), run.id)
     tr_b = calls.gpu_beam(shell.reg_key, run.model, run.tr.src_text, size)
-    return BeamView(run.model, tr_b, dict(an.beam_tree_data(lm, tr_b), size=size), run.id)
+    return BeamView(run.model, tr_b, an.beam_tree_data(lm, tr_b, size), run.id)
 
 
 def _beam_outputs(shell: Shell, run, old, size, force=False):
@@ -95,17 +95,17 @@ def _beam_outputs(shell: Shell, run, old, size, force=False):
         if run is None:
             return (views.FIRST, views.message_figure(views.FIRST), None, gr.Dropdown(choices=[], value=None), None)
         view = _beam(shell, run, old, size, force)
-        nodes, tree = view.tree["nodes"], view.tree
-        best = nodes[tree["best"]]
-        raw_best = min(tree["finished"], key=lambda n: nodes[n]["rank_raw"])
-        md = (f"**Chosen:** {md_escape(best.get('text', ''))} (log-prob {best['score']:.3f}, normalised "
-              f"{best['normalized']:.3f}, length penalty α = {tree['length_penalty']:g}).")
+        tree = view.tree
+        nodes, best = tree.nodes, tree.nodes[tree.best]
+        raw_best = min(tree.finished, key=lambda n: nodes[n].rank_raw)
+        md = (f"**Chosen:** {md_escape(best.text)} (log-prob {best.score:.3f}, normalised "
+              f"{best.normalized:.3f}, length penalty α = {tree.length_penalty:g}).")
         md += (f" Without the length penalty the raw log-probability would have picked "
-               f"*{md_escape(nodes[raw_best].get('text', ''))}* ({nodes[raw_best]['score']:.3f})."
-               if raw_best != tree["best"] else " The raw log-probability picks the same hypothesis.")
-        picks = [(f"#{nodes[n]['rank_norm']} ({nodes[n]['normalized']:.3f}): {nodes[n].get('text', '')[:80]}", i)
-                 for i, n in enumerate(tree["finished"])]
-        return (md, views.beam_view_figure(view), v_beam.finished_rows(nodes, tree["finished"]),
+               f"*{md_escape(nodes[raw_best].text)}* ({nodes[raw_best].score:.3f})."
+               if raw_best != tree.best else " The raw log-probability picks the same hypothesis.")
+        picks = [(f"#{nodes[n].rank_norm} ({nodes[n].normalized:.3f}): {nodes[n].text[:80]}", i)
+                 for i, n in enumerate(tree.finished)]
+        return (md, views.beam_view_figure(view), v_beam.finished_rows(tree.node_dicts(), tree.finished),
                 gr.Dropdown(choices=picks, value=None), view)
     except Exception as e:
         log.exception("beam tree failed")
@@ -154,9 +154,9 @@ def wire(shell: Shell) -> None:
         try:
             if view is None or idx is None:
                 return "", views.message_figure("Pick a finished hypothesis.")
-            node = view.tree["nodes"][view.tree["finished"][int(idx)]]
-            hyp = calls.gpu_hypothesis(shell.reg_key, view.model, view.tr, node["ids"])
-            return hyp.text, views.hypothesis_figure(hyp, node["rank_norm"])
+            node = view.tree.nodes[view.tree.finished[int(idx)]]
+            hyp = calls.gpu_hypothesis(shell.reg_key, view.model, view.tr, node.ids)
+            return hyp.text, views.hypothesis_figure(hyp, node.rank_norm)
         except Exception:
             log.exception("beam pick failed")
             return gr.skip(), views.message_figure("This hypothesis could not be drawn.")

@@ -166,10 +166,8 @@ def wire(shell: Shell) -> None:
             return views.message_figure("The masks could not be drawn."), gr.skip(), gr.skip()
 
     tog_in = [shell.run_state, p["cmp_state"], *toggles, p["cmp_kind"]]
-    for i, comp in enumerate(toggles):
-        comp.input(on_toggle, tog_in, [p["masks_plot"], p["cmp_stale"], p["cmp_kind"]],
-                   api_name="masks" if i == 0 else None, api_visibility="undocumented" if i == 0 else "private",
-                   **VIEW)
+    gr.on([c.input for c in toggles], on_toggle, tog_in, [p["masks_plot"], p["cmp_stale"], p["cmp_kind"]],
+          api_name="masks", api_visibility="undocumented", **VIEW)
 
     def on_maps(cmp, kind, layer, head):
         try:
@@ -180,12 +178,9 @@ def wire(shell: Shell) -> None:
             log.exception("compare maps failed")
             return views.message_figure("This map could not be drawn.")
 
-    for i, comp in enumerate((p["cmp_kind"], shell.layer, shell.head)):
-        comp.input(on_maps, [p["cmp_state"], p["cmp_kind"], shell.layer, shell.head], p["cmp_plot"],
-                   api_name="compare_maps" if i == 0 else None,
-                   api_visibility="undocumented" if i == 0 else "private", **VIEW)
-
-
+    gr.on([c.input for c in (p["cmp_kind"], shell.layer, shell.head)], on_maps,
+          [p["cmp_state"], p["cmp_kind"], shell.layer, shell.head], p["cmp_plot"], api_name="compare_maps",
+          api_visibility="undocumented", **VIEW)
 
 
 def wire_preset(shell: Shell) -> None:

@@ -151,9 +151,8 @@ def wire(shell: Shell) -> None:
                                     replay=replay)
 
     p["translate_event"] = (translate_fn, inputs, outputs)
-    for trigger in (p["translate_btn"].click, shell.text.submit):
-        trigger(on_translate, inputs, outputs, api_name="translate_stream", api_visibility="undocumented",
-                show_progress="minimal", **shell.model_event())
+    gr.on([p["translate_btn"].click, shell.text.submit], on_translate, inputs, outputs, api_name="translate_stream",
+          api_visibility="undocumented", show_progress="minimal", **shell.model_event())
     ex = p.get("examples")
     if ex is not None and getattr(ex, "load_input_event", None) is not None:
         ex.load_input_event.then(on_translate, inputs, outputs, api_visibility="private", show_progress="minimal",
