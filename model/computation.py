@@ -85,7 +85,7 @@ class Computation:
         attn = self.attn_module(kind, layer)
         result = self.get("result", kind, layer)[0, query, head].float() if \
             hook_name("result", kind, layer) in self.trace else \
-            g("z")[head, query] @ attn.w_o.weight.detach().float().view(-1, attn.n_heads, attn.d_k)[:, head].T
+            g("z")[head, query] @ attn.w_o.weight.detach().float().cpu().view(-1, attn.n_heads, attn.d_k)[:, head].T
         n = lambda t: t.numpy().copy()  # noqa: E731
         return HeadComputation(n(q), n(k), n(scores), n(mask), n(scores.masked_fill(~mask, -math.inf)),
                                n(g("pattern")[head, query]), n(v), n(g("z")[head, query]), n(result))
@@ -110,7 +110,7 @@ class Computation:
         kind = canonical_kind(kind)
         attn = self.attn_module(kind, layer)
         v = self.get("v", kind, layer)[0].float()                                 # (H, Tk, d_k)
-        w = attn.w_o.weight.detach().float().view(-1, attn.n_heads, attn.d_k)      # (D, H, d_k)
+        w = attn.w_o.weight.detach().float().cpu().view(-1, attn.n_heads, attn.d_k)      # (D, H, d_k)
         fx = torch.einsum("hjk,dhk->hjd", v, w).norm(dim=-1)                       # (H, Tk)
         return (self.get("pattern", kind, layer)[0].float() * fx[:, None, :]).numpy()
 
