@@ -114,6 +114,19 @@ def test_attribution_view(client):
     assert [row[0] for row in table["data"]] == ["<bos>", "Zwei", "Hunde", "spielen", "im", "Schnee", ".", "<eos>"]
 
 
+def test_a_new_run_never_shows_the_last_runs_attribution_or_forced_decoding(client):
+    open_section(client)
+    client.predict(0, 16, api_name="/attribution_view")
+    client.predict(SRC, REF, "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1", "encoder", 1,
+                   "decoder.cross_attn", 0, 0, 1, "decoder", api_name="/forced_view")
+    client.predict("Eine Frau liest ein Buch im Park.", "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0,
+                   "words", api_name="/translate_stream")
+    o = open_section(client)
+    assert "Pick an output token" in o["attr_md"]
+    assert "was decoded" in o["forced_md"]
+    assert "Pick an output token" in json.dumps(plot(o["attr_plot"]))
+
+
 def test_forced_decoding_becomes_the_current_run(client):
     out = named(client, client.src, client.predict(SRC, REF, "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1",
                                                    "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", api_name="/forced_view"), "forced_view")

@@ -17,6 +17,8 @@ from . import VIEW, Shell, encodings, lazy_values, log
 SID = "computation"
 PART_CHOICES = [("Decoder", "decoder"), ("Encoder", "encoder")]
 IG_STEPS = 64
+ATTR_HINT = "Pick an output token (or open this tab again) to attribute it in the current run."
+FORCED_HINT = "The current run was decoded. Give a reference and press Force to teacher-force it."
 
 
 def build(shell: Shell) -> None:
@@ -79,7 +81,7 @@ def lazy_io(shell: Shell) -> tuple[list, list, callable]:
     p = shell.parts
     enc_out, enc_in = encodings.lazy_io(shell)
     outs = [p["head_query"], p["head_plot"], p["resid_plot"], p["normw_plot"], p["lens_plot"], p["attr_pos"],
-            p["ref_example"]]
+            p["attr_md"], p["attr_plot"], p["attr_table"], p["ref_example"], p["forced_md"], p["forced_plot"]]
     ins = [shell.kind, shell.layer, shell.head, p["head_query"], p["resid_part"]]
     k = len(enc_in)
     return ([*enc_out, *outs], [*enc_in, *ins],
@@ -92,11 +94,14 @@ def refresh(shell: Shell, run: Run, kind, layer, head, query, part) -> list:
     query = inside.clamp(query, n, n - 1)
     pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
     positions = inside.position_choices(run)
+    # attribution needs the model (gradients): drawn when its tab opens or a token is picked, never stale
+    attr = [ATTR_HINT, views.message_figure(ATTR_HINT), None]
+    forced = [gr.skip(), gr.skip()] if run.forced else [FORCED_HINT, views.message_figure(FORCED_HINT)]
     return [gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
             inside.head_figure(run, lm, kind, layer, head, query), inside.residual_figure(run, lm, part),
             inside.norm_weight_figure(run, lm, kind, layer, head), inside.lens_figure(run, lm),
-            gr.Dropdown(choices=positions, value=0 if positions else None),
-            gr.Dropdown(choices=[(f"{s}  ⇒  {r}", i) for i, (s, r) in enumerate(pairs)], value=None)]
+            gr.Dropdown(choices=positions, value=0 if positions else None), *attr,
+            gr.Dropdown(choices=[(f"{s}  ⇒  {r}", i) for i, (s, r) in enumerate(pairs)], value=None), *forced]
 
 
 def wire(shell: Shell) -> None:
@@ -184,7 +189,7 @@ def _wire_forced(shell: Shell) -> None:
                            api_visibility="private", queue=False, show_progress="hidden")
     sel_inputs = [shell.kind, p["view"], shell.layer, shell.head, shell.units]
     lz = p["lazy"][SID]
-    outputs = [p["forced_md"], p["forced_plot"], p["run_status"], lz.stamp, *lz.outputs, *shell.run_outputs()]
+    outputs = [p["run_status"], lz.stamp, *lz.outputs, *shell.run_outputs()]  # forced_md/plot among lz.outputs
 
     def on_force(text, reference, name, kind, view, layer, head, units, *lazy_extra):
         problem = no_model_message(shell.reg, name)
