@@ -12,6 +12,7 @@ import pytest
 
 from tests.app_fixtures import launch, make_checkpoint
 
+pytestmark = pytest.mark.browser
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("ARTIFACTS_DIR", "test-artifacts"))
 
