@@ -345,7 +345,9 @@ def load_app(cfg: BenchConfig):
     from ui import calls
 
     load_note(cfg)
-    reg_key, reg = calls.load_registry(root, cfg.device)
+    app.demo = app.build_app(root, cfg.device, warm=False)  # the Blocks, for the benchmarks that drive its handlers
+    reg = app.demo.registry
+    reg_key = next(k for k, r in calls.REGISTRIES.items() if r is reg)
     if not reg.models:
         raise SystemExit(f"error: the app loaded no model from {root}: {reg.problems}")
     name = cfg.direction if cfg.direction in reg.models else reg.names[0]

@@ -31,35 +31,35 @@ def run(cfg: BenchConfig) -> dict:
     lm = reg.models[name]
     sentences, _ = read_lines(cfg, "test_2016_flickr", lm.src_lang, 5 if cfg.quick else N_SENTENCES)
     opts = translate_section.opts_from("greedy", 4, 100)
-    app.warm_up(reg_key)
+    views.warm_up(reg_key)
 
     def timed(fn):
         t0 = time.perf_counter()
         value = fn()
         return (time.perf_counter() - t0) * 1e3, value
 
-    views = {
+    fns = {
         "rollout": lambda r: views.rollout_view_figure(r, "all"),
         "alignment": lambda r: views.alignment_view_figure(r, "layer", 3, 0),
         "alignment_rollout": lambda r: views.alignment_view_figure(r, "rollout", 0, 0),
         "head_map": lambda r: views.head_map_figure(r, present.head_choices(lm)[0]),
         "beam_tree": lambda r: views.beam_view_figure(state.BeamView(
             r.model, (tb := calls.gpu_beam(reg_key, name, r.tr.src_text, 4)), analysis.beam_tree_data(lm, tb))),
-        "pair": lambda r: views.pair_view_figure(app.PairRun(name, *calls.gpu_pair(reg_key, name, r.tr.src_text,
+        "pair": lambda r: views.pair_view_figure(state.PairRun(name, *calls.gpu_pair(reg_key, name, r.tr.src_text,
                                                                                    r.tr.src_text)), "decoder.cross_attn", 0, 0),
     }
-    ms = {k: [] for k in views}
-    kb = {k: [] for k in views}
+    ms = {k: [] for k in fns}
+    kb = {k: [] for k in fns}
     for s in sentences:
         tr = calls.gpu_translate(reg_key, name, s, opts)
         r = state.Run(name, tr)
-        for k, fn in views.items():
+        for k, fn in fns.items():
             t, fig = timed(lambda: fn(r))
             t2, js = timed(fig.to_json)
             ms[k].append(t + t2)
             kb[k].append(len(js) / 1000)
     figures = []
-    for k in views:
+    for k in fns:
         st, sb = stats(ms[k]), stats(kb[k])
         print(f"  {k:<18} p50 {st['p50']:7.1f} ms  p95 {st['p95']:7.1f} ms  payload p50 {sb['p50']:6.1f} kB", flush=True)
         figures.append(figure(f"views.{k}.p50_ms", f"{k}: server time (build + JSON): p50", st["p50"], "ms"))
