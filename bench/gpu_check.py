@@ -37,7 +37,7 @@ def sources(lm, prepared: Path | None, n: int) -> list[list[int]]:
     """``n`` validation sources as id lists with <bos>/<eos> (seeded random ids without ``prepared``)."""
     if prepared is None:
         return random_sources(lm, n)
-    if prepared is not None and (prepared / "val.npz").is_file():
+    if (prepared / "val.npz").is_file():
         arrays = np.load(prepared / "val.npz")
         flat, lens = arrays[f"{lm.src_lang}_ids"], arrays[f"{lm.src_lang}_lens"]
         starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
