@@ -1,17 +1,11 @@
 """Our teacher-forced forward pass against ``torch.nn.Transformer`` of the same shape.
 
-Both models get the same batch: the first 64 pairs of Multi30k train, tokenized with the
-checkpoint's vocabularies, ``<bos> ... <eos>``, padded, decoder input = target without its last
-token. Both run in ``eval()`` under ``torch.inference_mode()`` with nothing captured.
-
-The reference is ``nn.Transformer(d_model, nhead, layers, d_ff, norm_first=True,
-batch_first=True)`` plus the same work around it (token embeddings x sqrt(d_model), the
-sinusoidal encoding added, a bias-free generator ``Linear``), with key-padding masks and a
-causal mask. Our weights are copied into it and the logits compared, so both provably do the
-same computation. Target: ours no slower than 1.10x the reference.
-
-Then the capture overhead: the same forward inside ``model.hooks.capture(model)`` (every hook
-point, explicit-softmax attention path, every tensor copied out) vs without. Target ≤ 30 %.
+Both get the first 64 pairs of Multi30k train (``<bos> ... <eos>``, padded; decoder input = target
+minus its last token) in ``eval()`` under ``inference_mode``. The reference is ``nn.Transformer(...,
+norm_first=True, batch_first=True)`` with the same work around it (embeddings × √d_model, the sinusoidal
+encoding, a bias-free generator) and holds our weights: its logits are checked against ours. Target:
+ours ≤ 1.10× the reference. Then the same forward inside ``capture(model)`` (every hook point, the
+explicit-softmax path, every tensor kept) against without: target ≤ +30 %.
 """
 from __future__ import annotations
 
