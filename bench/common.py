@@ -1,536 +1,340 @@
-"""Shared pieces of the benchmarks: options, model and data loading, timing, results files.
+"""What the benchmarks share: options, data, timing, the app as a server and as a browser, results files.
 
-Figures are written to ``bench/results.json`` (merged: entries of benchmarks not run this
-time are kept) and summarised in ``bench/RESULTS.md``.
+Every benchmark's entry is merged into ``bench/results.json`` (entries of benchmarks not run this time
+are kept) and the whole table is rewritten into ``bench/RESULTS.md``. Each entry records the date, the
+command, the machine, ``os.getloadavg()`` before and after, and the CPU other processes used just before.
 """
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
+import datetime
 import gc
-import gzip
 import json
 import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent       # the repository
-BENCH_DIR = Path(__file__).resolve().parent
-RESULTS_JSON = BENCH_DIR / "results.json"
-RESULTS_MD = BENCH_DIR / "RESULTS.md"
-DEFAULT_DATA = ROOT.parent / "shared" / "multi30k"
-DEFAULT_DIRECTION = "de-en"
-# CPU that other processes use (in cores, sampled for 1 s while the benchmark waits) above which its
-# figures are flagged "taken under load". Not the load average: that lags, and counts the previous benchmark.
-LOADED_OTHERS_CORES = 0.3
+from model.checkpoint import load_checkpoint
+from model.data import head_lines
+from tests.app_fixtures import free_port
 
-# Used only when ../shared/multi30k is absent: aligned de/en pairs in the style of Multi30k.
-BUILTIN_PAIRS = [
-    ("Ein Mann mit einem roten Hut sitzt auf einer Bank.", "A man in a red hat sits on a bench."),
-    ("Zwei Hunde rennen über eine grüne Wiese.", "Two dogs run across a green meadow."),
-    ("Eine Frau liest ein Buch in einem Park.", "A woman reads a book in a park."),
-    ("Ein kleiner Junge spielt mit einem Ball am Strand.", "A little boy plays with a ball on the beach."),
-    ("Mehrere Menschen warten an einer Bushaltestelle.", "Several people wait at a bus stop."),
-    ("Ein Radfahrer fährt eine steile Straße hinauf.", "A cyclist rides up a steep road."),
-    ("Ein Mädchen in einem blauen Kleid tanzt auf der Bühne.", "A girl in a blue dress dances on the stage."),
-    ("Ein Koch bereitet in einer Küche Essen zu.", "A cook prepares food in a kitchen."),
-    ("Drei Kinder springen in einen See.", "Three children jump into a lake."),
-    ("Ein älterer Mann verkauft Obst auf einem Markt.", "An older man sells fruit at a market."),
-    ("Eine Gruppe von Freunden sitzt um ein Lagerfeuer.", "A group of friends sits around a campfire."),
-    ("Ein schwarzer Hund fängt eine Frisbeescheibe.", "A black dog catches a frisbee."),
-    ("Ein Arbeiter repariert das Dach eines Hauses.", "A worker repairs the roof of a house."),
-    ("Eine Frau mit Sonnenbrille geht eine belebte Straße entlang.",
-     "A woman with sunglasses walks along a busy street."),
-    ("Zwei Männer spielen Schach in einem Café.", "Two men play chess in a cafe."),
-    ("Ein Baby schläft in den Armen seiner Mutter.", "A baby sleeps in its mother's arms."),
-    ("Ein Skateboarder springt über eine Treppe.", "A skateboarder jumps over a staircase."),
-    ("Leute in bunten Kostümen laufen bei einer Parade mit.", "People in colorful costumes march in a parade."),
-    ("Ein Fußballspieler schießt den Ball auf das Tor.", "A soccer player shoots the ball at the goal."),
-    ("Eine Musikerin spielt Gitarre vor einem Publikum.", "A musician plays guitar in front of an audience."),
-]
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_JSON, RESULTS_MD = ROOT / "bench" / "results.json", ROOT / "bench" / "RESULTS.md"
+TEST = "test_2016_flickr"
 
 
-# --------------------------------------------------------------------------- options
 @dataclass
-class BenchConfig:
-    checkpoint: str | None = None   # checkpoint folder; None = checkpoints/<direction> or fallbacks
-    direction: str = DEFAULT_DIRECTION
+class Config:
+    checkpoint: str = "checkpoints/de-en"  # the timed model; app benchmarks serve its parent folder (every model)
     quick: bool = False
-    threads: int = 1                # torch intra-op threads (1: steady figures on a shared 2-core box)
-    device: str = "cpu"
-    data: str = str(DEFAULT_DATA)
-    reps: int = 0                   # 0 = the benchmark's default (smaller with --quick)
-    notes: list[str] = field(default_factory=list)  # things to say in RESULTS.md (fallbacks used, ...)
+    threads: int = 1                       # torch threads: 1 gives steady figures on a shared 2-core machine
+    reps: int = 0                          # 0: each benchmark's default
+    data: str = str(ROOT.parent / "shared" / "multi30k")
+    notes: list = field(default_factory=list)
+
+    @property
+    def app_root(self) -> Path:
+        return (ROOT / self.checkpoint).parent
+
+    @property
+    def direction(self) -> str:
+        c = json.loads((ROOT / self.checkpoint / "config.json").read_text(encoding="utf-8"))
+        return f"{c['src_lang']}-{c['tgt_lang']}"
 
 
-def add_common_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--checkpoint", default=None,
-                   help="checkpoint folder (default: checkpoints/DIRECTION, else the training state "
-                        "in runs/DIRECTION, else an untrained model)")
-    p.add_argument("--direction", default=DEFAULT_DIRECTION, help="used when --checkpoint is not given")
-    p.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, noisier figures)")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (the targets are about the CPU)")
-    p.add_argument("--data", default=str(DEFAULT_DATA), help="folder with Multi30k {split}.{lang}.gz")
-    p.add_argument("--reps", type=int, default=0, help="repetitions (0 = each benchmark's default)")
-    p.add_argument("--results", default=str(RESULTS_JSON), help="results JSON (merged)")
-    p.add_argument("--markdown", default=str(RESULTS_MD), help="Markdown summary")
-    p.add_argument("--no-save", action="store_true", help="print only; do not touch the results files")
+def parser(prog: str, doc: str | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default=Config.checkpoint, help="checkpoint folder (default %(default)s)")
+    p.add_argument("--quick", action="store_true", help="fewer sentences and repetitions (a smoke run)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    p.add_argument("--reps", type=int, default=0, help="repetitions (0: each benchmark's default)")
+    p.add_argument("--data", default=Config.data, help="folder with Multi30k {split}.{lang}.gz")
+    p.add_argument("--no-save", action="store_true", help="print only")
     return p
 
 
-def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    return BenchConfig(args.checkpoint, args.direction, args.quick, args.threads, args.device, args.data,
-                       args.reps)
-
-
-def setup_torch(cfg: BenchConfig) -> None:
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    torch.manual_seed(0)
-
-
-def sync(device) -> None:
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-# --------------------------------------------------------------------------- machine
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware", "processor\t: arm")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load_average() -> list[float] | None:
-    try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    except (OSError, ValueError):
-        return None
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def machine_info(device: str = "cpu") -> dict:
-    info = {
-        "platform": platform.platform(),
-        "cpu": cpu_model(),
-        "cores": usable_cores(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device),
-        "load_average": load_average(),
-    }
-    if str(device).startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
-    try:
-        mem = next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal"))
-        info["memory_gb"] = round(int(mem.split()[1]) / 2**20, 1)
-    except (OSError, StopIteration, ValueError):
-        pass
-    return info
-
-
-def others_cpu(seconds: float = 1.0) -> float | None:
-    """Cores' worth of CPU busy over ``seconds`` while this process sleeps: what other processes use."""
-    def busy() -> int:
-        f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        return sum(f) - f[3] - (f[4] if len(f) > 4 else 0)  # all but idle and iowait
-    try:
-        b0, t0 = busy(), time.perf_counter()
-        time.sleep(seconds)
-        b1, t1 = busy(), time.perf_counter()
-    except (OSError, ValueError, IndexError):
-        return None
-    return round((b1 - b0) / os.sysconf("SC_CLK_TCK") / (t1 - t0), 2)
-
-
-def is_loaded(others: float | None) -> bool:
-    return others is not None and others > LOADED_OTHERS_CORES
-
-
-def now_utc() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def config(args) -> Config:
+    return Config(args.checkpoint, args.quick, args.threads, args.reps, args.data)
 
 
 # --------------------------------------------------------------------------- model and data
-_MODEL_CACHE: dict = {}
+_MODELS: dict = {}
 
 
-def _from_training_state(work: Path):
-    """The newest weights in a training folder (state.safetensors + vocab.json), in memory."""
-    from safetensors import safe_open
-
-    from model.checkpoint import LoadedModel
-    from model.transformer import Transformer, TransformerConfig
-    from model.vocab import load_vocabs
-    with safe_open(str(work / "state.safetensors"), "pt") as f:
-        meta = json.loads(f.metadata()["json"])
-        weights = {k[6:]: f.get_tensor(k).float() for k in f.keys() if k.startswith("model.")}
-    a = meta["args"]
-    src_vocab, tgt_vocab = load_vocabs(work / "vocab.json")
-    mcfg = TransformerConfig(len(src_vocab), len(tgt_vocab), a["d_model"], a["heads"], a["enc_layers"],
-                             a["dec_layers"], a["d_ff"], a["dropout"], a["attn_dropout"], a["max_len"],
-                             not a.get("no_tie", False))
-    model = Transformer(mcfg)
-    model.load_state_dict(weights, strict=False)
-    return LoadedModel(model.eval(), src_vocab, tgt_vocab, a["src"], a["tgt"], work,
-                       {"training_state_epoch": meta.get("epoch")}), meta.get("epoch")
+def model(cfg: Config):
+    if cfg.checkpoint not in _MODELS:
+        _MODELS[cfg.checkpoint] = load_checkpoint(ROOT / cfg.checkpoint, "cpu")
+    return _MODELS[cfg.checkpoint]
 
 
-def _untrained(work: Path, direction: str):
-    from model.checkpoint import LoadedModel
-    from model.transformer import Transformer, TransformerConfig
-    from model.vocab import load_vocabs
-    src_vocab, tgt_vocab = load_vocabs(work / "vocab.json")
-    model = Transformer(TransformerConfig(len(src_vocab), len(tgt_vocab)))
-    src, tgt = direction.split("-")
-    return LoadedModel(model.eval(), src_vocab, tgt_vocab, src, tgt, None, {"untrained": True})
-
-
-def load_model(cfg: BenchConfig):
-    """(LoadedModel, description). Order: --checkpoint; checkpoints/DIR; runs/DIR training state;
-    an untrained model of the default shape with runs/DIR's vocabulary. Fallbacks are reported
-    (printed and added to ``cfg.notes``)."""
-    key = (cfg.checkpoint, cfg.direction, cfg.device)
-    if key in _MODEL_CACHE:
-        lm, desc, notes = _MODEL_CACHE[key]
-        cfg.notes.extend(n for n in notes if n not in cfg.notes)
-        return lm, desc
-    from model.checkpoint import CheckpointError, load_checkpoint
-    notes: list[str] = []
-    if cfg.checkpoint:
-        try:
-            lm = load_checkpoint(cfg.checkpoint, cfg.device)
-        except CheckpointError as e:
-            raise SystemExit(f"error: {e}") from None
-        desc = f"checkpoint {cfg.checkpoint}"
-    else:
-        shipped = ROOT / "checkpoints" / cfg.direction
-        work = ROOT / "runs" / cfg.direction
-        try:
-            lm = load_checkpoint(shipped, cfg.device)
-            desc = f"checkpoint {shipped.relative_to(ROOT)}"
-        except CheckpointError as e:
-            notes.append(f"shipped checkpoint not usable ({e})")
-            if (work / "state.safetensors").is_file() and (work / "vocab.json").is_file():
-                lm, epoch = _from_training_state(work)
-                lm.model.to(cfg.device)
-                desc = f"training state {work.relative_to(ROOT)} (epoch {epoch}, not averaged)"
-                notes.append(f"used the training state in {work.relative_to(ROOT)} (epoch {epoch}) instead; "
-                             f"pass --checkpoint for the shipped model")
-            elif (work / "vocab.json").is_file():
-                lm = _untrained(work, cfg.direction)
-                lm.model.to(cfg.device)
-                desc = f"UNTRAINED model, default shape, vocabulary of {work.relative_to(ROOT)}"
-                notes.append("no checkpoint or training state: an untrained model was timed "
-                             "(decode lengths are then capped, not natural)")
-            else:
-                raise SystemExit(f"error: no checkpoint at {shipped} and no training folder {work}; "
-                                 f"pass --checkpoint DIR") from None
-    cfg.notes.extend(n for n in notes if n not in cfg.notes)
-    lm.model.eval()
-    _MODEL_CACHE[key] = (lm, desc, notes)
-    return lm, desc
-
-
-def model_summary(lm) -> dict:
-    c = lm.model.cfg
-    return {"direction": lm.name, "d_model": c.d_model, "heads": c.n_heads, "encoder_layers": c.n_encoder_layers,
-            "decoder_layers": c.n_decoder_layers, "d_ff": c.d_ff, "src_vocab": c.src_vocab_size,
-            "tgt_vocab": c.tgt_vocab_size, "parameters": lm.model.num_parameters()}
-
-
-def read_lines(cfg: BenchConfig, split: str, lang: str, n: int) -> tuple[list[str], str]:
-    """First ``n`` lines of Multi30k ``split``.``lang``; the built-in sentences when the file is absent."""
-    path = Path(cfg.data) / f"{split}.{lang}.gz"
-    if path.is_file():
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            lines = []
-            for line in f:
-                lines.append(line.rstrip("\n"))
-                if len(lines) == n:
-                    break
-        return lines, f"first {len(lines)} lines of {path.name}"
-    col = {"de": 0, "en": 1}.get(lang)
-    if col is None:
-        raise SystemExit(f"error: {path} not found and no built-in sentences for {lang!r}")
-    note = f"{path} not found: used the built-in {lang} sentences"
-    if note not in cfg.notes:
-        cfg.notes.append(note)
-    lines = [BUILTIN_PAIRS[i % len(BUILTIN_PAIRS)][col] for i in range(n)]
-    return lines, f"built-in sentences ({len(BUILTIN_PAIRS)} distinct)"
+def sentences(cfg: Config, lang: str, n: int, split: str = TEST) -> list[str]:
+    lines = head_lines(Path(cfg.data) / f"{split}.{lang}.gz", n)
+    if not lines:
+        raise SystemExit(f"error: no {split}.{lang}.gz under {cfg.data} (pass --data)")
+    return lines
 
 
 # --------------------------------------------------------------------------- timing
-class Timings(dict):
-    """variant -> wall-clock ms per call; ``.cpu``: the same calls in this thread's CPU ms.
-
-    With one torch thread every op runs in the calling thread, so its CPU time is the work done,
-    whatever other processes do; time spent waiting for a core shows in wall-clock only.
-    """
-
-    def __init__(self, keys):
-        super().__init__({k: [] for k in keys})
-        self.cpu: dict[str, list[float]] = {k: [] for k in keys}
+def percentile(xs, q: float) -> float:
+    return float(np.percentile(xs, q)) if len(xs) else math.nan
 
 
-def time_call(fn: Callable[[], object], device="cpu") -> tuple[float, float]:
-    """(wall ms, thread CPU ms) of one call."""
-    sync(device)
-    c0, t0 = time.thread_time(), time.perf_counter()
-    fn()
-    sync(device)
-    return (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3
+def stats(xs) -> dict:
+    return {"n": len(xs), "p50": round(percentile(xs, 50), 3), "p95": round(percentile(xs, 95), 3),
+            "mean": round(statistics.fmean(xs), 3), "max": round(max(xs), 3)}
 
 
-def time_ms(fn: Callable[[], object], device="cpu") -> float:
-    return time_call(fn, device)[0]
-
-
-def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 1,
-                device="cpu", offset: int = 0) -> Timings:
-    """Time every variant ``reps`` times, rotating the order each round, so slow spells from other
-    processes fall on all variants alike (``offset`` shifts the first order, for callers that
-    call this once per item). GC is paused while timing. Returns ms per call (wall, and ``.cpu``)."""
+def interleaved(fns: dict, reps: int, warmup: int = 1, offset: int = 0) -> tuple[dict, dict]:
+    """Time each variant ``reps`` times, rotating the order each round so slow spells from other processes
+    fall on all alike; GC paused. Returns (wall ms, thread CPU ms) per variant: with one torch thread the
+    CPU time is the work done, whatever else runs on the machine."""
     keys = list(fns)
     for _ in range(warmup):
         for k in keys:
             fns[k]()
-    out = Timings(keys)
+    wall, cpu = {k: [] for k in keys}, {k: [] for k in keys}
     gc.collect()
-    was = gc.isenabled()
     gc.disable()
     try:
         for r in range(reps):
             s = (r + offset) % len(keys)
             for k in keys[s:] + keys[:s]:
-                wall, cpu = time_call(fns[k], device)
-                out[k].append(wall)
-                out.cpu[k].append(cpu)
+                c0, t0 = time.thread_time(), time.perf_counter()
+                fns[k]()
+                wall[k].append((time.perf_counter() - t0) * 1e3)
+                cpu[k].append((time.thread_time() - c0) * 1e3)
     finally:
-        if was:
-            gc.enable()
-    return out
+        gc.enable()
+    return wall, cpu
 
 
-def paired_ratio(num: list[float], den: list[float]) -> float:
-    """Median of the per-round ratios num[i] / den[i] (each pair was timed back to back)."""
+def paired_ratio(num, den) -> float:
     return statistics.median(a / b for a, b in zip(num, den))
 
 
-def ratio_clock(cfg: "BenchConfig") -> str:
-    """Which clock judged ratios use: thread CPU time with one torch thread on the CPU, else wall."""
-    return "cpu" if cfg.threads == 1 and not str(cfg.device).startswith("cuda") else "wall"
+# --------------------------------------------------------------------------- the app as a server and a browser
+class AppServer:
+    """``python app.py`` on 127.0.0.1 and a free port, serving ``root``; its output kept, time-stamped."""
+
+    def __init__(self, root: Path):
+        self.root, self.port = root, free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.lines: list[tuple[float, str]] = []
+
+    def __enter__(self):
+        env = dict(os.environ, ATTN_CHECKPOINTS=str(self.root), ATTN_DEVICE="cpu", GRADIO_SERVER_NAME="127.0.0.1",
+                   GRADIO_SERVER_PORT=str(self.port), GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def _drain(self):
+        for raw in self.proc.stdout:
+            self.lines.append((time.perf_counter() - self.t0, raw.decode("utf-8", "replace").rstrip()))
+
+    def wait_ready(self, timeout: float = 180) -> float:
+        """Seconds from the spawn until GET /gradio_api/info answers."""
+        while time.perf_counter() - self.t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError("app.py exited:\n" + "\n".join(line for _, line in self.lines[-20:]))
+            try:
+                with urllib.request.urlopen(self.url + "gradio_api/info", timeout=5) as r:
+                    if r.status == 200:
+                        return time.perf_counter() - self.t0
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError(f"{self.url} did not answer within {timeout} s")
+
+    def cpu_s(self) -> float:
+        """CPU seconds the app has used (user + system)."""
+        f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+    def errors(self) -> list[str]:
+        return [line for _, line in self.lines if "Traceback" in line or line.startswith(("ERROR", "CRITICAL"))]
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
 
 
-def percentile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    if not s:
-        return math.nan
-    pos = (len(s) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+def rss_kb(pid: int) -> dict:
+    """VmRSS and VmHWM (the kernel's high-water mark) of ``pid`` in kB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            out[line[2:5].lower()] = int(line.split()[1])
+    return out
 
 
-def stats(xs: list[float]) -> dict:
-    return {"n": len(xs), "p50": round(percentile(xs, 50), 3), "p95": round(percentile(xs, 95), 3),
-            "mean": round(sum(xs) / len(xs), 3) if xs else math.nan, "min": round(min(xs), 3),
-            "max": round(max(xs), 3)}
+class Browser:
+    """The Gradio front end's event protocol (POST queue/join, then the SSE stream of queue/data), counting
+    the bytes received: response bodies as they came off the socket, plus status lines and headers."""
+
+    def __init__(self, url: str):
+        import httpx
+        self.http = httpx.Client(timeout=120, headers={"Accept-Encoding": "gzip, deflate, br"})
+        self.url = url
+        self.cfg = self.http.get(url + "config").json()
+        self.comps = {c["id"]: c for c in self.cfg["components"]}
+        self.deps = {d["api_name"]: d for d in self.cfg["dependencies"] if d.get("api_name")}
+        self.session = "bench"
+
+    @staticmethod
+    def _head(r) -> int:
+        return len(f"HTTP/1.1 {r.status_code} {r.reason_phrase}\r\n") + sum(len(k) + len(v) + 4
+                                                                           for k, v in r.headers.raw) + 2
+
+    def event(self, api_name: str, values: dict | None = None) -> dict:
+        """Run one event with the components' defaults and ``values`` (by elem_id); its bytes and outputs."""
+        dep, values = self.deps[api_name], values or {}
+        data = [values.get(self.comps[i]["props"].get("elem_id"), self.comps[i]["props"].get("value"))
+                if self.comps[i]["type"] != "state" else None for i in dep["inputs"]]
+        body = {"data": data, "fn_index": dep["id"], "trigger_id": (dep.get("targets") or [[None]])[0][0],
+                "event_data": None, "session_hash": self.session}
+        base, t0 = self.url + "gradio_api/queue/", time.perf_counter()
+        r = self.http.post(base + "join", json=body)
+        r.raise_for_status()
+        n, done = r.num_bytes_downloaded + self._head(r), None
+        with self.http.stream("GET", base + "data", params={"session_hash": self.session}) as s:
+            buf, closed = b"", False
+            for chunk in s.iter_bytes():
+                *events, buf = (buf + chunk).split(b"\n\n")
+                for raw in events:
+                    msg = json.loads(raw[5:]) if raw.startswith(b"data:") else {}
+                    done = msg if msg.get("msg") == "process_completed" else done
+                    closed = closed or msg.get("msg") == "close_stream"
+                if closed:
+                    break
+            n += s.num_bytes_downloaded + self._head(s)
+        if done is None or not done.get("success", True):
+            raise RuntimeError(f"{api_name} failed: {json.dumps(done)[:300]}")
+        out = dict(zip([self.comps[i]["props"].get("elem_id") or str(i) for i in dep["outputs"]],
+                       done["output"]["data"]))
+        return {"bytes": n, "seconds": time.perf_counter() - t0, "outputs": out}
+
+    def close(self):
+        self.http.close()
 
 
 # --------------------------------------------------------------------------- results
-def figure(key: str, label: str, value: float, unit: str, target: str | None = None,
-           op: str | None = None, limit: float | None = None) -> dict:
-    """One line of the results table. With ``op`` ("<=" or ">=") and ``limit`` it is judged."""
-    ok = None
-    if op is not None and limit is not None and value == value:
-        ok = bool(value <= limit) if op == "<=" else bool(value >= limit)
-    return {"key": key, "label": label, "value": round(float(value), 4), "unit": unit, "target": target,
-            "op": op, "limit": limit, "pass": ok}
+def figure(key: str, label: str, value: float, unit: str, op: str | None = None, limit: float | None = None) -> dict:
+    """One line of the table; with ``op`` ("<=" or ">=") and ``limit`` it is judged against the target."""
+    ok = None if op is None or value != value else bool(value <= limit if op == "<=" else value >= limit)
+    return {"key": key, "label": label, "value": round(float(value), 4), "unit": unit,
+            "target": f"{'≤' if op == '<=' else '≥'} {limit:g} {unit}".replace(" x", "×").strip() if op else None,
+            "pass": ok}
 
 
-def entry(name: str, cfg: BenchConfig, figures: list[dict], details: dict, load_before=None,
-          seconds: float | None = None) -> dict:
-    load_after = load_average()
-    cores = usable_cores()
-    return {
-        "bench": name,
-        "date": now_utc(),
-        "command": command_line(),
-        "machine": machine_info(cfg.device),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "under_load": False,  # set by run_bench from others_cpu()
-        "settings": {"quick": cfg.quick, "threads": cfg.threads, "device": cfg.device},
-        "seconds": None if seconds is None else round(seconds, 1),
-        "notes": list(cfg.notes),
-        "figures": figures,
-        "details": details,
-    }
+def others_cpu(seconds: float = 1.0) -> float:
+    """Cores' worth of CPU that other processes used over ``seconds`` while this one slept."""
+    def busy():
+        f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(f) - f[3] - f[4]
+    b0 = busy()
+    time.sleep(seconds)
+    return round((busy() - b0) / os.sysconf("SC_CLK_TCK") / seconds, 2)
 
 
-def command_line() -> str:
-    """How this process was started, as ``python -m bench ...`` when it was."""
-    if not sys.argv:
-        return ""
-    first = Path(sys.argv[0])
-    if first.parent.resolve() == BENCH_DIR and first.suffix == ".py":
-        first = Path("-m bench" if first.stem == "__main__" else f"-m bench.{first.stem}")
-    return " ".join(["python", str(first), *sys.argv[1:]])
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    return (f"{cpu}, {len(os.sched_getaffinity(0))} cores, {platform.system()} {platform.release()}; "
+            f"Python {platform.python_version()}, torch {torch.__version__}")
 
 
-def _fmt_value(f: dict) -> str:
-    v, unit = f["value"], f["unit"]
-    if unit == "x":
-        return f"{v:.2f}×"
-    if unit == "%":
-        return f"{v:+.1f} %"
-    if unit == "ms":
-        return f"{v:.1f} ms" if v >= 10 else f"{v:.2f} ms"
-    return f"{v:g} {unit}".strip()
+def command() -> str:
+    mod = Path(sys.argv[0]).stem
+    return " ".join(["python -m", "bench" if mod == "__main__" else f"bench.{mod}", *sys.argv[1:]])
 
 
-def _result(f: dict) -> str:
-    return "—" if f["pass"] is None else ("**pass**" if f["pass"] else "**FAIL**")
-
-
-def load_results(path: Path) -> dict:
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        return doc if isinstance(doc, dict) and isinstance(doc.get("benches"), dict) else {"benches": {}}
-    except (OSError, ValueError):
-        return {"benches": {}}
-
-
-def save(entries: dict[str, dict], cfg: BenchConfig, json_path=RESULTS_JSON, md_path=RESULTS_MD) -> dict:
-    """Merge ``entries`` into the results JSON (keeping other benchmarks) and rewrite the Markdown."""
-    from . import BENCHES
-    json_path, md_path = Path(json_path), Path(md_path)
-    doc = load_results(json_path)
-    doc["benches"].update(entries)
-    order = [b.name for b in BENCHES]
-    doc["benches"] = dict(sorted(doc["benches"].items(),
-                                 key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
-    doc["updated"] = now_utc()
-    doc["machine"] = machine_info(cfg.device)
-    tmp = json_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, json_path)
-    tmp = md_path.with_suffix(".md.tmp")
-    tmp.write_text(markdown(doc), encoding="utf-8")
-    os.replace(tmp, md_path)
-    return doc
-
-
-def _machine_line(m: dict) -> str:
-    s = (f"{m.get('platform')}; CPU {m.get('cpu')}, {m.get('cores')} cores; Python {m.get('python')}; "
-         f"torch {m.get('torch')}; device {m.get('device')}")
-    return s + (f" ({m['gpu']})" if m.get("gpu") else "")
-
-
-def markdown(doc: dict) -> str:
-    benches = doc["benches"]
-    lines = ["# Benchmark results", "",
-             "Written by `python -m bench` (figures from `bench/results.json`; targets from issues 2, 4 and 6).",
-             "Latencies are wall-clock on the machine below. Compared variants are timed interleaved, and the "
-             "judged ratios use the timing thread's CPU time when benchmarks run with one torch thread "
-             "(`--threads 1`, the default), so that other processes on the machine do not skew them.", "",
-             f"- Updated: {doc.get('updated')}",
-             f"- Machine: {_machine_line(doc.get('machine', {}))}"]
-    loaded = [n for n, e in benches.items() if e.get("under_load")]
-    if loaded:
-        def why(e):
-            if e.get("others_cpu_before") is not None:
-                return f"other processes used {e['others_cpu_before']:.2f} cores"
-            return f"1-min load average {e['load_average_before'][0]:.2f} (older rule; it counts earlier benchmarks too)"
-        loads = "; ".join(f"{n}: {why(e)}" for n, e in benches.items() if e.get("under_load"))
-        lines += ["", f"> **Taken under load.** When these started ({loads}; {doc.get('machine', {}).get('cores')} "
-                      f"cores), absolute times may be inflated (p95s most). The ratios, timed interleaved and "
-                      f"judged on CPU time, are the trustworthy figures."]
-    lines += ["", "| Benchmark | Figure | Value | Target | Result |", "| --- | --- | --- | --- | --- |"]
-    for name, e in benches.items():
-        for f in e.get("figures", []):
-            lines.append(f"| {name} | {f['label']} | {_fmt_value(f)} | {f.get('target') or '—'} | {_result(f)} |")
-    from . import BENCHES
-    pending = [b for b in BENCHES if b.name not in benches]
-    if pending:
-        lines += ["", "Not measured yet: " + "; ".join(f"`{b.name}` ({b.description})" for b in pending) + "."]
-    lines += ["", "## Runs", ""]
-    for name, e in benches.items():
-        s = e.get("settings", {})
-        la = e.get("load_average_before")
-        lines.append(f"### {name}")
-        lines.append("")
-        lines.append(f"- Date: {e.get('date')}; command `{e.get('command')}`; "
-                     f"{s.get('threads')} torch thread(s); {'quick' if s.get('quick') else 'full'} run"
-                     + (f"; {e['seconds']} s" if e.get("seconds") is not None else ""))
-        if e.get("machine") and _machine_line(e["machine"]) != _machine_line(doc.get("machine", {})):
-            lines.append(f"- Machine: {_machine_line(e['machine'])}")
-        if la:
-            lines.append(f"- Load average at start: {' / '.join(f'{x:.2f}' for x in la)}"
-                         + (" (**under load**)" if e.get("under_load") else ""))
-        d = e.get("details", {})
-        for k in ("model", "data", "method", "summary"):
-            if k in d:
-                v = d[k]
-                if isinstance(v, dict):
-                    v = ", ".join(f"{a} {b}" for a, b in v.items())
-                lines.append(f"- {k.capitalize()}: {v}")
-        for n in e.get("notes", []):
-            lines.append(f"- Note: {n}")
-        lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def print_figures(e: dict) -> None:
-    print(f"\n== {e['bench']} ({e['date']}, load {e.get('load_average_before')})")
-    for f in e["figures"]:
-        print(f"  {f['label']:<62} {_fmt_value(f):>12}  {f.get('target') or '':<28} {_result(f).strip('*')}")
-    for n in e.get("notes", []):
-        print("  note:", n)
-
-
-def run_bench(name: str, run: Callable[[BenchConfig], dict], cfg: BenchConfig) -> dict:
-    setup_torch(cfg)
-    before = load_average()
-    others = others_cpu()
-    t0 = time.perf_counter()
+def run_one(name: str, run, cfg: Config) -> dict:
+    """Run one benchmark: its entry with the load around it."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(0)
+    before, others, t0 = [round(x, 2) for x in os.getloadavg()], others_cpu(), time.perf_counter()
     e = run(cfg)
-    e["seconds"] = round(time.perf_counter() - t0, 1)
-    e["load_average_before"] = before
-    e["others_cpu_before"] = others
-    e["under_load"] = is_loaded(others)
+    e.update(bench=name, seconds=round(time.perf_counter() - t0, 1), load_average_before=before,
+             load_average_after=[round(x, 2) for x in os.getloadavg()], others_cpu_before=others,
+             date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), command=command(),
+             machine=machine(), threads=torch.get_num_threads(), quick=cfg.quick, notes=cfg.notes)
     return e
 
 
-def standalone(name: str, run: Callable[[BenchConfig], dict], argv=None) -> int:
-    """``python -m bench.<name>``: run one benchmark, print it, merge it into the results files."""
-    p = add_common_args(argparse.ArgumentParser(prog=f"python -m bench.{name}", description=f"benchmark: {name}"))
-    args = p.parse_args(argv)
-    cfg = config_from_args(args)
-    e = run_bench(name, run, cfg)
-    print_figures(e)
-    if not args.no_save:
-        save({name: e}, cfg, args.results, args.markdown)
-        print(f"\nwrote {args.results} and {args.markdown}")
-    return 0
+def entry(figures: list[dict], **details) -> dict:
+    return {"figures": figures, "details": details}
 
+
+def fmt(f: dict) -> str:
+    v, u = f["value"], f["unit"]
+    return {"x": f"{v:.2f}×", "%": f"{v:+.1f} %", "ms": f"{v:.1f} ms" if v >= 10 else f"{v:.2f} ms"}.get(
+        u, f"{v:g} {u}".strip())
+
+
+def show(e: dict) -> None:
+    print(f"\n== {e['bench']} ({e['date']}; load average {e['load_average_before']} → {e['load_average_after']}; "
+          f"other processes {e['others_cpu_before']} cores)")
+    for f in e["figures"]:
+        verdict = "" if f["pass"] is None else ("pass" if f["pass"] else "FAIL")
+        print(f"  {f['label']:<70} {fmt(f):>12}  {f['target'] or '':<12} {verdict}")
+    for n in e["notes"]:
+        print("  note:", n)
+
+
+def save(entries: dict[str, dict]) -> None:
+    """Merge ``entries`` into results.json and rewrite RESULTS.md."""
+    from . import BENCHES
+    try:
+        doc = json.loads(RESULTS_JSON.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        doc = {}
+    benches = {**doc.get("benches", {}), **entries}
+    doc = {"benches": {b.name: benches[b.name] for b in BENCHES if b.name in benches}}
+    RESULTS_JSON.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    lines = ["# Benchmark results", "", "Written by `python -m bench` from `bench/results.json`. Wall-clock times "
+             "on the machine of each run; judged ratios use the timing thread's CPU time (one torch thread), "
+             "which other processes do not inflate. `others` is the CPU other processes used in the second "
+             "before a benchmark started (in cores; the machine has 2).", "",
+             "| Benchmark | Figure | Value | Target | Result |", "| --- | --- | --- | --- | --- |"]
+    for name, e in doc["benches"].items():
+        for f in e["figures"]:
+            verdict = "—" if f["pass"] is None else ("**pass**" if f["pass"] else "**FAIL**")
+            lines.append(f"| {name} | {f['label']} | {fmt(f)} | {f['target'] or '—'} | {verdict} |")
+    lines += ["", "## Runs", ""]
+    for name, e in doc["benches"].items():
+        lines += [f"### {name}", "", f"- {e['date']}, `{e['command']}`{' (quick)' if e.get('quick') else ''}, "
+                  f"{e['seconds']} s; {e['machine']}; {e.get('threads')} torch thread(s)",
+                  f"- Load average (1/5/15 min) {e['load_average_before']} before, {e['load_average_after']} "
+                  f"after; others {e.get('others_cpu_before')} cores"]
+        lines += [f"- {k.capitalize()}: {e['details'][k]}" for k in ("model", "data", "method", "summary")
+                  if k in e["details"]]
+        lines += [f"- Note: {n}" for n in e["notes"]] + [""]
+    RESULTS_MD.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+
+
+def standalone(name: str, run, argv=None) -> int:
+    """``python -m bench.<name>``: run one benchmark, print it, save it."""
+    args = parser(f"python -m bench.{name}", sys.modules[run.__module__].__doc__).parse_args(argv)
+    e = run_one(name, run, config(args))
+    show(e)
+    if not args.no_save:
+        save({name: e})
+    return 0

@@ -1,9 +1,8 @@
 """CUDA checks and timings for the shipped checkpoints: ``python -m bench.gpu_check --out gpu.json``.
 
 Runs where no spaCy is installed (a bare GPU machine): sources are the prepared piece ids of
-``--prepared`` folders (``python -m model.prepare``) or, for word-level checkpoints, the
-whitespace-split validation lines; without ``--prepared``, seeded random source ids (so nothing but the
-checkpoints needs carrying). Prints one JSON object and writes it to ``--out``.
+``--prepared`` folders (``python -m model.prepare``); without, seeded random source ids (so nothing but
+the checkpoints needs carrying). Prints one JSON object and writes it to ``--out``.
 """
 from __future__ import annotations
 
@@ -37,13 +36,10 @@ def sources(lm, prepared: Path | None, n: int) -> list[list[int]]:
     """``n`` validation sources as id lists with <bos>/<eos> (seeded random ids without ``prepared``)."""
     if prepared is None:
         return random_sources(lm, n)
-    if prepared is not None and (prepared / "val.npz").is_file():
-        arrays = np.load(prepared / "val.npz")
-        flat, lens = arrays[f"{lm.src_lang}_ids"], arrays[f"{lm.src_lang}_lens"]
-        starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-        return [with_specials(flat[s:s + k].astype(int).tolist()) for s, k in zip(starts[:n], lens[:n])]
-    lines = (prepared / f"val.{lm.src_lang}.txt").read_text(encoding="utf-8").splitlines()[:n]
-    return [with_specials(lm.src_vocab.encode(line.split())) for line in lines]
+    arrays = np.load(prepared / "val.npz")
+    flat, lens = arrays[f"{lm.src_lang}_ids"], arrays[f"{lm.src_lang}_lens"]
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    return [with_specials(flat[s:s + k].astype(int).tolist()) for s, k in zip(starts[:n], lens[:n])]
 
 
 def timed(fn, device, repeat: int) -> list[float]:

@@ -1,163 +1,143 @@
-"""App server time: from a translate request to every figure built, greedy decoding (issue 4).
+"""Server time per event, in process: the app's own handlers through Gradio's own processing.
 
-In process, with the app's own code and the models loaded once (``calls.load_registry``), per
-sentence of Multi30k test_2016_flickr (first 20, the source side of --direction, default de-en),
-exactly what the UI's translate handler (``on_translate`` in ``app.build_app``) does for the UI
-defaults (greedy, max 100 tokens, cross-attention grid, layer 0 / head 0):
+The app is built as ``python app.py`` builds it (``app.build_app`` on the checkpoints folder, then its
+warm-up) and each event runs the way the server runs it: ``Blocks.process_api`` once per frame
+(preprocess, the handler, postprocess, the streaming diff), then the frame's JSON. Not included: HTTP,
+the queue and the browser (``bench.payload`` counts what they carry).
 
-1. decode: ``present.clean_input`` + draining ``calls.gpu_stream`` (the streaming cached decode
-   with capture) to its 'done' event;
-2. build: ``state.Run`` + ``present.run_notices`` + ``app.translation_values`` (every view: chips,
-   attention grid, step 0 (top-k, cross row, self row), masks, embedding norms, dropdowns);
-3. serialise: what Gradio's postprocess then does to the figures (``Figure.to_json()``; the other
-   values with ``json.dumps``) -- the server's last step before bytes go out.
-
-The judged figure is the whole handler time (1 + 2 + 3) per sentence (median of its repetitions);
-p50 / p95 over the 20 sentences. Decode vs figures split and process CPU times are reported too.
-
-Run: ``python -m bench.server [--checkpoints DIR] [--quick] [--threads N]``.
+First screen: ``translate_stream`` with the UI's defaults (greedy, at most 100 tokens, cross-attention
+grid) on the first 20 Multi30k test sentences: the decode, the replayed frames and every figure. The
+replay sleeps ``WATCH_PACE`` between frames for the eye; the sleeps are set to 0 here and their total
+reported apart. Split: the decode alone, the app's handler alone, and Gradio's processing (the rest).
+Then, once per sentence in the same session, every other view: the three sections drawn when opened,
+another attention kind, the analysis views, the beam tree, Compare (positional encoding off), two
+sentences side by side. Medians of the repetitions per sentence; p50 / p95 over the sentences.
 """
 from __future__ import annotations
 
-import gc
+import asyncio
 import json
 import statistics
-import sys
+import tempfile
 import time
+from pathlib import Path
 
-from .appbench import load_app, models_line, models_used, standalone, unavailable
-from .common import BenchConfig, entry, figure, read_lines, stats
-from ui import present
-from ui import calls
-from ui import state
-from ui.sections import translate as translate_section
+from .common import entry, figure, sentences, standalone, stats
 
-N_SENTENCES = 20
-TARGET_P50_MS = 150.0
-
-
-def available(cfg: BenchConfig) -> str | None:
-    return unavailable(cfg)
+N, N_QUICK = 20, 5
+TARGET_MS = 150.0
+VIEWS = {  # event -> the inputs it changes from the page's defaults, by elem_id
+    "open_generation": {}, "open_interventions": {}, "open_encodings": {},
+    "attention_view": {"attn-kind": "encoder.self_attn"}, "rollout_view": {}, "alignment_view": {},
+    "beam_tree": {}, "compare_ui": {"tog-positional": False}, "pair_view": {},
+}
 
 
-def _serialise(values: dict) -> tuple[int, int]:
-    """(bytes of the figures as JSON, bytes of the other values as JSON), as Gradio's postprocess would."""
-    fig_bytes = other = 0
-    for k, v in values.items():
-        if hasattr(v, "to_json") and hasattr(v, "data"):          # a plotly Figure
-            fig_bytes += len(v.to_json())
-        elif k == "run_state":                                    # gr.State stays on the server
-            continue
-        else:
-            try:
-                other += len(json.dumps(v, default=lambda o: getattr(o, "value", None)))  # component updates
-            except (TypeError, ValueError):
-                pass
-    return fig_bytes, other
+def ms(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
 
 
-def run(cfg: BenchConfig) -> dict:
-    app, reg_key, reg, name, root, how = load_app(cfg)
-    from model.transformer import ATTN_KINDS
+def run(cfg) -> dict:
+    import app
+    from gradio.state_holder import SessionState
 
-    lm = reg.models[name]
-    sentences, origin = read_lines(cfg, "test_2016_flickr", lm.src_lang, N_SENTENCES)
+    from ui import calls, views
+    from ui.sections import translate
+    from viz import export
+
+    demo = app.build_app(cfg.app_root, "cpu", warm=False)
+    key = next(k for k, r in calls.REGISTRIES.items() if r is demo.registry)
+    views.warm_up(key)
+    fns = {}
+    for f in demo.fns.values():
+        fns.setdefault(f.api_name, f)
+    pace, translate.WATCH_PACE = translate.WATCH_PACE, 0.0
+    name, loop = cfg.direction, asyncio.new_event_loop()
+    texts = sentences(cfg, name.split("-")[0], N_QUICK if cfg.quick else N)
     reps = cfg.reps or (1 if cfg.quick else 3)
-    opts = translate_section.opts_from("greedy", 4, 100)  # the UI defaults: greedy, max 100 output tokens
-    kind, view, layer, head = ATTN_KINDS[2], "grid", 0, 0  # the UI defaults of the attention tab
-    models = models_used(root)
-    print(f"server: app models from {root} ({how}); timing {name}; {len(sentences)} sentences × {reps} rep(s)",
-          flush=True)
 
-    def handler(text: str) -> dict:
+    def inputs(api, values):
+        return [values.get(c.elem_id, getattr(c, "value", None)) for c in fns[api].inputs]
+
+    def event(state, api, values) -> tuple[float, float, int, int]:
+        """(ms, process CPU ms, JSON bytes, frames) of one event, every frame through process_api."""
+        fn, args, it, size, frames = fns[api], inputs(api, values), None, 0, 0
         c0, t0 = time.process_time(), time.perf_counter()
-        text_c, notices = present.clean_input(text)
-        tr = None
-        for ev, value in calls.gpu_stream(reg_key, name, text_c, opts):
-            if ev == "done":
-                tr = value
-        c1, t1 = time.process_time(), time.perf_counter()
-        run_ = state.Run(name, tr, present.run_notices(tr, notices, lm))
-        values = app.translation_values(reg, run_, kind, view, layer, head)
-        c2, t2 = time.process_time(), time.perf_counter()
-        fig_b, other_b = _serialise(values)
-        c3, t3 = time.process_time(), time.perf_counter()
-        n_figs = sum(1 for v in values.values() if hasattr(v, "to_json") and hasattr(v, "data"))
-        return {"decode": (t1 - t0) * 1e3, "build": (t2 - t1) * 1e3, "serialise": (t3 - t2) * 1e3,
-                "decode_cpu": (c1 - c0) * 1e3, "build_cpu": (c2 - c1) * 1e3, "serialise_cpu": (c3 - c2) * 1e3,
-                "out_tokens": len(tr.output_tokens), "src_tokens": len(tr.src_tokens), "figures": n_figs,
-                "figure_json_bytes": fig_b, "other_json_bytes": other_b}
+        while True:
+            out = loop.run_until_complete(demo.process_api(fn, args, state=state, iterator=it, session_hash="b",
+                                                           event_id="e"))
+            size, frames, it = size + len(json.dumps(out["data"])), frames + 1, out["iterator"]
+            if not out["is_generating"]:
+                return (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3, size, frames
 
-    # warm-up: the app's own warm-up (spaCy, lazy imports, first allocations), then two sentences
-    app.warm_up(reg_key)
-    for s in sentences[:2]:
-        handler(s)
-
-    phases = ("decode", "build", "serialise")
-    per: dict[str, list[float]] = {k: [] for k in (*phases, "total", "figures_built", "total_cpu",
-                                                   *(f"{p}_cpu" for p in phases))}
-    info = []
-    gc.collect()
-    for s in sentences:
-        runs = [handler(s) for _ in range(reps)]
-        for p in phases:
-            per[p].append(statistics.median(r[p] for r in runs))
-            per[f"{p}_cpu"].append(statistics.median(r[f"{p}_cpu"] for r in runs))
-        per["total"].append(statistics.median(r["decode"] + r["build"] + r["serialise"] for r in runs))
-        per["total_cpu"].append(statistics.median(r["decode_cpu"] + r["build_cpu"] + r["serialise_cpu"]
-                                                  for r in runs))
-        per["figures_built"].append(statistics.median(r["decode"] + r["build"] for r in runs))
-        r0 = runs[0]
-        info.append({k: r0[k] for k in ("src_tokens", "out_tokens", "figures", "figure_json_bytes",
-                                        "other_json_bytes")})
-    st = {k: stats(v) for k, v in per.items()}
-    for k in ("total", "figures_built", *phases):
-        print(f"  {k:<14} p50 {st[k]['p50']:8.1f}  p95 {st[k]['p95']:8.1f}  mean {st[k]['mean']:8.1f} ms", flush=True)
-    tot_mean = st["total"]["mean"]
-    share = {p: round(100 * st[p]["mean"] / tot_mean, 1) for p in phases}
-    out_mean = sum(i["out_tokens"] for i in info) / len(info)
+    opts = translate.opts_from("greedy", 4, 100)
+    per = {k: [] for k in ("screen", "screen_cpu", "handler", "decode", "gradio", "session", "pacing", "frames")}
+    per_view = {a: ([], []) for a in VIEWS}
+    for i, text in enumerate(texts):
+        v = {"input-text": text, "direction": name, "pair-a": text, "pair-b": texts[(i + 1) % len(texts)]}
+        rounds = []
+        for _ in range(reps):
+            d = ms(lambda: [None for _ in calls.gpu_stream(key, name, text, opts)])
+            h = ms(lambda: [None for _ in fns["translate_stream"].fn(*inputs("translate_stream", v))])
+            t0 = time.perf_counter()
+            state = SessionState(demo)
+            s = (time.perf_counter() - t0) * 1e3
+            rounds.append((d, h, s, *event(state, "translate_stream", v)))
+        run_ = next(state[c._id] for c in fns["translate_stream"].outputs if c.stateful)
+        for k, j in (("decode", 0), ("handler", 1), ("session", 2), ("screen", 3), ("screen_cpu", 4), ("frames", 6)):
+            per[k].append(statistics.median(r[j] for r in rounds))
+        per["gradio"].append(statistics.median(r[3] - r[1] for r in rounds))
+        per["pacing"].append(pace * 1e3 * max(len(run_.tr.steps) - 1, 0))
+        for a, values in VIEWS.items():
+            t, _, size, _ = event(state, a, {**v, **values})
+            per_view[a][0].append(t)
+            per_view[a][1].append(size / 1e3)
+        print(f"  {i + 1:2d}: first screen {per['screen'][-1]:6.1f} ms (handler {per['handler'][-1]:5.1f}, decode "
+              f"{per['decode'][-1]:5.1f}); pacing {per['pacing'][-1]:4.0f} ms; "
+              + ", ".join(f"{a} {per_view[a][0][-1]:.0f}" for a in VIEWS), flush=True)
+    translate.WATCH_PACE = pace
+    st = {k: stats(x) for k, x in per.items()}
+    p50 = {k: s["p50"] for k, s in st.items()}
     figures = [
-        figure("server.total.p50_ms", "translate handler, request → all figures built and serialised: p50",
-               st["total"]["p50"], "ms", f"≤ {TARGET_P50_MS:g} ms", "<=", TARGET_P50_MS),
-        figure("server.total.p95_ms", "translate handler, request → all figures built and serialised: p95",
-               st["total"]["p95"], "ms"),
-        figure("server.total_cpu.p50_ms", "the same in CPU time (1 torch thread; ≈ wall-clock on an idle core): p50",
-               st["total_cpu"]["p50"], "ms"),
-        figure("server.built.p50_ms", "request → all figures built (before JSON serialisation): p50",
-               st["figures_built"]["p50"], "ms"),
-        figure("server.decode.p50_ms", "of which decode (streamed, cached, with capture): p50",
-               st["decode"]["p50"], "ms"),
-        figure("server.build.p50_ms", "of which building every view's figure: p50", st["build"]["p50"], "ms"),
-        figure("server.serialise.p50_ms", "of which figure JSON serialisation: p50", st["serialise"]["p50"], "ms"),
+        figure("server.screen.p50_ms", "first screen: translate, stream, every figure (pacing excluded): p50",
+               p50["screen"], "ms", "<=", TARGET_MS),
+        figure("server.screen.p95_ms", "first screen: p95", st["screen"]["p95"], "ms"),
+        figure("server.screen_cpu.p50_ms", "first screen in CPU time of the process (others' load aside): p50",
+               p50["screen_cpu"], "ms"),
+        figure("server.handler.p50_ms", "of which the app's handler (decode, replay frames, figures): p50",
+               p50["handler"], "ms"),
+        figure("server.decode.p50_ms", "of which the decode (streamed, with capture): p50", p50["decode"], "ms"),
+        figure("server.gradio.p50_ms", "of which Gradio's processing of the frames: p50", p50["gradio"], "ms"),
+        figure("server.pacing.p50_ms", f"replay pacing, not included ({pace:g} s × replayed frames): p50",
+               p50["pacing"], "ms"),
+        figure("server.session.p50_ms", "a new session's state, once per visitor (not included): p50",
+               p50["session"], "ms"),
     ]
-    details = {
-        "model": f"app models from {root} ({how}): {models_line(models)}; timed direction {name}",
-        "data": origin,
-        "method": (f"in process: calls.load_registry once, app.warm_up, 2 warm-up sentences; per sentence "
-                   f"the translate handler's path (clean_input, drain calls.gpu_stream, Run + run_notices, "
-                   f"app.translation_values, then Figure.to_json / json.dumps as Gradio's postprocess), "
-                   f"greedy, max 100 tokens, cross-attention grid; median of {reps} rep(s) per sentence, "
-                   f"p50/p95 wall-clock over {len(sentences)} sentences; torch threads {cfg.threads or 'default'}"),
-        "summary": (f"share of the handler time (means): decode {share['decode']} %, figures {share['build']} %, "
-                    f"serialisation {share['serialise']} %; {out_mean:.1f} output tokens on average; "
-                    f"{info[0]['figures']} figures per request, {sum(i['figure_json_bytes'] for i in info) / len(info) / 1e3:.0f} kB "
-                    f"of figure JSON on average; CPU time p50: decode {st['decode_cpu']['p50']:.1f} ms, "
-                    f"figures {st['build_cpu']['p50']:.1f} ms, serialisation {st['serialise_cpu']['p50']:.1f} ms"),
-        "direction": name,
-        "models": models,
-        "ms": st,
-        "per_sentence_ms": {k: [round(x, 2) for x in v] for k, v in per.items()},
-        "per_sentence": info,
-        "reps": reps,
-    }
-    if st["total"]["p50"] > TARGET_P50_MS:
-        big = max(phases, key=lambda p: st[p]["mean"])
-        cfg.notes.append(f"p50 above {TARGET_P50_MS:g} ms: the largest part is {big} ({share[big]} % of the mean); "
-                         f"CPU-time p50s (unaffected by other processes): decode {st['decode_cpu']['p50']:.1f}, "
-                         f"figures {st['build_cpu']['p50']:.1f}, serialisation {st['serialise_cpu']['p50']:.1f} ms")
-    return entry("server", cfg, figures, details)
+    for a, (t, kb) in per_view.items():
+        figures += [figure(f"server.{a}.p50_ms", f"{a}: server time p50", stats(t)["p50"], "ms"),
+                    figure(f"server.{a}.p50_kb", f"{a}: JSON sent p50", stats(kb)["p50"], "kB")]
+    t = event(state, "head_profiles", {"direction": name})[0]
+    figures.append(figure("server.head_profiles.s", "head profiles over 16 validation sentences, first (uncached)",
+                          t / 1e3, "s"))
+    fig, folder, png = views.alignment_view_figure(run_, "layer", 3, 0), Path(tempfile.mkdtemp()), []
+    try:
+        png = [ms(lambda: export.figure_png(fig, folder / "a.png")) for _ in range(3)]
+        figures += [figure("server.png.p50_ms", "a figure downloaded as PNG (Kaleido + Chromium): p50",
+                           statistics.median(png), "ms"),
+                    figure("server.png.kb", "a figure downloaded as PNG: file size",
+                           (folder / "a.png").stat().st_size / 1e3, "kB")]
+    except export.ImageExportUnavailable as e:
+        cfg.notes.append(f"PNG export unavailable: {str(e)[:200]}")
+    loop.close()
+    return entry(figures, model=f"{cfg.checkpoint}, in the app with every model of {cfg.app_root.name}/",
+                 data=f"first {len(texts)} lines of Multi30k test_2016_flickr.{name.split('-')[0]}",
+                 method=f"in process, Blocks.process_api per frame; median of {reps} rep(s) per sentence, p50 "
+                        f"over sentences; views once per sentence in the translate's session",
+                 summary=f"{statistics.fmean(per['frames']):.1f} frames per translate on average",
+                 ms=st, views={a: {"ms": stats(t), "kb": stats(kb)} for a, (t, kb) in per_view.items()})
 
 
 if __name__ == "__main__":
-    from . import server as _self
-    raise SystemExit(standalone("server", _self))
+    raise SystemExit(standalone("server", run))

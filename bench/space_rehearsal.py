@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .common import ROOT, free_port
+
 SENTENCES = {"de": "Zwei Hunde spielen im Schnee.", "en": "A black dog runs on the beach.",
              "fr": "Un chien noir court sur la plage."}
 
@@ -32,13 +33,6 @@ def sdk_version() -> str:
 
 def folder_mb(path: Path) -> float:
     return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20, 1)
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv=None) -> int:

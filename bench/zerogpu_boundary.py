@@ -1,56 +1,51 @@
 """What ZeroGPU's process boundary costs per model call, on this machine's CPU.
 
-``python -m bench.zerogpu_boundary`` runs the app's own ``gpu_translate`` plain and through the
-fork-and-pickle emulation of ``spaces.GPU`` (tests/zerogpu_emulation), and prints p50 times and the
-pickled size of a result. A real ZeroGPU call also waits for a GPU to be attached; that is not
-measurable here.
+The app's own ``calls.gpu_translate``, plain and through the fork-and-pickle emulation of
+``spaces.GPU`` (tests/zerogpu_emulation), on the first test sentence of each model's source language:
+p50 of 20 calls each, and the pickled size of a result. A real ZeroGPU call also waits for a GPU to
+be attached; that is not measurable here.
 """
 from __future__ import annotations
 
-import json
-import os
+import importlib.util
 import pickle
 import statistics
-import sys
 import time
-from pathlib import Path
-from ui import calls
 
-ROOT = Path(__file__).resolve().parents[1]
+from model.decoding import DecodeOptions
+
+from .common import ROOT, entry, figure, sentences, standalone
 
 
 def p50_ms(fn, n: int) -> float:
+    fn()
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
         fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return round(statistics.median(times), 1)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
 
 
-def main() -> int:
-    os.environ.setdefault("ATTN_DEVICE", "cpu")
-    sys.path.insert(0, str(ROOT / "tests" / "zerogpu_emulation"))
-    import spaces  # the emulation
-
-    import app
-    from model.decoding import DecodeOptions
-    app.set_cpu_threads()
-    key, reg = calls.load_registry(ROOT / "checkpoints", "cpu")
-    text, opts = "Zwei junge Männer spielen Fußball im Park.", DecodeOptions()
-    wrapped = spaces.GPU(calls.gpu_translate.__wrapped__ if hasattr(calls.gpu_translate, "__wrapped__")
-                         else calls.gpu_translate, duration=60)
-    out = {}
-    for name in reg.names:
-        plain = lambda: calls.gpu_translate(key, name, text, opts)  # noqa: E731
-        boundary = lambda: wrapped(key, name, text, opts)  # noqa: E731
-        plain(), boundary()
-        out[name] = {"plain_ms_p50": p50_ms(plain, 20), "fork_and_pickle_ms_p50": p50_ms(boundary, 20),
-                     "pickled_result_kb": round(len(pickle.dumps(plain())) / 1024, 1)}
-    print(json.dumps(out, indent=1))
-    (ROOT / "bench" / "zerogpu_boundary.json").write_text(json.dumps(out, indent=1))
-    return 0
+def run(cfg) -> dict:
+    from ui import calls
+    spec = importlib.util.spec_from_file_location("spaces_emulation",  # not as `spaces`: the app must not see it
+                                                  ROOT / "tests" / "zerogpu_emulation" / "spaces" / "__init__.py")
+    emu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emu)
+    key, reg = calls.load_registry(cfg.app_root, "cpu")
+    fn = getattr(calls.gpu_translate, "__wrapped__", calls.gpu_translate)
+    wrapped, n, figures = emu.GPU(fn, duration=60), 5 if cfg.quick else 20, []
+    for name, lm in reg.models.items():
+        text = sentences(cfg, lm.src_lang, 1)[0]
+        plain = p50_ms(lambda: fn(key, name, text, DecodeOptions()), n)
+        boundary = p50_ms(lambda: wrapped(key, name, text, DecodeOptions()), n)
+        size = len(pickle.dumps(fn(key, name, text, DecodeOptions()))) / 1e3
+        figures += [figure(f"zerogpu.{name}.plain_ms", f"{name}: translate, plain: p50", plain, "ms"),
+                    figure(f"zerogpu.{name}.boundary_ms", f"{name}: through fork and pickle: p50", boundary, "ms"),
+                    figure(f"zerogpu.{name}.pickled_kb", f"{name}: the pickled result", size, "kB")]
+    return entry(figures, model=f"every model of {cfg.app_root.name}/", method=f"p50 of {n} calls after one warm-up")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(standalone("zerogpu_boundary", run))
