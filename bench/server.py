@@ -26,10 +26,14 @@ from .common import entry, figure, sentences, standalone, stats
 
 N, N_QUICK = 20, 5
 TARGET_MS = 150.0
-VIEWS = {  # event -> the inputs it changes from the page's defaults, by elem_id
-    "open_generation": {}, "open_interventions": {}, "open_encodings": {},
+VIEWS = {  # event -> the inputs it changes from the page's defaults, by elem_id (in this order, one session)
+    "on_replay": {},  # chained after translate_stream: the decode replayed (pacing set to 0)
+    "open_generation": {}, "open_interventions": {},
     "attention_view": {"attn-kind": "encoder.self_attn"}, "rollout_view": {}, "alignment_view": {},
     "beam_tree": {}, "compare_ui": {"tog-positional": False}, "pair_view": {},
+    "open_computation": {}, "head_computation": {"attn-kind": "decoder.cross_attn", "head-query": 1},
+    "residual_view": {"resid-part": "encoder"}, "embedding_steps": {"emb-part": "decoder", "emb-pos": 1},
+    "attribution_view": {"attr-pos": 1, "attr-steps": 64}, "forced_view": {},  # forced last: it becomes the run
 }
 
 
@@ -56,6 +60,7 @@ def run(cfg) -> dict:
     pace, translate.WATCH_PACE = translate.WATCH_PACE, 0.0
     name, loop = cfg.direction, asyncio.new_event_loop()
     texts = sentences(cfg, name.split("-")[0], N_QUICK if cfg.quick else N)
+    refs = sentences(cfg, name.split("-")[1], len(texts))
     reps = cfg.reps or (1 if cfg.quick else 3)
 
     def inputs(api, values):
@@ -76,10 +81,11 @@ def run(cfg) -> dict:
     per = {k: [] for k in ("screen", "screen_cpu", "handler", "decode", "gradio", "session", "pacing", "frames")}
     per_view = {a: ([], []) for a in VIEWS}
     for i, text in enumerate(texts):
-        v = {"input-text": text, "direction": name, "pair-a": text, "pair-b": texts[(i + 1) % len(texts)]}
+        v = {"input-text": text, "direction": name, "pair-a": text, "pair-b": texts[(i + 1) % len(texts)],
+             "ref-text": refs[i]}
         rounds = []
         for _ in range(reps):
-            d = ms(lambda: [None for _ in calls.gpu_stream(key, name, text, opts)])
+            d = ms(lambda: calls.gpu_translate(key, name, text, opts))
             h = ms(lambda: [None for _ in fns["translate_stream"].fn(*inputs("translate_stream", v))])
             t0 = time.perf_counter()
             state = SessionState(demo)
@@ -89,7 +95,7 @@ def run(cfg) -> dict:
         for k, j in (("decode", 0), ("handler", 1), ("session", 2), ("screen", 3), ("screen_cpu", 4), ("frames", 6)):
             per[k].append(statistics.median(r[j] for r in rounds))
         per["gradio"].append(statistics.median(r[3] - r[1] for r in rounds))
-        per["pacing"].append(pace * 1e3 * max(len(run_.tr.steps) - 1, 0))
+        per["pacing"].append(pace * 1e3 * min(translate.REPLAY_FRAMES, max(len(run_.tr.steps) - 1, 0)))
         for a, values in VIEWS.items():
             t, _, size, _ = event(state, a, {**v, **values})
             per_view[a][0].append(t)

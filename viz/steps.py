@@ -157,8 +157,11 @@ def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence
     ``rows``: (layers, heads, t, S), the first t decoder rows; ``row_labels``: their labels (at
     least t; use ``step_row_labels``). ``n_rows`` fixes the row capacity (rows past t stay blank),
     so the figure keeps its size while it grows row by row during streaming. No tick labels;
-    the hover names head, row and source token. Colour 0–1 shared. Every panel's trace carries
+    the hover names head, row and source token. Every panel's trace carries
     ``meta = {"kind", "layer", "head"}`` like ``attention.head_grid`` (clicks open that head).
+
+    An overview sent several times while it grows: only the t decoded rows travel, as whole
+    percents in one byte each (the hover reads "≈ 37 %"); the head's own view has the exact weights.
     """
     rows = np.asarray(rows, dtype=np.float32)
     if rows.ndim != 4 or rows.shape[-1] != len(src_tokens):
@@ -167,13 +170,12 @@ def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence
     Q = max(t, int(n_rows or 0), 1)
     if len(row_labels) < t:
         raise ValueError(f"{len(row_labels)} row labels for {t} rows")
-    z = np.full((L, H, Q, S), np.nan, dtype=np.float32)
-    z[:, :, :t] = rows
+    z = np.rint(np.clip(np.nan_to_num(rows, nan=0.0), 0.0, 1.0) * 100).astype(np.uint8)
     labels = list(row_labels)[:Q] + [""] * (Q - min(Q, len(row_labels)))
     data = [dict(type="heatmap", z=z[l, h], x0=h * (S + 1), dx=1, y0=l * (Q + 1), dy=1, coloraxis="coloraxis",
                  hoverongaps=False, meta={"kind": kind, "layer": l + layer_offset, "head": h},
                  hovertemplate=f"L{l + layer_offset} H{h}<br>row: %{{y}}<br>source: %{{x}}<br>"
-                               "weight: %{z:.3f}<extra></extra>")
+                               "weight ≈ %{z} %<extra></extra>")
             for l in range(L) for h in range(H)]
     axis = dict(tickmode="array", showticklabels=False, showgrid=False, zeroline=False, ticks="", fixedrange=True)
     layout = base_layout(height, plot_bgcolor="white")  # rows not decoded yet stay white, inside an outline
@@ -190,6 +192,6 @@ def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence
               showarrow=False, font=dict(size=10)) for h in range(H)]
         + [dict(text=f"L{l + layer_offset}", x=0, xref="paper", xanchor="right", xshift=-4,
                 y=l * (Q + 1) + (Q - 1) / 2, yref="y", showarrow=False, font=dict(size=10)) for l in range(L)])
-    layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0, showscale=False)
-    set_title(layout, title, [f"{t} of {Q} rows decoded; colour 0–1"], top_extra=4)
+    layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0, cmax=100, showscale=False)
+    set_title(layout, title, [f"{t} of {Q} rows decoded; colour 0–100 %"], top_extra=4)
     return figure(data, layout)

@@ -18,8 +18,11 @@ from ..state import Run
 from . import Shell, lazy_values, log
 
 CHIP_COLORS = {"token": "#dde7f7", "<unk>": "#f4a6a6", "replaced <unk>": "#ffd27f", "special": "#d9d9d9"}
-WATCH_PACE = 0.04   # seconds between replayed steps: long enough to see, short enough not to wait
-WATCH_FIGURES = 3   # intermediate heads figures sent while replaying (payload)
+# The replay shows at most REPLAY_FRAMES moments of the decode: Gradio's processing of a streamed frame
+# costs more server time than drawing it (every output a frame leaves unchanged is rebuilt).
+REPLAY_FRAMES = 8
+WATCH_PACE = 0.08   # seconds between replayed frames: long enough to see, short enough not to wait
+WATCH_FIGURES = 2   # intermediate heads figures among them (payload)
 PHONE_WIDTH = 600   # px: narrower browsers open the attention view on one head
 
 
@@ -58,6 +61,7 @@ def build(shell: Shell) -> None:
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
             p["out_text"] = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
+            p["watch_step"] = gr.Markdown(elem_id="watch-step")
             p["watch_strip"] = gr.HighlightedText(label="Source, shaded by the cross-attention of the step being "
                                                         "generated (last layer, mean of heads)",
                                                   show_legend=False, elem_id="watch-strip", interactive=False)
@@ -75,35 +79,52 @@ def build(shell: Shell) -> None:
                                 label="Examples: the Multi30k test set, then everyday sentences (click one to "
                                       "translate it)") if examples else None
     p["first_example"] = examples[0] if examples else None
-    shell.on_run([p["notice"], p["out_text"], p["src_chips"], p["out_chips"], p["watch_strip"], p["watch_heads"],
-                  shell.run_state, shell.run_bar], lambda run, sel: _final(shell, run))
+    shell.on_run([p["notice"], p["out_text"], p["src_chips"], p["out_chips"], p["watch_step"], p["watch_strip"],
+                  p["watch_heads"], shell.run_state, shell.run_bar],
+                 lambda run, sel: _final(shell, run, 0 if sel.get("replay") else None))
 
 
-def _final(shell: Shell, run: Run) -> list:
+def _final(shell: Shell, run: Run, step: int | None = None) -> list:
+    """The run's values; the watch views at ``step`` (a replay follows) or at the end."""
     tr = run.tr
-    strip = views.watch_strip(run, len(tr.steps) - 1) if tr.steps else []
-    return [notice_md(run.notices), tr.text, chips(source_marks(tr)), chips(output_marks(tr)), strip,
-            views.watch_heads(run), run, run_bar(run.model, tr, shell.reg, run.forced)]
+    t = len(tr.steps) - 1 if step is None else step
+    strip = views.watch_strip(run, t) if tr.steps else []
+    return [notice_md(run.notices), tr.text, chips(source_marks(tr)), chips(output_marks(tr)), "", strip,
+            views.watch_heads(run, None if step is None else t + 1), run,
+            run_bar(run.model, tr, shell.reg, run.forced)]
 
 
-def _replay(shell: Shell, run: Run):
-    """The recorded decode, one step per frame: the translation grows, the source lights up, and the
-    heads' map gains rows (a few intermediate maps only: each costs payload)."""
+def replay_frames(shell: Shell, run: Run, animate: bool = True):
+    """The recorded decode in a few frames, after the run's own event: the caption grows token by token,
+    the source lights up with each step's cross-attention, and the heads' map gains rows. Its own
+    event, with three outputs: a streamed frame costs Gradio about 1 ms for every output it leaves
+    unchanged, and the translate event has eleven."""
     p, tr = shell.parts, run.tr
-    n = len(tr.steps)
-    marks = set(round(n * (i + 1) / (WATCH_FIGURES + 1)) for i in range(WATCH_FIGURES))
-    for t in range(n - 1):
-        frame = {p["out_text"]: shell.reg.models[run.model].tgt_vocab.to_text(tr.output_tokens[: t + 1],
-                                                                               tr.tgt_lang),
-                 p["watch_strip"]: views.watch_strip(run, t)}
-        if t + 1 in marks:
+    k = min(REPLAY_FRAMES, len(tr.steps) - 1) if animate else 0  # the last step is the final frame's
+    shown = sorted({round(i * (len(tr.steps) - 2) / max(1, k - 1)) for i in range(k)})
+    marks = {shown[len(shown) * (i + 1) // (WATCH_FIGURES + 1)] for i in range(WATCH_FIGURES)} if shown else set()
+    vocab = shell.reg.models[run.model].tgt_vocab
+    for t in shown:
+        frame = {p["watch_step"]: _caption(run, t, vocab), p["watch_strip"]: views.watch_strip(run, t)}
+        if t in marks:
             frame[p["watch_heads"]] = views.watch_heads(run, t + 1)
         yield frame
         time.sleep(WATCH_PACE)
+    last = len(tr.steps) - 1
+    yield {p["watch_step"]: _caption(run, last, vocab) if tr.steps else "",
+           p["watch_strip"]: views.watch_strip(run, last) if tr.steps else [], p["watch_heads"]: views.watch_heads(run)}
+
+
+def _caption(run: Run, t: int, vocab) -> str:
+    tr = run.tr
+    prefix = vocab.to_text(tr.output_tokens[:t], tr.tgt_lang)
+    return (f"Step {t + 1} of {len(tr.steps)}: {md_escape(prefix)} **{md_escape(tr.output_tokens[t])}**"
+            if t < len(tr.output_tokens) else "")
 
 
 def translate_events(shell: Shell, text_in, name, decoding_in, beam_in, max_len_in, sel: dict, replay=True):
-    """The translate event's updates, as dicts: progress, the replay, then every view of the new run."""
+    """The translate event's updates, as dicts: progress, then every view of the new run (the replay follows
+    as its own event)."""
     p = shell.parts
     problem = no_model_message(shell.reg, name)
     if problem:
@@ -115,10 +136,13 @@ def translate_events(shell: Shell, text_in, name, decoding_in, beam_in, max_len_
         return
     lm = shell.reg.models[name]
     opts = opts_from(decoding_in, beam_in, max_len_in)
-    yield {p["notice"]: notice_md(notices + ["Translating…"]), p["run_status"]: "⏳ translating…"}
+    if opts.beam > 1:  # a greedy decode is over before a progress frame would be seen (each costs ~10 ms)
+        yield {p["notice"]: notice_md(notices + ["Translating…"]), p["run_status"]: "⏳ translating…"}
     tr = None
     try:
-        for ev, value in calls.gpu_stream(shell.reg_key, name, text_in, opts):
+        if opts.beam == 1:  # greedy takes a moment: no progress to stream
+            tr = calls.gpu_translate(shell.reg_key, name, text_in, opts)
+        for ev, value in calls.gpu_stream(shell.reg_key, name, text_in, opts) if opts.beam > 1 else ():
             if ev == "step":
                 yield {p["notice"]: notice_md(notices + [f"Beam search, step {value + 1}…"])}
             elif ev == "done":
@@ -129,9 +153,24 @@ def translate_events(shell: Shell, text_in, name, decoding_in, beam_in, max_len_
         yield {p["notice"]: f"⚠️ The translation failed ({md_escape(type(e).__name__)}).", p["run_status"]: "✗ failed"}
         return
     run = Run.of(lm, name, tr, run_notices(tr, notices, lm))
-    if replay and tr.steps:
-        yield from _replay(shell, run)
+    # with a replay to follow, the watch views start at the first step
+    sel = dict(sel, replay=replay and len(tr.steps) > 1)
     yield shell.run_values(run, sel) | {p["run_status"]: f"✓ translated · run {run.id}"}
+
+
+def replay_event(shell: Shell):
+    """``replay(dep)`` chains the replay after an event that made a new run (animated on Translate & watch)."""
+    p = shell.parts
+
+    def on_replay(run, section):
+        if run is not None:
+            yield from replay_frames(shell, run, animate=section == "translate")
+
+    def chain(dep):
+        return dep.then(on_replay, [shell.run_state, shell.section], [p["watch_step"], p["watch_strip"],
+                                                                       p["watch_heads"]],
+                        api_visibility="private", show_progress="hidden", concurrency_limit=16)
+    return chain
 
 
 def wire(shell: Shell) -> None:
@@ -151,12 +190,14 @@ def wire(shell: Shell) -> None:
                                     replay=replay)
 
     p["translate_event"] = (translate_fn, inputs, outputs)
-    gr.on([p["translate_btn"].click, shell.text.submit], on_translate, inputs, outputs, api_name="translate_stream",
-          api_visibility="undocumented", show_progress="minimal", **shell.model_event())
+    replay = replay_event(shell)
+    replay(gr.on([p["translate_btn"].click, shell.text.submit], on_translate, inputs, outputs,
+                 api_name="translate_stream", api_visibility="undocumented", show_progress="minimal",
+                 **shell.model_event()))
     ex = p.get("examples")
     if ex is not None and getattr(ex, "load_input_event", None) is not None:
-        ex.load_input_event.then(on_translate, inputs, outputs, api_visibility="private", show_progress="minimal",
-                                 **shell.model_event())
+        replay(ex.load_input_event.then(on_translate, inputs, outputs, api_visibility="private",
+                                        show_progress="minimal", **shell.model_event()))
     shell.decoding.change(lambda d: gr.Slider(visible=d == "beam"), shell.decoding, shell.beam,
                           api_visibility="private", queue=False, show_progress="hidden")
     _wire_first_screen(shell, outputs)
@@ -201,5 +242,6 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
 
 def wire_load(shell: Shell, demo) -> None:
     fn, outputs = shell.parts["load_event"]
-    demo.load(fn, shell.parts["viewport"], outputs, js="() => [window.innerWidth]", api_name="deep_link", api_visibility="undocumented", show_progress="minimal",
-              **shell.model_event())
+    first = demo.load(fn, shell.parts["viewport"], outputs, js="() => [window.innerWidth]", api_name="deep_link",
+                      api_visibility="undocumented", show_progress="minimal", **shell.model_event())
+    replay_event(shell)(first)
