@@ -6,12 +6,13 @@ warm-up) and each event runs the way the server runs it: ``Blocks.process_api`` 
 the queue and the browser (``bench.payload`` counts what they carry).
 
 First screen: ``translate_stream`` with the UI's defaults (greedy, at most 100 tokens, cross-attention
-grid) on the first 20 Multi30k test sentences: the decode, the replayed frames and every figure. The
-replay sleeps ``WATCH_PACE`` between frames for the eye; the sleeps are set to 0 here and their total
-reported apart. Split: the decode alone, the app's handler alone, and Gradio's processing (the rest).
-Then, once per sentence in the same session, every other view: the three sections drawn when opened,
+grid) on the first 20 Multi30k test sentences: the decode and every figure. Split: the decode alone,
+the app's handler alone, and Gradio's processing (the rest). Then, once per sentence in the same
+session, every other view: the replay the front end chains after a translate (its sleeps of
+``WATCH_PACE`` between frames set to 0, their total reported apart), the sections drawn when opened,
 another attention kind, the analysis views, the beam tree, Compare (positional encoding off), two
-sentences side by side. Medians of the repetitions per sentence; p50 / p95 over the sentences.
+sentences side by side, and the Computation views (forced decoding last: it becomes the current run).
+Medians of the repetitions per sentence; p50 / p95 over the sentences.
 """
 from __future__ import annotations
 
@@ -112,9 +113,9 @@ def run(cfg) -> dict:
         figure("server.screen.p95_ms", "first screen: p95", st["screen"]["p95"], "ms"),
         figure("server.screen_cpu.p50_ms", "first screen in CPU time of the process (others' load aside): p50",
                p50["screen_cpu"], "ms"),
-        figure("server.handler.p50_ms", "of which the app's handler (decode, replay frames, figures): p50",
+        figure("server.handler.p50_ms", "of which the app's handler (decode and every figure): p50",
                p50["handler"], "ms"),
-        figure("server.decode.p50_ms", "of which the decode (streamed, with capture): p50", p50["decode"], "ms"),
+        figure("server.decode.p50_ms", "of which the decode (greedy, with the full trace): p50", p50["decode"], "ms"),
         figure("server.gradio.p50_ms", "of which Gradio's processing of the frames: p50", p50["gradio"], "ms"),
         figure("server.pacing.p50_ms", f"replay pacing, not included ({pace:g} s × replayed frames): p50",
                p50["pacing"], "ms"),

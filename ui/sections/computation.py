@@ -191,7 +191,7 @@ def _wire_forced(shell: Shell) -> None:
     lz = p["lazy"][SID]
     outputs = [p["run_status"], lz.stamp, *lz.outputs, *shell.run_outputs()]  # forced_md/plot among lz.outputs
 
-    def on_force(text, reference, name, kind, view, layer, head, units, *lazy_extra):
+    def on_force(before, text, reference, name, kind, view, layer, head, units, *lazy_extra):
         problem = no_model_message(shell.reg, name)
         text, _ = clean_input(text)
         reference, _ = clean_input(reference)
@@ -207,9 +207,12 @@ def _wire_forced(shell: Shell) -> None:
         note = f"Teacher-forced on the reference “{reference[:80]}” (perplexity {forced.perplexity:.2f})."
         run = Run.of(lm, name, forced.translation, [note], forced=True)
         sel = dict(kind=kind, view=view, layer=layer, head=head, units=units)
-        return (shell.run_values(run, sel) | lazy_values(shell, SID, run, *lazy_extra) |
+        lazy = lazy_values(shell, SID, run, *lazy_extra)
+        if before is not None and before.model == name:  # the encoding figures are the model's: unchanged
+            lazy |= {p[k]: gr.skip() for k in ("pe_heat", "pe_curves", "pe_sim", "pe_var")}
+        return (shell.run_values(run, sel) | lazy |
                 {p["forced_md"]: inside.forced_markdown(forced), p["forced_plot"]: inside.forced_figure(forced),
                  p["run_status"]: f"✓ forced · run {run.id}"})
 
-    p["force_btn"].click(on_force, [shell.text, p["ref_text"], shell.direction, *sel_inputs, *lz.inputs], outputs, api_name="forced_view", api_visibility="undocumented",
+    p["force_btn"].click(on_force, [shell.run_state, shell.text, p["ref_text"], shell.direction, *sel_inputs, *lz.inputs], outputs, api_name="forced_view", api_visibility="undocumented",
                          **shell.model_event())

@@ -199,6 +199,6 @@ def wire_preset(shell: Shell) -> None:
     translate, t_inputs, t_outputs = p["translate_event"]
     p["preset_btn"].click(on_preset, shell.direction, [shell.text, p["pos_enc"], p["causal"], p["pad_mask"]],
                           api_visibility="private", queue=False).then(
-        lambda *a: (yield from translate(*a, replay=False)), t_inputs, t_outputs, api_visibility="private",
+        lambda *a: translate(*a, replay=False), t_inputs, t_outputs, api_visibility="private",
         **shell.model_event()).then(
         lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private", **shell.model_event())

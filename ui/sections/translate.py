@@ -111,8 +111,9 @@ def replay_frames(shell: Shell, run: Run, animate: bool = True):
         yield frame
         time.sleep(WATCH_PACE)
     last = len(tr.steps) - 1
-    yield {p["watch_step"]: _caption(run, last, vocab) if tr.steps else "",
-           p["watch_strip"]: views.watch_strip(run, last) if tr.steps else [], p["watch_heads"]: views.watch_heads(run)}
+    yield {p["watch_strip"]: views.watch_strip(run, last) if tr.steps else [], p["watch_heads"]: views.watch_heads(run)}
+    # last, a small frame: the end of a streamed event repeats its last frame
+    yield {p["watch_step"]: _caption(run, last, vocab) if tr.steps else ""}
 
 
 def _caption(run: Run, t: int, vocab) -> str:
@@ -122,40 +123,27 @@ def _caption(run: Run, t: int, vocab) -> str:
             if t < len(tr.output_tokens) else "")
 
 
-def translate_events(shell: Shell, text_in, name, decoding_in, beam_in, max_len_in, sel: dict, replay=True):
-    """The translate event's updates, as dicts: progress, then every view of the new run (the replay follows
-    as its own event)."""
+def translate_values(shell: Shell, text_in, name, decoding_in, beam_in, max_len_in, sel: dict, replay=True) -> dict:
+    """Every view of the new run, in one message (a streamed event sends its last frame twice); the replay
+    follows as its own event. A problem comes back as a notice, never a stack trace."""
     p = shell.parts
     problem = no_model_message(shell.reg, name)
     if problem:
-        yield {p["notice"]: f"⚠️ {problem}", p["run_status"]: "✗ no model"}
-        return
+        return {p["notice"]: f"⚠️ {problem}", p["run_status"]: "✗ no model"}
     text_in, notices = clean_input(text_in)
     if is_blank(text_in):
-        yield {p["notice"]: "✏️ Type a sentence to translate (the box is empty).", p["run_status"]: "✗ empty input"}
-        return
+        return {p["notice"]: "✏️ Type a sentence to translate (the box is empty).", p["run_status"]: "✗ empty input"}
     lm = shell.reg.models[name]
-    opts = opts_from(decoding_in, beam_in, max_len_in)
-    if opts.beam > 1:  # a greedy decode is over before a progress frame would be seen (each costs ~10 ms)
-        yield {p["notice"]: notice_md(notices + ["Translating…"]), p["run_status"]: "⏳ translating…"}
-    tr = None
     try:
-        if opts.beam == 1:  # greedy takes a moment: no progress to stream
-            tr = calls.gpu_translate(shell.reg_key, name, text_in, opts)
-        for ev, value in calls.gpu_stream(shell.reg_key, name, text_in, opts) if opts.beam > 1 else ():
-            if ev == "step":
-                yield {p["notice"]: notice_md(notices + [f"Beam search, step {value + 1}…"])}
-            elif ev == "done":
-                tr = value
+        tr = calls.gpu_translate(shell.reg_key, name, text_in, opts_from(decoding_in, beam_in, max_len_in))
     except Exception as e:
         log.error("translate failed: %s", traceback.format_exc())
         gr.Warning("The translation failed; please try another sentence.")
-        yield {p["notice"]: f"⚠️ The translation failed ({md_escape(type(e).__name__)}).", p["run_status"]: "✗ failed"}
-        return
+        return {p["notice"]: f"⚠️ The translation failed ({md_escape(type(e).__name__)}).", p["run_status"]: "✗ failed"}
     run = Run.of(lm, name, tr, run_notices(tr, notices, lm))
     # with a replay to follow, the watch views start at the first step
     sel = dict(sel, replay=replay and len(tr.steps) > 1)
-    yield shell.run_values(run, sel) | {p["run_status"]: f"✓ translated · run {run.id}"}
+    return shell.run_values(run, sel) | {p["run_status"]: f"✓ translated · run {run.id}"}
 
 
 def replay_event(shell: Shell):
@@ -182,12 +170,12 @@ def wire(shell: Shell) -> None:
 
     def on_translate(text_in, name, decoding_in, beam_in, max_len_in, kind, view, layer, head, units="words"):
         sel = dict(kind=kind, view=view, layer=layer, head=head, units=units)
-        yield from translate_events(shell, text_in, name, decoding_in, beam_in, max_len_in, sel)
+        return translate_values(shell, text_in, name, decoding_in, beam_in, max_len_in, sel)
 
     def translate_fn(*args, replay=True):
         *head, kind, view, layer, head_, units = args
-        yield from translate_events(shell, *head, dict(kind=kind, view=view, layer=layer, head=head_, units=units),
-                                    replay=replay)
+        return translate_values(shell, *head, dict(kind=kind, view=view, layer=layer, head=head_, units=units),
+                                replay=replay)
 
     p["translate_event"] = (translate_fn, inputs, outputs)
     replay = replay_event(shell)
@@ -218,24 +206,23 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
         if link is None and first is not None:
             link = parse_link({"text": first[0], "model": first[1]}, names)
         if link is None:
-            yield {shell.text: gr.skip()}
-            return
+            return {shell.text: gr.skip()}
         decoding = "beam" if link.beam > 1 else "greedy"
         beam = link.beam if link.beam > 1 else 4
         narrow = 0 < (width or 0) < PHONE_WIDTH
         view = "head" if ("layer" in params or "head" in params or narrow) else "grid"
-        yield {shell.text: link.text, shell.direction: link.model, shell.decoding: decoding,
-               shell.beam: gr.Slider(value=beam, visible=decoding == "beam"), shell.kind: link.kind,
-               shell.layer: link.layer, shell.head: link.head, shell.step: link.step, p["view"]: view,
-               shell.tabs: gr.Tabs(selected=link.section), shell.section: link.section}
+        head = {shell.text: link.text, shell.direction: link.model, shell.decoding: decoding,
+                shell.beam: gr.Slider(value=beam, visible=decoding == "beam"), shell.kind: link.kind,
+                shell.layer: link.layer, shell.head: link.head, shell.step: link.step, p["view"]: view,
+                shell.tabs: gr.Tabs(selected=link.section), shell.section: link.section}
         sel = dict(kind=link.kind, view=view, layer=link.layer, head=link.head, units="words")
-        for values in translate_events(shell, link.text, link.model, decoding, beam, 100, sel,
-                                       replay=link.section == "translate"):
-            run = values.get(shell.run_state)
-            if run is not None and link.section in lazy:  # the section the link opens, drawn at once
-                extra = (link.step,) if link.section == "generation" else ()
-                values = lazy_values(shell, link.section, run, *extra) | values
-            yield values
+        values = translate_values(shell, link.text, link.model, decoding, beam, 100, sel,
+                                  replay=link.section == "translate")
+        run = values.get(shell.run_state)
+        if run is not None and link.section in lazy:  # the section the link opens, drawn at once
+            extra = (link.step,) if link.section == "generation" else ()
+            values = lazy_values(shell, link.section, run, *extra) | values
+        return head | values
 
     p["load_event"] = (on_load, [*head_outputs, *lazy_outputs, *outputs])
 
