@@ -140,12 +140,18 @@ def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, sr
     }
 
 
-def wire(shell: Shell) -> None:
+def compare_io(shell: Shell) -> tuple[list, list, list]:
+    """(toggles, inputs, outputs) of Compare, named once."""
     p = shell.parts
     toggles = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"]]
     outs = [p["cmp_notice"], p["cmp_stale"], p["base_chips"], p["mod_chips"], p["prob_plot"], p["cmp_plot"],
             p["masks_plot"], p["cmp_state"], p["cmp_kind"]]
-    cmp_in = [shell.run_state, *toggles, p["cmp_kind"], shell.layer, shell.head]
+    return toggles, [shell.run_state, *toggles, p["cmp_kind"], shell.layer, shell.head], outs
+
+
+def wire(shell: Shell) -> None:
+    p = shell.parts
+    toggles, cmp_in, outs = compare_io(shell)
     p["compare_btn"].click(lambda *a: _compare(shell, *a), cmp_in, outs, api_name="compare_ui",
                            api_visibility="undocumented", **shell.model_event())
 
@@ -186,10 +192,7 @@ def wire(shell: Shell) -> None:
 def wire_preset(shell: Shell) -> None:
     """A sentence where word order matters, translated, then compared with the positional encoding off."""
     p = shell.parts
-    toggles = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"]]
-    outs = [p["cmp_notice"], p["cmp_stale"], p["base_chips"], p["mod_chips"], p["prob_plot"], p["cmp_plot"],
-            p["masks_plot"], p["cmp_state"], p["cmp_kind"]]
-    cmp_in = [shell.run_state, *toggles, p["cmp_kind"], shell.layer, shell.head]
+    _, cmp_in, outs = compare_io(shell)
 
     def on_preset(name):
         lm = shell.reg.models.get(name)
