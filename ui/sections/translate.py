@@ -224,7 +224,8 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
             values = lazy_values(shell, link.section, run, *extra) | values
         return head | values
 
-    p["load_event"] = (on_load, [*head_outputs, *lazy_outputs, *outputs])
+    # the layer and the step are both set by the link and refreshed by the run: listed once
+    p["load_event"] = (on_load, list(dict.fromkeys([*head_outputs, *lazy_outputs, *outputs])))
 
 
 def wire_load(shell: Shell, demo) -> None:
