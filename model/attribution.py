@@ -13,7 +13,7 @@ All of it for one teacher-forced run (a Translation with its trace) and one outp
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -47,6 +47,12 @@ class Attribution:
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
         return getattr(self, method)
+
+    def by_word(self, spans: list[list[int]], words: list[str]) -> "Attribution":
+        """The same scores over words: a word's score is the sum over its pieces. Every method is additive
+        over source tokens (weights, shares, and gradient-based scores that add up to f(x) − f(baseline))."""
+        pooled = {m: np.array([self.scores(m)[span].sum() for span in spans]) for m in METHODS}
+        return replace(self, src_tokens=list(words), **pooled)
 
     def correlations(self) -> np.ndarray:
         """(M, M) Spearman rank correlation between the methods, in METHODS order."""

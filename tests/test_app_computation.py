@@ -49,7 +49,7 @@ def decode(z):
 
 
 def open_section(c, kind="decoder.cross_attn", layer=1, head=2, query=1, part="decoder") -> dict:
-    return named(c, c.src, c.predict(32, "0, 1", "encoder", 1, kind, layer, head, query, part,
+    return named(c, c.src, c.predict(32, "0, 1", "encoder", 1, kind, layer, head, query, part, "words",
                                      api_name="/open_computation"), "open_computation")
 
 
@@ -64,12 +64,18 @@ def test_opening_the_section_draws_every_view_of_the_current_run(client):
     assert o["ref_example"]["choices"]  # test-set sentences with their references (or the built-in ones)
 
 
+def test_a_query_title_shows_bos_once_escaped(client):
+    """Plot titles are plain text escaped once for Plotly: no Markdown backslashes, no double entities."""
+    title = plot(open_section(client, query=0)["head_comp"])["layout"]["title"]["text"]
+    assert "query 0: &lt;bos&gt;→" in title and "&amp;" not in title and "\\" not in title
+
+
 @pytest.mark.parametrize("kind,keys", [("encoder.self_attn", "source"), ("decoder.self_attn", "decoder input"),
                                        ("decoder.cross_attn", "source")])
 def test_inside_one_head_for_every_kind(client, kind, keys):
     """The softmax panel is a distribution over the keys; cross-attention's keys are the source tokens."""
     open_section(client)
-    query, fig, normw = client.predict(kind, 1, 2, 2, api_name="/head_computation")
+    query, fig, normw = client.predict(kind, 1, 2, 2, "words", api_name="/head_computation")
     f = plot(fig)
     assert "layer 1, head 2, query 2" in f["layout"]["title"]["text"]
     ticks = [t for ax in f["layout"].values() if isinstance(ax, dict) for t in ax.get("ticktext", [])]
@@ -80,7 +86,7 @@ def test_inside_one_head_for_every_kind(client, kind, keys):
 
 def test_inside_one_head_waits_while_another_section_shows(client):
     """A shared-selection change elsewhere draws nothing here (it is drawn when the section opens)."""
-    query, fig, normw = client.predict("decoder.cross_attn", 1, 2, 1, api_name="/head_computation")
+    query, fig, normw = client.predict("decoder.cross_attn", 1, 2, 1, "words", api_name="/head_computation")
     assert fig == normw == {"__type__": "update"}  # gr.skip(): nothing sent
 
 
@@ -107,7 +113,7 @@ def test_attribution_api_rejects_bad_input(url):
 
 def test_attribution_view(client):
     open_section(client)
-    md, fig, table = client.predict(0, 16, api_name="/attribution_view")
+    md, fig, table = client.predict(0, 16, "words", api_name="/attribution_view")
     assert "ALTI+" in md and "Spearman" in md
     assert len(plot(fig)["data"]) >= 2
     assert table["headers"] == ["source", *METHODS]
@@ -116,9 +122,9 @@ def test_attribution_view(client):
 
 def test_a_new_run_never_shows_the_last_runs_attribution_or_forced_decoding(client):
     open_section(client)
-    client.predict(0, 16, api_name="/attribution_view")
+    client.predict(0, 16, "words", api_name="/attribution_view")
     client.predict(SRC, REF, "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1", "encoder", 1,
-                   "decoder.cross_attn", 0, 0, 1, "decoder", api_name="/forced_view")
+                   "decoder.cross_attn", 0, 0, 1, "decoder", "words", api_name="/forced_view")
     client.predict("Eine Frau liest ein Buch im Park.", "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0,
                    "words", api_name="/translate_stream")
     o = open_section(client)
@@ -129,7 +135,7 @@ def test_a_new_run_never_shows_the_last_runs_attribution_or_forced_decoding(clie
 
 def test_forced_decoding_becomes_the_current_run(client):
     out = named(client, client.src, client.predict(SRC, REF, "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1",
-                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", api_name="/forced_view"), "forced_view")
+                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", "words", api_name="/forced_view"), "forced_view")
     assert out["run_status"].startswith("✓ forced")
     assert "perplexity" in out["forced_md"] and "teacher-forced" in out["run_bar"]
     assert out["translation"] == REF
@@ -146,7 +152,7 @@ def test_forced_decoding_becomes_the_current_run(client):
 
 def test_forced_decoding_needs_a_reference(client):
     out = named(client, client.src, client.predict(SRC, "  ", "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1",
-                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", api_name="/forced_view"), "forced_view")
+                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", "words", api_name="/forced_view"), "forced_view")
     assert "reference" in out["forced_md"]
     assert out["run_status"] == {"__type__": "update"}  # the current run is untouched
 

@@ -41,6 +41,18 @@ def test_attribute_gives_every_method_and_shares(tiny_lm, forced):
         attribute(tiny_lm.model, forced.translation, 99)
 
 
+def test_by_word_sums_each_words_pieces(tiny_lm, forced):
+    a = attribute(tiny_lm.model, forced.translation, 1)
+    S = len(a.src_tokens)
+    spans = [[0], list(range(1, S - 1)), [S - 1]]  # <bos>, one word of every middle piece, <eos>
+    w = a.by_word(spans, ["<bos>", "word", "<eos>"])
+    assert w.src_tokens == ["<bos>", "word", "<eos>"] and a.src_tokens != w.src_tokens
+    for m in METHODS:
+        np.testing.assert_allclose(w.scores(m), [a.scores(m)[0], a.scores(m)[1:-1].sum(), a.scores(m)[-1]])
+    assert w.source_share == a.source_share and w.position == a.position
+    assert abs(w.alti.sum() - a.source_share) < 1e-9  # the ALTI+ shares still add up to the source's share
+
+
 def test_spearman_by_hand():
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)

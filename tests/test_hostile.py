@@ -139,7 +139,7 @@ def test_html_and_script_are_inert_in_every_view(client):
     assert "<script" not in r["notice"] and "<img" not in r["notice"]
     figs = {name: plot_json(r[name]) for name in ("attn_plot", "watch_heads")}
     figs["masks"] = plot_json(client.predict(api_name="/open_interventions")[0])
-    opened = client.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", api_name="/open_computation")
+    opened = client.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", "words", api_name="/open_computation")
     for i, name in ((1, "norms"), (7, "inside_head"), (8, "residual"), (9, "norm_weights"), (10, "logit_lens")):
         figs[name] = plot_json(opened[i])
     gen = client.predict(0, api_name="/open_generation")

@@ -217,6 +217,24 @@ def test_attention_view_reads_as_words_by_default(tmp_path, sv):
     assert meta["src_word_spans"] == run.src_spans and meta["decoder_input_words"][0] == "<bos>"
 
 
+def test_norm_weights_and_attribution_follow_the_units(tmp_path, sv):
+    """Computation's attention-like views pool pieces into words when Units says words."""
+    from model.attribution import attribute
+    from ui import inside
+    lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
+    tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(max_len=5))
+    run = state.Run.of(lm, "de-en", tr, [])
+    text = {u: json.dumps(inside.norm_weight_figure(run, lm, "decoder.cross_attn", 0, 1, u).to_dict(),
+                          ensure_ascii=False) for u in ("words", "pieces")}
+    assert "Feuerwehrmann" in text["words"] and "(words)" in text["words"]
+    assert "Feuerwehrmann" not in text["pieces"] and "(tokens)" in text["pieces"]
+    attr = attribute(lm.model, tr, 0)
+    words = attr.by_word(run.src_spans, run.src_words)
+    assert "Feuerwehrmann" in words.src_tokens and len(words.src_tokens) < len(attr.src_tokens)
+    np.testing.assert_allclose(words.alti.sum(), attr.alti.sum())
+    assert [r[0] for r in inside.attribution_table(words)] == run.src_words
+
+
 def test_compare_and_profiles_read_as_words(tmp_path, sv):
     """Compare maps and head profiles of a subword model are over words; rows still sum to 1."""
     from model.transformer import Interventions

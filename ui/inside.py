@@ -7,12 +7,14 @@ import numpy as np
 
 from model.attribution import METHODS, Attribution
 from model.computation import Computation, Forced
+from model import analysis as an
 from model.transformer import ENC_SELF
 from viz import computation as vc
 from viz.common import message_figure, step_row_labels
 
 from .present import KIND_LABELS, kind_of, md_escape
 from .state import Run
+from .views import decoder_rows, piece_spans
 
 FIRST = "Translate a sentence first."
 METHOD_LABELS = {"attention": "raw cross-attention", "rollout": "rollout", "norm": "norm-based ‖α·f(x)‖",
@@ -61,7 +63,7 @@ def head_figure(run: Run | None, lm, kind: str, layer, head, query):
     keys = run.tr.axes(kind)[1]
     return vc.head_computation(h.query, h.keys, h.scores, h.mask, h.masked, h.pattern, h.values, h.z, h.result,
                                keys, labels[query].split(": ", 1)[1], lm.model.cfg.d_model // lm.model.cfg.n_heads,
-                               title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}, query {md_escape(labels[query])}")
+                               title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}, query {labels[query]}")
 
 
 def residual_figure(run: Run | None, lm, part: str):
@@ -75,20 +77,25 @@ def residual_figure(run: Run | None, lm, part: str):
                              title=f"{PARTS[part]}: the residual stream's norm, and what each sublayer adds")
 
 
-def norm_weight_figure(run: Run | None, lm, kind: str, layer, head):
-    """One head's attention beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. 2020)."""
+def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str = "words"):
+    """One head's attention beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. 2020); a subword
+    run's pieces pooled into words like the attention maps (keys summed, queries averaged)."""
     if run is None or lm is None:
         return message_figure(FIRST)
     kind = kind_of(kind)
     comp = computation(run, lm)
     layer = clamp(layer, comp.n_layers(kind.split(".")[0]))
     head = clamp(head, lm.model.cfg.n_heads)
-    pattern = run.tr.attention(kind)[layer, head]
-    q, k = run.tr.axes(kind)
+    pattern, norm = run.tr.attention(kind)[layer, head], comp.norm_weights(kind, layer)[head]
+    (q, k), outputs, unit = run.tr.axes(kind), run.tr.output_tokens, "tokens"
+    if run.by_word(units):
+        words, q, k = run.tr.attention_by_word(lm, kind)
+        pattern, norm = words[layer, head], an.pool_words(norm, *piece_spans(run.tr, lm, kind))
+        outputs, unit = run.out_words, "words"
     if kind != ENC_SELF:
-        q = step_row_labels(q, run.tr.output_tokens)
-    return vc.norm_vs_attention(pattern, comp.norm_weights(kind, layer)[head], q, k,
-                                title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}: α beside ‖α·f(x)‖")
+        q = decoder_rows(q, outputs)[0]
+    return vc.norm_vs_attention(pattern, norm, q, k,
+                                title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}: α beside ‖α·f(x)‖ ({unit})")
 
 
 def lens_figure(run: Run | None, lm, k: int = 5):

@@ -54,7 +54,7 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None):
         attn, q, k = tr.attention_by_word(lm, kind, trace)
         q_tok, k_tok = tr.axes(kind)
         full = np.broadcast_to(tr.mask(kind, trace), (len(q_tok), len(k_tok))).astype(float)
-        mask = an.pool_words(full, *_spans(tr, lm, kind)) > 0
+        mask = an.pool_words(full, *piece_spans(tr, lm, kind)) > 0
         outputs, unit = run.out_words, "words"
     else:
         attn, (q, k), mask = tr.attention(kind, trace), tr.axes(kind), tr.mask(kind, trace)
@@ -64,7 +64,8 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None):
     return attn, rows, k, valid, mask, title, unit
 
 
-def _spans(tr, lm, kind):
+def piece_spans(tr, lm, kind):
+    """The piece indices of each word along the (query, key) axes of ``kind``."""
     q, k = tr.axes(kind)
     qv = lm.src_vocab if kind == ENC_SELF else lm.tgt_vocab
     kv = lm.tgt_vocab if kind == DEC_SELF else lm.src_vocab

@@ -30,14 +30,16 @@ def build(shell: Shell) -> None:
             gr.Markdown("The head chosen above (kind, layer, head) for one **query** token, as the formula is "
                         "written: q and the keys K, the scores q·Kᵀ/√d_k, the mask applied as −∞ (dark grey), the "
                         "softmax row α, the values V, z = αV, and the head's output after its slice of W_O. In "
-                        "cross-attention K and V come from the encoder. Hover any cell for its number.",
+                        "cross-attention K and V come from the encoder. Hover any cell for its number. "
+                        "The arithmetic runs on the model's own tokens, subword pieces included (▁ starts a word).",
                         elem_classes="explain")
             p["head_query"] = gr.Dropdown([], label="Query token", elem_id="head-query", allow_custom_value=True)
             p["head_plot"] = gr.Plot(label="Inside one head", elem_id="head-comp", show_label=False)
         with gr.Tab("Residual stream", id="residual"):
             gr.Markdown("The residual stream's L2 norm through the stack, and what each sublayer adds to it. Below, "
                         "the chosen head's attention α beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. "
-                        "2020): a key with a large weight but a small transformed value fades.",
+                        "2020): a key with a large weight but a small transformed value fades. Units pools "
+                        "these two into words; the norms above stay per token.",
                         elem_classes="explain")
             p["resid_part"] = gr.Radio(PART_CHOICES, value="decoder", label="Stack", elem_id="resid-part")
             p["resid_plot"] = gr.Plot(label="Residual stream", elem_id="resid-plot", show_label=False)
@@ -46,13 +48,15 @@ def build(shell: Shell) -> None:
         with gr.Tab("Logit lens", id="lens"):
             gr.Markdown("What the decoder would say if it stopped after each layer: the final layer norm and the "
                         "generator applied to the residual stream, at every step. The last layer is the model's own "
-                        "output distribution.", elem_classes="explain")
+                        "output distribution. One column per token: a subword model's steps are pieces.",
+                        elem_classes="explain")
             p["lens_plot"] = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
         with gr.Tab("Attribution", id="attribution") as attr_tab:
             gr.Markdown("Which source tokens one output token came from: raw cross-attention (mean of the last "
                         "layer's heads), rollout, norm-based weights, ALTI+ (Ferrando et al. 2022), gradient × input "
                         "and integrated gradients on the source embeddings. The right panel ranks how far the methods "
-                        "agree (Spearman).", elem_classes="explain")
+                        "agree (Spearman). With Units on words, a word's score is the sum over its pieces.",
+                        elem_classes="explain")
             with gr.Row():
                 p["attr_pos"] = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
                 p["attr_steps"] = gr.Slider(8, 128, value=IG_STEPS, step=8, label="Integrated-gradient steps",
@@ -73,7 +77,7 @@ def build(shell: Shell) -> None:
             p["force_btn"] = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
             p["forced_md"] = gr.Markdown(elem_id="forced-md")
             p["forced_plot"] = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
-    p["attr_tab"] = attr_tab
+    p["attr_tab"], p["attr_state"] = attr_tab, gr.State(None)  # (run id, piece-level Attribution)
 
 
 def lazy_io(shell: Shell) -> tuple[list, list, callable]:
@@ -82,13 +86,13 @@ def lazy_io(shell: Shell) -> tuple[list, list, callable]:
     enc_out, enc_in = encodings.lazy_io(shell)
     outs = [p["head_query"], p["head_plot"], p["resid_plot"], p["normw_plot"], p["lens_plot"], p["attr_pos"],
             p["attr_md"], p["attr_plot"], p["attr_table"], p["ref_example"], p["forced_md"], p["forced_plot"]]
-    ins = [shell.kind, shell.layer, shell.head, p["head_query"], p["resid_part"]]
+    ins = [shell.kind, shell.layer, shell.head, p["head_query"], p["resid_part"], shell.units]
     k = len(enc_in)
     return ([*enc_out, *outs], [*enc_in, *ins],
             lambda run, *x: encodings.refresh(shell, run, *x[:k]) + refresh(shell, run, *x[k:]))
 
 
-def refresh(shell: Shell, run: Run, kind, layer, head, query, part) -> list:
+def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words") -> list:
     lm = shell.lm(run)
     n = len(inside.query_labels(run, kind))
     query = inside.clamp(query, n, n - 1)
@@ -99,7 +103,7 @@ def refresh(shell: Shell, run: Run, kind, layer, head, query, part) -> list:
     forced = [gr.skip(), gr.skip()] if run.forced else [FORCED_HINT, views.message_figure(FORCED_HINT)]
     return [gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
             inside.head_figure(run, lm, kind, layer, head, query), inside.residual_figure(run, lm, part),
-            inside.norm_weight_figure(run, lm, kind, layer, head), inside.lens_figure(run, lm),
+            inside.norm_weight_figure(run, lm, kind, layer, head, units), inside.lens_figure(run, lm),
             gr.Dropdown(choices=positions, value=0 if positions else None), *attr,
             gr.Dropdown(choices=[(f"{s}  ⇒  {r}", i) for i, (s, r) in enumerate(pairs)], value=None), *forced]
 
@@ -131,7 +135,7 @@ def _wire_head(shell: Shell) -> None:
     stamp = p["lazy"][SID].stamp
     outs = [p["head_query"], p["head_plot"], p["normw_plot"], stamp]
 
-    def on_head(run, section, seen, kind, layer, head, query):
+    def on_head(run, section, seen, kind, layer, head, query, units="words"):
         if run is None or section != SID:  # drawn when the section opens instead
             return gr.skip(), gr.skip(), gr.skip(), ""
         try:
@@ -140,39 +144,54 @@ def _wire_head(shell: Shell) -> None:
             query = inside.clamp(query, n, n - 1)
             return (gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
                     inside.head_figure(run, lm, kind, layer, head, query),
-                    inside.norm_weight_figure(run, lm, kind, layer, head), seen)
+                    inside.norm_weight_figure(run, lm, kind, layer, head, units), seen)
         except Exception:
             log.exception("inside one head failed")
             return gr.skip(), views.message_figure("This head could not be drawn."), gr.skip(), seen
 
-    ins = [shell.run_state, shell.section, stamp, shell.kind, shell.layer, shell.head, p["head_query"]]
-    gr.on([c.input for c in (p["head_query"], shell.kind, shell.layer, shell.head)], on_head, ins, outs,
+    ins = [shell.run_state, shell.section, stamp, shell.kind, shell.layer, shell.head, p["head_query"], shell.units]
+    gr.on([c.input for c in (p["head_query"], shell.kind, shell.layer, shell.head, shell.units)], on_head, ins, outs,
           api_name="head_computation", api_visibility="undocumented", **VIEW)
+
+
+def _attribution_values(run: Run, attr, units) -> tuple:
+    """(markdown, figure, table) of a piece-level attribution, pooled into words where the Units say so."""
+    shown = attr.by_word(run.src_spans, run.src_words) if run.by_word(units) else attr
+    return inside.attribution_markdown(shown), inside.attribution_figure(shown), inside.attribution_table(shown)
 
 
 def _wire_attribution(shell: Shell) -> None:
     p = shell.parts
-    outs = [p["attr_md"], p["attr_plot"], p["attr_table"]]
+    outs = [p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"]]
 
-    def on_attribution(run, position, steps):
+    def on_attribution(run, position, steps, units="words"):
         if run is None:
-            return inside.FIRST, views.message_figure(inside.FIRST), None
+            return inside.FIRST, views.message_figure(inside.FIRST), None, None
         try:
             n = len(run.tr.output_ids)
             position = inside.clamp(position, n)
             steps = max(8, min(int(steps or IG_STEPS), 256))
             attr = calls.gpu_attribute(shell.reg_key, run.model, run.tr, position, steps)
-            return inside.attribution_markdown(attr), inside.attribution_figure(attr), inside.attribution_table(attr)
+            return (*_attribution_values(run, attr, units), (run.id, attr))
         except Exception as e:
             log.exception("attribution failed")
             return (f"⚠️ The attribution failed ({md_escape(type(e).__name__)}).",
-                    views.message_figure("The attribution could not be drawn."), None)
+                    views.message_figure("The attribution could not be drawn."), None, None)
 
-    ins = [shell.run_state, p["attr_pos"], p["attr_steps"]]
+    ins = [shell.run_state, p["attr_pos"], p["attr_steps"], shell.units]
     p["attr_tab"].select(on_attribution, ins, outs, api_name="attribution_view", api_visibility="undocumented",
                          **shell.model_event())
     p["attr_pos"].input(on_attribution, ins, outs, api_visibility="private", **shell.model_event())
     p["attr_steps"].release(on_attribution, ins, outs, api_visibility="private", **shell.model_event())
+
+    def on_units(run, held, units):
+        """Words or pieces: the attribution already computed for this run, pooled again (no model call)."""
+        if run is None or held is None or held[0] != run.id:
+            return gr.skip(), gr.skip(), gr.skip()
+        return _attribution_values(run, held[1], units)
+
+    shell.units.input(on_units, [shell.run_state, p["attr_state"], shell.units], outs[:3], api_visibility="private",
+                      **VIEW)
 
 
 def _wire_forced(shell: Shell) -> None:
