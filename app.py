@@ -41,8 +41,7 @@ def _lazy(shell: Shell) -> None:
     p = shell.parts
     lazy_section(shell, "generation", p["tab_generation"], p["step_outputs"], [shell.step],
                  lambda run, step: generation.refresh(shell, run, dict(step=step)))
-    lazy_section(shell, "interventions", p["tab_interventions"], [p["masks_plot"], p["ablate_src"], p["cmp_stale"]],
-                 [p["cmp_state"]], lambda run, cmp: interventions.refresh(shell, run, {}, cmp))
+    lazy_section(shell, "interventions", p["tab_interventions"], *interventions.lazy_io(shell))
     lazy_section(shell, "computation", p["tab_computation"], *computation.lazy_io(shell))
     for sid in ("translate", "attention", "analysis"):
         p[f"tab_{sid}"].select(lambda s=sid: s, None, shell.section, api_visibility="private", queue=False,

@@ -135,9 +135,14 @@ def test_translate_ui_fills_every_view(client):
     for name in ("strip_plot", "topk_plot", "cross_plot", "self_plot"):
         assert plot_json(g[name])["data"], name
     assert g["step"]["value"] == 0 and g["step"]["maximum"] >= 1  # slider reset to the new decode
-    masks, choices, stale = client.predict(api_name="/open_interventions")
+    masks, choices, stale, base, mod, probs, maps = client.predict(api_name="/open_interventions")
     assert len(plot_json(masks)["data"]) >= 4 and stale == ""
-    _, norms, heat, *_ = client.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", api_name="/open_computation")
+    # before any Compare: the baseline is the current run, and the empty panels say how to fill them
+    assert base["label"].startswith("Baseline (the current run)") and chip_tokens(base["value"])
+    assert mod["value"] is None and "not run yet" in mod["label"]
+    for fig in (probs, maps):
+        assert "press Compare" in json.dumps(plot_json(fig)["layout"])
+    _, norms, heat, *_ = client.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", "words", api_name="/open_computation")
     assert plot_json(norms)["data"] and plot_json(heat)["data"]
 
 
@@ -291,7 +296,7 @@ def test_html_and_script_are_text(client):
     toks = [t for t, _ in chip_tokens(r["src_chips"])]
     assert any("script" in t for t in toks)  # kept as plain text for the chip component
     masks = client.predict(api_name="/open_interventions")[0]
-    norms = client.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", api_name="/open_computation")[1]
+    norms = client.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", "words", api_name="/open_computation")[1]
     for name, fig in (("attn_plot", r["attn_plot"]), ("watch_heads", r["watch_heads"]), ("masks", masks),
                       ("norms", norms)):
         strings = list(all_strings(plot_json(fig)))

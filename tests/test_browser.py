@@ -181,6 +181,13 @@ def test_computation_inside_head_lens_attribution_and_forced(page):
     page.screenshot(path=str(ARTIFACTS / "forced-decoding.png"), full_page=True)
 
 
+def test_head_profiles_open_with_the_picked_heads_map(page):
+    """Opening Analysis draws the profiles and the picked head's map of the current run: no blank frame."""
+    page.get_by_role("tab", name="Analysis & export", exact=True).click()
+    assert "click a cell" in _title(page, "#prof-heat")
+    assert "layer 0, head 0" in _title(page, "#prof-head-plot")
+
+
 def test_script_in_input_is_inert(page):
     out = _translate(page, '<script>alert("x")</script> Ein Mann <img src=x onerror=alert(1)>')
     assert page.dialogs == [] and out is not None

@@ -151,8 +151,12 @@ def wire(shell: Shell) -> None:
             return (f"⚠️ The head profiles failed ({md_escape(type(e).__name__)}).",
                     views.message_figure("The head profiles could not be drawn."), gr.skip(), gr.skip())
 
+    head_map = safe(lambda r, lab: views.head_map_figure(r, lab, shell.lm(r)), "head map")
     p["prof_tab"].select(on_profiles, prof_in, prof_out, api_name="head_profiles", api_visibility="undocumented",
                          **shell.model_event())
+    # the picked head's map of the current run: the frame below the table is never blank
+    p["prof_tab"].select(head_map, [shell.run_state, p["prof_pick"]], p["prof_head_plot"], api_visibility="private",
+                         **VIEW)
     gr.on([p["prof_scope"].input, p["prof_n"].input], on_profiles, prof_in, prof_out, api_visibility="private",
           **shell.model_event())
     p["prof_stat"].input(safe(lambda st, s: views.profiles_view_figure(st[0], s, st[1]) if st else
@@ -170,8 +174,7 @@ def wire(shell: Shell) -> None:
 
     p["prof_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"]],
                            api_visibility="private", **VIEW)
-    p["prof_pick"].input(safe(lambda r, lab: views.head_map_figure(r, lab, shell.lm(r)), "head map"),
-                         [shell.run_state, p["prof_pick"]], p["prof_head_plot"], api_name="head_map",
+    p["prof_pick"].input(head_map, [shell.run_state, p["prof_pick"]], p["prof_head_plot"], api_name="head_map",
                          api_visibility="undocumented", **VIEW)
     _wire_pair(shell)
     _wire_export(shell)

@@ -28,6 +28,7 @@ EXPLAIN = {
     "src": "Hidden as keys from the encoder and from cross-attention.",
     "pad": "Adds <pad> tokens, as in a batch with a longer sentence (0 = none).",
 }
+PRESS = "Switch a mask off or ablate a head or token above, then press Compare with the current run."
 STALE = "⚠️ **Stale:** the settings or the current run changed since this comparison. Press **Compare** to refresh."
 
 
@@ -83,13 +84,28 @@ def build(shell: Shell) -> None:
     p["cmp_state"] = gr.State(None)
 
 
-def refresh(shell: Shell, run, sel: dict, cmp=None) -> list:
-    """Mask preview, source choices, and the verdict marked stale when it is not of this run."""
+def lazy_io(shell: Shell) -> tuple[list, list, callable]:
+    """(outputs, extra inputs, fn(run, *extra)) of the section as drawn when opened."""
+    p = shell.parts
+    outs = [p["masks_plot"], p["ablate_src"], p["cmp_stale"], p["base_chips"], p["mod_chips"], p["prob_plot"],
+            p["cmp_plot"]]
+    return outs, [p["cmp_state"]], lambda run, cmp: refresh(shell, run, cmp)
+
+
+def refresh(shell: Shell, run, cmp=None) -> list:
+    """Mask preview, source choices, and the verdict marked stale when it is not of this run. Before
+    any Compare, the baseline is the current run and the other panels say what fills them."""
     tr = run.tr
     masks = views.masks_figure(shell.reg, run.model, tr.src_tokens, tr.output_tokens, NO_INTERVENTION,
                                "Masks of the current run (True = attend)")
     stale = STALE if cmp is not None and cmp.run_id != run.id else ""
-    return [masks, gr.Dropdown(choices=src_token_choices(tr.src_tokens), value=[], multiselect=True), stale]
+    out = [masks, gr.Dropdown(choices=src_token_choices(tr.src_tokens), value=[], multiselect=True), stale]
+    if cmp is not None:
+        return out + [gr.skip()] * 4
+    return out + [gr.HighlightedText(value=[(t, "token") for t in tr.output_tokens],
+                                     label=f"Baseline (the current run): {tr.text[:300]}"),
+                  gr.HighlightedText(value=None, label="Modified: not run yet"),
+                  views.message_figure(PRESS), views.message_figure(PRESS)]
 
 
 def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, kind, layer, head):

@@ -119,7 +119,7 @@ def replay_frames(shell: Shell, run: Run, animate: bool = True):
 def _caption(run: Run, t: int, vocab) -> str:
     tr = run.tr
     prefix = vocab.to_text(tr.output_tokens[:t], tr.tgt_lang)
-    return (f"Step {t + 1} of {len(tr.steps)}: {md_escape(prefix)} **{md_escape(tr.output_tokens[t])}**"
+    return (f"Step {t} of {len(tr.steps) - 1}: {md_escape(prefix)} **{md_escape(tr.output_tokens[t])}**"
             if t < len(tr.output_tokens) else "")
 
 
