@@ -23,9 +23,9 @@ def build(shell: Shell) -> None:
             shell.kind = gr.Radio(KIND_CHOICES, value=CROSS, label="Attention", elem_id="attn-kind",
                                   scale=4)
             shell.layer = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="attn-layer",
-                                      scale=1, min_width=90)
+                                      scale=1, min_width=120)
             shell.head = gr.Dropdown(head_choices(n_heads), value=0, label="Head", elem_id="attn-head", scale=1,
-                                     min_width=90)
+                                     min_width=120)
             shell.units = gr.Radio(UNIT_CHOICES, value="words", label="Units", elem_id="attn-units", scale=2,
                                    info="pieces pooled into words: keys summed, queries averaged")
             with gr.Column(scale=2, min_width=160):

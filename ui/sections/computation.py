@@ -12,7 +12,7 @@ from .. import calls, inside, views
 from ..payload import reference_pairs
 from ..present import clean_input, is_blank, md_escape, no_model_message
 from ..state import Run
-from . import VIEW, Shell, encodings, lazy_values, log
+from . import VIEW, Shell, encodings, log
 
 SID = "computation"
 PART_CHOICES = [("Decoder", "decoder"), ("Encoder", "encoder")]
@@ -89,7 +89,8 @@ def lazy_io(shell: Shell) -> tuple[list, list, callable]:
     ins = [shell.kind, shell.layer, shell.head, p["head_query"], p["resid_part"], shell.units]
     k = len(enc_in)
     return ([*enc_out, *outs], [*enc_in, *ins],
-            lambda run, *x: encodings.refresh(shell, run, *x[:k]) + refresh(shell, run, *x[k:]))
+            lambda run, *x, positional=True: (encodings.refresh(shell, run, *x[:k], positional=positional)
+                                              + refresh(shell, run, *x[k:])))
 
 
 def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words") -> list:
@@ -226,9 +227,11 @@ def _wire_forced(shell: Shell) -> None:
         note = f"Teacher-forced on the reference “{reference[:80]}” (perplexity {forced.perplexity:.2f})."
         run = Run.of(lm, name, forced.translation, [note], forced=True)
         sel = dict(kind=kind, view=view, layer=layer, head=head, units=units)
-        lazy = lazy_values(shell, SID, run, *lazy_extra)
-        if before is not None and before.model == name:  # the encoding figures are the model's: unchanged
-            lazy |= {p[k]: gr.skip() for k in ("pe_heat", "pe_curves", "pe_sim", "pe_var")}
+        # the encoding figures are the model's own: unchanged (and not rebuilt) when the model is
+        same_model = before is not None and before.model == name
+        lazy = dict(zip([lz.stamp, *lz.outputs], [run.id, *lz.fn(run, *lazy_extra, positional=not same_model)]))
+        if same_model:  # keep the picked example and its choices
+            lazy[p["ref_example"]] = gr.skip()
         return (shell.run_values(run, sel) | lazy |
                 {p["forced_md"]: inside.forced_markdown(forced), p["forced_plot"]: inside.forced_figure(forced),
                  p["run_status"]: f"✓ forced · run {run.id}"})

@@ -52,8 +52,10 @@ def lazy_io(shell: Shell) -> tuple[list, list]:
             [p["n_pos"], p["dims"], p["emb_part"], p["emb_pos"]])
 
 
-def refresh(shell: Shell, run, n_pos, dims, part, position) -> list:
-    return [*embedding(shell, run, part, position), *views.positional_figures(shell.reg, run.model, n_pos, dims)]
+def refresh(shell: Shell, run, n_pos, dims, part, position, positional: bool = True) -> list:
+    """The embedding view of ``run``, then the model's encoding figures (skipped: ``positional`` False)."""
+    pe = views.positional_figures(shell.reg, run.model, n_pos, dims) if positional else [gr.skip()] * 4
+    return [*embedding(shell, run, part, position), *pe]
 
 
 def wire(shell: Shell) -> None:
