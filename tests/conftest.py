@@ -85,3 +85,10 @@ def trained_copy(tmp_path_factory) -> dict:
                              "--out", str(root / "ckpt"), "--epochs", "40", "--average", "1"])
     assert rc == 0
     return {"root": root, "data": root / "data", "work": root / "work", "ckpt": root / "ckpt", "splits": splits}
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    """A gradio_client Client of the module's ``server`` fixture (demo, url, ...): one per module."""
+    from gradio_client import Client
+    return Client(server[1], verbose=False)

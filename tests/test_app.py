@@ -40,11 +40,6 @@ def server(tmp_path_factory):
     demo.close()
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    return Client(server[1], verbose=False)
-
-
 def ui_translate(client, text, direction="de-en", decoding="greedy", beam=4, max_len=30,
                  kind="decoder.cross_attn", view="grid"):
     out = client.predict(text, direction, decoding, beam, max_len, kind, view, 0, 0, "words", api_name="/translate_stream")

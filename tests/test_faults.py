@@ -83,11 +83,6 @@ def server(tmp_path_factory):
     demo.close()
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    return Client(server[1], verbose=False)
-
-
 # --------------------------------------------------------------------------- broken checkpoint files
 
 def test_broken_checkpoints_are_named_and_intact_ones_served(server, client):

@@ -47,11 +47,6 @@ def server(tmp_path_factory):
     demo.close()
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    return Client(server[1], verbose=False)
-
-
 def ui_translate(client, text, direction="de-en", max_len=8):
     out = client.predict(text, direction, "greedy", 4, max_len, "decoder.cross_attn", "grid", 0, 0, "words",
                          api_name="/translate_stream")
