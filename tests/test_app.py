@@ -247,6 +247,7 @@ def test_compare_rejects_unknown_head(client):
 
 def test_compare_ui_event(client):
     ui_translate(client, DE, max_len=12)
+    client.predict(api_name="/open_interventions")  # the source tokens to ablate are offered once it opens
     out = client.predict(16, False, False, True, ["dec L0 H0"], ["1: Ein"], "decoder.cross_attn", 0, 0,
                          api_name="/compare_ui")
     r = dict(zip(C_OUT, out))

@@ -165,7 +165,7 @@ def token_diff(a: list[str], b: list[str]) -> tuple[list[bool], list[bool]]:
     return da, db
 
 
-def diff_summary(a: list[str], b: list[str]) -> str:
+def diff_summary(a: list[str], b: list[str], unit: str = "tokens") -> str:
     """Insertions, deletions and substitutions that turn ``a`` into ``b``, counted on both sides."""
     ins = dels = subs = 0
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
@@ -178,10 +178,10 @@ def diff_summary(a: list[str], b: list[str]) -> str:
         elif op == "insert":
             ins += j2 - j1
     if not (ins or dels or subs):
-        return f"The two outputs are identical ({len(a)} tokens)."
+        return f"The two outputs are identical ({len(a)} {unit})."
     parts = [f"{n} {what}" for n, what in ((subs, "substituted"), (dels, "deleted"), (ins, "inserted")) if n]
-    return (f"{', '.join(parts)} (baseline {len(a)} tokens, {sum(token_diff(a, b)[0])} differ; "
-            f"modified {len(b)} tokens, {sum(token_diff(a, b)[1])} differ).")
+    return (f"{', '.join(parts)} (baseline {len(a)} {unit}, {sum(token_diff(a, b)[0])} differ; "
+            f"modified {len(b)} {unit}, {sum(token_diff(a, b)[1])} differ).")
 
 
 # --------------------------------------------------------------------------- markdown

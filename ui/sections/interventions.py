@@ -102,7 +102,8 @@ def refresh(shell: Shell, run, cmp=None) -> list:
     out = [masks, gr.Dropdown(choices=src_token_choices(tr.src_tokens), value=[], multiselect=True), stale]
     if cmp is not None:
         return out + [gr.skip()] * 4
-    return out + [gr.HighlightedText(value=[(t, "token") for t in tr.output_tokens],
+    words = shell.lm(run).tgt_vocab.join(tr.output_tokens)
+    return out + [gr.HighlightedText(value=[(t, "token") for t in words],
                                      label=f"Baseline (the current run): {tr.text[:300]}"),
                   gr.HighlightedText(value=None, label="Modified: not run yet"),
                   views.message_figure(PRESS), views.message_figure(PRESS)]
@@ -131,10 +132,11 @@ def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, sr
     cmp = CompareRun(run.model, base, mod, mod_on_base, iv, run.id)
     kind, layer, head, why = follow(pad_on, causal_on, pos_on, heads_sel, "<pad>" in mod.src_tokens, kind, layer,
                                     head)
-    da, db = token_diff(base.output_tokens, mod.output_tokens)
+    # both translations as words, like Compare's maps: a subword model's pieces joined
+    (bw, mw), unit = [lm.tgt_vocab.join(t.output_tokens) for t in (base, mod)], "words" if run.src_spans else "tokens"
+    da, db = token_diff(bw, mw)
     changes = describe_interventions(iv) or ["nothing changed (all toggles at their defaults)"]
-    msgs = list(run.notices) + ["Modified: " + "; ".join(changes) + ".",
-                                        diff_summary(base.output_tokens, mod.output_tokens)]
+    msgs = list(run.notices) + ["Modified: " + "; ".join(changes) + ".", diff_summary(bw, mw, unit)]
     if why:
         msgs.append(f"Map: {why}.")
     msgs.append("The maps feed both models the baseline's output, so their rows line up.")
@@ -142,11 +144,9 @@ def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, sr
         msgs.append("The source has no padding, so switching the padding mask off changes nothing: pad it first.")
     return {
         p["cmp_notice"]: notice_md(msgs), p["cmp_stale"]: "",
-        p["base_chips"]: gr.HighlightedText(value=[(t, "differs" if d else "token")
-                                                   for t, d in zip(base.output_tokens, da)],
+        p["base_chips"]: gr.HighlightedText(value=[(t, "differs" if d else "token") for t, d in zip(bw, da)],
                                             label=f"Baseline: {base.text[:300]}"),
-        p["mod_chips"]: gr.HighlightedText(value=[(t, "differs" if d else "token")
-                                                  for t, d in zip(mod.output_tokens, db)],
+        p["mod_chips"]: gr.HighlightedText(value=[(t, "differs" if d else "token") for t, d in zip(mw, db)],
                                            label=f"Modified: {mod.text[:300]}"),
         p["prob_plot"]: views.probability_figure(cmp),
         p["cmp_plot"]: views.compare_maps_figure(cmp, kind, layer, head, lm),
