@@ -88,7 +88,7 @@ def run(cfg) -> dict:
                ms["recomputed"]["p50"], "ms"),
         figure("decode.cache.speedup", f"KV cache speedup at {TOKENS} tokens, one sentence (CPU time)", one, "x",
                ">=", TARGET),
-        figure("decode.cache5.speedup", f"the same with 5 rows (a beam's size), 10 sentences", five, "x"),
+        figure("decode.cache5.speedup", "the same with 5 rows (a beam's size), 10 sentences", five, "x"),
         figure("decode.cache_batch.speedup", f"the same with the {len(srcs)} sentences as one batch", batch, "x"),
     ]
     mean_len = {k: round(statistics.fmean(v), 1) for k, v in lengths.items()}

@@ -196,7 +196,8 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w_1, self.w_2, self.dropout = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
 
-        self.hook_pre, self.hook_post = HookPoint(), HookPoint()  # before / after the ReLU
+        # before / after the ReLU; opt-in: (B, T, d_ff), a third of a run's trace, and only the export reads them
+        self.hook_pre, self.hook_post = HookPoint(opt_in=True), HookPoint(opt_in=True)
 
     def forward(self, x):
         return self.w_2(_dropout(self.dropout, self.hook_post(F.relu(self.hook_pre(self.w_1(x))))))

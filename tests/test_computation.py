@@ -163,9 +163,11 @@ def test_force_rejects_empty_text(tiny_lm):
         force(tiny_lm, "haus", "  ")
 
 
-def test_translation_trace_holds_every_hook_for_the_export(tiny_lm):
-    # the .npz export writes the trace keyed by hook name, so every new quantity is in it
+def test_translation_trace_holds_every_hook_but_the_opt_in_ones(tiny_lm):
+    # a run keeps every hook but the large opt-in ones, which the export adds by a teacher-forced pass
     from model.hooks import hook_names
     tr = translate(tiny_lm, "haus katze", DecodeOptions(max_len=5))
-    opt_in = {n for n in hook_names(tiny_lm.model) if n.endswith(("hook_logits", "hook_result"))}
+    opt_in = {n for n in hook_names(tiny_lm.model) if n.endswith(("hook_logits", "hook_result", ".ff.hook_pre",
+                                                                  ".ff.hook_post"))}
+    assert not any(".ff.hook_" in n for n in tr.trace.names()) and any(".ff.hook_" in n for n in opt_in)
     assert set(tr.trace.names()) == set(hook_names(tiny_lm.model)) - opt_in

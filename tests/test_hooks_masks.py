@@ -30,7 +30,7 @@ EXPECTED_HOOKS = (
     + ["decoder.hook_norm", "hook_logits"]
 )
 PATTERNS = [n for n in EXPECTED_HOOKS if n.endswith("hook_pattern")]
-OPT_IN = [n for n in EXPECTED_HOOKS if n.endswith(("hook_logits", "hook_result"))]  # large: recorded when named
+OPT_IN = [n for n in EXPECTED_HOOKS if n.endswith(("hook_logits", "hook_result", "ff.hook_pre", "ff.hook_post"))]
 ATTN_MODULES = [n.rsplit(".", 1)[0] for n in PATTERNS]
 
 
@@ -93,10 +93,10 @@ def test_opt_in_points_recorded_only_when_named(tiny_model):
     with torch.inference_mode():
         with capture(tiny_model) as everything:
             logits = tiny_model(src, tgt)
-        with capture(tiny_model, ["hook_logits", "*.hook_result"]) as named:
+        with capture(tiny_model, ["hook_logits", "*.hook_result", "*.ff.hook_*"]) as named:
             tiny_model(src, tgt)
-    assert len(OPT_IN) == 1 + 6 and sorted(named.names()) == sorted(OPT_IN)
-    assert not set(OPT_IN) & set(everything.names()) and len(everything.names()) == len(EXPECTED_HOOKS) - 7
+    assert len(OPT_IN) == 1 + 6 + 2 * 4 and sorted(named.names()) == sorted(OPT_IN)  # logits, results, FFN
+    assert not set(OPT_IN) & set(everything.names()) and len(everything.names()) == len(EXPECTED_HOOKS) - 15
     torch.testing.assert_close(named["hook_logits"], logits)
 
 
