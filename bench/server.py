@@ -44,6 +44,30 @@ def ms(fn) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def screen_figures(st: dict, per_view: dict, pace: float) -> list[dict]:
+    """The first screen's figures and each view's server time and JSON size."""
+    p50 = {k: s["p50"] for k, s in st.items()}
+    figures = [
+        figure("server.screen.p50_ms", "first screen: translate, stream, every figure (pacing excluded): p50",
+               p50["screen"], "ms", "<=", TARGET_MS),
+        figure("server.screen.p95_ms", "first screen: p95", st["screen"]["p95"], "ms"),
+        figure("server.screen_cpu.p50_ms", "first screen in CPU time of the process (others' load aside): p50",
+               p50["screen_cpu"], "ms"),
+        figure("server.handler.p50_ms", "of which the app's handler (decode and every figure): p50",
+               p50["handler"], "ms"),
+        figure("server.decode.p50_ms", "of which the decode (greedy, with the full trace): p50", p50["decode"], "ms"),
+        figure("server.gradio.p50_ms", "of which Gradio's processing of the frames: p50", p50["gradio"], "ms"),
+        figure("server.pacing.p50_ms", f"replay pacing, not included ({pace:g} s × replayed frames): p50",
+               p50["pacing"], "ms"),
+        figure("server.session.p50_ms", "a new session's state, once per visitor (not included): p50",
+               p50["session"], "ms"),
+    ]
+    for a, (t, kb) in per_view.items():
+        figures += [figure(f"server.{a}.p50_ms", f"{a}: server time p50", stats(t)["p50"], "ms"),
+                    figure(f"server.{a}.p50_kb", f"{a}: JSON sent p50", stats(kb)["p50"], "kB")]
+    return figures
+
+
 def run(cfg) -> dict:
     import app
     from gradio.state_holder import SessionState
@@ -106,25 +130,7 @@ def run(cfg) -> dict:
               + ", ".join(f"{a} {per_view[a][0][-1]:.0f}" for a in VIEWS), flush=True)
     translate.WATCH_PACE = pace
     st = {k: stats(x) for k, x in per.items()}
-    p50 = {k: s["p50"] for k, s in st.items()}
-    figures = [
-        figure("server.screen.p50_ms", "first screen: translate, stream, every figure (pacing excluded): p50",
-               p50["screen"], "ms", "<=", TARGET_MS),
-        figure("server.screen.p95_ms", "first screen: p95", st["screen"]["p95"], "ms"),
-        figure("server.screen_cpu.p50_ms", "first screen in CPU time of the process (others' load aside): p50",
-               p50["screen_cpu"], "ms"),
-        figure("server.handler.p50_ms", "of which the app's handler (decode and every figure): p50",
-               p50["handler"], "ms"),
-        figure("server.decode.p50_ms", "of which the decode (greedy, with the full trace): p50", p50["decode"], "ms"),
-        figure("server.gradio.p50_ms", "of which Gradio's processing of the frames: p50", p50["gradio"], "ms"),
-        figure("server.pacing.p50_ms", f"replay pacing, not included ({pace:g} s × replayed frames): p50",
-               p50["pacing"], "ms"),
-        figure("server.session.p50_ms", "a new session's state, once per visitor (not included): p50",
-               p50["session"], "ms"),
-    ]
-    for a, (t, kb) in per_view.items():
-        figures += [figure(f"server.{a}.p50_ms", f"{a}: server time p50", stats(t)["p50"], "ms"),
-                    figure(f"server.{a}.p50_kb", f"{a}: JSON sent p50", stats(kb)["p50"], "kB")]
+    figures = screen_figures(st, per_view, pace)
     t = event(state, "head_profiles", {"direction": name})[0]
     figures.append(figure("server.head_profiles.s", "head profiles over 16 validation sentences, first (uncached)",
                           t / 1e3, "s"))
