@@ -68,13 +68,27 @@ def screen_figures(st: dict, per_view: dict, pace: float) -> list[dict]:
     return figures
 
 
+def png_figures(cfg, fig) -> list[dict]:
+    """A figure downloaded as PNG: p50 time and file size (a note instead where Kaleido cannot run)."""
+    from viz import export
+    folder = Path(tempfile.mkdtemp())
+    try:
+        png = [ms(lambda: export.figure_png(fig, folder / "a.png")) for _ in range(3)]
+    except export.ImageExportUnavailable as e:
+        cfg.notes.append(f"PNG export unavailable: {str(e)[:200]}")
+        return []
+    return [figure("server.png.p50_ms", "a figure downloaded as PNG (Kaleido + Chromium): p50",
+                   statistics.median(png), "ms"),
+            figure("server.png.kb", "a figure downloaded as PNG: file size", (folder / "a.png").stat().st_size / 1e3,
+                   "kB")]
+
+
 def run(cfg) -> dict:
     import app
     from gradio.state_holder import SessionState
 
     from ui import calls, views
     from ui.sections import translate
-    from viz import export
 
     demo = app.build_app(cfg.app_root, "cpu", warm=False)
     key = next(k for k, r in calls.REGISTRIES.items() if r is demo.registry)
@@ -134,15 +148,7 @@ def run(cfg) -> dict:
     t = event(state, "head_profiles", {"direction": name})[0]
     figures.append(figure("server.head_profiles.s", "head profiles over 16 validation sentences, first (uncached)",
                           t / 1e3, "s"))
-    fig, folder, png = views.alignment_view_figure(run_, "layer", 3, 0), Path(tempfile.mkdtemp()), []
-    try:
-        png = [ms(lambda: export.figure_png(fig, folder / "a.png")) for _ in range(3)]
-        figures += [figure("server.png.p50_ms", "a figure downloaded as PNG (Kaleido + Chromium): p50",
-                           statistics.median(png), "ms"),
-                    figure("server.png.kb", "a figure downloaded as PNG: file size",
-                           (folder / "a.png").stat().st_size / 1e3, "kB")]
-    except export.ImageExportUnavailable as e:
-        cfg.notes.append(f"PNG export unavailable: {str(e)[:200]}")
+    figures += png_figures(cfg, views.alignment_view_figure(run_, "layer", 3, 0))
     loop.close()
     return entry(figures, model=f"{cfg.checkpoint}, in the app with every model of {cfg.app_root.name}/",
                  data=f"first {len(texts)} lines of Multi30k test_2016_flickr.{name.split('-')[0]}",
