@@ -126,17 +126,24 @@ class Translation:
                      tv.word_spans(self.output_tokens), tv.join(self.output_tokens),
                      tv.word_spans(dec_in), tv.join(dec_in))
 
+    @staticmethod
+    def _axis_vocabs(lm: LoadedModel, kind: str):
+        """(query vocabulary, key vocabulary) of an attention kind."""
+        kind = canonical_kind(kind)
+        return (lm.src_vocab if kind == ENC_SELF else lm.tgt_vocab, lm.tgt_vocab if kind == DEC_SELF else lm.src_vocab)
+
+    def word_spans(self, lm: LoadedModel, kind: str) -> tuple[list[list[int]], list[list[int]]]:
+        """The piece indices of each word along the (query, key) axes of ``kind``."""
+        (q, k), (q_vocab, k_vocab) = self.axes(kind), self._axis_vocabs(lm, kind)
+        return q_vocab.word_spans(q), k_vocab.word_spans(k)
+
     def attention_by_word(self, lm: LoadedModel, kind: str, trace: Trace | None = None
                           ) -> tuple[np.ndarray, list[str], list[str]]:
         """Attention with pieces pooled into words (keys summed, queries averaged), and the word labels.
         Word-level models come back unchanged."""
         from .analysis import pool_words
-        kind = canonical_kind(kind)
-        q, k = self.axes(kind)
-        q_vocab = lm.src_vocab if kind == ENC_SELF else lm.tgt_vocab
-        k_vocab = lm.tgt_vocab if kind == DEC_SELF else lm.src_vocab
-        weights = self.attention(kind, trace)
-        return pool_words(weights, q_vocab.word_spans(q), k_vocab.word_spans(k)), q_vocab.join(q), k_vocab.join(k)
+        (q, k), (q_vocab, k_vocab) = self.axes(kind), self._axis_vocabs(lm, kind)
+        return pool_words(self.attention(kind, trace), *self.word_spans(lm, kind)), q_vocab.join(q), k_vocab.join(k)
 
     def step_view(self, t: int) -> "StepView":
         """What generation step ``t`` (clamped) saw and chose, from the recorded steps."""

@@ -1,8 +1,8 @@
 """Random Unicode through the app's own path: clean_input -> tokenize -> streamed translate -> capture -> figures.
 
 Both directions, on tiny random-weight checkpoints (tests/app_fixtures.make_checkpoint). The
-functions called are the ones the UI handlers call (calls.gpu_stream, ui.views, the
-attention/step/mask/compare figure builders), in-process, without a server. Invariants are
+functions called are the UI's (calls.gpu_stream, the streamed form of the decode the Translate
+button runs, then ui.views and the attention/step/mask/compare figure builders), in-process, without a server. Invariants are
 checked on the arrays (rows sum to 1, masked entries 0, no NaN); figures may use NaN on purpose
 for blanked padding rows, so on figures only serialisation and escaping are checked.
 

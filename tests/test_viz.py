@@ -494,10 +494,6 @@ def test_positional_figures():
     validated(vp.similarity_matrix(pe))
     comp = validated(vp.scheme_comparison({"interleaved": pe, "sin": np.sin(pe), "cos": np.cos(pe)}))
     assert len(comp.data) == 6
-    norms = validated(vp.embedding_norms(["<bos>", "a", "a", "<eos>"], [1, 2, 3, 4], [4, 3, 2, 1]))
-    assert len(norms.data) == 2 and list(norms.layout.xaxis.tickvals) == [0, 1, 2, 3]
-    with pytest.raises(ValueError):
-        vp.embedding_norms(["a"], [1, 2], [1, 2])
 
 
 def test_zero_rows_give_zero_similarity():
@@ -517,7 +513,6 @@ def test_zero_rows_give_zero_similarity():
     lambda: vs.topk_bars(EVIL, np.linspace(0.3, 0.01, 7), 1, title="<script>"),
     lambda: vs.step_rows(softmax_rows((1, 2, 7)), EVIL),
     lambda: vm.mask_heatmap(np.ones((7, 7), bool), EVIL, EVIL),
-    lambda: vp.embedding_norms(EVIL, np.ones(7), np.ones(7)),
     lambda: va.score_panels(softmax_rows((7, 7)), softmax_rows((7, 7)), EVIL, EVIL, label="<i>l</i>"),
     lambda: vs.source_strip(np.linspace(0, 1, 7), EVIL),
     lambda: vs.heads_mini(softmax_rows((1, 2, 7, 7)), EVIL, EVIL),

@@ -148,7 +148,7 @@ def gpu_attribute(reg_key: str, name: str, tr: Translation, position: int, ig_st
 
 @GPU(duration=60)
 def gpu_full_trace(reg_key: str, name: str, tr: Translation) -> Trace:
-    """``tr`` teacher-forced again with every hook point, opt-in ones (logits, per-head results) too."""
+    """``tr`` teacher-forced again with every hook point, the opt-in ones (logits, per-head results, FFN) too."""
     with MODEL_LOCK:
         return full_trace(_lm(reg_key, name), tr.src_ids, tr.output_ids, tr.interventions, names=lambda _n: True)
 

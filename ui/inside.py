@@ -14,7 +14,7 @@ from viz.common import message_figure, step_row_labels
 
 from .present import KIND_LABELS, kind_of, md_escape
 from .state import Run
-from .views import decoder_rows, piece_spans
+from .views import decoder_rows
 
 FIRST = "Translate a sentence first."
 METHOD_LABELS = {"attention": "raw cross-attention", "rollout": "rollout", "norm": "norm-based ‖α·f(x)‖",
@@ -90,7 +90,7 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str =
     (q, k), outputs, unit = run.tr.axes(kind), run.tr.output_tokens, "tokens"
     if run.by_word(units):
         words, q, k = run.tr.attention_by_word(lm, kind)
-        pattern, norm = words[layer, head], an.pool_words(norm, *piece_spans(run.tr, lm, kind))
+        pattern, norm = words[layer, head], an.pool_words(norm, *run.tr.word_spans(lm, kind))
         outputs, unit = run.out_words, "words"
     if kind != ENC_SELF:
         q = decoder_rows(q, outputs)[0]

@@ -13,7 +13,7 @@ import numpy as np
 from model import analysis as an
 from model.checkpoint import Registry
 from model.decoding import mask_preview, not_padding
-from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION, Interventions
+from model.transformer import ATTN_KINDS, CROSS, ENC_SELF, NO_INTERVENTION, Interventions
 from viz import alignment as v_align
 from viz import attention as va
 from viz import beam as v_beam
@@ -54,7 +54,7 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None):
         attn, q, k = tr.attention_by_word(lm, kind, trace)
         q_tok, k_tok = tr.axes(kind)
         full = np.broadcast_to(tr.mask(kind, trace), (len(q_tok), len(k_tok))).astype(float)
-        mask = an.pool_words(full, *piece_spans(tr, lm, kind)) > 0
+        mask = an.pool_words(full, *tr.word_spans(lm, kind)) > 0
         outputs, unit = run.out_words, "words"
     else:
         attn, (q, k), mask = tr.attention(kind, trace), tr.axes(kind), tr.mask(kind, trace)
@@ -62,14 +62,6 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None):
     valid = not_padding(q)
     rows, title = (q, None) if kind == ENC_SELF else decoder_rows(q, outputs)
     return attn, rows, k, valid, mask, title, unit
-
-
-def piece_spans(tr, lm, kind):
-    """The piece indices of each word along the (query, key) axes of ``kind``."""
-    q, k = tr.axes(kind)
-    qv = lm.src_vocab if kind == ENC_SELF else lm.tgt_vocab
-    kv = lm.tgt_vocab if kind == DEC_SELF else lm.src_vocab
-    return qv.word_spans(q), kv.word_spans(k)
 
 
 def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: str = "words", lm=None,
@@ -345,8 +337,6 @@ def warm_up(reg_key: str) -> None:
     try:
         for name, lm in reg.models.items():
             text = EVERYDAY.get(lm.src_lang, ["a b"])[0]
-            for _ in calls.gpu_stream(reg_key, name, text, DecodeOptions(max_len=3)):
-                pass
             run = Run(name, calls.gpu_translate(reg_key, name, text, DecodeOptions(max_len=3)))
             figs = [attention_figure(run, k, v, 0, 0) for k in ATTN_KINDS for v in ("grid", "head", "mean", "scores")]
             figs += list(step_figures(run, 0)[2:]) + [watch_heads(run), masks_figure(

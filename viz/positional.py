@@ -1,4 +1,4 @@
-"""Positional encodings: the matrix, chosen dimensions as curves, position similarity, variants, norms."""
+"""Positional encodings: the matrix, chosen dimensions as curves, position similarity, variants."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -6,8 +6,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import (DIVERGING, axis_ids, base_layout, esc, figure, grid_domains, label_font_size, subplot_title,
-                     token_axis)
+from .common import DIVERGING, axis_ids, base_layout, esc, figure, grid_domains, subplot_title
 
 
 def cosine_similarity(pe: np.ndarray) -> np.ndarray:
@@ -91,23 +90,3 @@ def scheme_comparison(variants: Mapping[str, np.ndarray], *, title: str | None =
     layout["annotations"] = annotations
     return figure(data, layout)
 
-
-def embedding_norms(tokens: Sequence[str], embed_norm: Sequence[float], pos_norm: Sequence[float], *,
-                    title: str | None = None) -> go.Figure:
-    """Per position: the norm of the scaled token embedding next to the norm of the encoding added."""
-    embed_norm = np.asarray(embed_norm, dtype=np.float32)
-    pos_norm = np.asarray(pos_norm, dtype=np.float32)
-    if not len(tokens) == len(embed_norm) == len(pos_norm):
-        raise ValueError("tokens, embed_norm and pos_norm differ in length")
-    x = list(range(len(tokens)))
-    data = [dict(type="bar", x=x, y=embed_norm, name="token embedding × √d_model", marker=dict(color="#4a90d9"),
-                   hovertemplate="%{x}<br>‖embedding‖ = %{y:.3f}<extra></extra>"),
-            dict(type="bar", x=x, y=pos_norm, name="positional encoding", marker=dict(color="#f28e2b"),
-                   hovertemplate="%{x}<br>‖encoding‖ = %{y:.3f}<extra></extra>")]
-    fs = label_font_size(len(tokens))
-    layout = base_layout(340, title, plot_bgcolor="white", barmode="group",
-                         xaxis=token_axis(tokens, font_size=fs, angle=-60 if len(tokens) > 8 else None),
-                         yaxis=dict(title=dict(text="L2 norm"), showgrid=True, gridcolor="#eee"),
-                         legend=dict(orientation="h", y=1.12, x=1, xanchor="right"))
-    layout["margin"] = dict(l=60, r=30, t=60 if title else 40, b=90)
-    return figure(data, layout)

@@ -102,8 +102,7 @@ def refresh(shell: Shell, run, cmp=None) -> list:
     out = [masks, gr.Dropdown(choices=src_token_choices(tr.src_tokens), value=[], multiselect=True), stale]
     if cmp is not None:
         return out + [gr.skip()] * 4
-    words = shell.lm(run).tgt_vocab.join(tr.output_tokens)
-    return out + [gr.HighlightedText(value=[(t, "token") for t in words],
+    return out + [gr.HighlightedText(value=[(t, "token") for t in run.out_words or tr.output_tokens],
                                      label=f"Baseline (the current run): {tr.text[:300]}"),
                   gr.HighlightedText(value=None, label="Modified: not run yet"),
                   views.message_figure(PRESS), views.message_figure(PRESS)]
