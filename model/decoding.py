@@ -5,16 +5,19 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .checkpoint import LoadedModel
 from .data import pad_batch
-from .hooks import Trace, capture, hook_name
-from .transformer import (BOS_ID, DEC_SELF, ENC_SELF, EOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions,
-                          KVCache, Transformer, canonical_kind)
+from .hooks import Trace, capture
+from .masks import causal_mask
+from .names import CROSS, DEC_SELF
+from .results import (BeamSearchTrace, BeamStep, FinishedHypothesis, StepRecord, StepView,  # noqa: F401 (importable
+                      Translation, Words, decoder_input, not_padding)                          # from here too)
+from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions, KVCache, Transformer
 from .vocab import SPECIALS
 
 ROW_HOOKS = ("decoder.layers.*.self_attn.hook_pattern", "decoder.layers.*.cross_attn.hook_pattern")
@@ -30,166 +33,6 @@ class DecodeOptions:
     record: bool = True            # per-step attention rows (explicit attention path)
     trace: bool = True             # full teacher-forced capture of every hook afterwards
     pad_src_to: int = 0            # pad the source with <pad> to this many tokens, as in a batch
-
-
-@dataclass
-class StepRecord:
-    step: int
-    token_id: int
-    token: str
-    prob: float
-    topk_ids: list[int]
-    topk_tokens: list[str]
-    topk_probs: list[float]
-    self_attn: np.ndarray | None   # (layers, heads, step + 1): query = decoder input `step`
-    cross_attn: np.ndarray | None  # (layers, heads, source length)
-
-
-@dataclass
-class BeamStep:
-    """Hypotheses kept after one beam step: parent index (into the previous step's list), token, score."""
-    parents: list[int]
-    tokens: list[int]
-    scores: list[float]
-
-
-@dataclass
-class FinishedHypothesis:
-    ids: list[int]          # output ids, <eos> included when it ended with one
-    score: float            # summed log-probability
-    normalized: float       # score / length penalty, used to rank
-    step: int               # the step it finished at
-    beam_index: int         # index of the hypothesis it extended, in that step's input list
-
-
-@dataclass
-class BeamSearchTrace:
-    steps: list[BeamStep]
-    finished: list[FinishedHypothesis]
-    length_penalty: float
-
-
-@dataclass
-class Translation:
-    src_text: str
-    src_tokens: list[str]          # <bos> ... <eos> (then <pad> if padded)
-    src_ids: list[int]
-    output_tokens: list[str]       # generated tokens, <eos> included; <unk> kept
-    output_ids: list[int]
-    text: str                      # detokenized, <unk> replaced when asked
-    score: float
-    steps: list[StepRecord]
-    replaced: dict[int, str] = field(default_factory=dict)  # output position -> source word used
-    trace: Trace | None = None
-    beam: BeamSearchTrace | None = None
-    interventions: Interventions = NO_INTERVENTION
-    truncated: bool = False        # the source was cut to the model's maximum length
-    src_lang: str = ""
-    tgt_lang: str = ""
-
-    @property
-    def decoder_input_tokens(self) -> list[str]:
-        """The decoder's query positions: <bos> then every output token but the last."""
-        return ["<bos>"] + self.output_tokens[:-1]
-
-    # Readouts of the captured trace: views ask these, never for hook-name strings.
-    def attention(self, kind: str, trace: Trace | None = None) -> np.ndarray:
-        """(layers, heads, queries, keys) weights of one kind, from this run's trace (or ``trace``,
-        another trace of the same tokens)."""
-        return (self.trace if trace is None else trace).attention(kind)
-
-    def axes(self, kind: str) -> tuple[list[str], list[str]]:
-        """(query tokens, key tokens) of an attention kind."""
-        kind = canonical_kind(kind)
-        if kind == ENC_SELF:
-            return list(self.src_tokens), list(self.src_tokens)
-        keys = self.decoder_input_tokens if kind == DEC_SELF else list(self.src_tokens)
-        return self.decoder_input_tokens, keys
-
-    def query_valid(self, kind: str) -> np.ndarray:
-        """One bool per query row: False for padding queries (blanked in the views)."""
-        return not_padding(self.axes(kind)[0])
-
-    def mask(self, kind: str, trace: Trace | None = None) -> np.ndarray:
-        """The mask as applied to ``kind`` (True = attend), broadcastable to (queries, keys)."""
-        return (self.trace if trace is None else trace)[hook_name("mask", kind, 0)][0, 0].numpy()
-
-    def scores(self, kind: str, layer: int, trace: Trace | None = None) -> np.ndarray:
-        """(heads, queries, keys) scaled scores QKᵀ/√d_k of one layer, before the mask."""
-        return (self.trace if trace is None else trace)[hook_name("scores", kind, layer)][0].float().numpy()
-
-    def words(self, lm: LoadedModel) -> "Words":
-        """Which tokens form each word of the source, the output and the decoder input."""
-        dec_in = self.decoder_input_tokens
-        sv, tv = lm.src_vocab, lm.tgt_vocab
-        return Words(sv.word_spans(self.src_tokens), sv.join(self.src_tokens),
-                     tv.word_spans(self.output_tokens), tv.join(self.output_tokens),
-                     tv.word_spans(dec_in), tv.join(dec_in))
-
-    @staticmethod
-    def _axis_vocabs(lm: LoadedModel, kind: str):
-        """(query vocabulary, key vocabulary) of an attention kind."""
-        kind = canonical_kind(kind)
-        return (lm.src_vocab if kind == ENC_SELF else lm.tgt_vocab, lm.tgt_vocab if kind == DEC_SELF else lm.src_vocab)
-
-    def word_spans(self, lm: LoadedModel, kind: str) -> tuple[list[list[int]], list[list[int]]]:
-        """The piece indices of each word along the (query, key) axes of ``kind``."""
-        (q, k), (q_vocab, k_vocab) = self.axes(kind), self._axis_vocabs(lm, kind)
-        return q_vocab.word_spans(q), k_vocab.word_spans(k)
-
-    def attention_by_word(self, lm: LoadedModel, kind: str, trace: Trace | None = None
-                          ) -> tuple[np.ndarray, list[str], list[str]]:
-        """Attention with pieces pooled into words (keys summed, queries averaged), and the word labels.
-        Word-level models come back unchanged."""
-        from .analysis import pool_words
-        (q, k), (q_vocab, k_vocab) = self.axes(kind), self._axis_vocabs(lm, kind)
-        return pool_words(self.attention(kind, trace), *self.word_spans(lm, kind)), q_vocab.join(q), k_vocab.join(k)
-
-    def step_view(self, t: int) -> "StepView":
-        """What generation step ``t`` (clamped) saw and chose, from the recorded steps."""
-        if not self.steps:
-            raise ValueError("the translation holds no step records")
-        t = max(0, min(int(t), len(self.steps) - 1))
-        rec = self.steps[t]
-        tokens, probs = list(rec.topk_tokens), list(rec.topk_probs)
-        chosen = rec.topk_ids.index(rec.token_id) if rec.token_id in rec.topk_ids else None
-        if chosen is None:  # beam search may keep a token outside this hypothesis's top-k
-            tokens.append(rec.token)
-            probs.append(rec.prob)
-            chosen = len(tokens) - 1
-        return StepView(t, len(self.steps), rec.token, rec.prob, self.decoder_input_tokens[: t + 1], tokens, probs,
-                        chosen, rec.cross_attn, rec.self_attn)
-
-
-@dataclass
-class Words:
-    """Token spans of each word (subword models: a word is several pieces; else one token each)."""
-    src_spans: list[list[int]]
-    src: list[str]
-    output_spans: list[list[int]]
-    output: list[str]
-    decoder_input_spans: list[list[int]]
-    decoder_input: list[str]
-
-
-@dataclass
-class StepView:
-    """One generation step: the prefix read, the top-k offered, the token chosen, its attention rows."""
-    t: int
-    n: int
-    token: str
-    prob: float
-    prefix: list[str]              # decoder inputs 0..t
-    topk_tokens: list[str]
-    topk_probs: list[float]
-    chosen: int                    # index of the chosen token in topk_tokens
-    cross: np.ndarray | None       # (layers, heads, source length)
-    self_: np.ndarray | None       # (layers, heads, t + 1)
-
-
-def not_padding(tokens: list[str]) -> np.ndarray:
-    """One bool per token (or word): False for <pad>, whose query rows the views blank."""
-    return np.array([t != "<pad>" for t in tokens], dtype=bool)
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -386,9 +229,7 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     path = lineage(best, steps)
     trace = full_trace(lm, src_ids, best.ids, iv) if opts.trace else None
     if rows_from_trace:
-        L = len(model.decoder.layers)
-        self_all = torch.stack([trace[f"decoder.layers.{i}.self_attn.hook_pattern"][0] for i in range(L)])
-        cross_all = torch.stack([trace[f"decoder.layers.{i}.cross_attn.hook_pattern"][0] for i in range(L)])
+        self_all, cross_all = trace.stack("pattern", DEC_SELF), trace.stack("pattern", CROSS)
     else:
         self_all = cross_all = None
     out_tokens = lm.tgt_vocab.decode(best.ids)
@@ -424,7 +265,7 @@ def full_trace(lm: LoadedModel, src_ids: list[int], out_ids: list[int],
                iv: Interventions = NO_INTERVENTION, names=None) -> Trace:
     """Teacher-forced pass over the finished output, capturing every hook (full matrices)."""
     model, device = lm.model, lm.device
-    dec_in = [BOS_ID] + list(out_ids[:-1]) if out_ids else [BOS_ID]
+    dec_in = decoder_input(BOS_ID, out_ids)
     with capture(model, names) as trace:
         model(torch.tensor([src_ids], device=device), torch.tensor([dec_in], device=device), iv)
     return trace
@@ -503,10 +344,9 @@ def mask_preview(lm: LoadedModel, src_tokens: list[str], out_tokens: list[str],
     """The masks the model would build for these tokens under ``iv``, without running it (True = attend):
     the source padding mask (S,), the causal mask (T, T), the combined decoder self-attention mask
     (T, T) and the cross-attention mask (T, S)."""
-    from .masks import causal_mask
     model = lm.model
     src = torch.tensor([lm.src_vocab.encode(src_tokens)])  # specials map to their own ids
-    dec_in = ["<bos>"] + list(out_tokens[:-1]) if out_tokens else ["<bos>"]
+    dec_in = decoder_input("<bos>", out_tokens)
     tgt = torch.tensor([lm.tgt_vocab.encode(dec_in)])
     src_mask = model.src_mask(src, iv)[0, 0, 0].numpy()
     T = tgt.size(1)

@@ -25,6 +25,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _nn_module
 
+from .names import Kind, hook_name
+
 
 def global_hooks() -> bool:
     """Whether module hooks registered for every module (torch.nn.modules.module) exist."""
@@ -134,41 +136,19 @@ class Trace:
                 out[name if len(calls) == 1 else f"{name}#{i}"] = a
         return out
 
-    def attention(self, kind: str) -> np.ndarray:
-        """(layers, heads, queries, keys) weights of one attention kind (batch row 0)."""
+    def stack(self, point: str, kind: Kind | str, call: int = -1) -> torch.Tensor:
+        """One attention point of every layer of ``kind``, batch row 0, stacked: (layers, ...)."""
         layers, i = [], 0
-        while (name := hook_name("pattern", kind, i)) in self.records:
-            layers.append(self[name][0].float().numpy())
+        while (name := hook_name(point, kind, i)) in self.records:
+            layers.append(self.records[name][call][0])
             i += 1
         if not layers:
-            raise KeyError(f"the trace holds no {kind} patterns")
-        return np.stack(layers)
+            raise KeyError(f"the trace holds no {Kind.of(kind)} {point}")
+        return torch.stack(layers)
 
-
-PARTS = ("encoder", "decoder")
-FF_POINTS = ("pre", "post")
-
-
-def hook_name(point: str, where: str | None = None, layer: int | None = None) -> str:
-    """The one resolver from (point, where, layer) to a hook name.
-
-    ``where``: None for model-level points (``logits``), a part (``encoder``/``decoder``) for stack
-    points (``embed``, ``pos``, ``norm``; with ``layer``: ``resid_*`` and FFN ``pre``/``post``), or an
-    attention kind (``cross``, ``decoder.self_attn``, ...) with ``layer`` for attention points.
-    """
-    from .transformer import canonical_kind  # the model module imports this one
-    point = point.removeprefix("hook_")
-    if where is None:
-        return f"hook_{point}"
-    if where in PARTS:
-        if layer is None:
-            return f"{where}.hook_{point}"
-        sub = "ff." if point in FF_POINTS else ""
-        return f"{where}.layers.{layer}.{sub}hook_{point}"
-    if layer is None:
-        raise ValueError("attention points need a layer")
-    part, attn = canonical_kind(where).split(".")
-    return f"{part}.layers.{layer}.{attn}.hook_{point}"
+    def attention(self, kind: Kind | str) -> np.ndarray:
+        """(layers, heads, queries, keys) weights of one attention kind (batch row 0)."""
+        return self.stack("pattern", kind).float().numpy()
 
 
 @contextmanager

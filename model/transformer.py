@@ -19,6 +19,7 @@ from torch import nn
 
 from .hooks import HookPoint, global_hooks
 from .masks import causal_mask, padding_mask
+from .names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind, canonical_kind  # noqa: F401 (importable here)
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 1, 0, 2, 3
 
@@ -48,19 +49,6 @@ class TransformerConfig:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-ENC_SELF, DEC_SELF, CROSS = "encoder.self_attn", "decoder.self_attn", "decoder.cross_attn"
-ATTN_KINDS = (ENC_SELF, DEC_SELF, CROSS)
-_KIND_ALIASES = {"encoder": ENC_SELF, "enc": ENC_SELF, "decoder": DEC_SELF,
-                 "self": DEC_SELF, "dec": DEC_SELF, "cross": CROSS}
-
-
-def canonical_kind(kind: str) -> str:
-    kind = _KIND_ALIASES.get(kind, kind)
-    if kind not in ATTN_KINDS:
-        raise ValueError(f"unknown attention kind {kind!r}; expected one of {ATTN_KINDS}")
-    return kind
-
-
 @dataclass(frozen=True)
 class Interventions:
     """Changes to the real computation. The default changes nothing."""
@@ -72,7 +60,7 @@ class Interventions:
     ablate_src_tokens: frozenset = field(default_factory=frozenset)  # source positions hidden as keys
 
     def __post_init__(self):
-        heads = frozenset((canonical_kind(k), int(l), int(h)) for k, l, h in self.ablate_heads)
+        heads = frozenset((Kind.of(k), int(l), int(h)) for k, l, h in self.ablate_heads)
         object.__setattr__(self, "ablate_heads", heads)
         object.__setattr__(self, "ablate_src_tokens", frozenset(int(i) for i in self.ablate_src_tokens))
 

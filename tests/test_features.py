@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import pytest
 
 from model import analysis as an
+from model import readouts
 from viz import alignment as v_align
 from viz import beam as v_beam
 from viz import pair as v_pair
@@ -183,7 +184,7 @@ def test_export_matches_live_trace(tiny_lm, tmp_path):
 def test_beam_tree_and_hypothesis_on_tiny_model(tiny_lm):
     from model.decoding import DecodeOptions
     tr = decoding.translate(tiny_lm, "haus katze hund", DecodeOptions(beam=3, max_len=6))
-    tree = analysis.beam_tree_data(tiny_lm, tr)
+    tree = readouts.beam_tree_data(tiny_lm, tr)
     best = tree.nodes[tree.best]
     assert best.ids == tr.output_ids and best.status == "chosen"
     other = tree.nodes[tree.finished[-1]]
@@ -191,7 +192,7 @@ def test_beam_tree_and_hypothesis_on_tiny_model(tiny_lm):
     assert hyp.output_ids == other.ids
     cross = hyp.attention("decoder.cross_attn")
     assert cross.shape[2:] == (len(other.ids), len(tr.src_tokens))
-    profs = analysis.head_profiles(tr)
+    profs = readouts.head_profiles(tr)
     assert len(profs) == 2 + 2 + 2 and all(len(p["entropy"]) == 4 for p in profs.values())
 
 

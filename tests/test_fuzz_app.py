@@ -26,7 +26,7 @@ from tests.app_fixtures import SENTENCES, all_strings, make_checkpoint
 from viz.common import esc
 from ui import present
 from ui import payload
-from model import analysis
+from model import readouts
 from ui import calls
 from ui import state
 from ui import views
@@ -173,7 +173,7 @@ def test_random_unicode_through_the_app_views(registry, text, name, beam, pad, c
         for mode in ("head", "layer", "mean", "rollout"):
             check_figure(views.alignment_view_figure(run, mode, layer, head), f"alignment {mode}")
     if tr.beam is not None:
-        view_ = state.BeamView(name, tr, analysis.beam_tree_data(lm, tr))
+        view_ = state.BeamView(name, tr, readouts.beam_tree_data(lm, tr))
         check_figure(views.beam_view_figure(view_), "beam tree")
     for t in range(len(tr.steps)):
         md, prefix, *figs = views.step_figures(run, t)

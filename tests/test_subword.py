@@ -21,7 +21,7 @@ from model.vocab import SubwordVocab, tokenize, tokenize_corpus
 from tests.app_fixtures import SENTENCES, make_checkpoint
 from model import decoding
 from ui import payload
-from model import analysis
+from model import readouts
 from ui import state
 from ui import views
 
@@ -246,8 +246,8 @@ def test_compare_and_profiles_read_as_words(tmp_path, sv):
     cmp = state.CompareRun("de-en", base, mod, decoding.full_trace(lm, base.src_ids, base.output_ids, iv), iv)
     fig = views.compare_maps_figure(cmp, "encoder.self_attn", 0, 0, lm).to_dict()
     assert "words" in fig["layout"]["title"]["text"] and "Feuerwehrmann" in json.dumps(fig, ensure_ascii=False)
-    words = analysis.head_profiles(base, lm=lm)
-    pieces = analysis.head_profiles(base)
+    words = readouts.head_profiles(base, lm=lm)
+    pieces = readouts.head_profiles(base)
     assert words.keys() == pieces.keys()
     assert json.dumps(words, default=str) != json.dumps(pieces, default=str)  # enc. self is over fewer keys
     pooled, q, k = base.attention_by_word(lm, "decoder.cross_attn")
@@ -258,7 +258,7 @@ def test_compare_and_profiles_read_as_words(tmp_path, sv):
 def test_beam_tree_texts_are_words_not_pieces(tmp_path, sv):
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(beam=3, max_len=6))
-    finals = [n for n in analysis.beam_tree_data(lm, tr).nodes if n.final]
+    finals = [n for n in readouts.beam_tree_data(lm, tr).nodes if n.final]
     assert finals and all("\u2581" not in n.text for n in finals)
     assert any(n.text for n in finals)
     hyp = decoding.hypothesis(lm, tr, finals[0].ids)

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from model import decoding
-from model.analysis import average_head_profiles
+from model.readouts import average_head_profiles
 from model.attribution import Attribution, attribute
 from model.checkpoint import Registry, load_all
 from model.computation import Forced, force

@@ -11,6 +11,7 @@ import re
 import numpy as np
 
 from model import analysis as an
+from model import readouts
 from model.checkpoint import Registry
 from model.decoding import mask_preview, not_padding
 from model.transformer import ATTN_KINDS, CROSS, ENC_SELF, NO_INTERVENTION, Interventions
@@ -224,7 +225,7 @@ def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
     tr = run.tr
     n_dec = tr.attention(CROSS).shape[0]
     layer = None if layer_sel in (None, "", "all") else clamp(layer_sel, n_dec)
-    d = an.rollout_data(tr, layer)
+    d = readouts.rollout_data(tr, layer)
     which = "mean over every layer and head" if layer is None else f"layer {layer}, mean over heads"
     roll, attr, src, out, dec_in = d["rollout"], d["attribution"], tr.src_tokens, tr.output_tokens, \
         tr.decoder_input_tokens
@@ -248,7 +249,7 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
     L, H = tr.attention(CROSS).shape[:2]
     mode = mode if mode in ALIGN_MODES else "layer"
     l, h = clamp(layer, L), clamp(head, H)
-    w = an.alignment_data(tr, mode, l, h)
+    w = readouts.alignment_data(tr, mode, l, h)
     what = {"head": f"cross-attention, layer {l}, head {h}", "layer": f"cross-attention, layer {l}, mean of heads",
             "mean": "cross-attention, mean of every layer and head", "rollout": "rollout attribution"}[mode]
     src, out, dec_in = tr.src_tokens, tr.output_tokens, tr.decoder_input_tokens

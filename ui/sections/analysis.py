@@ -9,6 +9,7 @@ from pathlib import Path
 import gradio as gr
 
 from model import analysis as an
+from model import readouts
 from model.transformer import ENC_SELF
 from viz import export as v_export
 from viz import profiles as v_prof
@@ -122,7 +123,7 @@ def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
         if run is None:
             return ("Translate a sentence first (or choose the validation average).",
                     views.message_figure(views.FIRST), None, None)
-        rows = an.profiles_table(an.head_profiles(run.tr, lm=shell.lm(run)))
+        rows = an.profiles_table(readouts.head_profiles(run.tr, lm=shell.lm(run)))
         label = " (current sentence)"
         md = f"Current sentence: {len(run.tr.src_tokens)} source, {len(run.tr.output_tokens)} output tokens."
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from model import analysis as an
+from model import readouts
 from viz import beam as v_beam
 
 from .. import calls, views
@@ -85,9 +86,9 @@ def _beam(shell: Shell, run, old, size, force=False):
                                                                     or old.tree.size == size):
         return old  # this run's tree is already drawn
     if run.tr.beam is not None and not force:
-        return BeamView(run.model, run.tr, an.beam_tree_data(lm, run.tr), run.id)
+        return BeamView(run.model, run.tr, readouts.beam_tree_data(lm, run.tr), run.id)
     tr_b = calls.gpu_beam(shell.reg_key, run.model, run.tr.src_text, size)
-    return BeamView(run.model, tr_b, an.beam_tree_data(lm, tr_b, size), run.id)
+    return BeamView(run.model, tr_b, readouts.beam_tree_data(lm, tr_b, size), run.id)
 
 
 def _beam_outputs(shell: Shell, run, old, size, force=False):

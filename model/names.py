@@ -1,0 +1,80 @@
+"""The names the engine gives its parts: the attention kinds and the hook-name resolver.
+
+The network (transformer.py), the capture (hooks.py) and every readout name attention by a
+:class:`Kind`; a value from the UI or the API becomes one through :meth:`Kind.of`, once, where it
+enters. Hook names are built only by :func:`hook_name`.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Kind(str, Enum):
+    """One attention kind. A ``str`` (its value is the module path's tail), so it compares, hashes and
+    serialises as the canonical string: ``Kind.CROSS == "decoder.cross_attn"``."""
+
+    ENC_SELF = "encoder.self_attn"
+    DEC_SELF = "decoder.self_attn"
+    CROSS = "decoder.cross_attn"
+
+    # the canonical string wherever a kind is printed (Python 3.12 formats a mixed-in Enum by name)
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @property
+    def stack(self) -> str:
+        """The part it lives in: 'encoder' or 'decoder'."""
+        return self.value.split(".")[0]
+
+    @property
+    def module(self) -> str:
+        """Its module in a layer: 'self_attn' or 'cross_attn'."""
+        return self.value.split(".")[1]
+
+    @classmethod
+    def of(cls, value: "Kind | str") -> "Kind":
+        """The kind named by ``value`` (a Kind, its canonical string or a short alias); ValueError otherwise."""
+        if isinstance(value, cls):
+            return value
+        kind = _ALIASES.get(value, value)
+        try:
+            return cls(kind)
+        except ValueError:
+            raise ValueError(f"unknown attention kind {value!r}; expected one of {tuple(k.value for k in cls)}") \
+                from None
+
+
+ENC_SELF, DEC_SELF, CROSS = Kind.ENC_SELF, Kind.DEC_SELF, Kind.CROSS
+ATTN_KINDS = (ENC_SELF, DEC_SELF, CROSS)
+_ALIASES = {"encoder": ENC_SELF, "enc": ENC_SELF, "decoder": DEC_SELF,
+            "self": DEC_SELF, "dec": DEC_SELF, "cross": CROSS}
+
+
+def canonical_kind(kind: Kind | str) -> Kind:
+    """:meth:`Kind.of`, under the name older callers import."""
+    return Kind.of(kind)
+
+
+PARTS = ("encoder", "decoder")
+FF_POINTS = ("pre", "post")
+
+
+def hook_name(point: str, where: Kind | str | None = None, layer: int | None = None) -> str:
+    """The one resolver from (point, where, layer) to a hook name.
+
+    ``where``: None for model-level points (``logits``), a part (``encoder``/``decoder``) for stack
+    points (``embed``, ``pos``, ``norm``; with ``layer``: ``resid_*`` and FFN ``pre``/``post``), or an
+    attention kind (a :class:`Kind`, or a name :meth:`Kind.of` knows) with ``layer`` for attention points.
+    """
+    point = point.removeprefix("hook_")
+    if where is None:
+        return f"hook_{point}"
+    if where in PARTS:
+        if layer is None:
+            return f"{where}.hook_{point}"
+        sub = "ff." if point in FF_POINTS else ""
+        return f"{where}.layers.{layer}.{sub}hook_{point}"
+    if layer is None:
+        raise ValueError("attention points need a layer")
+    kind = Kind.of(where)
+    return f"{kind.stack}.layers.{layer}.{kind.module}.hook_{point}"
