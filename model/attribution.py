@@ -21,6 +21,7 @@ import torch
 from .analysis import rollout_views
 from .computation import Computation
 from .decoding import Translation
+from .results import decoder_input
 from .transformer import BOS_ID, Transformer
 
 METHODS = ("attention", "rollout", "norm", "alti", "grad_input", "integrated_gradients")
@@ -180,7 +181,7 @@ def attribute(model: Transformer, tr: Translation, position: int, layer: int = -
     norm = comp.norm_weights("cross", layer)[:, position].mean(0)
     _, r = alti_matrices(comp)
     S = len(tr.src_ids)
-    dec_in = [BOS_ID] + list(tr.output_ids[:-1])
+    dec_in = decoder_input(BOS_ID, tr.output_ids)
     gi, ig, delta = gradients(model, tr.src_ids, dec_in, position, tr.output_ids[position], ig_steps)
     return Attribution(list(tr.src_tokens), position, tr.output_tokens[position],
                        cross[layer, :, position].mean(0), np.asarray(roll), norm, r[position, :S], gi, ig,

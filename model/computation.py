@@ -14,9 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from .checkpoint import LoadedModel
-from .decoding import StepRecord, Translation, full_trace, generable, prepare_source
-from .hooks import Trace, hook_name
-from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, Interventions, Transformer, canonical_kind
+from .decoding import full_trace, generable, prepare_source
+from .hooks import Trace
+from .names import CROSS, DEC_SELF, Kind, hook_name
+from .results import StepRecord, Translation
+from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, Interventions, Transformer
 
 @dataclass
 class HeadComputation:
@@ -77,8 +79,8 @@ class Computation:
     def n_layers(self, part: str) -> int:
         return len(getattr(self.model, part).layers)
 
-    def head(self, kind: str, layer: int, head: int, query: int) -> HeadComputation:
-        kind = canonical_kind(kind)  # "encoder" alone would name the part
+    def head(self, kind: Kind | str, layer: int, head: int, query: int) -> HeadComputation:
+        kind = Kind.of(kind)  # a kind, where "encoder" alone would name the part
         g = lambda p: self.get(p, kind, layer)[0].float()  # noqa: E731
         q, k, v = g("q")[head, query], g("k")[head], g("v")[head]
         scores, mask = g("scores")[head, query], self.get("mask", kind, layer)[0, 0, query]
@@ -90,9 +92,9 @@ class Computation:
         return HeadComputation(n(q), n(k), n(scores), n(mask), n(scores.masked_fill(~mask, -math.inf)),
                                n(g("pattern")[head, query]), n(v), n(g("z")[head, query]), n(result))
 
-    def attn_module(self, kind: str, layer: int):
-        part, attn = canonical_kind(kind).split(".")
-        return getattr(getattr(self.model, part).layers[layer], attn)
+    def attn_module(self, kind: Kind | str, layer: int):
+        kind = Kind.of(kind)
+        return getattr(getattr(self.model, kind.stack).layers[layer], kind.module)
 
     def residual_norms(self, part: str) -> ResidualNorms:
         L, norm = self.n_layers(part), lambda t: t[0].float().norm(dim=-1).numpy()  # noqa: E731
@@ -105,9 +107,9 @@ class Computation:
         return ResidualNorms(np.stack(resid), np.stack(attn), None if cross is None else np.stack(cross),
                              np.stack(ffn))
 
-    def norm_weights(self, kind: str, layer: int) -> np.ndarray:
+    def norm_weights(self, kind: Kind | str, layer: int) -> np.ndarray:
         """(H, Tq, Tk) ||alpha_ij f(x_j)|| with f(x_j) = v_j W_O^h (Kobayashi et al. 2020)."""
-        kind = canonical_kind(kind)
+        kind = Kind.of(kind)
         attn = self.attn_module(kind, layer)
         v = self.get("v", kind, layer)[0].float()                                 # (H, Tk, d_k)
         w = attn.w_o.weight.detach().float().cpu().view(-1, attn.n_heads, attn.d_k)      # (D, H, d_k)
@@ -192,9 +194,8 @@ def force_ids(lm: LoadedModel, src_text: str, out_ids: list[int], ref_text: str 
 
 def _forced_steps(trace, logp, out_ids, out_tokens, lm, model, top_k) -> list[StepRecord]:
     """StepRecords as a decode would give them, the rows read from the teacher-forced trace."""
-    L = len(model.decoder.layers)
-    self_all = torch.stack([trace[hook_name("pattern", "self", i)][0] for i in range(L)]).float().numpy()
-    cross_all = torch.stack([trace[hook_name("pattern", "cross", i)][0] for i in range(L)]).float().numpy()
+    self_all = trace.stack("pattern", DEC_SELF).float().numpy()
+    cross_all = trace.stack("pattern", CROSS).float().numpy()
     probs = logp.exp()
     steps = []
     for s, tok in enumerate(out_ids):

@@ -354,3 +354,43 @@ def test_causal_mask_on_and_off(tiny_model):
     torch.testing.assert_close(out_on2[:, :-1], out_on[:, :-1], atol=1e-5, rtol=1e-5)
     assert not torch.allclose(out_on2[:, -1], out_on[:, -1], atol=1e-4)
     assert not torch.allclose(out_off2[:, 0], out_off[:, 0], atol=1e-4)  # without the mask, earlier ones see it
+
+
+def test_kind_is_typed_once_and_reads_as_its_string():
+    import json
+    import pickle
+
+    from model.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
+    assert [Kind.of(k) for k in ("enc", "self", "cross")] == [ENC_SELF, DEC_SELF, CROSS]
+    assert Kind.of("decoder.cross_attn") is CROSS and Kind.of(CROSS) is CROSS
+    assert [(k.stack, k.module) for k in ATTN_KINDS] == [("encoder", "self_attn"), ("decoder", "self_attn"),
+                                                          ("decoder", "cross_attn")]
+    # a str: equal to, hashed and printed as the canonical name, and it survives pickling (ZeroGPU) and JSON
+    assert CROSS == "decoder.cross_attn" and {"decoder.cross_attn": 1}[CROSS] == 1
+    assert f"{ENC_SELF}" == str(ENC_SELF) == "encoder.self_attn"
+    assert pickle.loads(pickle.dumps(DEC_SELF)) is DEC_SELF and json.dumps([CROSS]) == '["decoder.cross_attn"]'
+    with pytest.raises(ValueError, match="unknown attention kind 'sideways'"):
+        Kind.of("sideways")
+    assert hook_name("pattern", CROSS, 1) == "decoder.layers.1.cross_attn.hook_pattern"
+    assert hook_name("embed", "encoder") == "encoder.hook_embed"  # a part, not the encoder's kind
+
+
+def test_trace_stack_is_every_layer_of_a_point(tiny_model):
+    from model.names import CROSS, DEC_SELF
+    src, tgt = batch()
+    with capture(tiny_model) as trace:
+        tiny_model(src, tgt)
+    stacked = trace.stack("pattern", CROSS)
+    assert stacked.shape[0] == 2 and torch.equal(stacked[1], trace["decoder.layers.1.cross_attn.hook_pattern"][0])
+    assert torch.equal(trace.stack("scores", DEC_SELF)[0], trace["decoder.layers.0.self_attn.hook_scores"][0])
+    assert (trace.attention(CROSS) == stacked.float().numpy()).all()
+    trace.records.pop("decoder.layers.0.cross_attn.hook_q")
+    with pytest.raises(KeyError, match="no decoder.cross_attn q"):
+        trace.stack("q", CROSS)
+
+
+def test_decoder_input_is_the_start_then_the_target_but_its_last():
+    from model.results import decoder_input
+    assert decoder_input(BOS_ID, [7, 8, EOS_ID]) == [BOS_ID, 7, 8]
+    assert decoder_input("<pad>", ["a", "b"]) == ["<pad>", "a"]  # any start token (Marian starts with <pad>)
+    assert decoder_input(BOS_ID, []) == [BOS_ID]

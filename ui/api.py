@@ -9,7 +9,7 @@ import numpy as np
 
 from model.checkpoint import Registry, summarize
 from model.decoding import DecodeOptions
-from model.transformer import CROSS, canonical_kind
+from model.names import CROSS, Kind
 
 from . import calls
 from .inside import attribution_payload
@@ -82,7 +82,7 @@ class Api:
             iv = make_interventions(src_padding_mask, causal_mask, positional_encoding,
                                             ablate_heads or [], ablate_src_tokens or [])
             self.reg.models[name].model.validate_interventions(iv)
-            kind_c = canonical_kind(kind) if kind else CROSS  # checked before the model runs
+            kind_c = Kind.of(kind) if kind else CROSS  # checked before the model runs
         except (ValueError, TypeError) as e:
             raise gr.Error(str(e)[:300]) from None
         opts = DecodeOptions(beam=_api_int(beam, "beam", 1, MAX_BEAM), max_len=_api_int(max_len, "max_len", 1, MAX_OUTPUT_TOKENS),

@@ -54,8 +54,7 @@ def head_figure(run: Run | None, lm, kind: str, layer, head, query):
         return message_figure(FIRST)
     kind = kind_of(kind)
     comp = computation(run, lm)
-    part = kind.split(".")[0]
-    layer = clamp(layer, comp.n_layers(part))
+    layer = clamp(layer, comp.n_layers(kind.stack))
     head = clamp(head, lm.model.cfg.n_heads)
     labels = query_labels(run, kind)
     query = clamp(query, len(labels), len(labels) - 1)
@@ -84,7 +83,7 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str =
         return message_figure(FIRST)
     kind = kind_of(kind)
     comp = computation(run, lm)
-    layer = clamp(layer, comp.n_layers(kind.split(".")[0]))
+    layer = clamp(layer, comp.n_layers(kind.stack))
     head = clamp(head, lm.model.cfg.n_heads)
     pattern, norm = run.tr.attention(kind)[layer, head], comp.norm_weights(kind, layer)[head]
     (q, k), outputs, unit = run.tr.axes(kind), run.tr.output_tokens, "tokens"

@@ -11,7 +11,7 @@ import numpy as np
 from model.checkpoint import LoadedModel
 from model.data import head_lines
 from model.decoding import Translation
-from model.transformer import ATTN_KINDS, CROSS
+from model.names import ATTN_KINDS, CROSS, Kind
 
 from .present import KIND_JSON, KIND_SHORT, KINDS, clean_input, describe_interventions
 
@@ -135,7 +135,7 @@ def parse_link(params, models: list[str]) -> Link | None:
     section = params.get("section", "translate")
     section = "computation" if section == "encodings" else section  # links made before Encodings moved
     kind = KINDS.get(str(params.get("kind", "")), CROSS) if params.get("kind") not in ATTN_KINDS \
-        else params["kind"]
+        else Kind.of(params["kind"])
     return Link(text, model, _int(params.get("beam", 1), 1, 8, 1),
                 section if section in SECTIONS else "translate", kind,
                 _int(params.get("layer", 0), 0, 63, 0), _int(params.get("head", 0), 0, 63, 0),

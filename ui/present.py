@@ -11,7 +11,8 @@ import numpy as np
 
 from model.checkpoint import LoadedModel, Registry, device_label, summarize
 from model.decoding import Translation
-from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Interventions, canonical_kind
+from model.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
+from model.transformer import Interventions
 from model.vocab import SPECIALS
 
 from .settings import MAX_INPUT_CHARS
@@ -26,10 +27,11 @@ DOMAIN_HINT = ("The models know image captions (Multi30k): short descriptions of
                "other text translates poorly.")
 
 
-def kind_of(value, default: str = CROSS) -> str:
-    """A kind by any of its names ('cross', 'decoder.cross_attn', ...); unknown names give ``default``."""
+def kind_of(value, default: Kind = CROSS) -> Kind:
+    """A kind by any of its names ('cross', 'decoder.cross_attn', ...); unknown names give ``default``.
+    Where a UI value enters: past here a kind is a :class:`Kind`."""
     try:
-        return canonical_kind(str(value))
+        return Kind.of(str(value))
     except ValueError:
         return default
 
@@ -62,7 +64,7 @@ def is_blank(text: str) -> bool:
 # --------------------------------------------------------------------------- heads and interventions
 
 def head_label(kind: str, layer: int, head: int) -> str:
-    return f"{KIND_SHORT[canonical_kind(kind)]} L{int(layer)} H{int(head)}"
+    return f"{KIND_SHORT[Kind.of(kind)]} L{int(layer)} H{int(head)}"
 
 
 def head_choices(lm: LoadedModel) -> list[str]:
@@ -81,12 +83,12 @@ def parse_heads(items) -> frozenset:
     out = set()
     for item in items or ():
         if isinstance(item, (list, tuple)) and len(item) == 3:
-            out.add((canonical_kind(str(item[0])), int(item[1]), int(item[2])))
+            out.add((Kind.of(str(item[0])), int(item[1]), int(item[2])))
             continue
         m = _HEAD_RE.match(str(item))
         if not m:
             raise ValueError(f"cannot read head {item!r}; write it like 'cross L1 H2'")
-        out.add((canonical_kind(m.group(1).lower()), int(m.group(2)), int(m.group(3))))
+        out.add((Kind.of(m.group(1).lower()), int(m.group(2)), int(m.group(3))))
     return frozenset(out)
 
 

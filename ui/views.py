@@ -14,6 +14,7 @@ from model import analysis as an
 from model import readouts
 from model.checkpoint import Registry
 from model.decoding import mask_preview, not_padding
+from model.results import decoder_input
 from model.transformer import ATTN_KINDS, CROSS, ENC_SELF, NO_INTERVENTION, Interventions
 from viz import alignment as v_align
 from viz import attention as va
@@ -162,7 +163,7 @@ def watch_heads(run: Run, t: int | None = None):
 
 def masks_figure(reg: Registry, model: str, src_tokens, out_tokens, iv: Interventions, title: str):
     m = mask_preview(reg.models[model], src_tokens, out_tokens, iv)
-    dec_in = ["<bos>"] + list(out_tokens[:-1]) if out_tokens else ["<bos>"]
+    dec_in = decoder_input("<bos>", out_tokens)
     rows = step_row_labels(dec_in, list(out_tokens)) if out_tokens else dec_in
     return vm.mask_panels([
         ("source padding mask (encoder self-attn)", m["padding"], src_tokens, src_tokens),
@@ -232,7 +233,7 @@ def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
     if run.by_word(units):  # keys summed, queries averaged over a word's pieces
         roll = an.pool_words(roll, run.src_spans, run.src_spans)
         attr = an.pool_words(attr, run.out_spans, run.src_spans)
-        src, out, dec_in = run.src_words, run.out_words, ["<bos>"] + run.out_words[:-1]
+        src, out, dec_in = run.src_words, run.out_words, decoder_input("<bos>", run.out_words)
         which += "; pieces pooled into words"
     rows, title = decoder_rows(dec_in, out)
     return v_roll.rollout_figure(roll, attr, src, rows, formula=an.ROLLOUT_FORMULA, src_valid=not_padding(src).tolist(),
@@ -255,7 +256,7 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
     src, out, dec_in = tr.src_tokens, tr.output_tokens, tr.decoder_input_tokens
     if run.by_word(units):  # keys summed, queries averaged over a word's pieces
         w = an.pool_words(w, run.out_spans, run.src_spans)
-        src, out, dec_in = run.src_words, run.out_words, ["<bos>"] + run.out_words[:-1]
+        src, out, dec_in = run.src_words, run.out_words, decoder_input("<bos>", run.out_words)
         what += "; pieces pooled into words"
     rows, title = decoder_rows(dec_in, out)
     return v_align.alignment_lines(w, src, rows, what="weight", out_title=title or "output",
