@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,7 +40,52 @@ def source_attribution(cross_rows: np.ndarray, enc_rollout: np.ndarray) -> np.nd
 STATS = ("entropy", "mean_distance", "prev_token", "same_token", "special_tokens", "max_weight")
 
 
-def head_profile(pattern: np.ndarray, key_tokens: list[str], valid_rows: np.ndarray | None = None) -> dict:
+def _check_stat(stat: str) -> str:
+    if stat not in STATS:
+        raise ValueError(f"unknown statistic {stat!r}")
+    return stat
+
+
+@dataclass(frozen=True)
+class HeadProfile:
+    """The statistics of every head of one attention module: one (heads,) array each, named as in STATS."""
+    entropy: np.ndarray
+    mean_distance: np.ndarray
+    prev_token: np.ndarray
+    same_token: np.ndarray
+    special_tokens: np.ndarray
+    max_weight: np.ndarray
+
+    def stat(self, name: str) -> np.ndarray:
+        return getattr(self, _check_stat(name))
+
+    @property
+    def n_heads(self) -> int:
+        return len(self.entropy)
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """One head's statistics: a row of the head-profile table."""
+    kind: str       # an attention kind's name, e.g. 'decoder.cross_attn'
+    layer: int
+    head: int
+    entropy: float
+    mean_distance: float
+    prev_token: float
+    same_token: float
+    special_tokens: float
+    max_weight: float
+
+    def stat(self, name: str) -> float:
+        return getattr(self, _check_stat(name))
+
+
+# Head profiles of a run: (kind, layer) -> that module's HeadProfile
+Profiles = dict[tuple[str, int], HeadProfile]
+
+
+def head_profile(pattern: np.ndarray, key_tokens: list[str], valid_rows: np.ndarray | None = None) -> HeadProfile:
     """Statistics per head of one attention module. ``pattern``: (heads, Q, K).
 
     Rows that are padding (``valid_rows`` False) or see no key at all are left out of the means.
@@ -62,19 +107,13 @@ def head_profile(pattern: np.ndarray, key_tokens: list[str], valid_rows: np.ndar
     per_row = {"entropy": ent, "mean_distance": (p * np.abs(i - j)).sum(-1), "prev_token": prev,
                "same_token": same, "special_tokens": spec, "max_weight": p.max(-1)}
     n = np.maximum(rows.sum(-1), 1)
-    return {k: (np.where(rows, v, 0.0).sum(-1) / n) for k, v in per_row.items()}
+    return HeadProfile(**{k: (np.where(rows, v, 0.0).sum(-1) / n) for k, v in per_row.items()})
 
 
-def profiles_table(per_module: dict[str, dict]) -> list[dict]:
-    """Flatten {module name: head_profile(...)} into rows: module, layer, head, and each statistic."""
-    out = []
-    for name, prof in per_module.items():
-        parts = name.split(".")
-        layer = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 0
-        kind = f"{parts[0]}.{parts[3]}" if len(parts) > 3 else name
-        for h in range(len(prof[STATS[0]])):
-            out.append({"kind": kind, "layer": layer, "head": h, **{s: float(prof[s][h]) for s in STATS}})
-    return out
+def profiles_table(profiles: Profiles) -> list[ProfileRow]:
+    """One row per head of every module in ``profiles`` ((kind, layer) -> HeadProfile)."""
+    return [ProfileRow(kind=str(kind), layer=int(layer), head=h, **{s: float(prof.stat(s)[h]) for s in STATS})
+            for (kind, layer), prof in profiles.items() for h in range(prof.n_heads)]
 
 
 # --------------------------------------------------------------------------- rollout views
@@ -102,16 +141,24 @@ def cross_rows(cross: np.ndarray, layer: int | None = None, head: int | None = N
     return c.mean(0) if head is None else c[int(head)]
 
 
+@dataclass(frozen=True)
+class RolloutViews:
+    """Encoder rollout and what it says about each output token's sources."""
+    rollout: np.ndarray       # (S, S) R_enc
+    cross: np.ndarray         # (T, S) the cross-attention rows c_t
+    attribution: np.ndarray   # (T, S) a_t = c_t · R_enc
+
+
 def rollout_views(enc_attn: np.ndarray, cross: np.ndarray, layer: int | None = None,
-                  residual: float = 0.5) -> dict:
+                  residual: float = 0.5) -> RolloutViews:
     """Encoder rollout and per-output-token source attribution ``a_t = c_t · R_enc``.
 
     ``c_t`` is the cross-attention row of output step t (mean over heads of ``layer``, or over
-    every layer when None). Returns {"rollout": (S, S), "cross": (T, S), "attribution": (T, S)}.
+    every layer when None).
     """
     r = encoder_rollout(enc_attn, residual)
     c = cross_rows(cross, layer)
-    return {"rollout": r, "cross": c, "attribution": source_attribution(c, r)}
+    return RolloutViews(rollout=r, cross=c, attribution=source_attribution(c, r))
 
 
 def alignment_weights(cross: np.ndarray, mode: str = "layer", layer: int = 0, head: int = 0,
@@ -137,29 +184,29 @@ def alignment_weights(cross: np.ndarray, mode: str = "layer", layer: int = 0, he
 
 # --------------------------------------------------------------------------- head profiles
 
-def average_profiles(profiles: list[dict[str, dict]]) -> dict[str, dict]:
-    """Mean of several {module: head_profile} dicts (one per sentence), module by module."""
+def average_profiles(profiles: list[Profiles]) -> Profiles:
+    """Mean of several runs' profiles (one per sentence), module by module."""
     if not profiles:
         raise ValueError("no profiles to average")
     out = {}
-    for name in profiles[0]:
-        have = [p[name] for p in profiles if name in p]
-        out[name] = {s: np.mean([np.asarray(h[s], dtype=np.float64) for h in have], axis=0) for s in STATS}
+    for key in profiles[0]:
+        have = [p[key] for p in profiles if key in p]
+        out[key] = HeadProfile(**{s: np.mean([np.asarray(h.stat(s), dtype=np.float64) for h in have], axis=0)
+                                  for s in STATS})
     return out
 
 
-def profile_grid(rows: list[dict], kind: str, stat: str) -> np.ndarray:
+def profile_grid(rows: list[ProfileRow], kind: str, stat: str) -> np.ndarray:
     """(layers, heads) array of one statistic of one attention kind, from profiles_table rows."""
-    if stat not in STATS:
-        raise ValueError(f"unknown statistic {stat!r}")
-    sel = [r for r in rows if r["kind"] == kind]
+    _check_stat(stat)
+    sel = [r for r in rows if r.kind == kind]
     if not sel:
         raise ValueError(f"no rows for {kind!r}")
-    L = max(r["layer"] for r in sel) + 1
-    H = max(r["head"] for r in sel) + 1
+    L = max(r.layer for r in sel) + 1
+    H = max(r.head for r in sel) + 1
     z = np.full((L, H), np.nan)
     for r in sel:
-        z[r["layer"], r["head"]] = r[stat]
+        z[r.layer, r.head] = r.stat(stat)
     return z
 
 
@@ -194,10 +241,6 @@ class BeamTree:
     length_penalty: float = 1.0
     y: list[float] = field(default_factory=list)  # a layout position per node
     size: int | None = None         # the beam size, when the tree was decoded for the view
-
-    def node_dicts(self) -> list[dict]:
-        """The nodes as plain dicts (what viz/beam.py draws)."""
-        return [asdict(n) for n in self.nodes]
 
 
 def beam_tree(steps, finished) -> BeamTree:

@@ -177,7 +177,7 @@ def attribute(model: Transformer, tr: Translation, position: int, layer: int = -
     cross = np.stack([comp.get("pattern", "cross", i)[0].double().numpy() for i in range(L)])
     enc = np.stack([comp.get("pattern", "encoder.self_attn", i)[0].double().numpy()
                     for i in range(comp.n_layers("encoder"))])
-    roll = rollout_views(enc, cross)["attribution"][position]
+    roll = rollout_views(enc, cross).attribution[position]
     norm = comp.norm_weights("cross", layer)[:, position].mean(0)
     _, r = alti_matrices(comp)
     S = len(tr.src_ids)

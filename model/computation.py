@@ -60,8 +60,18 @@ class EmbeddingSteps:
     total: np.ndarray      # (T, D) scaled + pos, the first layer's input
     scale: float
 
-    def norms(self) -> dict[str, np.ndarray]:
-        return {k: np.linalg.norm(getattr(self, k), axis=-1) for k in ("token", "scaled", "pos", "total")}
+    def norms(self) -> "EmbeddingNorms":
+        n = lambda a: np.linalg.norm(a, axis=-1)  # noqa: E731
+        return EmbeddingNorms(token=n(self.token), scaled=n(self.scaled), pos=n(self.pos), total=n(self.total))
+
+
+@dataclass(frozen=True)
+class EmbeddingNorms:
+    """(T,) L2 norms of each of :class:`EmbeddingSteps`'s stages, per position."""
+    token: np.ndarray
+    scaled: np.ndarray
+    pos: np.ndarray
+    total: np.ndarray
 
 
 @dataclass
@@ -207,4 +217,4 @@ def _forced_steps(trace, logp, out_ids, out_tokens, lm, model, top_k) -> list[St
 
 
 __all__ = ["hook_name", "Computation", "HeadComputation", "ResidualNorms", "LogitLens", "EmbeddingSteps",
-           "Forced", "force", "force_ids"]
+           "EmbeddingNorms", "Forced", "force", "force_ids"]

@@ -339,11 +339,19 @@ def stream(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     worker.join()
 
 
+@dataclass(frozen=True)
+class MaskPreview:
+    """The masks the model would build for a pair of token lists (True = attend)."""
+    padding: np.ndarray        # (S,) the source padding mask (encoder self-attention's keys)
+    causal: np.ndarray         # (T, T) the causal mask (all True when switched off)
+    combined: np.ndarray       # (T, T) decoder self-attention's mask: padding and causal together
+    cross: np.ndarray          # (T, S) cross-attention's mask
+    decoder_input: list[str]   # the T decoder input tokens (the rows and decoder keys)
+
+
 def mask_preview(lm: LoadedModel, src_tokens: list[str], out_tokens: list[str],
-                 iv: Interventions = NO_INTERVENTION) -> dict[str, np.ndarray]:
-    """The masks the model would build for these tokens under ``iv``, without running it (True = attend):
-    the source padding mask (S,), the causal mask (T, T), the combined decoder self-attention mask
-    (T, T) and the cross-attention mask (T, S)."""
+                 iv: Interventions = NO_INTERVENTION) -> MaskPreview:
+    """The masks the model would build for these tokens under ``iv``, without running it."""
     model = lm.model
     src = torch.tensor([lm.src_vocab.encode(src_tokens)])  # specials map to their own ids
     dec_in = decoder_input("<bos>", out_tokens)
@@ -352,8 +360,8 @@ def mask_preview(lm: LoadedModel, src_tokens: list[str], out_tokens: list[str],
     T = tgt.size(1)
     causal = causal_mask(T)[0, 0].numpy() if iv.causal_mask else np.ones((T, T), dtype=bool)
     combined = model.tgt_mask(tgt, iv)[0, 0].numpy()
-    return {"padding": src_mask, "causal": causal, "combined": combined,
-            "cross": np.broadcast_to(src_mask[None, :], (T, len(src_tokens))).copy()}
+    return MaskPreview(padding=src_mask, causal=causal, combined=combined,
+                       cross=np.broadcast_to(src_mask[None, :], (T, len(src_tokens))).copy(), decoder_input=dec_in)
 
 
 def translate_batch(lm: LoadedModel, texts: list[str], beam: int = 1, alpha: float = 0.6,

@@ -5,8 +5,8 @@ import contextlib
 
 import numpy as np
 
-from .analysis import (BeamTree, alignment_weights, average_profiles, beam_tree, head_profile, profiles_table,
-                       rollout_views, tree_layout)
+from .analysis import (BeamTree, Profiles, ProfileRow, RolloutViews, alignment_weights, average_profiles, beam_tree,
+                       head_profile, profiles_table, rollout_views, tree_layout)
 from .checkpoint import LoadedModel
 from .decoding import DecodeOptions, translate
 from .hooks import Trace
@@ -14,7 +14,7 @@ from .names import ATTN_KINDS, CROSS, ENC_SELF
 from .results import Translation, not_padding
 
 
-def rollout_data(tr: Translation, layer: int | None = None) -> dict:
+def rollout_data(tr: Translation, layer: int | None = None) -> RolloutViews:
     """Encoder rollout (S, S) and per-output-token source attribution (T, S) of a translation."""
     return rollout_views(tr.attention(ENC_SELF), tr.attention(CROSS), layer)
 
@@ -24,8 +24,8 @@ def alignment_data(tr: Translation, mode: str = "layer", layer: int = 0, head: i
     return alignment_weights(tr.attention(CROSS), mode, layer, head, tr.attention(ENC_SELF))
 
 
-def head_profiles(tr: Translation, trace: Trace | None = None, lm: LoadedModel | None = None) -> dict[str, dict]:
-    """{module name: head_profile(...)} for every attention module of a run; with a subword ``lm``
+def head_profiles(tr: Translation, trace: Trace | None = None, lm: LoadedModel | None = None) -> Profiles:
+    """The head profile of every attention module of a run, by (kind, layer); with a subword ``lm``
     the statistics are of the attention pooled into words."""
     by_word = lm is not None and lm.src_vocab.kind != "word"
     out = {}
@@ -36,11 +36,11 @@ def head_profiles(tr: Translation, trace: Trace | None = None, lm: LoadedModel |
         else:
             attn, (q, k), valid = tr.attention(kind, trace), tr.axes(kind), tr.query_valid(kind)
         for l, pattern in enumerate(attn):
-            out[f"{kind.stack}.layers.{l}.{kind.module}"] = head_profile(pattern, k, valid)
+            out[(kind, l)] = head_profile(pattern, k, valid)
     return out
 
 
-def average_head_profiles(lm: LoadedModel, sentences: list[str], progress=None, lock=None) -> list[dict]:
+def average_head_profiles(lm: LoadedModel, sentences: list[str], progress=None, lock=None) -> list[ProfileRow]:
     """profiles_table rows averaged over ``sentences`` (each greedily translated, then traced).
     ``progress(i, n)`` is called before each sentence; ``lock`` (if given) is held per sentence."""
     opts = DecodeOptions(beam=1, record=False, replace_unk=False, trace=True, max_len=60)

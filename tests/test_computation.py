@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -117,7 +118,9 @@ def test_embedding_steps_build_the_first_layer_input(tiny_model):
     assert e.scale == math.sqrt(32)
     torch.testing.assert_close(torch.tensor(e.token[1]), tiny_model.encoder.tok_embed.weight[4].detach())
     torch.testing.assert_close(torch.tensor(e.total), comp.get("resid_pre", "encoder", 0)[0])
-    assert set(e.norms()) == {"token", "scaled", "pos", "total"}
+    norms = e.norms()
+    np.testing.assert_allclose(norms.total, np.linalg.norm(e.total, axis=-1))
+    np.testing.assert_allclose(norms.scaled, norms.token * e.scale, rtol=1e-5)
 
 
 def test_cached_decode_records_every_call(tiny_model):

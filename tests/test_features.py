@@ -14,6 +14,7 @@ import pytest
 
 from model import analysis as an
 from model import readouts
+from model.names import ATTN_KINDS
 from viz import alignment as v_align
 from viz import beam as v_beam
 from viz import pair as v_pair
@@ -48,13 +49,13 @@ def test_rollout_views_three_tokens_by_hand():
     cross = np.stack([np.stack([c0, c1]), np.stack([c0, c1])])
     d = an.rollout_views(enc, cross)
     r = M2 @ M1  # row 0 = [0.625, 0.375, 0], row 1 = [0.175, 0.45, 0.375], row 2 = [0.55, 0.075, 0.375]
-    np.testing.assert_allclose(d["rollout"], r)
-    np.testing.assert_allclose(d["rollout"], [[0.625, 0.375, 0.0], [0.175, 0.45, 0.375], [0.55, 0.075, 0.375]])
-    np.testing.assert_allclose(d["cross"], [[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
+    np.testing.assert_allclose(d.rollout, r)
+    np.testing.assert_allclose(d.rollout, [[0.625, 0.375, 0.0], [0.175, 0.45, 0.375], [0.55, 0.075, 0.375]])
+    np.testing.assert_allclose(d.cross, [[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
     # a_0 = ½ R[0] + ½ R[1] ; a_1 = R[2]
-    np.testing.assert_allclose(d["attribution"], [[0.4, 0.4125, 0.1875], [0.55, 0.075, 0.375]])
+    np.testing.assert_allclose(d.attribution, [[0.4, 0.4125, 0.1875], [0.55, 0.075, 0.375]])
     # one layer only: layer 1, head mean
-    np.testing.assert_allclose(an.rollout_views(enc, cross, layer=1)["cross"], [[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
+    np.testing.assert_allclose(an.rollout_views(enc, cross, layer=1).cross, [[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
 
 
 def test_alignment_weights_modes():
@@ -73,13 +74,15 @@ def test_alignment_weights_modes():
 
 
 def test_average_profiles_and_grid():
-    p1 = {"encoder.layers.0.self_attn": {s: np.array([1.0, 2.0]) for s in an.STATS}}
-    p2 = {"encoder.layers.0.self_attn": {s: np.array([3.0, 4.0]) for s in an.STATS}}
-    avg = an.average_profiles([p1, p2])
-    np.testing.assert_allclose(avg["encoder.layers.0.self_attn"]["entropy"], [2.0, 3.0])
-    rows = an.profiles_table({**avg, "encoder.layers.1.self_attn": {s: np.array([5.0, 6.0]) for s in an.STATS}})
+    prof = lambda a, b: an.HeadProfile(**{s: np.array([a, b]) for s in an.STATS})  # noqa: E731
+    avg = an.average_profiles([{("encoder.self_attn", 0): prof(1.0, 2.0)}, {("encoder.self_attn", 0): prof(3.0, 4.0)}])
+    np.testing.assert_allclose(avg[("encoder.self_attn", 0)].entropy, [2.0, 3.0])
+    rows = an.profiles_table({**avg, ("encoder.self_attn", 1): prof(5.0, 6.0), ("decoder.cross_attn", 0): prof(7, 8)})
+    assert [(r.kind, r.layer, r.head) for r in rows][-2:] == [("decoder.cross_attn", 0, 0), ("decoder.cross_attn", 0, 1)]
     z = an.profile_grid(rows, "encoder.self_attn", "max_weight")
     np.testing.assert_allclose(z, [[2.0, 3.0], [5.0, 6.0]])
+    with pytest.raises(ValueError, match="unknown statistic"):
+        an.profile_grid(rows, "encoder.self_attn", "colour")
 
 
 def fake_beam():
@@ -113,10 +116,10 @@ def test_beam_tree_by_hand():
     assert len(y) == len(nodes) and sorted(y[n] for n in tree.finished) == [0.0, 1.0, 2.0]
     for n in nodes:
         n.token = f"t{n.token_id}"
-    fig = validated(v_beam.beam_tree_figure(tree.node_dicts(), y, length_penalty=0.6, title="<b>x</b>"))
+    fig = validated(v_beam.beam_tree_figure(tree.nodes, y, length_penalty=0.6, title="<b>x</b>"))
     names = [t.name for t in fig.data if t.name]
     assert "chosen hypothesis" in names
-    rows = v_beam.finished_rows(tree.node_dicts(), tree.finished)
+    rows = v_beam.finished_rows(tree.nodes, tree.finished)
     assert [r[0] for r in rows] == [1, 2, 3]
 
 
@@ -193,7 +196,8 @@ def test_beam_tree_and_hypothesis_on_tiny_model(tiny_lm):
     cross = hyp.attention("decoder.cross_attn")
     assert cross.shape[2:] == (len(other.ids), len(tr.src_tokens))
     profs = readouts.head_profiles(tr)
-    assert len(profs) == 2 + 2 + 2 and all(len(p["entropy"]) == 4 for p in profs.values())
+    assert len(profs) == 2 + 2 + 2 and all(len(p.entropy) == 4 for p in profs.values())
+    assert sorted(profs) == sorted((k, l) for k in ATTN_KINDS for l in range(2))
 
 
 # --------------------------------------------------------------------------- through the launched app

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import plotly.graph_objects as go
@@ -404,9 +405,12 @@ def test_every_decoder_row_view_takes_step_labels():
     assert list(probs.data[0].text) == want and probs.layout.xaxis.title.text == esc(STEP_ROW_TITLE)
     step = validated(vs.step_rows(softmax_rows((1, 2, 4)), src, query_label=rows[1]))
     assert "Two→men" in title_of(step) and "Two→men" in step.data[0].hovertemplate
-    nodes = [dict(id=0, parent=None, step=0, token="<bos>", status="chosen", score=0.0),
-             dict(id=1, parent=0, step=1, token="Two", status="chosen", score=-0.1),
-             dict(id=2, parent=0, step=1, token="<i>", status="pruned", score=-2.0)]
+    # viz reads a node's attributes (viz.beam.BeamNode), whatever class carries them
+    node = lambda **kw: SimpleNamespace(final=False, length=None, normalized=None, rank_norm=None,  # noqa: E731
+                                        rank_raw=None, text="", **kw)
+    nodes = [node(id=0, parent=None, step=0, token="<bos>", status="chosen", score=0.0),
+             node(id=1, parent=0, step=1, token="Two", status="chosen", score=-0.1),
+             node(id=2, parent=0, step=1, token="<i>", status="pruned", score=-2.0)]
     tree = validated(vb.beam_tree_figure(nodes, [0, 0, 1], step_rows=True))
     hovers = [h for t in tree.data if t.hovertext for h in t.hovertext]
     assert any("&lt;bos&gt;→<b>Two</b>" in h for h in hovers) and not any("<i>" in h for h in hovers)

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from model import decoding
+from model.analysis import ProfileRow
 from model.readouts import average_head_profiles
 from model.attribution import Attribution, attribute
 from model.checkpoint import Registry, load_all
@@ -154,6 +155,6 @@ def gpu_full_trace(reg_key: str, name: str, tr: Translation) -> Trace:
 
 
 @GPU(duration=120)
-def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[dict]:
+def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[ProfileRow]:
     """Averaged head profiles of ``sentences``. No progress callback: a GPU call's arguments are pickled."""
     return average_head_profiles(_lm(reg_key, name), sentences, None, MODEL_LOCK)

@@ -171,7 +171,7 @@ def embedding_figure(run: Run | None, lm, part: str = "encoder", position=0):
     pos = clamp(position, len(tokens))
     n = steps.norms()
     detail = np.stack([steps.token[pos], steps.scaled[pos], steps.pos[pos], steps.total[pos]])
-    return vc.embedding_steps(tokens, n["token"], n["scaled"], n["pos"], n["total"], steps.scale,
+    return vc.embedding_steps(tokens, n.token, n.scaled, n.pos, n.total, steps.scale,
                               title=f"{PARTS[part]} input per position: embedding, × √d_model, + positional "
                                     "encoding (L2 norms)",
                               detail=detail, position=pos)

@@ -163,13 +163,13 @@ def watch_heads(run: Run, t: int | None = None):
 
 def masks_figure(reg: Registry, model: str, src_tokens, out_tokens, iv: Interventions, title: str):
     m = mask_preview(reg.models[model], src_tokens, out_tokens, iv)
-    dec_in = decoder_input("<bos>", out_tokens)
+    dec_in = m.decoder_input
     rows = step_row_labels(dec_in, list(out_tokens)) if out_tokens else dec_in
     return vm.mask_panels([
-        ("source padding mask (encoder self-attn)", m["padding"], src_tokens, src_tokens),
-        ("causal mask", m["causal"], rows, dec_in),
-        ("combined decoder self-attn mask", m["combined"], rows, dec_in),
-        ("cross-attention mask", m["cross"], rows, src_tokens),
+        ("source padding mask (encoder self-attn)", m.padding, src_tokens, src_tokens),
+        ("causal mask", m.causal, rows, dec_in),
+        ("combined decoder self-attn mask", m.combined, rows, dec_in),
+        ("cross-attention mask", m.cross, rows, src_tokens),
     ], title=title)
 
 
@@ -228,7 +228,7 @@ def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
     layer = None if layer_sel in (None, "", "all") else clamp(layer_sel, n_dec)
     d = readouts.rollout_data(tr, layer)
     which = "mean over every layer and head" if layer is None else f"layer {layer}, mean over heads"
-    roll, attr, src, out, dec_in = d["rollout"], d["attribution"], tr.src_tokens, tr.output_tokens, \
+    roll, attr, src, out, dec_in = d.rollout, d.attribution, tr.src_tokens, tr.output_tokens, \
         tr.decoder_input_tokens
     if run.by_word(units):  # keys summed, queries averaged over a word's pieces
         roll = an.pool_words(roll, run.src_spans, run.src_spans)
@@ -267,7 +267,7 @@ def beam_view_figure(view: BeamView | None):
     if view is None:
         return message_figure("Open this view after translating to see the beam search.")
     tree = view.tree
-    return v_beam.beam_tree_figure(tree.node_dicts(), tree.y, length_penalty=tree.length_penalty,
+    return v_beam.beam_tree_figure(tree.nodes, tree.y, length_penalty=tree.length_penalty,
                                    title=f"Beam search tree: {len(tree.nodes) - 1} hypotheses explored, "
                                          f"{len(tree.finished)} finished")
 

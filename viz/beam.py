@@ -6,6 +6,9 @@ show the raw score and the length-normalised score that ranked them.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 import plotly.graph_objects as go
 
 from .common import CHOSEN_COLOR, base_layout, esc, figure, short
@@ -14,17 +17,33 @@ STATUS_COLORS = {"chosen": CHOSEN_COLOR, "finished": "#1f77b4", "pruned": "#c7c7
 STATUS_NAMES = {"chosen": "chosen hypothesis", "finished": "other finished hypotheses", "pruned": "pruned"}
 
 
-def _step_label(nodes: list[dict], n: dict, step_rows: bool) -> str:
+class BeamNode(Protocol):
+    """What the tree reads of a node (the engine's beam-tree nodes have these attributes)."""
+    id: int
+    parent: int | None
+    step: int
+    token: str
+    status: str                 # "chosen", "finished" or "pruned"
+    score: float                # cumulative log-probability
+    final: bool                 # a finished hypothesis; the fields below are read only for these
+    length: int | None
+    normalized: float | None
+    rank_norm: int | None
+    rank_raw: int | None
+    text: str
+
+
+def _step_label(nodes: Sequence[BeamNode], n: BeamNode, step_rows: bool) -> str:
     """'step t: <b>token</b>', or with ``step_rows`` the app's row convention 'step t: input→<b>token</b>'."""
-    tok = f"<b>{esc(short(n.get('token', '')))}</b>"
-    if step_rows and n["parent"] is not None:
-        tok = f"{esc(short(nodes[n['parent']].get('token', ''), 12))}→{tok}"
-    return f"step {n['step']}: {tok}"
+    tok = f"<b>{esc(short(n.token))}</b>"
+    if step_rows and n.parent is not None:
+        tok = f"{esc(short(nodes[n.parent].token, 12))}→{tok}"
+    return f"step {n.step}: {tok}"
 
 
-def beam_tree_figure(nodes: list[dict], y: list[float], *, title: str | None = None,
+def beam_tree_figure(nodes: Sequence[BeamNode], y: list[float], *, title: str | None = None,
                      length_penalty: float | None = None, step_rows: bool = False) -> go.Figure:
-    """``nodes`` as from model.analysis.beam_tree (plus "token"), ``y`` one position per node.
+    """``nodes`` as the engine's beam tree gives them (with their tokens), ``y`` one position per node.
 
     ``step_rows``: hovers name each step as the app's decoder rows do, input→token it produced
     (the parent's token → this node's token), and the x-axis title says so.
@@ -35,36 +54,36 @@ def beam_tree_figure(nodes: list[dict], y: list[float], *, title: str | None = N
     for status in ("pruned", "finished", "chosen"):
         xs, ys = [], []
         for n in nodes:
-            if n["parent"] is None or n["status"] != status:
+            if n.parent is None or n.status != status:
                 continue
-            p = nodes[n["parent"]]
-            xs += [p["step"] + 1, n["step"] + 1, None]
-            ys += [y[p["id"]], y[n["id"]], None]
+            p = nodes[n.parent]
+            xs += [p.step + 1, n.step + 1, None]
+            ys += [y[p.id], y[n.id], None]
         if xs:
             data.append(dict(type="scatter", mode="lines", x=xs, y=ys, hoverinfo="skip", legendgroup=status,
                              showlegend=False,
                              line=dict(color=STATUS_COLORS[status], width=3 if status == "chosen" else 1.5)))
     for status in ("pruned", "finished", "chosen"):
-        sel = [n for n in nodes if n["status"] == status]
+        sel = [n for n in nodes if n.status == status]
         if not sel:
             continue
         hover = []
         for n in sel:
-            h = f"{_step_label(nodes, n, step_rows)}<br>cumulative log-prob {n['score']:.3f}"
-            if n.get("final"):
-                h += (f"<br>finished, length {n['length']}<br>normalised score {n['normalized']:.3f}"
-                      f"<br>rank by normalised score {n['rank_norm']}, by raw log-prob {n['rank_raw']}"
-                      f"<br>{esc(short(n.get('text', ''), 80))}")
+            h = f"{_step_label(nodes, n, step_rows)}<br>cumulative log-prob {n.score:.3f}"
+            if n.final:
+                h += (f"<br>finished, length {n.length}<br>normalised score {n.normalized:.3f}"
+                      f"<br>rank by normalised score {n.rank_norm}, by raw log-prob {n.rank_raw}"
+                      f"<br>{esc(short(n.text, 80))}")
             hover.append(h)
         data.append(dict(
-            type="scatter", mode="markers+text", x=[n["step"] + 1 for n in sel], y=[y[n["id"]] for n in sel],
-            text=[esc(short(n.get("token", ""), 12)) for n in sel], textposition="top center",
+            type="scatter", mode="markers+text", x=[n.step + 1 for n in sel], y=[y[n.id] for n in sel],
+            text=[esc(short(n.token, 12)) for n in sel], textposition="top center",
             textfont=dict(size=10, color="#333" if status != "pruned" else "#999"),
-            marker=dict(color=STATUS_COLORS[status], size=[12 if n.get("final") else 7 for n in sel],
-                        symbol=["star" if n.get("final") else "circle" for n in sel], line=dict(width=0)),
+            marker=dict(color=STATUS_COLORS[status], size=[12 if n.final else 7 for n in sel],
+                        symbol=["star" if n.final else "circle" for n in sel], line=dict(width=0)),
             name=STATUS_NAMES[status], legendgroup=status, hovertext=hover, hoverinfo="text"))
     n_leaves = max(1.0, max(y, default=0.0) + 1)
-    max_step = max((n["step"] for n in nodes), default=0) + 1
+    max_step = max((n.step for n in nodes), default=0) + 1
     layout = base_layout(min(1100, max(320, 120 + 28 * n_leaves)), title, plot_bgcolor="white")
     x_title = "decoding step (0 = &lt;bos&gt;)" + ("; hover: input → token it produced" if step_rows else "")
     layout["xaxis"] = dict(title=dict(text=x_title), tickmode="linear", dtick=1,
@@ -80,11 +99,10 @@ def beam_tree_figure(nodes: list[dict], y: list[float], *, title: str | None = N
     return figure(data, layout)
 
 
-def finished_rows(nodes: list[dict], order: list[int]) -> list[list]:
+def finished_rows(nodes: Sequence[BeamNode], order: list[int]) -> list[list]:
     """Table rows for the finished hypotheses, best (by normalised score) first."""
     out = []
     for nid in order:
         n = nodes[nid]
-        out.append([n["rank_norm"], n["rank_raw"], n.get("text", ""), n["length"], round(n["score"], 4),
-                    round(n["normalized"], 4)])
+        out.append([n.rank_norm, n.rank_raw, n.text, n.length, round(n.score, 4), round(n.normalized, 4)])
     return out

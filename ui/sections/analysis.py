@@ -51,14 +51,14 @@ def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tup
     if progress is not None:  # one step: the call itself runs where no callback can reach
         progress(0, len(sentences))
     rows = calls.gpu_profiles(reg_key, name, sentences)
-    value = (tuple(dict(r) for r in rows), source)
+    value = (tuple(rows), source)
     with _PROFILE_LOCK:
         return _PROFILE_CACHE.setdefault(key, value)
 
 
 def profile_rows_table(rows) -> list[list]:
-    return [[KIND_SHORT.get(r["kind"], r["kind"]), r["layer"], r["head"]] +
-            [round(float(r[s]), 4) for s in an.STATS] for r in rows]
+    return [[KIND_SHORT.get(r.kind, r.kind), r.layer, r.head] + [round(float(r.stat(s)), 4) for s in an.STATS]
+            for r in rows]
 
 
 def build(shell: Shell) -> None:

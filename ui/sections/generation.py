@@ -106,7 +106,7 @@ def _beam_outputs(shell: Shell, run, old, size, force=False):
                if raw_best != tree.best else " The raw log-probability picks the same hypothesis.")
         picks = [(f"#{nodes[n].rank_norm} ({nodes[n].normalized:.3f}): {nodes[n].text[:80]}", i)
                  for i, n in enumerate(tree.finished)]
-        return (md, views.beam_view_figure(view), v_beam.finished_rows(tree.node_dicts(), tree.finished),
+        return (md, views.beam_view_figure(view), v_beam.finished_rows(tree.nodes, tree.finished),
                 gr.Dropdown(choices=picks, value=None), view)
     except Exception as e:
         log.exception("beam tree failed")
