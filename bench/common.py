@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -27,11 +28,17 @@ import torch
 
 from model.checkpoint import load_checkpoint
 from model.data import head_lines
-from tests.app_fixtures import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_JSON, RESULTS_MD = ROOT / "bench" / "results.json", ROOT / "bench" / "RESULTS.md"
 TEST = "test_2016_flickr"
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @dataclass

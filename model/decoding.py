@@ -210,7 +210,7 @@ def _step_rows(s: int, b: int, sd: _StepData, self_all, cross_all) -> tuple:
 
 def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
               iv: Interventions = NO_INTERVENTION, on_step=None) -> Translation:
-    """Decode ``text``; ``on_step`` is passed to :func:`beam_search` (progress for streaming UIs)."""
+    """Decode ``text``; ``on_step`` is passed to :func:`beam_search` (progress)."""
     model, device = lm.model, lm.device
     model.validate_interventions(iv)
     src_tokens, truncated = prepare_source(lm, text, opts.pad_src_to)
@@ -279,64 +279,6 @@ def hypothesis(lm: LoadedModel, tr: Translation, ids: list[int]) -> Translation:
     return Translation(tr.src_text, list(tr.src_tokens), list(tr.src_ids), toks, ids,
                        lm.tgt_vocab.to_text(toks, lm.tgt_lang), float("nan"), [], {}, trace, None, tr.interventions,
                        tr.truncated, tr.src_lang, tr.tgt_lang)
-
-
-def stream(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
-           iv: Interventions = NO_INTERVENTION, lock=None):
-    """Run :func:`translate` in a worker thread and report the decode as it happens.
-
-    Yields ``("tokens", [str, ...])`` with the tokens greedy decoding committed since the last
-    event, or ``("step", int)`` with the latest beam step, then ``("done", Translation)``. Events
-    that pile up while the consumer is busy are merged. An exception in the decode is re-raised here.
-    The decode holds ``lock`` (when given) in the worker, so a consumer that stops early never
-    leaves it held. Progress comes from translate's ``on_step``: no hook, so the decode keeps its
-    lean cached step.
-    """
-    import contextlib
-    import queue
-    import threading
-
-    q: queue.Queue = queue.Queue()
-    itos = lm.tgt_vocab.itos
-
-    def on_step(t: int, kept: list[int]) -> None:
-        if opts.beam > 1:
-            q.put(("step", t))
-        elif kept:  # greedy committed one token (none when it finished with <eos>)
-            q.put(("tokens", [itos[k] if 0 <= k < len(itos) else "<unk>" for k in kept]))
-
-    def work():
-        try:
-            with lock if lock is not None else contextlib.nullcontext():
-                result = translate(lm, text, opts, iv, on_step=on_step)
-            q.put(("done", result))
-        except BaseException as e:  # handed to the caller
-            q.put(("error", e))
-
-    worker = threading.Thread(target=work, name="decode", daemon=True)
-    worker.start()
-    done = False
-    while not done:
-        events = [q.get()]
-        while not q.empty():  # merge whatever else is already waiting
-            events.append(q.get_nowait())
-        tokens, step = [], None
-        for kind, value in events:
-            if kind == "error":
-                raise value
-            if kind == "tokens":
-                tokens.extend(value)
-            elif kind == "step":
-                step = value
-        if tokens:
-            yield "tokens", tokens
-        if step is not None:
-            yield "step", step
-        for kind, value in events:
-            if kind == "done":
-                done = True
-                yield kind, value
-    worker.join()
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,14 @@ def _spacy(lang: str):
     return spacy.blank(lang)
 
 
+SPACED_CATEGORIES = ("Cc", "Zl", "Zp")   # Unicode categories clean_text turns into spaces (controls, line breaks)
+DROPPED_CATEGORIES = ("Cf", "Cs", "Co")  # and those it drops (format marks, surrogates, private use)
+
+
 def clean_text(text: str) -> str:
     """Drop control/format characters (NUL, zero-width, bidi marks) that would make invisible tokens."""
-    return "".join(" " if unicodedata.category(c) in ("Cc", "Zl", "Zp") else
-                   ("" if unicodedata.category(c) in ("Cf", "Cs", "Co") else c) for c in text)
+    return "".join(" " if unicodedata.category(c) in SPACED_CATEGORIES else
+                   ("" if unicodedata.category(c) in DROPPED_CATEGORIES else c) for c in text)
 
 
 def tokenize(text: str, lang: str) -> list[str]:

@@ -21,8 +21,9 @@ def imported(path: Path) -> set[str]:
     return mods
 
 
-@pytest.mark.parametrize("package,forbidden", [("model", {"gradio", "ui", "viz"}),
-                                               ("viz", {"gradio", "torch", "model", "ui", ".."})])
+@pytest.mark.parametrize("package,forbidden", [("model", {"gradio", "ui", "viz", "tests"}),
+                                               ("viz", {"gradio", "torch", "model", "ui", "..", "tests"}),
+                                               ("bench", {"tests"})])
 def test_layers_import_only_what_they_may(package, forbidden):
     bad = {str(p.relative_to(ROOT)): sorted(imported(p) & forbidden) for p in (ROOT / package).glob("*.py")}
     assert {k: v for k, v in bad.items() if v} == {}

@@ -1,7 +1,7 @@
-"""Random Unicode through the app's own path: clean_input -> tokenize -> streamed translate -> capture -> figures.
+"""Random Unicode through the app's own path: clean_input -> tokenize -> translate -> capture -> figures.
 
 Both directions, on tiny random-weight checkpoints (tests/app_fixtures.make_checkpoint). The
-functions called are the UI's (calls.gpu_stream, the streamed form of the decode the Translate
+functions called are the UI's (calls.gpu_translate, the decode the Translate
 button runs, then ui.views and the attention/step/mask/compare figure builders), in-process, without a server. Invariants are
 checked on the arrays (rows sum to 1, masked entries 0, no NaN); figures may use NaN on purpose
 for blanked padding rows, so on figures only serialisation and escaping are checked.
@@ -118,7 +118,7 @@ def test_random_unicode_through_the_app_views(registry, text, name, beam, pad, c
     lm = reg.models[name]
     cfg = lm.model.cfg
 
-    # the UI handler's path: cap, blank check, streamed decode
+    # the UI handler's path: cap, blank check, decode
     text_c, notices = present.clean_input(text)
     assert len(text_c) <= present.MAX_INPUT_CHARS
     assert bool(notices) == (len(text) > present.MAX_INPUT_CHARS)
@@ -127,12 +127,8 @@ def test_random_unicode_through_the_app_views(registry, text, name, beam, pad, c
         assert tokenize(text_c, lm.src_lang) == []
         return
     opts = translate_section.opts_from("beam" if beam > 1 else "greedy", beam, 6, pad)
-    events = list(calls.gpu_stream(key, name, text_c, opts))
-    assert events and events[-1][0] == "done" and [e for e, _ in events].count("done") == 1
-    tr = events[-1][1]
-    if beam == 1:  # the streamed tokens are the decode's tokens
-        streamed = [t for ev, v in events if ev == "tokens" for t in v]
-        assert streamed == [lm.tgt_vocab.itos[i] for i in tr.output_ids[: len(streamed)]]
+    tr = calls.gpu_translate(key, name, text_c, opts)
+    assert tr.output_tokens == [lm.tgt_vocab.itos[i] for i in tr.output_ids]
 
     # output: valid UTF-8 everywhere, shapes within the model's limits
     assert len(tr.src_tokens) <= max(cfg.max_len, opts.pad_src_to)

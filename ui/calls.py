@@ -17,7 +17,7 @@ from model.readouts import average_head_profiles
 from model.attribution import Attribution, attribute
 from model.checkpoint import Registry, load_all
 from model.computation import Forced, force
-from model.decoding import DecodeOptions, Translation, full_trace, hypothesis, stream
+from model.decoding import DecodeOptions, Translation, full_trace, hypothesis
 from model.hooks import Trace
 from model.transformer import NO_INTERVENTION, Interventions
 
@@ -85,12 +85,6 @@ def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
 
 def _lm(reg_key: str, name: str):
     return REGISTRIES[reg_key].models[name]
-
-
-@GPU(duration=60)
-def gpu_stream(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Interventions = NO_INTERVENTION):
-    """Decode with streaming events ('tokens' / 'step' / 'done')."""
-    yield from stream(_lm(reg_key, name), text, opts, iv, lock=MODEL_LOCK)
 
 
 @GPU(duration=60)

@@ -13,7 +13,7 @@ from model.checkpoint import LoadedModel, Registry, device_label, summarize
 from model.decoding import Translation
 from model.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
 from model.transformer import Interventions
-from model.vocab import SPECIALS
+from model.vocab import DROPPED_CATEGORIES, SPACED_CATEGORIES, SPECIALS
 
 from .settings import MAX_INPUT_CHARS
 
@@ -39,7 +39,7 @@ def kind_of(value, default: Kind = CROSS) -> Kind:
 # --------------------------------------------------------------------------- input
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_DROPPED = ("Cc", "Cf", "Cs", "Co")  # what vocab.clean_text drops or turns into spaces
+_DROPPED = SPACED_CATEGORIES + DROPPED_CATEGORIES  # what the tokenizer drops or turns into spaces
 
 
 def clean_input(text, max_chars: int = MAX_INPUT_CHARS) -> tuple[str, list[str]]:
