@@ -10,6 +10,7 @@ import unicodedata
 import numpy as np
 
 from model.checkpoint import LoadedModel, Registry, device_label, summarize
+from model.guardrails import check_run
 from model.decoding import Translation
 from model.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
 from model.transformer import Interventions
@@ -238,15 +239,30 @@ def no_model_message(reg: Registry, name) -> str | None:
 
 def run_notices(tr: Translation, notices: list[str], lm: LoadedModel) -> list[str]:
     notices = list(notices)
+    check = check_run(lm, tr)
     if tr.truncated:
         notices.append(f"The sentence is longer than the model's maximum of {lm.model.cfg.max_len - 2} tokens; "
                        "it was cut there.")
     unk = sum(1 for i in tr.src_ids if i == 0)
-    if unk:
+    if check.mostly_unfamiliar:
+        lang = LANG_NAMES.get(lm.src_lang, lm.src_lang)
+        notices.append(f"{check.unfamiliar_words} of {check.src_words} source words are outside what the model "
+                       f"learned (spelled byte by byte, or read as <unk>): the input may be in another script or "
+                       f"language than {lang}. Expect a translation that has little to do with it.")
+    elif unk:
         notices.append(f"{unk} source word(s) are not in the model's vocabulary and are read as <unk>.")
     if tr.replaced:
         notices.append(f"{len(tr.replaced)} <unk> output token(s) were replaced by the source word with the most "
                        "cross-attention.")
+    if check.repetition is not None:
+        rep = check.repetition
+        said = lm.tgt_vocab.to_text(rep.ngram, lm.tgt_lang) or " ".join(rep.ngram)
+        notices.append(f"The translation repeats “{said}” {rep.times} times in a row: the decoder is stuck in a "
+                       "loop, as it gets on input unlike the captions it learned from.")
+    if check.stopped_early:
+        notices.append(f"The input has {check.sentences} sentences, but the translation ({check.output_words} words) "
+                       f"is much shorter than the input ({check.src_words} words): the model learned one caption "
+                       "at a time and usually stops after the first sentence. Translate one sentence at a time.")
     return notices
 
 
