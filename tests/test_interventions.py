@@ -6,7 +6,7 @@ import torch
 
 from model.hooks import capture
 from model.transformer import (ATTN_KINDS, BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, Interventions,
-                               canonical_kind, sinusoidal_encoding)
+                               Kind, sinusoidal_encoding)
 
 SRC = torch.tensor([[BOS_ID, 4, 5, 6, 7, 8, EOS_ID]])
 PADDED = torch.cat([SRC, torch.full((1, 3), PAD_ID)], 1)
@@ -43,9 +43,9 @@ def test_default_is_no_intervention():
     assert iv.ablate_heads == {("decoder.cross_attn", 1, 2), ("encoder.self_attn", 0, 0)}
     assert iv.ablate_src_tokens == {2}
     assert iv.heads("decoder.cross_attn", 1) == (2,) and iv.heads("decoder.cross_attn", 0) == ()
-    assert [canonical_kind(k) for k in ("encoder", "self", "cross")] == list(ATTN_KINDS)
+    assert [Kind.of(k) for k in ("encoder", "self", "cross")] == list(ATTN_KINDS)
     with pytest.raises(ValueError):
-        canonical_kind("sideways")
+        Kind.of("sideways")
 
 
 def test_validate_interventions_rejects_missing_heads(tiny_model):
