@@ -459,6 +459,12 @@ class KVCache:
                     part[key] = part[key].index_select(0, index)
 
 
+def tied_keys(cfg: TransformerConfig) -> set[str]:
+    """State-dict keys that alias another tensor (not stored: safetensors refuses shared memory)."""
+    return ({"generator.weight"} if cfg.tie_embeddings else set()) | \
+        ({"encoder.tok_embed.weight"} if cfg.share_embeddings else set())
+
+
 class Transformer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
@@ -499,7 +505,11 @@ class Transformer(nn.Module):
         return mask
 
     def tgt_mask(self, tgt: torch.Tensor, iv: Interventions = NO_INTERVENTION) -> torch.Tensor:
-        mask = padding_mask(tgt, self.cfg.pad_id).expand(-1, -1, tgt.size(1), -1)
+        mask = padding_mask(tgt, self.cfg.pad_id)
+        if self.cfg.decoder_start_id == self.cfg.pad_id:  # Marian starts with <pad>: that one is a real input
+            mask = mask.clone()
+            mask[..., 0] = True
+        mask = mask.expand(-1, -1, tgt.size(1), -1)
         return mask & causal_mask(tgt.size(1), tgt.device) if iv.causal_mask else mask
 
     # the three parts, kept apart as in the Annotated Transformer ----------------
