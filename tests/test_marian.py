@@ -324,3 +324,26 @@ def test_hub_id_loads_from_a_prefilled_cache_offline(marian_dir, lm, tmp_path):
     missing = _cli(["model.translate", "--checkpoint", "Helsinki-NLP/opus-mt-xx-yy"], env, "")
     assert missing.returncode == 2 and "could not fetch 'Helsinki-NLP/opus-mt-xx-yy'" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+# --------------------------------------------------------------------------- the views on a post-norm model
+
+def test_views_that_assume_pre_norm_say_so_and_the_others_stay_true(lm):
+    from model.attribution import alti_matrices
+    from model.computation import Computation, force
+    from model.transformer import PreNormOnly
+    fo = force(lm, PROBES[0], EN[0])
+    tr = fo.translation
+    assert tr.src_ids[-1] == lm.model.cfg.eos_id and tr.decoder_input_tokens[0] == "<pad>"
+    comp = Computation(tr.trace, lm.model)
+    with pytest.raises(PreNormOnly, match="post-norm"):
+        comp.residual_norms("decoder")
+    with pytest.raises(PreNormOnly, match="ALTI"):
+        alti_matrices(comp)
+    # the logit lens needs no final norm here: the last layer's lens is the model's own distribution
+    lens = comp.logit_lens()
+    np_probs = torch.from_numpy(fo.loss).neg().exp()
+    torch.testing.assert_close(torch.from_numpy(lens.probs[-1]).gather(1, torch.tensor(tr.output_ids)[:, None])[:, 0],
+                               np_probs, atol=1e-5, rtol=1e-4)
+    steps = comp.embedding_steps("encoder")
+    assert steps.scale == pytest.approx(lm.model.cfg.d_model ** 0.5)
