@@ -27,8 +27,11 @@ from .masks import causal_mask, padding_mask
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 1, 0, 2, 3
 
 
-ACTIVATIONS = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu,
-               "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:  # a named function: modules holding it stay picklable
+    return F.gelu(x, approximate="tanh")
+
+
+ACTIVATIONS = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh}
 POS_LAYOUTS = ("interleaved", "halves")
 
 
@@ -79,9 +82,9 @@ class TransformerConfig:
 
     @property
     def pre_norm(self) -> bool:
-        """Whether the residual stream is a plain sum of what each sublayer adds (pre-norm). Analyses
-        derived for pre-norm models (per-sublayer decomposition, norm-based weights, ALTI+, logit
-        lens through the final norm) are only valid when this is True."""
+        """Whether the residual stream is a plain sum of what each sublayer adds (pre-norm). Readouts
+        that take differences of the stream as "what a sublayer added" (the residual decomposition,
+        ALTI+ as implemented) are only valid when this is True; they call :func:`require_pre_norm`."""
         return self.norm_first
 
     @property
