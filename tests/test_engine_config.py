@@ -27,6 +27,9 @@ VARIANTS = {
                                   logits_bias=True),
     "pre-norm gelu no-final": dict(activation="gelu", final_norm=False, embed_scale=1.0, norm_eps=1e-6),
     "post-norm relu final": dict(norm_first=False, logits_bias=True, activation="gelu_tanh"),
+    # Marian's decoding: the decoder starts with <pad>, which must stay visible as a key
+    "marian-like start": dict(norm_first=False, activation="silu", pos_layout="halves", final_norm=False,
+                              logits_bias=True, decoder_start_id=1, src_bos_id=None),
 }
 
 
@@ -69,7 +72,9 @@ def reference_logits(model: Transformer, src, tgt):
     cfg, sd = model.cfg, model.state_dict()
     src_mask = (src != cfg.pad_id)[:, None, None, :]
     T = tgt.size(1)
-    tgt_mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None] & (tgt != cfg.pad_id)[:, None, None, :]
+    visible = tgt != cfg.pad_id
+    visible[:, 0] = True  # the decoder's start token, even when it is <pad> (Marian)
+    tgt_mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None] & visible[:, None, None, :]
     x = _embed(src, sd, "encoder", cfg)
     for i in range(cfg.n_encoder_layers):
         p = f"encoder.layers.{i}"
