@@ -97,13 +97,18 @@ class MarianVocab(SubwordVocab):
             after_special = special
         return spans
 
+    def _text(self, pieces: list[str]) -> str:
+        # as MarianTokenizer: a piece this side's model does not know (the shared vocabulary holds the
+        # other side's too) comes back as it is, so its ▁ is turned into a space afterwards
+        return self.sp.decode_pieces(pieces).replace(WORD_START, " ").strip()
+
     def join(self, tokens: list[str]) -> list[str]:
-        return [tokens[s[0]] if tokens[s[0]] in self.specials else self.sp.decode_pieces([tokens[i] for i in s]).strip()
+        return [tokens[s[0]] if tokens[s[0]] in self.specials else self._text([tokens[i] for i in s])
                 for s in self.word_spans(tokens)]
 
     def to_text(self, tokens: list[str], lang: str = "") -> str:
         """The detokenized text: SentencePiece's own decoding of the pieces, specials dropped."""
-        return self.sp.decode_pieces([t for t in tokens if t not in self.specials]).strip()
+        return self._text([t for t in tokens if t not in self.specials])
 
     def to_json(self) -> dict:
         return {"kind": "marian", "size": len(self)}

@@ -127,6 +127,9 @@ def test_the_vocabulary_frames_and_pools_like_the_tokenizer(lm, hf):
     tokens = lm.tgt_vocab.decode(ids)
     assert tokens[-1] == "</s>"
     assert lm.tgt_vocab.to_text(tokens) == tok.decode(ids, skip_special_tokens=True)
+    for text in PROBES:  # a random model's outputs mix both sides' pieces (one shared vocabulary)
+        out = greedy_batch(lm.model, _src(lm, text), 12)[0]
+        assert lm.tgt_vocab.to_text(lm.tgt_vocab.decode(out)) == tok.decode(out, skip_special_tokens=True)
     words = lm.tgt_vocab.join(tokens)
     assert words[:5] == ["Two", "dogs", "play", "in", "the"] and words[-1] == "</s>"
     assert isinstance(lm.tgt_vocab, MarianVocab) and lm.src_lang == "de" and lm.tgt_lang == "en"
