@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .marian import MarianError, is_marian_folder, load_marian, looks_like_hub_id
+from .marian import MarianError, hf_model_type, load_marian, looks_like_hub_id
 from .transformer import Transformer, TransformerConfig, tied_keys
 from .vocab import Vocab, load_vocabs, save_vocabs
 
@@ -93,7 +93,7 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     :class:`CheckpointError` with a readable message."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    if is_marian_folder(Path(path)) or (not Path(path).is_dir() and looks_like_hub_id(str(path))):
+    if hf_model_type(Path(path)) or (not Path(path).is_dir() and looks_like_hub_id(str(path))):
         return _load_marian(str(path), device)
     path = Path(path)
     if not path.is_dir():

@@ -37,13 +37,18 @@ class MarianError(ValueError):
     """A Marian folder or Hub id that cannot be loaded, with a readable reason."""
 
 
-def is_marian_folder(path: Path) -> bool:
-    """Whether ``path`` holds a Hugging Face Marian config (as opposed to one of our checkpoints)."""
+def hf_model_type(path: Path) -> str | None:
+    """The ``model_type`` of a Hugging Face config.json in ``path`` (None: none there, or one of ours)."""
     try:
         cfg = json.loads((Path(path) / CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and cfg.get("model_type") == "marian"
+        return None
+    return str(cfg["model_type"]) if isinstance(cfg, dict) and "model_type" in cfg else None
+
+
+def is_marian_folder(path: Path) -> bool:
+    """Whether ``path`` holds a Hugging Face Marian config (as opposed to one of our checkpoints)."""
+    return hf_model_type(path) == "marian"
 
 
 def looks_like_hub_id(name: str) -> bool:
@@ -276,7 +281,8 @@ def load_marian(source, device: str | torch.device = "cpu") -> MarianModel:
             raise MarianError(f"folder not found, and not a Hub id: {source}")
         folder = download(str(source))
     if not is_marian_folder(folder):
-        raise MarianError(f"{folder} is not a Marian model ({CONFIG} with model_type 'marian' expected)")
+        found = f"model_type {hf_model_type(folder)!r}" if hf_model_type(folder) else f"no model_type in {CONFIG}"
+        raise MarianError(f"{folder} is not a Marian model ({found}; OPUS-MT folders have 'marian')")
     hf = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
     cfg = marian_config(hf)
     src_vocab, tgt_vocab = read_vocabs(folder, cfg)
