@@ -22,7 +22,7 @@ from .analysis import rollout_views
 from .computation import Computation
 from .decoding import Translation
 from .results import decoder_input
-from .transformer import BOS_ID, Transformer
+from .transformer import Transformer, require_pre_norm
 
 METHODS = ("attention", "rollout", "norm", "alti", "grad_input", "integrated_gradients")
 
@@ -99,6 +99,7 @@ def _shares(terms: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def alti_matrices(comp: Computation) -> tuple[np.ndarray, np.ndarray]:
     """(S, S) encoder ALTI rollout and (T, S + T) decoder contributions over [source; target prefix]."""
+    require_pre_norm(comp.model.cfg, "ALTI+ as implemented here (no LayerNorm after the residual add)")
     enc, dec = comp.n_layers("encoder"), comp.n_layers("decoder")
     r_enc = None
     for i in range(enc):
@@ -149,7 +150,7 @@ def gradients(model: Transformer, src_ids: list[int], dec_in: list[int], positio
     src = torch.tensor([src_ids], device=p.device)
     dec = torch.tensor([dec_in], device=p.device)
     with torch.enable_grad():
-        emb = (model.encoder.tok_embed(src) * model.encoder.d_model ** 0.5).detach().requires_grad_(True)
+        emb = (model.encoder.tok_embed(src) * model.encoder.scale).detach().requires_grad_(True)
         f = _log_prob(model, emb, src, dec, position, token)
         (g,) = torch.autograd.grad(f.sum(), emb)
         grad_input = (g * emb).sum(-1)[0]
@@ -181,7 +182,7 @@ def attribute(model: Transformer, tr: Translation, position: int, layer: int = -
     norm = comp.norm_weights("cross", layer)[:, position].mean(0)
     _, r = alti_matrices(comp)
     S = len(tr.src_ids)
-    dec_in = decoder_input(BOS_ID, tr.output_ids)
+    dec_in = decoder_input(model.cfg.decoder_start_id, tr.output_ids)
     gi, ig, delta = gradients(model, tr.src_ids, dec_in, position, tr.output_ids[position], ig_steps)
     return Attribution(list(tr.src_tokens), position, tr.output_tokens[position],
                        cross[layer, :, position].mean(0), np.asarray(roll), norm, r[position, :S], gi, ig,

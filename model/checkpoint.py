@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .transformer import Transformer, TransformerConfig
+from .marian import MarianError, hf_model_type, load_marian, looks_like_hub_id
+from .transformer import Transformer, TransformerConfig, tied_keys
 from .vocab import Vocab, load_vocabs, save_vocabs
 
 CONFIG, WEIGHTS, VOCAB = "config.json", "model.safetensors", "vocab.json"
@@ -46,12 +47,6 @@ class LoadedModel:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-
-def tied_keys(cfg: TransformerConfig) -> set[str]:
-    """State-dict keys that alias another tensor (not stored: safetensors refuses shared memory)."""
-    return ({"generator.weight"} if cfg.tie_embeddings else set()) | \
-        ({"encoder.tok_embed.weight"} if cfg.share_embeddings else set())
 
 
 def state_dict_for_save(model: Transformer, dtype=torch.float16) -> dict[str, torch.Tensor]:
@@ -84,10 +79,22 @@ def _weights_config(path: Path) -> dict | None:
     return json.loads(raw) if raw else None
 
 
+def _load_marian(source: str, device) -> LoadedModel:
+    try:
+        m = load_marian(source, device)
+    except MarianError as e:
+        raise CheckpointError(f"Marian model {source}: {e}") from None
+    return LoadedModel(m.model, m.src_vocab, m.tgt_vocab, m.src_lang, m.tgt_lang, m.path, m.meta, {})
+
+
 def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
-    """Rebuild the model saved in ``path``; raises :class:`CheckpointError` with a readable message."""
+    """Rebuild the model saved in ``path``: one of our checkpoint folders, a Hugging Face Marian
+    (OPUS-MT) folder, or a Marian Hub id such as ``Helsinki-NLP/opus-mt-de-en``. Raises
+    :class:`CheckpointError` with a readable message."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
+    if hf_model_type(Path(path)) or (not Path(path).is_dir() and looks_like_hub_id(str(path))):
+        return _load_marian(str(path), device)
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint folder not found: {path}")

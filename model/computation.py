@@ -12,13 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .checkpoint import LoadedModel
-from .decoding import full_trace, generable, prepare_source
+from .decoding import full_trace, generable, prepare_source, start_token
 from .hooks import Trace
 from .names import CROSS, DEC_SELF, Kind, hook_name
 from .results import StepRecord, Translation
-from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, Interventions, Transformer
+from .transformer import NO_INTERVENTION, Interventions, Transformer, require_pre_norm
 
 @dataclass
 class HeadComputation:
@@ -107,6 +108,9 @@ class Computation:
         return getattr(getattr(self.model, kind.stack).layers[layer], kind.module)
 
     def residual_norms(self, part: str) -> ResidualNorms:
+        """What each sublayer adds to the residual stream. Pre-norm only: in a post-norm model every
+        add is followed by a LayerNorm, so differences of the stream are not what a sublayer added."""
+        require_pre_norm(self.model.cfg, "'What each sublayer adds' to the residual stream")
         L, norm = self.n_layers(part), lambda t: t[0].float().norm(dim=-1).numpy()  # noqa: E731
         r = lambda p, i: self.get(p, part, i)  # noqa: E731
         resid = [norm(r("resid_pre", 0))] + [norm(r("resid_post", i)) for i in range(L)]
@@ -130,19 +134,22 @@ class Computation:
     def logit_lens(self, k: int = 5) -> LogitLens:
         dec, L = self.model.decoder, self.n_layers("decoder")
         weight = self.model.generator.weight.detach().float().cpu()
-        norm = dec.norm
-        probs = []
+        bias = self.model.generator.bias
+        norm = dec.norm if isinstance(dec.norm, nn.LayerNorm) else None  # post-norm models have none:
+        probs = []  # each layer's output is already normalised, and the last one's lens is the real output
         for i in range(L):
             h = self.get("resid_post", "decoder", i)[0].float()
-            h = F.layer_norm(h, norm.normalized_shape, norm.weight.detach().float().cpu(),
-                             norm.bias.detach().float().cpu(), norm.eps)
-            probs.append((h @ weight.T).softmax(-1))
+            if norm is not None:
+                h = F.layer_norm(h, norm.normalized_shape, norm.weight.detach().float().cpu(),
+                                 norm.bias.detach().float().cpu(), norm.eps)
+            logits = h @ weight.T
+            probs.append((logits if bias is None else logits + bias.detach().float().cpu()).softmax(-1))
         probs_t = torch.stack(probs)
         tp, ti = probs_t.topk(min(k, probs_t.size(-1)), dim=-1)
         return LogitLens(ti.numpy(), tp.numpy(), probs_t.numpy())
 
     def embedding_steps(self, part: str) -> EmbeddingSteps:
-        scale = math.sqrt(self.model.cfg.d_model)
+        scale = self.model.cfg.token_scale
         scaled = self.get("embed", part)[0].float().numpy()
         pos = self.get("pos", part)[0].float().numpy()
         return EmbeddingSteps(scaled / scale, scaled, np.broadcast_to(pos, scaled.shape).copy(), scaled + pos, scale)
@@ -177,7 +184,7 @@ def force(lm: LoadedModel, src_text: str, ref_text: str, iv: Interventions = NO_
         raise ValueError("both a source sentence and a reference translation are needed")
     room = lm.model.cfg.max_len - 1
     pieces = lm.tgt_vocab.tokens(ref_text, lm.tgt_lang)
-    out_ids = lm.tgt_vocab.encode(pieces[:room - 1]) + [EOS_ID]
+    out_ids = lm.tgt_vocab.encode(pieces[:room - 1]) + [lm.model.cfg.eos_id]
     return force_ids(lm, src_text, out_ids, ref_text, iv, top_k)
 
 
@@ -187,7 +194,7 @@ def force_ids(lm: LoadedModel, src_text: str, out_ids: list[int], ref_text: str 
     model = lm.model
     model.validate_interventions(iv)
     src_tokens, truncated = prepare_source(lm, src_text)
-    src_ids = [BOS_ID] + lm.src_vocab.encode(src_tokens[1:-1]) + [EOS_ID]
+    src_ids = lm.src_vocab.encode(src_tokens)  # the frame's specials map to their own ids
     trace = full_trace(lm, src_ids, out_ids, iv)
     with torch.no_grad():  # the logits are opt-in (large); the generator on the final norm gives them
         logits = model.generator(trace[hook_name("norm", "decoder")].to(lm.device))[0].float().cpu()  # (T, V)
@@ -195,10 +202,11 @@ def force_ids(lm: LoadedModel, src_text: str, out_ids: list[int], ref_text: str 
     logp = logits.log_softmax(-1)
     loss = -logp.gather(1, target[:, None])[:, 0]
     out_tokens = lm.tgt_vocab.decode(out_ids)
-    top = generable(logits).argmax(-1).tolist()  # what decoding would pick (never <bos>/<pad>)
+    top = generable(logits, model.cfg.never_generated).argmax(-1).tolist()  # what decoding would pick
     steps = _forced_steps(trace, logp, out_ids, out_tokens, lm, model, top_k)
     tr = Translation(src_text, src_tokens, src_ids, out_tokens, out_ids, ref_text, float(-loss.sum()), steps,
-                     trace=trace, interventions=iv, truncated=truncated, src_lang=lm.src_lang, tgt_lang=lm.tgt_lang)
+                     trace=trace, interventions=iv, truncated=truncated, src_lang=lm.src_lang, tgt_lang=lm.tgt_lang,
+                     start_token=start_token(lm))
     return Forced(tr, out_tokens, loss.neg().exp().numpy(), loss.numpy(), top, lm.tgt_vocab.decode(top))
 
 

@@ -66,8 +66,8 @@ def with_specials(ids: list[int]) -> list[int]:
     return [BOS_ID] + ids + [EOS_ID]
 
 
-def pad_batch(seqs: list[list[int]]) -> torch.Tensor:
-    out = np.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=np.int64)
+def pad_batch(seqs: list[list[int]], pad_id: int = PAD_ID) -> torch.Tensor:
+    out = np.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=np.int64)
     for i, s in enumerate(seqs):  # numpy fills rows from lists faster than a torch.tensor per row
         out[i, : len(s)] = s
     return torch.from_numpy(out)

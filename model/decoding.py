@@ -17,7 +17,7 @@ from .masks import causal_mask
 from .names import CROSS, DEC_SELF
 from .results import (BeamSearchTrace, BeamStep, FinishedHypothesis, StepRecord, StepView,  # noqa: F401 (importable
                       Translation, Words, decoder_input, not_padding)                          # from here too)
-from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions, KVCache, Transformer
+from .transformer import BOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions, KVCache, Transformer
 from .vocab import SPECIALS
 
 ROW_HOOKS = ("decoder.layers.*.self_attn.hook_pattern", "decoder.layers.*.cross_attn.hook_pattern")
@@ -39,16 +39,16 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-# Only the decoder's input starts with <bos>, and <pad> only fills finished rows: neither is ever
-# chosen as a next token (an untrained model may rank them first). The recorded probabilities stay
-# the model's own.
-NEVER_GENERATED = [BOS_ID, PAD_ID]
+# Only the decoder's input starts with the start token (<bos>, or <pad> for Marian), and <pad> only
+# fills finished rows: neither is ever chosen as a next token (an untrained model may rank them first;
+# Marian's generate forbids <pad> too). The recorded probabilities stay the model's own.
+NEVER_GENERATED = [BOS_ID, PAD_ID]  # our own models' (TransformerConfig.never_generated)
 
 
-def generable(scores: torch.Tensor) -> torch.Tensor:
+def generable(scores: torch.Tensor, never=NEVER_GENERATED) -> torch.Tensor:
     """A copy of next-token scores (..., V) with the tokens decoding never chooses set to -inf."""
     out = scores.clone()
-    out[..., NEVER_GENERATED] = float("-inf")
+    out[..., list(never)] = float("-inf")
     return out
 
 
@@ -82,19 +82,20 @@ def greedy_batch(model: Transformer, src: torch.Tensor, max_len: int = 100,
     src_mask = model.src_mask(src, iv)
     src_mask = None if _hides_nothing(src_mask) else src_mask  # None: no mask work in any step
     memory = model.encode(src, src_mask, iv)
-    ys = torch.full((B, 1), BOS_ID, dtype=torch.long, device=device)
+    cfg = model.cfg
+    ys = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=device)
     cache = KVCache(len(model.decoder.layers)) if use_cache else None
     done = torch.zeros(B, dtype=torch.bool, device=device)
     for _ in range(max_len):
-        nxt = generable(_decoder_step(model, ys, memory, src_mask, iv, cache)).argmax(-1)
-        nxt = nxt.masked_fill(done, PAD_ID)
+        nxt = generable(_decoder_step(model, ys, memory, src_mask, iv, cache), cfg.never_generated).argmax(-1)
+        nxt = nxt.masked_fill(done, cfg.pad_id)
         ys = torch.cat([ys, nxt[:, None]], 1)
-        done |= nxt == EOS_ID
+        done |= nxt == cfg.eos_id
         if done.all():
             break
     out = []
     for row in ys[:, 1:].tolist():
-        out.append(row[: row.index(EOS_ID) + 1] if EOS_ID in row else [t for t in row if t != PAD_ID])
+        out.append(row[: row.index(cfg.eos_id) + 1] if cfg.eos_id in row else [t for t in row if t != cfg.pad_id])
     return out
 
 
@@ -124,7 +125,8 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
     src_mask = model.src_mask(src, iv)
     src_mask = None if _hides_nothing(src_mask) else src_mask  # None: no mask work in any step
     memory = model.encode(src, src_mask, iv)
-    ys = torch.full((1, 1), BOS_ID, dtype=torch.long, device=device)
+    eos, never = model.cfg.eos_id, model.cfg.never_generated
+    ys = torch.full((1, 1), model.cfg.decoder_start_id, dtype=torch.long, device=device)
     scores = torch.zeros(1, device=device)
     parents_in = [0]
     cache = KVCache(L) if use_cache else None
@@ -144,13 +146,13 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
                 parents_in))
             trace.records.clear()
             last = t == max_len - 1
-            cand = (scores[:, None] + generable(logp)).view(-1)
+            cand = (scores[:, None] + generable(logp, never)).view(-1)
             top_scores, top_idx = cand.topk(min(2 * beam, cand.numel()))
             V = logp.size(1)
             keep_parent, keep_tok, keep_score = [], [], []
             for rank, (s, i) in enumerate(zip(top_scores.tolist(), top_idx.tolist())):
                 parent, tok = divmod(i, V)
-                if tok == EOS_ID or last:
+                if tok == eos or last:
                     if rank < beam:  # only candidates that would have made the beam may finish
                         ids = ys[parent, 1:].tolist() + [tok]
                         finished.append(FinishedHypothesis(ids, s, s / length_penalty(len(ids), alpha), t, parent))
@@ -186,15 +188,27 @@ def lineage(hyp: FinishedHypothesis, steps: list[_StepData]) -> list[int]:
     return idx
 
 
+def source_frame(lm: LoadedModel) -> tuple[list[int], list[int]]:
+    """The ids around a source's own: ([<bos>], [<eos>]) for our models, ([], [</s>]) for Marian."""
+    cfg = lm.model.cfg
+    return ([] if cfg.src_bos_id is None else [cfg.src_bos_id]), [cfg.eos_id]
+
+
+def start_token(lm: LoadedModel) -> str:
+    """The decoder's first input as a token: <bos> for our models, <pad> for Marian."""
+    return lm.tgt_vocab.itos[lm.model.cfg.decoder_start_id]
+
+
 def prepare_source(lm: LoadedModel, text: str, pad_to: int = 0) -> tuple[list[str], bool]:
-    """Tokens <bos> t1..tn <eos> [<pad>...] cut to the model's length; also whether it was cut.
-    Tokens are spaCy words for a word vocabulary, their pieces for a subword one."""
+    """Tokens <bos> t1..tn <eos> [<pad>...] (Marian: t1..tn </s> [<pad>...]) cut to the model's length;
+    also whether it was cut. Tokens are spaCy words for a word vocabulary, their pieces for a subword one."""
     words = lm.src_vocab.tokens(text, lm.src_lang)
-    room = lm.model.cfg.max_len - 2
+    head, tail = (lm.src_vocab.decode(ids) for ids in source_frame(lm))
+    room = lm.model.cfg.max_len - len(head) - len(tail)
     truncated = len(words) > room
-    toks = ["<bos>"] + words[:room] + ["<eos>"]
+    toks = head + words[:room] + tail
     if pad_to > len(toks):
-        toks += ["<pad>"] * (min(pad_to, lm.model.cfg.max_len) - len(toks))
+        toks += [lm.src_vocab.itos[lm.model.cfg.pad_id]] * (min(pad_to, lm.model.cfg.max_len) - len(toks))
     return toks, truncated
 
 
@@ -214,10 +228,13 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     model, device = lm.model, lm.device
     model.validate_interventions(iv)
     src_tokens, truncated = prepare_source(lm, text, opts.pad_src_to)
-    body = lm.src_vocab.encode(src_tokens[1:src_tokens.index("<eos>")])
-    src_ids = [BOS_ID] + body + [EOS_ID] + [PAD_ID] * (len(src_tokens) - len(body) - 2)
+    head, tail = source_frame(lm)
+    n_real = len(src_tokens)
+    while opts.pad_src_to and src_tokens[n_real - 1] != lm.src_vocab.itos[tail[-1]]:
+        n_real -= 1  # the padding prepare_source added after the closing token
+    src_ids = head + lm.src_vocab.encode(src_tokens[len(head):n_real - len(tail)]) + tail
+    src_ids += [model.cfg.pad_id] * (len(src_tokens) - n_real)
     src = torch.tensor([src_ids], device=device)
-    n_real = len(body) + 2
     max_len = max(1, min(opts.max_len, model.cfg.max_len - 1, 2 * n_real + 10))
     want_rows = opts.record or opts.replace_unk
     # With the causal mask on, the teacher-forced trace holds exactly the rows the cached decode
@@ -257,7 +274,8 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     text_out = lm.tgt_vocab.to_text(words, lm.tgt_lang)
     return Translation(text, src_tokens, src_ids, out_tokens, best.ids, text_out, best.score,
                        records if want_rows else [], replaced, trace,
-                       beam_trace if opts.beam > 1 else None, iv, truncated, lm.src_lang, lm.tgt_lang)
+                       beam_trace if opts.beam > 1 else None, iv, truncated, lm.src_lang, lm.tgt_lang,
+                       start_token=start_token(lm))
 
 
 @torch.inference_mode()
@@ -265,7 +283,7 @@ def full_trace(lm: LoadedModel, src_ids: list[int], out_ids: list[int],
                iv: Interventions = NO_INTERVENTION, names=None) -> Trace:
     """Teacher-forced pass over the finished output, capturing every hook (full matrices)."""
     model, device = lm.model, lm.device
-    dec_in = decoder_input(BOS_ID, out_ids)
+    dec_in = decoder_input(model.cfg.decoder_start_id, out_ids)
     with capture(model, names) as trace:
         model(torch.tensor([src_ids], device=device), torch.tensor([dec_in], device=device), iv)
     return trace
@@ -278,7 +296,7 @@ def hypothesis(lm: LoadedModel, tr: Translation, ids: list[int]) -> Translation:
     trace = full_trace(lm, tr.src_ids, ids, tr.interventions)
     return Translation(tr.src_text, list(tr.src_tokens), list(tr.src_ids), toks, ids,
                        lm.tgt_vocab.to_text(toks, lm.tgt_lang), float("nan"), [], {}, trace, None, tr.interventions,
-                       tr.truncated, tr.src_lang, tr.tgt_lang)
+                       tr.truncated, tr.src_lang, tr.tgt_lang, start_token=tr.start_token)
 
 
 @dataclass(frozen=True)
@@ -296,7 +314,7 @@ def mask_preview(lm: LoadedModel, src_tokens: list[str], out_tokens: list[str],
     """The masks the model would build for these tokens under ``iv``, without running it."""
     model = lm.model
     src = torch.tensor([lm.src_vocab.encode(src_tokens)])  # specials map to their own ids
-    dec_in = decoder_input("<bos>", out_tokens)
+    dec_in = decoder_input(start_token(lm), out_tokens)
     tgt = torch.tensor([lm.tgt_vocab.encode(dec_in)])
     src_mask = model.src_mask(src, iv)[0, 0, 0].numpy()
     T = tgt.size(1)
@@ -316,9 +334,9 @@ def translate_batch(lm: LoadedModel, texts: list[str], beam: int = 1, alpha: flo
         for i in todo:
             out[i] = translate(lm, texts[i], opts).text
         return out
-    room = lm.model.cfg.max_len - 2
-    ids = [[BOS_ID] + lm.src_vocab.encode(lm.src_vocab.tokens(texts[i], lm.src_lang)[:room]) + [EOS_ID]
-           for i in todo]
+    head, tail = source_frame(lm)
+    room = lm.model.cfg.max_len - len(head) - len(tail)
+    ids = [head + lm.src_vocab.encode(lm.src_vocab.tokens(texts[i], lm.src_lang)[:room]) + tail for i in todo]
     for i, text in zip(todo, translate_ids(lm, ids, beam, alpha, batch_size)):
         out[i] = text
     return out
@@ -327,14 +345,14 @@ def translate_batch(lm: LoadedModel, texts: list[str], beam: int = 1, alpha: flo
 @torch.inference_mode()
 def translate_ids(lm: LoadedModel, src_ids: list[list[int]], beam: int = 1, alpha: float = 0.6,
                   batch_size: int = 64) -> list[str]:
-    """Detokenized translations of already encoded sources (<bos> ... <eos>): no spaCy needed.
+    """Detokenized translations of already encoded sources (<bos> ... <eos>, or Marian's ... </s>).
     Greedy runs in batches of similar length; beam search runs per sentence."""
     out = [""] * len(src_ids)
     cap = lm.model.cfg.max_len - 1
     order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
     for k in range(0, len(order), batch_size if beam <= 1 else 1):
         chunk = order[k:k + (batch_size if beam <= 1 else 1)]
-        src = pad_batch([src_ids[i] for i in chunk]).to(lm.device)
+        src = pad_batch([src_ids[i] for i in chunk], lm.model.cfg.pad_id).to(lm.device)
         max_len = min(cap, 100, src.size(1) * 2 + 10)
         if beam <= 1:
             hyps = greedy_batch(lm.model, src, max_len)

@@ -76,11 +76,12 @@ class Translation:
     truncated: bool = False        # the source was cut to the model's maximum length
     src_lang: str = ""
     tgt_lang: str = ""
+    start_token: str = "<bos>"     # the decoder's first input (Marian models start with <pad>)
 
     @property
     def decoder_input_tokens(self) -> list[str]:
-        """The decoder's query positions: <bos> then every output token but the last."""
-        return decoder_input("<bos>", self.output_tokens)
+        """The decoder's query positions: the start token then every output token but the last."""
+        return decoder_input(self.start_token, self.output_tokens)
 
     # Readouts of the captured trace: views ask these, never for hook-name strings.
     def attention(self, kind: Kind | str, trace: Trace | None = None) -> np.ndarray:

@@ -1,4 +1,8 @@
-"""The encoder-decoder Transformer (Vaswani et al. 2017), pre-norm, readable top to bottom.
+"""The encoder-decoder Transformer (Vaswani et al. 2017), readable top to bottom.
+
+One network, shaped by its frozen config: our own checkpoints are pre-norm (ReLU, interleaved
+sinusoids, a final norm per stack); converted ones (Marian / OPUS-MT) are post-norm (SiLU, sin-then-cos
+halves, no final norm, a logits bias, decoding starts with <pad>). The defaults are our own network.
 
 Every number the app shows is captured from hook points inside this file:
 ``{encoder,decoder}.hook_embed`` / ``hook_pos`` and, for every attention module,
@@ -24,6 +28,25 @@ from .names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind, canonical_kind  
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 1, 0, 2, 3
 
 
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:  # a named function: modules holding it stay picklable
+    return F.gelu(x, approximate="tanh")
+
+
+ACTIVATIONS = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh}
+POS_LAYOUTS = ("interleaved", "halves")
+
+
+class PreNormOnly(ValueError):
+    """An analysis that is derived for pre-norm models was asked of a post-norm one."""
+
+
+def require_pre_norm(cfg: "TransformerConfig", what: str) -> None:
+    """Raise :class:`PreNormOnly` when ``what`` would give a wrong number for this model."""
+    if not cfg.norm_first:
+        raise PreNormOnly(f"{what} is derived for pre-norm models; this model normalises after each "
+                          f"sublayer (post-norm), so it does not apply")
+
+
 @dataclass(frozen=True)
 class TransformerConfig:
     src_vocab_size: int
@@ -39,6 +62,40 @@ class TransformerConfig:
     tie_embeddings: bool = True  # decoder input embedding == generator weight
     share_embeddings: bool = False  # encoder embedding == decoder embedding (one joint vocabulary)
     pad_id: int = PAD_ID
+    # the shape of the network; every default is our own pre-norm model
+    norm_first: bool = True          # LayerNorm before each sublayer (pre-norm); False: after each residual add
+    activation: str = "relu"         # the feed-forward non-linearity: one of ACTIVATIONS
+    pos_layout: str = "interleaved"  # sinusoids: "interleaved" (sin, cos, sin, ...) or "halves" (all sin, then cos)
+    final_norm: bool = True          # a LayerNorm after each stack's last layer
+    logits_bias: bool = False        # a bias added to the generator's output
+    embed_scale: float | None = None  # token embeddings are multiplied by this; None = sqrt(d_model)
+    norm_eps: float = 1e-5
+    # the special tokens decoding uses
+    decoder_start_id: int = BOS_ID   # the decoder's first input
+    eos_id: int = EOS_ID
+    src_bos_id: int | None = BOS_ID  # put before the source (None: the source is its tokens then <eos>)
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}; expected one of {sorted(ACTIVATIONS)}")
+        if self.pos_layout not in POS_LAYOUTS:
+            raise ValueError(f"unknown positional layout {self.pos_layout!r}; expected one of {POS_LAYOUTS}")
+
+    @property
+    def pre_norm(self) -> bool:
+        """Whether the residual stream is a plain sum of what each sublayer adds (pre-norm). Readouts
+        that take differences of the stream as "what a sublayer added" (the residual decomposition,
+        ALTI+ as implemented) are only valid when this is True; they call :func:`require_pre_norm`."""
+        return self.norm_first
+
+    @property
+    def token_scale(self) -> float:
+        return math.sqrt(self.d_model) if self.embed_scale is None else float(self.embed_scale)
+
+    @property
+    def never_generated(self) -> tuple[int, ...]:
+        """Ids decoding never chooses as a next token: the decoder's start token and <pad>."""
+        return tuple(sorted({self.decoder_start_id, self.pad_id}))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -77,8 +134,15 @@ class Interventions:
 NO_INTERVENTION = Interventions()
 
 
-def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
-    """(max_len, d_model); even dimensions sin, odd dimensions cos (interleaved, as in the paper)."""
+def sinusoidal_encoding(max_len: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
+    """(max_len, d_model); even dimensions sin, odd dimensions cos (interleaved, as in the paper), or
+    with ``layout="halves"`` the same frequencies as sin in the first half, cos in the second (Marian:
+    computed in float64 as it does, so converted models see the very table they were trained with)."""
+    if layout == "halves":
+        pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+        j = torch.arange(d_model, dtype=torch.float64)
+        angle = pos / torch.pow(torch.tensor(10000.0, dtype=torch.float64), 2 * torch.floor(j / 2) / d_model)
+        return torch.cat([torch.sin(angle[:, 0::2]), torch.cos(angle[:, 1::2])], 1).float()
     pos = torch.arange(max_len, dtype=torch.float32)[:, None]
     div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
     pe = torch.zeros(max_len, d_model)
@@ -180,39 +244,56 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, d_ff: int, dropout: float):
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu"):
         super().__init__()
         self.w_1, self.w_2, self.dropout = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
-
-        # before / after the ReLU; opt-in: (B, T, d_ff), a third of a run's trace, and only the export reads them
+        self.act = ACTIVATIONS[activation]
+        # before / after the activation; opt-in: (B, T, d_ff), a third of a run's trace, and only the export reads them
         self.hook_pre, self.hook_post = HookPoint(opt_in=True), HookPoint(opt_in=True)
 
     def forward(self, x):
-        return self.w_2(_dropout(self.dropout, self.hook_post(F.relu(self.hook_pre(self.w_1(x))))))
+        return self.w_2(_dropout(self.dropout, self.hook_post(self.act(self.hook_pre(self.w_1(x))))))
+
+
+def _sublayer(x, norm: nn.LayerNorm, fn, dropout: nn.Dropout, norm_first: bool):
+    """One residual sublayer: pre-norm x + f(norm(x)), or post-norm norm(x + f(x)).
+
+    For a post-norm model the residual hooks therefore see the normalised stream, which is what the
+    next sublayer reads and adds to."""
+    if norm_first:
+        return x + _dropout(dropout, fn(norm(x)))
+    return norm(x + _dropout(dropout, fn(x)))
+
+
+def _layer_norms(cfg: TransformerConfig, n: int):
+    return (nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) for _ in range(n))
 
 
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
+        self.norm_first = cfg.norm_first
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
-        self.norm_1, self.norm_2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.norm_1, self.norm_2 = _layer_norms(cfg, 2)
         self.dropout = nn.Dropout(cfg.dropout)
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
 
     def forward(self, x, src_mask, ablate=()):
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(x + _dropout(self.dropout, self.self_attn(self.norm_1(x), src_mask, ablate=ablate)))
-        return self.hook_resid_post(x + _dropout(self.dropout, self.ff(self.norm_2(x))))
+        x = self.hook_resid_mid(_sublayer(x, self.norm_1, lambda h: self.self_attn(h, src_mask, ablate=ablate),
+                                          self.dropout, self.norm_first))
+        return self.hook_resid_post(_sublayer(x, self.norm_2, self.ff, self.dropout, self.norm_first))
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
+        self.norm_first = cfg.norm_first
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=True)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
-        self.norm_1, self.norm_2, self.norm_3 = (nn.LayerNorm(cfg.d_model) for _ in range(3))
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.norm_1, self.norm_2, self.norm_3 = _layer_norms(cfg, 3)
         self.dropout = nn.Dropout(cfg.dropout)
         # resid_mid: after self-attention; resid_mid_cross: after cross-attention
         self.hook_resid_pre, self.hook_resid_mid = HookPoint(), HookPoint()
@@ -221,16 +302,16 @@ class DecoderLayer(nn.Module):
     def forward(self, x, memory, src_mask, tgt_mask, cache=None, ablate_self=(), ablate_cross=()):
         self_cache, cross_cache = (None, None) if cache is None else (cache["self"], cache["cross"])
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(x + _dropout(self.dropout, self.self_attn(
-            self.norm_1(x), tgt_mask, cache=self_cache, ablate=ablate_self)))
-        x = self.hook_resid_mid_cross(x + _dropout(self.dropout, self.cross_attn(
-            self.norm_2(x), src_mask, memory=memory, cache=cross_cache, ablate=ablate_cross)))
-        return self.hook_resid_post(x + _dropout(self.dropout, self.ff(self.norm_3(x))))
+        x = self.hook_resid_mid(_sublayer(x, self.norm_1, lambda h: self.self_attn(
+            h, tgt_mask, cache=self_cache, ablate=ablate_self), self.dropout, self.norm_first))
+        x = self.hook_resid_mid_cross(_sublayer(x, self.norm_2, lambda h: self.cross_attn(
+            h, src_mask, memory=memory, cache=cross_cache, ablate=ablate_cross), self.dropout, self.norm_first))
+        return self.hook_resid_post(_sublayer(x, self.norm_3, self.ff, self.dropout, self.norm_first))
 
 
 def _step_weights(layer: DecoderLayer) -> dict:
     """A decoder layer's tensors by module name, as the arguments of F.linear / F.layer_norm."""
-    w: dict = {"n_heads": layer.self_attn.n_heads}
+    w: dict = {"n_heads": layer.self_attn.n_heads, "norm_first": layer.norm_first, "act": layer.ff.act}
     for name, m in layer.named_modules():
         if isinstance(m, nn.Linear):
             w[name] = (m.weight, m.bias)
@@ -245,18 +326,21 @@ def _decoder_layer_step(x, w: dict, cache: dict, memory, src_mask):
     The same operations on the same tensors, written with F.* on the weights in ``w`` (gathered
     once per decode): at one token per step, nn.Module calls, attribute look-ups and reshapes
     cost more than the matmuls themselves. With one position, (B, 1, D) <-> (B, H, 1, d_k) are views.
+    Pre-norm: x + f(norm(x)); post-norm: norm(x + f(x)), as in :func:`_sublayer`.
     """
-    H, own, cross = w["n_heads"], cache["self"], cache["cross"]
+    H, own, cross, pre = w["n_heads"], cache["self"], cache["cross"], w["norm_first"]
     B, D = x.size(0), x.size(2)
-    h = F.layer_norm(x, *w["norm_1"])
+    h = F.layer_norm(x, *w["norm_1"]) if pre else x
     q = F.linear(h, *w["self_attn.w_q"]).view(B, H, 1, D // H)
     k, v = F.linear(h, *w["self_attn.w_kv"]).view(B, 2, H, 1, D // H).unbind(1)
     if "k" in own:
         k, v = torch.cat([own["k"], k], 2), torch.cat([own["v"], v], 2)
     own["k"], own["v"] = k, v
     x = x + F.linear(_attend(q, k, v, None).reshape(B, 1, D), *w["self_attn.w_o"])
+    if not pre:
+        x = F.layer_norm(x, *w["norm_1"])
 
-    h = F.layer_norm(x, *w["norm_2"])
+    h = F.layer_norm(x, *w["norm_2"]) if pre else x
     q = F.linear(h, *w["cross_attn.w_q"]).view(B, H, 1, D // H)
     if "k" not in cross:
         cross["k"], cross["v"] = (_split_heads(t, H) for t in
@@ -264,28 +348,32 @@ def _decoder_layer_step(x, w: dict, cache: dict, memory, src_mask):
     k, v = cross["k"], cross["v"]
     mask = None if src_mask is None else src_mask.expand(B, 1, 1, k.size(2))
     x = x + F.linear(_attend(q, k, v, mask).reshape(B, 1, D), *w["cross_attn.w_o"])
+    if not pre:
+        x = F.layer_norm(x, *w["norm_2"])
 
-    h = F.layer_norm(x, *w["norm_3"])
-    return x + F.linear(F.relu(F.linear(h, *w["ff.w_1"])), *w["ff.w_2"])
+    h = F.layer_norm(x, *w["norm_3"]) if pre else x
+    x = x + F.linear(w["act"](F.linear(h, *w["ff.w_1"])), *w["ff.w_2"])
+    return x if pre else F.layer_norm(x, *w["norm_3"])
 
 
 class _Stack(nn.Module):
-    """Token embedding x sqrt(d_model) plus the sinusoidal encoding, then layers, then a final norm."""
+    """Token embedding x scale (sqrt(d_model) by default) plus the sinusoidal encoding, then layers,
+    then a final norm (the identity when the config has none)."""
 
     def __init__(self, vocab_size: int, cfg: TransformerConfig, layer_cls, n_layers: int):
         super().__init__()
-        self.d_model = cfg.d_model
+        self.d_model, self.scale = cfg.d_model, cfg.token_scale
         self.tok_embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.register_buffer("pe", sinusoidal_encoding(cfg.max_len, cfg.d_model), persistent=False)
+        self.register_buffer("pe", sinusoidal_encoding(cfg.max_len, cfg.d_model, cfg.pos_layout), persistent=False)
         self.hook_embed = HookPoint()  # scaled token embeddings
         self.hook_pos = HookPoint()    # the positional encoding that was added (zeros when switched off)
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(layer_cls(cfg) for _ in range(n_layers))
-        self.norm = nn.LayerNorm(cfg.d_model)
-        self.hook_norm = HookPoint()  # the stack's output, after its final norm
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
+        self.hook_norm = HookPoint()  # the stack's output, after its final norm (if any)
 
     def embed(self, tokens: torch.Tensor, start_pos: int, use_pos: bool) -> torch.Tensor:
-        x = self.hook_embed(self.tok_embed(tokens) * math.sqrt(self.d_model))
+        x = self.hook_embed(self.tok_embed(tokens) * self.scale)
         T = tokens.size(1)
         if start_pos + T > self.pe.size(0):
             raise ValueError(f"sequence of {start_pos + T} positions exceeds max_len {self.pe.size(0)}")
@@ -362,13 +450,19 @@ class KVCache:
                     part[key] = part[key].index_select(0, index)
 
 
+def tied_keys(cfg: TransformerConfig) -> set[str]:
+    """State-dict keys that alias another tensor (not stored: safetensors refuses shared memory)."""
+    return ({"generator.weight"} if cfg.tie_embeddings else set()) | \
+        ({"encoder.tok_embed.weight"} if cfg.share_embeddings else set())
+
+
 class Transformer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
-        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.logits_bias)
         # the generator's output, every call; opt-in: (B, T, vocabulary) is the largest tensor by far
         self.hook_logits = HookPoint(opt_in=True)
         self._init_weights()
@@ -402,7 +496,11 @@ class Transformer(nn.Module):
         return mask
 
     def tgt_mask(self, tgt: torch.Tensor, iv: Interventions = NO_INTERVENTION) -> torch.Tensor:
-        mask = padding_mask(tgt, self.cfg.pad_id).expand(-1, -1, tgt.size(1), -1)
+        mask = padding_mask(tgt, self.cfg.pad_id)
+        if self.cfg.decoder_start_id == self.cfg.pad_id:  # Marian starts with <pad>: that one is a real input
+            mask = mask.clone()
+            mask[..., 0] = True
+        mask = mask.expand(-1, -1, tgt.size(1), -1)
         return mask & causal_mask(tgt.size(1), tgt.device) if iv.causal_mask else mask
 
     # the three parts, kept apart as in the Annotated Transformer ----------------

@@ -14,7 +14,8 @@ from .decoding import DecodeOptions, translate
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--checkpoint", required=True, help="checkpoint folder, e.g. checkpoints/de-en")
+    p.add_argument("--checkpoint", required=True,
+                   help="checkpoint folder (checkpoints/de-en), a Marian folder, or a Hub id (Helsinki-NLP/opus-mt-de-en)")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--length-penalty", type=float, default=None, help="default: the model card's value, else 0.6")
     p.add_argument("--max-len", type=int, default=100)
