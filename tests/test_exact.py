@@ -177,3 +177,13 @@ def test_numbers_keep_small_weights_small():
     assert (out.astype(np.float32) == a).all() and out[0] > 0
     assert json.dumps(out.tolist()) == "[2.6e-10, 0.1, 0.33333334, 0.0]"
     assert numbers(a, 4).tolist() == [0.0, 0.1, 0.3333, 0.0]
+
+
+def test_attribution_api_reports_steps_and_gap(client):
+    out = client.predict(DE, "de-en", 1, 16, api_name="/attribution")
+    ig = np.array(out["scores"]["integrated_gradients"])
+    assert out["ig_steps"] >= 16 and out["ig_evaluations"] >= out["ig_steps"]
+    assert out["ig_gap"] == pytest.approx(abs(ig.sum() - out["ig_delta"]), abs=1e-6)
+    assert out["ig_tolerance"] == pytest.approx(max(IG_RTOL * abs(out["ig_delta"]), IG_ATOL))
+    assert out["ig_converged"] is True and out["ig_gap"] <= out["ig_tolerance"]
+    assert out["ig_sum"] == pytest.approx(ig.sum(), abs=1e-9)
