@@ -227,11 +227,28 @@ def _refine(panels: list[_Panel], gap: float) -> list[_Panel]:
     return chosen
 
 
+def _halve(f, emb: torch.Tensor, panels: list[_Panel], split: list[_Panel]) -> list[_Panel]:
+    """``panels`` with each of ``split`` replaced by its two halves; a half's error estimate is half the
+    change its parent's value underwent."""
+    halves = [h for p in split for h in ((p.a, (p.a + p.b) / 2), ((p.a + p.b) / 2, p.b))]
+    new = iter(zip(halves, _integrate(f, emb, halves)))
+    replaced = {id(p): [next(new), next(new)] for p in split}
+    out = []
+    for p in panels:
+        if id(p) not in replaced:
+            out.append(p)
+            continue
+        (left, lv), (right, rv) = replaced[id(p)]
+        err = abs(float(lv.sum() + rv.sum() - p.values.sum())) / 2
+        out += [_Panel(*left, lv, err), _Panel(*right, rv, err)]
+    return out
+
+
 def integrated_gradients(f, emb: torch.Tensor, delta: float, start: int = IG_START,
                          max_steps: int = IG_MAX_STEPS) -> IntegratedGradients:
     """IG of ``f`` from the zero baseline to ``emb`` (1, S, D): a composite Gauss-Legendre rule whose
     panels are halved where the integrand is rough, until the values add up to ``delta`` within
-    max(IG_RTOL * |delta|, IG_ATOL) or the next rule would pass ``max_steps`` points."""
+    max(IG_RTOL * |delta|, IG_ATOL), or until a rule has ``max_steps`` points (then not converged)."""
     n = max(1, min(start, max_steps) // IG_PANEL)
     bounds = [(i / n, (i + 1) / n) for i in range(n)]
     panels = [_Panel(a, b, v) for (a, b), v in zip(bounds, _integrate(f, emb, bounds))]
@@ -239,28 +256,15 @@ def integrated_gradients(f, emb: torch.Tensor, delta: float, start: int = IG_STA
     while True:
         values = torch.stack([p.values for p in panels]).sum(0)
         gap = abs(float(values.sum()) - delta)
-        if gap <= tolerance:
-            break
         room = max_steps // IG_PANEL - len(panels)  # each halving adds one panel
-        if room <= 0:
+        if gap <= tolerance or room <= 0:
             break
         split = sorted(_refine(panels, gap), key=lambda p: -p.err)[:room]
-        halves = [h for p in split for h in ((p.a, (p.a + p.b) / 2), ((p.a + p.b) / 2, p.b))]
-        new = _integrate(f, emb, halves)
-        evaluations += len(halves) * IG_PANEL
-        chosen = {id(p): i for i, p in enumerate(split)}
-        nxt = []
-        for p in panels:
-            if id(p) not in chosen:
-                nxt.append(p)
-                continue
-            i = chosen[id(p)]
-            left, right = new[2 * i], new[2 * i + 1]
-            err = abs(float(left.sum() + right.sum() - p.values.sum()))
-            nxt += [_Panel(*halves[2 * i], left, err / 2), _Panel(*halves[2 * i + 1], right, err / 2)]
-        panels = nxt
-    return IntegratedGradients(values.detach().cpu().double().numpy(), delta, len(panels) * IG_PANEL,
-                               evaluations, gap, tolerance, gap <= tolerance)
+        panels = _halve(f, emb, panels, split)
+        evaluations += 2 * len(split) * IG_PANEL
+    return IntegratedGradients(values=values.detach().cpu().double().numpy(), delta=delta,
+                               steps=len(panels) * IG_PANEL, evaluations=evaluations, gap=gap,
+                               tolerance=tolerance, converged=gap <= tolerance)
 
 
 def gradients(model: Transformer, src_ids: list[int], dec_in: list[int], position: int, token: int,
@@ -282,7 +286,7 @@ def gradients(model: Transformer, src_ids: list[int], dec_in: list[int], positio
         with torch.no_grad():
             delta = float(fx.detach() - f(torch.zeros_like(emb)))
         ig = integrated_gradients(f, emb, delta, steps, max_steps)
-    return Gradients(grad_input, ig)
+    return Gradients(grad_input=grad_input, integrated=ig)
 
 
 # --------------------------------------------------------------------------- all together
