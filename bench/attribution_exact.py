@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import torch

@@ -104,8 +104,9 @@ def test_norm_based_is_the_norm_of_the_sum_over_heads(tiny_lm, forced):
         v = memory @ wv.T + bv                                                      # (S, D), heads side by side
         alpha = comp.get("pattern", "cross", layer)[0].double()                     # (H, T, S)
         for position in range(len(tr.output_ids)):
-            total = sum(alpha[h, position][:, None] * (v[:, h * dk:(h + 1) * dk] @ attn.w_o.weight[:, h * dk:(h + 1) * dk].detach().T)
-                        for h in range(H))                                          # (S, D)
+            cols = [slice(h * dk, (h + 1) * dk) for h in range(H)]
+            f = [v[:, c] @ attn.w_o.weight[:, c].detach().T for c in cols]           # f_h(x_j): (S, D) each
+            total = sum(alpha[h, position][:, None] * f[h] for h in range(H))
             expected = total.norm(dim=-1).numpy()
             a = attribute(model, tr, position, layer=layer)
             np.testing.assert_allclose(a.norm, expected, rtol=1e-5, atol=1e-7)
