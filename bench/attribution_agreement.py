@@ -2,7 +2,7 @@
 
 For the first 20 test sentences (greedy output, every output position), the Spearman rank correlation
 over source tokens between pairs of methods (raw cross-attention of the last layer, mean of its heads;
-rollout; norm-based; ALTI+; gradient × input; integrated gradients at 64 steps), averaged per sentence,
+rollout; norm-based; ALTI+; gradient × input; integrated gradients checked for completeness), averaged per sentence,
 then over sentences; over every source position (<bos>/<eos> included) and over the words only.
 """
 from __future__ import annotations

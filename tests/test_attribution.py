@@ -69,14 +69,16 @@ def _setup(tiny_lm, forced):
 
 def test_integrated_gradients_completeness(tiny_lm, forced):
     model, src, dec, tok = _setup(tiny_lm, forced)
-    _, ig, delta = gradients(model, src, dec, 1, tok, steps=64)
-    assert abs(delta) > 1e-3  # a real difference to account for
-    assert abs(ig.sum() - delta) <= 0.01 * abs(delta)
+    ig = gradients(model, src, dec, 1, tok, steps=64).integrated
+    assert abs(ig.delta) > 1e-3  # a real difference to account for
+    assert ig.converged and ig.steps >= 64
+    assert ig.gap == pytest.approx(abs(ig.values.sum() - ig.delta))
+    assert abs(ig.values.sum() - ig.delta) <= 0.01 * abs(ig.delta)
 
 
 def test_grad_input_matches_finite_differences(tiny_lm, forced):
     model, src, dec, tok = _setup(tiny_lm, forced)
-    gi, _, _ = gradients(model, src, dec, 1, tok, steps=4)
+    gi = gradients(model, src, dec, 1, tok, steps=8).grad_input
     s, d = torch.tensor([src]), torch.tensor([dec])
     emb = model.encoder.tok_embed(s).detach() * model.encoder.d_model ** 0.5
     eps = 1e-6

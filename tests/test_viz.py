@@ -350,7 +350,7 @@ def test_score_panels_show_scores_masked_scores_and_softmax():
     assert np.isfinite(z_of(grey)[~causal]).all() and grey["xaxis"] == "x2"  # panel 2: −∞ cells drawn grey
     assert "−∞" in grey["hovertemplate"]
     assert np.allclose(z_of(sm), w, atol=1e-6)                               # panel 3: the softmax
-    assert "%{z:.4f}" in s1["hovertemplate"] and "%{z:.4f}" in sm["hovertemplate"]  # real numbers on hover
+    assert "%{z:.4~g}" in s1["hovertemplate"] and "%{z:.4~g}" in sm["hovertemplate"]  # small ones stay small
     assert s1["coloraxis"] == s2["coloraxis"] != sm["coloraxis"]
     lay = fig.layout
     assert lay.xaxis2.matches == "x" and lay.xaxis3.matches == "x" and lay.yaxis3.matches == "y"

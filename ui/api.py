@@ -5,7 +5,6 @@ import logging
 from dataclasses import asdict
 
 import gradio as gr
-import numpy as np
 
 from model.checkpoint import Registry, summarize
 from model.decoding import DecodeOptions
@@ -13,7 +12,7 @@ from model.names import CROSS, Kind
 
 from . import calls
 from .inside import attribution_payload
-from .payload import to_json
+from .payload import attention_mask, numbers, to_json
 from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
 from .present import clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
 
@@ -38,6 +37,11 @@ def _api_int(value, name: str, lo: int, hi: int) -> int:
         raise gr.Error(f"{name} must be a whole number, not {str(value)[:40]!r}.") from None
 
 
+def _decimals(value) -> int | None:
+    """None (full float32 precision) or a number of decimal places, 0-9."""
+    return None if value is None or value == "" else _api_int(value, "decimals", 0, 9)
+
+
 def _run(what: str, fn, *args):
     """A model call whose failure reaches the client as a short message, never a traceback."""
     try:
@@ -53,27 +57,35 @@ class Api:
     def __init__(self, reg_key: str):
         self.reg_key, self.reg = reg_key, calls.REGISTRIES[reg_key]
 
-    def translate(self, text: str, direction: str = "", beam: int = 1, max_len: int = 100) -> dict:
+    def translate(self, text: str, direction: str = "", beam: int = 1, max_len: int = 100,
+                  decimals: int | None = None) -> dict:
         """Translate `text`. Returns the tokens, the translation, the per-step top-k and the attention arrays
-        (encoder self, decoder self, cross), each layers x heads x queries x keys."""
+        (encoder_self, decoder_self, cross), each layers x heads x queries x keys, at the model's float32
+        precision (`decimals`: round every number to that many places instead, 0-9, for a smaller answer).
+        `attention_mask` gives, per kind, queries x keys booleans (True = attended, the same for every layer
+        and head): a masked cell has weight 0 and False there, a weight that is or rounds to 0 has True."""
         name = _api_model(self.reg, direction)
+        decimals = _decimals(decimals)
         text, notices = clean_input(text)
         if is_blank(text):
             return {"model": name, "translation": "", "src_tokens": [], "output_tokens": [], "steps": [],
                     "attention": {}, "notices": notices + ["The input is empty: type a sentence to translate."]}
         opts = DecodeOptions(beam=_api_int(beam, "beam", 1, MAX_BEAM), max_len=_api_int(max_len, "max_len", 1, MAX_OUTPUT_TOKENS))
         tr = _run("translation", calls.gpu_translate, self.reg_key, name, text, opts)
-        return to_json(tr, run_notices(tr, notices, self.reg.models[name]), name, lm=self.reg.models[name])
+        return to_json(tr, run_notices(tr, notices, self.reg.models[name]), name, lm=self.reg.models[name],
+                       decimals=decimals)
 
     def compare(self, text: str, direction: str = "", beam: int = 1, max_len: int = 100, pad_to: int = 0,
                 src_padding_mask: bool = True, causal_mask: bool = True, positional_encoding: bool = True,
                 ablate_heads: list[str] | None = None, ablate_src_tokens: list[int] | None = None,
-                kind: str = "cross", layer: int = 0, head: int = 0) -> dict:
+                kind: str = "cross", layer: int = 0, head: int = 0, decimals: int | None = None) -> dict:
         """Run the baseline and a modified model (mask toggles, positional encoding, ablated heads such as
         'cross L1 H2', hidden source positions). Returns both translations, the differing tokens, the
         per-step chosen-token probabilities and, for one layer and head of `kind`, both attention maps
-        (the modified model fed the baseline's output) and their difference."""
+        (the modified model fed the baseline's output) and their difference, at float32 precision unless
+        `decimals` rounds them; `baseline_mask` and `modified_mask` (True = attended) mark masked cells."""
         name = _api_model(self.reg, direction)
+        decimals = _decimals(decimals)
         text, notices = clean_input(text)
         if is_blank(text):
             return {"model": name, "baseline": None, "modified": None,
@@ -98,18 +110,24 @@ class Api:
             "model": name, "notices": notices, "interventions": describe_interventions(iv),
             "src_tokens": list(base.src_tokens),
             "baseline": {"translation": base.text, "output_tokens": base.output_tokens,
-                         "differs": da, "probs": [round(float(s.prob), 6) for s in base.steps]},
+                         "differs": da, "probs": numbers([s.prob for s in base.steps], decimals).tolist()},
             "modified": {"translation": mod.text, "output_tokens": mod.output_tokens,
-                         "differs": db, "probs": [round(float(s.prob), 6) for s in mod.steps]},
+                         "differs": db, "probs": numbers([s.prob for s in mod.steps], decimals).tolist()},
             "map": {"kind": kind_c, "layer": l, "head": h, "query_tokens": q, "key_tokens": k,
-                    "baseline": np.round(a_base[l, h], 4).tolist(), "modified": np.round(a_mod[l, h], 4).tolist(),
-                    "difference": np.round(a_mod[l, h] - a_base[l, h], 4).tolist()},
+                    "baseline": numbers(a_base[l, h], decimals).tolist(),
+                    "modified": numbers(a_mod[l, h], decimals).tolist(),
+                    "difference": numbers(a_mod[l, h] - a_base[l, h], decimals).tolist(),
+                    "baseline_mask": attention_mask(base.mask(kind_c), a_base.shape),
+                    "modified_mask": attention_mask(base.mask(kind_c, mod_on_base), a_mod.shape)},
         }
 
     def attribution(self, text: str, direction: str = "", position: int = 0, ig_steps: int = 64) -> dict:
         """For output `position` of the greedy translation of `text`: its scores over the source tokens by six
-        methods (raw cross-attention, rollout, norm-based, ALTI+, gradient x input, integrated gradients),
-        their Spearman correlations, and the ALTI+ source and target shares."""
+        methods (raw cross-attention, rollout, norm-based ||sum_h alpha_h f_h(x)||, ALTI+, gradient x input,
+        integrated gradients), their Spearman correlations, and the ALTI+ source and target shares.
+        Integrated gradients start from `ig_steps` path points (8-256) and take more, to at most 2048, until
+        they add up to f(x) - f(baseline) within 1 % (or 0.001 nats): `ig_steps` in the answer is the number
+        used, `ig_gap` the |sum - ig_delta| reached, `ig_converged` whether it is within `ig_tolerance`."""
         name = _api_model(self.reg, direction)
         text, _ = clean_input(text)
         if is_blank(text):

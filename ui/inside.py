@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.attribution import METHODS, Attribution
+from model.attribution import IG_MAX_STEPS, METHODS, Attribution
 from model.computation import Computation, Forced
 from model import analysis as an
 from model.transformer import ENC_SELF
@@ -17,7 +17,7 @@ from .state import Run
 from .views import decoder_rows
 
 FIRST = "Translate a sentence first."
-METHOD_LABELS = {"attention": "raw cross-attention", "rollout": "rollout", "norm": "norm-based ‖α·f(x)‖",
+METHOD_LABELS = {"attention": "raw cross-attention", "rollout": "rollout", "norm": "norm-based ‖Σₕ αₕ·fₕ(x)‖",
                  "alti": "ALTI+", "grad_input": "gradient × input", "integrated_gradients": "integrated gradients"}
 PARTS = {"encoder": "Encoder", "decoder": "Decoder"}
 
@@ -123,6 +123,16 @@ def attribution_table(attr: Attribution) -> list[list]:
     return [[tok, *(round(float(attr.scores(m)[i]), 5) for m in METHODS)] for i, tok in enumerate(attr.src_tokens)]
 
 
+def ig_sentence(attr: Attribution) -> str:
+    """What the integrated gradients reached: "add up to" only when they do, a warning otherwise."""
+    reached = (f"Σ = {attr.ig_sum():.4g} against f(x) − f(baseline) = {attr.ig_delta:.4g}, gap {attr.ig_gap:.2g} "
+               f"(allowed {attr.ig_tolerance:.2g}) with {attr.ig_steps} path points (Gauss–Legendre)")
+    if attr.ig_adds_up():
+        return f"Integrated gradients add up to f(x) − f(baseline): {reached}."
+    return (f"⚠️ **Integrated gradients do not add up**: {reached}; the cap of {IG_MAX_STEPS} points was reached, "
+            "so read their scores with care.")
+
+
 def attribution_markdown(attr: Attribution) -> str:
     rho = attr.correlations()
     i, j, k = METHODS.index("attention"), METHODS.index("alti"), METHODS.index("integrated_gradients")
@@ -130,16 +140,18 @@ def attribution_markdown(attr: Attribution) -> str:
     return (f"Output {attr.position} **{md_escape(attr.token)}**. ALTI+: the source gives "
             f"**{attr.source_share:.0%}** of this prediction, the target prefix {attr.target_share:.0%}. "
             f"Rank correlation (Spearman) of raw attention with ALTI+ {fmt(rho[i, j])}, with integrated "
-            f"gradients {fmt(rho[i, k])}. Integrated gradients add up to f(x) − f(baseline) = {attr.ig_delta:.3f}.")
+            f"gradients {fmt(rho[i, k])}. {ig_sentence(attr)}")
 
 
 def attribution_payload(attr: Attribution) -> dict:
-    """The attribution table as plain JSON (the API's answer)."""
+    """The attribution table as plain JSON (the API's answer), with the integrated gradients' check."""
     return {"src_tokens": list(attr.src_tokens), "position": attr.position, "token": attr.token,
             "methods": list(METHODS), "scores": {m: [float(v) for v in attr.scores(m)] for m in METHODS},
             "correlations": [[None if np.isnan(v) else float(v) for v in row] for row in attr.correlations()],
             "source_share": attr.source_share, "target_share": attr.target_share,
-            "target_alti": [float(v) for v in attr.target_alti], "ig_delta": attr.ig_delta}
+            "target_alti": [float(v) for v in attr.target_alti], "ig_delta": attr.ig_delta,
+            "ig_sum": attr.ig_sum(), "ig_steps": attr.ig_steps, "ig_evaluations": attr.ig_evaluations,
+            "ig_gap": attr.ig_gap, "ig_tolerance": attr.ig_tolerance, "ig_converged": attr.ig_adds_up()}
 
 
 def position_choices(run: Run | None) -> list[tuple[str, int]]:

@@ -16,8 +16,21 @@ from model.names import ATTN_KINDS, CROSS, Kind
 from .present import KIND_JSON, KIND_SHORT, KINDS, clean_input, describe_interventions
 
 
-def _r(a, nd: int = 4):
-    return np.round(np.asarray(a, dtype=np.float64), nd).tolist()
+def numbers(a, decimals: int | None = None) -> np.ndarray:
+    """float64 values for JSON: each float32 at the shortest decimal that reads back as the same float32
+    (full precision, no float64 noise digits), or rounded to ``decimals`` places when given."""
+    a = np.asarray(a, dtype=np.float32)
+    return a.astype(str).astype(np.float64) if decimals is None else np.round(a.astype(np.float64), decimals)
+
+
+def attention_mask(mask, shape: tuple[int, ...]) -> list:
+    """The mask (True = attend) as (queries, keys) nested lists of booleans: what tells a masked cell
+    (weight 0, False here) from a weight that is, or rounds to, 0 (True here)."""
+    return np.broadcast_to(np.asarray(mask, dtype=bool), shape[-2:]).tolist()
+
+
+def _num(v, decimals: int | None) -> float:
+    return float(numbers(v, decimals))
 
 
 def word_fields(lm: LoadedModel, tr: Translation) -> dict:
@@ -28,9 +41,11 @@ def word_fields(lm: LoadedModel, tr: Translation) -> dict:
 
 
 def to_json(tr: Translation, notices: list[str] | None = None, model: str | None = None,
-            attention_arrays: bool = True, lm: LoadedModel | None = None) -> dict:
-    """A JSON-able dict: tokens, the translation, per-step records and the attention arrays
-    (over tokens; with ``lm``, also each word's token span, to read them per word)."""
+            attention_arrays: bool = True, lm: LoadedModel | None = None, decimals: int | None = None) -> dict:
+    """A JSON-able dict: tokens, the translation, per-step records and the attention arrays (over
+    tokens; with ``lm``, also each word's token span, to read them per word). Numbers at float32
+    precision unless ``decimals`` rounds them; ``attention_mask`` (queries x keys, True = attend, the
+    same for every layer and head) marks the masked cells, whose weight is 0."""
     out = {
         "model": model or f"{tr.src_lang}-{tr.tgt_lang}", "src_text": tr.src_text,
         "src_tokens": list(tr.src_tokens), "output_tokens": list(tr.output_tokens),
@@ -38,15 +53,19 @@ def to_json(tr: Translation, notices: list[str] | None = None, model: str | None
         "replaced": {str(k): v for k, v in tr.replaced.items()}, "truncated": bool(tr.truncated),
         "score": float(tr.score), "interventions": describe_interventions(tr.interventions),
         "notices": list(notices or []),
-        "steps": [{"step": s.step, "token": s.token, "prob": round(float(s.prob), 6),
-                   "topk": [[tok, round(float(p), 6)] for tok, p in zip(s.topk_tokens, s.topk_probs)]}
+        "steps": [{"step": s.step, "token": s.token, "prob": _num(s.prob, decimals),
+                   "topk": [[tok, _num(p, decimals)] for tok, p in zip(s.topk_tokens, s.topk_probs)]}
                   for s in tr.steps],
     }
     if lm is not None:
         out.update(word_fields(lm, tr))
     if attention_arrays and tr.trace is not None:
-        out["attention"] = {KIND_JSON[k]: _r(tr.attention(k)) for k in ATTN_KINDS}
+        arrays = {KIND_JSON[k]: tr.attention(k) for k in ATTN_KINDS}
+        out["attention"] = {k: numbers(a, decimals).tolist() for k, a in arrays.items()}
         out["attention_shape"] = "layers x heads x queries x keys"
+        out["attention_mask"] = {KIND_JSON[k]: attention_mask(tr.mask(k), arrays[KIND_JSON[k]].shape)
+                                 for k in ATTN_KINDS}
+        out["precision"] = "float32" if decimals is None else f"rounded to {decimals} decimals"
     return out
 
 

@@ -16,7 +16,7 @@ from .common import (ATTN_SCALE, DIVERGING, MASKED_NOTE, MAX_TICK_LABELS, MIN_LA
                      mask_array, masked_layer, masked_trace, scale_note, set_title, subplot_title, thin_axes,
                      thin_note, token_axis, token_labels)
 
-HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>weight: %%{z:.4f}<extra></extra>"
+HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>weight: %%{z:.4~g}<extra></extra>"
 KEY_TITLE = "key (attended to)"
 
 
@@ -222,7 +222,7 @@ def difference_map(diff: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence
     m = finite_absmax(z)
     fs = label_font_size(max(len(q_tokens), len(k_tokens)))
     trace = dict(type="heatmap", z=z, colorscale=DIVERGING, zmid=0.0, zmin=-m, zmax=m, hoverongaps=False,
-                 hovertemplate="query: %{y}<br>key: %{x}<br>difference: %{z:+.4f}<extra></extra>",
+                 hovertemplate="query: %{y}<br>key: %{x}<br>difference: %{z:+.4~g}<extra></extra>",
                  colorbar=dict(title=dict(text="Δ weight"), thickness=12))
     layout = base_layout(140 + min(600, max(260, 26 * len(q_tokens))))
     _token_axes(layout, q_tokens, k_tokens, fs, query_title, None, angle=-60)
@@ -256,7 +256,7 @@ def comparison_maps(base: np.ndarray, modified: np.ndarray, q_tokens: Sequence[s
     for i, ((z, zm, masked), name) in enumerate(zip(panels + [(zd, None, False)], names)):
         xr, yr, xa, ya = axis_ids(i)
         xd, yd = doms[i]
-        hover = ("query: %{y}<br>key: %{x}<br>difference: %{z:+.4f}<extra></extra>" if i == 2
+        hover = ("query: %{y}<br>key: %{x}<br>difference: %{z:+.4~g}<extra></extra>" if i == 2
                  else HOVER % name)
         data.append(dict(type="heatmap", z=z, coloraxis="coloraxis2" if i == 2 else "coloraxis", xaxis=xr, yaxis=yr,
                          hoverongaps=False, hovertemplate=hover))
@@ -282,7 +282,7 @@ def comparison_maps(base: np.ndarray, modified: np.ndarray, q_tokens: Sequence[s
     return figure(data, layout)
 
 
-SCORE_HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>%s: %%{z:.4f}<extra></extra>"
+SCORE_HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>%s: %%{z:.4~g}<extra></extra>"
 
 
 def score_panels(scores: np.ndarray, weights: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *,

@@ -94,7 +94,7 @@ def _head_panels(q, K, scores, blocked, masked, pattern, V, z, result, d_k, quer
         (0, "mask: score, or −∞ where the key is hidden", finite(np.where(blocked, np.nan, masked))[None], "key",
          False, ("div", s_lo), False, "key %{x}<br>score = %{z:.4g}"),
         (0, "α = softmax(masked scores)", finite(pattern)[None], "key", False, ("attn", 1.0), True,
-         "key %{x}<br>α = %{z:.4f}"),
+         "key %{x}<br>α = %{z:.4~g}"),
         (1, "V: one value per token (row), d_k columns", V, "dim", True, ("div", vz), True,
          "key %{y}<br>v[%{x}] = %{z:.4g}"),
         (1, "z = αV = Σⱼ αⱼ vⱼ", z[None], "dim", False, ("div", vz), False, "z[%{x}] = %{z:.4g}"),
@@ -272,7 +272,7 @@ def norm_vs_attention(pattern, norm_weights, q_tokens: Sequence[str], k_tokens: 
         xd = (0.0, 0.44) if i == 0 else (0.5, 0.94)
         data.append(dict(type="heatmap", z=z, customdata=rounded(r), coloraxis="coloraxis", xaxis="x" + sfx,
                          yaxis="y" + sfx, hoverongaps=False,
-                         hovertemplate=f"{name}<br>query: %{{y}}<br>key: %{{x}}<br>share of row: %{{z:.4f}}"
+                         hovertemplate=f"{name}<br>query: %{{y}}<br>key: %{{x}}<br>share of row: %{{z:.4~g}}"
                                        "<br>raw: %{customdata:.4g}<extra></extra>"))
         layout["xaxis" + sfx] = dict(token_axis(k_tokens, font_size=fs, angle=-60 if K > 8 else None),
                                      domain=list(xd), anchor="y" + sfx)

@@ -10,7 +10,7 @@ from .common import (ATTN_SCALE, MASKED_NOTE, MAX_TICK_LABELS, apply_mask, base_
                      finite_max, grid_domains, label_font_size, masked_layer, masked_trace, set_title, subplot_title,
                      thin_axes, thin_note, token_axis)
 
-HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>weight: %%{z:.4f}<extra></extra>"
+HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>weight: %%{z:.4~g}<extra></extra>"
 
 
 def side_by_side(maps: Sequence[tuple[str, np.ndarray, Sequence[str], Sequence[str]]], *,

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from .common import (ATTN_SCALE, MAX_TICK_LABELS, as_float, base_layout, blank_rows, esc, figure, finite_max,
                      grid_domains, label_font_size, set_title, subplot_title, thin_axes, thin_note, token_axis)
 
-HOVER = "%s<br>%s: %%{y}<br>source: %%{x}<br>weight: %%{z:.4f}<extra></extra>"
+HOVER = "%s<br>%s: %%{y}<br>source: %%{x}<br>weight: %%{z:.4~g}<extra></extra>"
 
 
 def rollout_figure(rollout: np.ndarray, attribution: np.ndarray, src_tokens: Sequence[str],

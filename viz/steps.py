@@ -66,7 +66,7 @@ def step_rows(rows: np.ndarray, key_tokens: Sequence[str], *, title: str | None 
     fs = label_font_size(n)
     row = f"row {esc(query_label)}<br>" if query_label else ""
     trace = dict(type="heatmap", z=z, colorscale=ATTN_SCALE, zmin=0.0, zmax=finite_max(z), hoverongaps=False,
-                 hovertemplate=f"%{{y}}<br>{row}{esc(what)} to key: %{{x}}<br>weight: %{{z:.4f}}<extra></extra>",
+                 hovertemplate=f"%{{y}}<br>{row}{esc(what)} to key: %{{x}}<br>weight: %{{z:.4~g}}<extra></extra>",
                  colorbar=dict(title=dict(text="weight"), thickness=12))
     layout = base_layout(120 + max(160, 16 * L * H),
                          xaxis=token_axis(key_tokens, font_size=fs, angle=-60 if n > 8 else None),
@@ -139,7 +139,7 @@ def source_strip(weights: Sequence[float], src_tokens: Sequence[str], *, title: 
     trace = dict(type="heatmap", z=z, text=text, customdata=pos, texttemplate="%{text}",
                  textfont=dict(size=12), colorscale=ATTN_SCALE, zmin=0.0, zmax=top, showscale=False,
                  xgap=3, ygap=3, hoverongaps=False,
-                 hovertemplate="%{text} (position %{customdata})<br>weight: %{z:.3f}<extra></extra>")
+                 hovertemplate="%{text} (position %{customdata})<br>weight: %{z:.3~g}<extra></extra>")
     layout = base_layout(16 + 36 * rows, plot_bgcolor="white",
                          xaxis=dict(visible=False, fixedrange=True, range=[-0.5, cols - 0.5]),
                          yaxis=dict(visible=False, fixedrange=True, autorange="reversed"))

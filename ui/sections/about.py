@@ -15,10 +15,15 @@ def about_markdown(reg: Registry) -> str:
            "An encoder-decoder Transformer (Vaswani et al. 2017, pre-norm) trained from scratch on Multi30k "
            "(about 29,000 image captions with German, English and French translations; tokenized with spaCy's "
            "rule-based tokenizer, then split into pieces of a joint SentencePiece vocabulary per language pair, "
-           "marked ▁ where a word starts; older checkpoints use whole-word vocabularies). Every number in the views is captured from named hook points inside "
-           "the model during the real run: `hook_pattern` is the attention after softmax, `hook_mask` the mask as "
-           "applied (True = attend), `hook_embed`/`hook_pos` the scaled token embeddings and the positional "
-           "encoding that was added. The step view uses the per-step rows recorded during the cached decode."]
+           "marked ▁ where a word starts; older checkpoints use whole-word vocabularies). After the decode, the "
+           "model runs once more, teacher-forced on the source and the tokens it chose, and the attention, masks, "
+           "embeddings and activations in the views are captured there from named hook points: `hook_pattern` is "
+           "the attention after softmax, `hook_mask` the mask as applied (True = attend), `hook_embed`/`hook_pos` "
+           "the scaled token embeddings and the positional encoding that was added. Rollout, the norm-based "
+           "weights, ALTI+ and the logit lens are computed from those captures; gradient × input and integrated "
+           "gradients come from forward and backward passes of their own. With the causal mask on (the "
+           "default), the step view's per-step rows come from that teacher-forced pass (equal to what the cached "
+           "decode computed at each step, which a test checks); with it off they are recorded during the decode."]
     if reg.models:
         sums = {name: asdict(summarize(lm)) for name, lm in reg.models.items()}
         rows = [("parameters", lambda s: f"{s['parameters']:,}"), ("d_model", lambda s: s["d_model"]),
@@ -51,7 +56,13 @@ def about_markdown(reg: Registry) -> str:
                "                     [\"cross L0 H0\"], [], \"cross\", 0, 0, api_name=\"/compare\")\n"
                "```\n\n"
                "`/translate` returns the source and output tokens, the translation, the per-step top-k and the "
-               "attention arrays (`encoder_self`, `decoder_self`, `cross`). `/compare` returns both translations, the "
-               "differing tokens, per-step probabilities and one head's maps with their difference. `/models` "
-               "lists the loaded directions. Inputs are capped at 2,000 characters.")
+               "attention arrays (`encoder_self`, `decoder_self`, `cross`) at the model's float32 precision; a fifth "
+               "argument `decimals` rounds every number to that many places for a smaller answer. "
+               "`attention_mask` gives, per kind, queries × keys booleans (True = attended, the same for every "
+               "layer and head): a masked cell has weight 0 and `false` there, so it is never confused with a "
+               "weight that is, or rounds to, 0. `/compare` returns both translations, the differing tokens, "
+               "per-step probabilities and one head's maps with their difference and masks (`decimals` last). "
+               "`/attribution` (text, direction, output position, starting integrated-gradient points) scores the "
+               "source tokens six ways and reports `ig_steps`, `ig_gap` and `ig_converged`. `/models` lists the "
+               "loaded directions. Inputs are capped at 2,000 characters.")
     return "\n\n".join(out)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from model.attribution import METHODS
+from model.attribution import IG_START, METHODS
 
 from .. import calls, inside, views
 from ..payload import reference_pairs
@@ -16,7 +16,7 @@ from . import VIEW, Shell, encodings, log
 
 SID = "computation"
 PART_CHOICES = [("Decoder", "decoder"), ("Encoder", "encoder")]
-IG_STEPS = 64
+IG_STEPS = IG_START
 ATTR_HINT = "Pick an output token (or open this tab again) to attribute it in the current run."
 FORCED_HINT = "The current run was decoded. Give a reference and press Force to teacher-force it."
 
@@ -53,14 +53,18 @@ def build(shell: Shell) -> None:
             p["lens_plot"] = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
         with gr.Tab("Attribution", id="attribution") as attr_tab:
             gr.Markdown("Which source tokens one output token came from: raw cross-attention (mean of the last "
-                        "layer's heads), rollout, norm-based weights, ALTI+ (Ferrando et al. 2022), gradient × input "
-                        "and integrated gradients on the source embeddings. The right panel ranks how far the methods "
-                        "agree (Spearman). With Units on words, a word's score is the sum over its pieces.",
-                        elem_classes="explain")
+                        "layer's heads), rollout, norm-based weights ‖Σₕ αₕ·fₕ(x)‖ of the last layer (Kobayashi et al. "
+                        "2020, heads summed before the norm), ALTI+ (Ferrando et al. 2022), gradient × input and "
+                        "integrated gradients on the source embeddings. The gradients come from their own backward "
+                        "passes, not from the run's hook points. Integrated gradients start from the points set "
+                        "below and take more (Gauss–Legendre, refined where the path is rough) until they add up to "
+                        "f(x) − f(baseline) within 1 %; the line above the chart says how many they needed. The right "
+                        "panel ranks how far the methods agree (Spearman). With Units on words, a word's score is the "
+                        "sum over its pieces.", elem_classes="explain")
             with gr.Row():
                 p["attr_pos"] = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
-                p["attr_steps"] = gr.Slider(8, 128, value=IG_STEPS, step=8, label="Integrated-gradient steps",
-                                            elem_id="attr-steps")
+                p["attr_steps"] = gr.Slider(8, 128, value=IG_STEPS, step=8, elem_id="attr-steps",
+                                            label="Integrated gradients: path points to start from")
             p["attr_md"] = gr.Markdown(elem_id="attr-md")
             p["attr_plot"] = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
             p["attr_table"] = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
