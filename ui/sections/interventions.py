@@ -11,7 +11,7 @@ from model.decoding import prepare_source
 from model.transformer import CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION
 
 from .. import calls, views
-from ..payload import WORD_ORDER
+from ..payload import word_order_demo
 from ..present import (describe_interventions, diff_summary, head_choices, make_interventions, md_escape,
                        notice_md, parse_heads, src_token_choices, token_diff)
 from ..state import CompareRun
@@ -211,8 +211,7 @@ def wire_preset(shell: Shell) -> None:
 
     def on_preset(name):
         lm = shell.reg.models.get(name)
-        text = WORD_ORDER.get(lm.src_lang, WORD_ORDER["en"]) if lm else WORD_ORDER["en"]
-        return text, False, True, True
+        return word_order_demo(name, lm.src_lang if lm else "en").text, False, True, True
 
     translate, t_inputs, t_outputs = p["translate_event"]
     p["preset_btn"].click(on_preset, shell.direction, [shell.text, p["pos_enc"], p["causal"], p["pad_mask"]],
