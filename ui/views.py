@@ -7,13 +7,14 @@ repeated tokens carry their position; masked cells are drawn dark grey, not as w
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
 from model import analysis as an
 from model.checkpoint import Registry
 from model.decoding import mask_preview, not_padding
-from model.transformer import ATTN_KINDS, CROSS, ENC_SELF, NO_INTERVENTION, Interventions
+from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION, Interventions
 from viz import alignment as v_align
 from viz import attention as va
 from viz import beam as v_beam
@@ -171,21 +172,73 @@ def masks_figure(reg: Registry, model: str, src_tokens, out_tokens, iv: Interven
     ], title=title)
 
 
-def compare_maps_figure(cmp: CompareRun | None, kind: str, layer, head, lm=None):
-    """Baseline, modified and difference maps of one head; a subword ``lm`` pools pieces into words."""
+def compare_maps_figure(cmp: CompareRun | None, kind: str | None, layer, head, lm=None):
+    """Baseline, modified and difference maps of one head; a subword ``lm`` pools pieces into words.
+    ``kind`` None: no attention map comes after the ablated heads (see :func:`ablation_map`)."""
     if cmp is None:
         return message_figure("Press Compare to run the baseline and the modified model.")
+    if kind is None:
+        return message_figure(NO_MAP_AFTER)
     kind = kind_of(kind)
-    run = Run.of(lm, cmp.model, cmp.base) if lm is not None else Run(cmp.model, cmp.base)
+    run = _base_run(cmp, lm)
     base, q, k, valid, mask_b, q_title, unit = kind_view(run, kind, "words", lm)
     mod, *_rest = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)
     mask_m = _rest[3]
     L, H = base.shape[:2]
     l, h = clamp(layer, L), clamp(head, H)
+    own = (kind, l, h) in cmp.iv.ablate_heads
     return va.comparison_maps(base[l, h], mod[l, h], q, k, query_valid=valid, masks=(mask_b, mask_m),
                               query_title=q_title,
-                              title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: baseline, modified and their "
-                                    f"difference (same decoder input; {unit})")
+                              title=f"{KIND_LABELS[kind]}, layer {l}, head {h}" +
+                                    (" (ablated: its own pattern cannot change)" if own else "") +
+                                    f": baseline, modified and their difference (same decoder input; {unit})")
+
+
+NO_MAP_AFTER = ("No attention map comes after the ablated head (it is in the decoder's last layer): "
+                "its effect is on the next-token probabilities, in the chart above.")
+OWN_PATTERN = ("An ablated head's own pattern cannot change: ablation zeroes the head's output, which is "
+               "computed after its pattern.")
+
+
+@dataclass(frozen=True)
+class MapChoice:
+    """The map that shows an ablation's effect; ``kind`` None when no attention map comes after it."""
+    kind: str | None
+    layer: int
+    head: int
+    why: str
+
+
+def _base_run(cmp: CompareRun, lm) -> Run:
+    return Run.of(lm, cmp.model, cmp.base) if lm is not None else Run(cmp.model, cmp.base)
+
+
+def computation_order(n_enc: int, n_dec: int) -> list[tuple[str, int]]:
+    """Every attention map in the order the forward pass computes them."""
+    order = [(ENC_SELF, l) for l in range(n_enc)]
+    for l in range(n_dec):
+        order += [(DEC_SELF, l), (CROSS, l)]
+    return order
+
+
+def ablation_map(cmp: CompareRun, lm) -> MapChoice:
+    """The first attention map after the earliest ablated head whose weights change, and its head that
+    changes most (maps of the modified model teacher-forced on the baseline output, so rows line up)."""
+    cfg = lm.model.cfg
+    order = computation_order(cfg.n_encoder_layers, cfg.n_decoder_layers)
+    first = min(order.index((k, l)) for k, l, _ in cmp.iv.ablate_heads)
+    run = _base_run(cmp, lm)
+    for kind, layer in order[first + 1:]:
+        base = kind_view(run, kind, "words", lm)[0][layer]
+        mod = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)[0][layer]
+        change = np.nan_to_num(np.abs(mod - base)).max(axis=(1, 2))
+        if change.max() > 1e-6:
+            head = int(change.argmax())
+            return MapChoice(kind, layer, head, f"{KIND_LABELS[kind].lower()}, layer {layer}, head {head}: the "
+                                                f"first map after the ablated head that changes (its largest change "
+                                                f"in that layer, {change.max():.2f})")
+    k, l, h = min(cmp.iv.ablate_heads, key=lambda t: order.index(t[:2]))
+    return MapChoice(None, l, h, "none: " + NO_MAP_AFTER[0].lower() + NO_MAP_AFTER[1:])
 
 
 def probability_figure(cmp: CompareRun):
