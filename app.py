@@ -55,6 +55,10 @@ CSS = """
 #link-btn {white-space: nowrap; flex: 0 0 auto;}
 #link-box {flex: 1 1 120px;}
 @media (max-width: 600px) {
+  .gradio-container {padding-left: 6px !important; padding-right: 6px !important;}
+  .gradio-container .main, .gradio-container main {padding-left: 0 !important; padding-right: 0 !important;}
+  /* a phone's cells are too small for their numbers: the hover keeps them */
+  #attn-plot .heatmap-label {display: none;}
   #header details, #input-text .info-text, #input-text [data-testid=block-info] + div {display: none;}
   #run-bar-box {position: static;}
   #run-bar p {white-space: normal; font-size: 0.8em;}

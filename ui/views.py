@@ -80,7 +80,7 @@ def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: 
     if view == "head":
         return va.single_head(attn[l, h], q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, layer=l,
                               head=h, query_title=q_title, label=f"layer {l}, head {h}",
-                              title=f"{label}: layer {l}, head {h} ({axes})")
+                              title=f"{label}: layer {l}, head {h}", notes=[axes])
     if view == "mean":
         return va.layer_means(attn, q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, query_title=q_title,
                               title=f"{label}: mean over heads per layer ({axes})")
@@ -126,7 +126,7 @@ def step_figures(run: Run | None, t, head=None):
     h = None if head in (None, "", "mean") else clamp(head, cross_w.shape[1])
     weights = cross_w[-1].mean(0) if h is None else cross_w[-1, h]
     what = "last layer, mean over heads" if h is None else f"last layer, head {h}"
-    strip = vs.source_strip(weights, src, what=what, per_row=12, key_valid=not_padding(src),
+    strip = vs.source_strip(weights, src, what=what, per_row=6, key_valid=not_padding(src),
                             title=f"Step {sv.t} ({row_label}) looks at {over}")
     cross = vs.step_rows(cross_w, src, what="cross-attention", query_label=row_label, key_valid=not_padding(src),
                          title=f"Cross-attention of step {sv.t} over {over}, every layer and head")

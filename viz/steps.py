@@ -131,7 +131,7 @@ def source_strip(weights: Sequence[float], src_tokens: Sequence[str], *, title: 
     z = np.full((rows, cols), np.nan, dtype=np.float32)
     text = [[""] * cols for _ in range(rows)]
     pos = np.full((rows, cols), -1, dtype=np.int32)
-    labels = token_labels([short(t, 10) for t in src_tokens])
+    labels = token_labels([short(t, 9) for t in src_tokens])  # 6 chips of 9 letters fit a phone
     for j, i in enumerate(idx):
         r, c = divmod(j, cols)
         z[r, c], text[r][c], pos[r, c] = w[i], labels[i], i
@@ -144,7 +144,7 @@ def source_strip(weights: Sequence[float], src_tokens: Sequence[str], *, title: 
                          xaxis=dict(visible=False, fixedrange=True, range=[-0.5, cols - 0.5]),
                          yaxis=dict(visible=False, fixedrange=True, autorange="reversed"))
     layout["margin"] = dict(l=4, r=4, b=4)
-    set_title(layout, title, [f"cross-attention of this step, {what}; darker = more"], top_extra=-12)
+    set_title(layout, title, [f"{what}; darker = more"], top_extra=-12)
     layout["height"] += layout["margin"]["t"]
     return figure([trace], layout)
 

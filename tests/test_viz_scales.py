@@ -1,0 +1,61 @@
+"""Colour scales say what they are, where they apply; a one-head map keeps its width for the map."""
+from __future__ import annotations
+
+import numpy as np
+
+from viz import attention as va
+from viz import steps as vs
+from viz.common import scale_note
+
+
+def softmax_rows(shape, seed=0):
+    x = np.random.default_rng(seed).normal(size=shape)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def subtitle(fig) -> str:
+    return fig.layout.title.subtitle.text or ""
+
+
+TOKS = list("abcd")
+
+
+def test_every_panel_is_said_only_where_there_are_several():
+    attn = softmax_rows((2, 2, 4, 4))
+    assert "every panel" not in scale_note("shared") and "every panel" in scale_note("shared", panels=2)
+    one = va.single_head(attn[0, 0], TOKS, TOKS, scale="shared", title="t")
+    assert "0–1" in subtitle(one) and "every panel" not in subtitle(one)
+    grid = va.head_grid(attn, TOKS, TOKS, title="t")
+    assert "every panel" in subtitle(grid)
+    cmp = va.comparison_maps(attn[0, 0], attn[0, 1], TOKS, TOKS, title="t")
+    assert "every panel" not in subtitle(cmp) and "own scale" in subtitle(cmp)
+
+
+def test_per_head_maximum_keeps_a_colour_bar_and_says_each_maximum():
+    attn = softmax_rows((2, 3, 4, 4)) * 0.5
+    grid = va.head_grid(attn, TOKS, TOKS, scale="head", title="t")
+    weights = [t for t in grid.data if t.name != "masked"]
+    assert [bool(t.showscale) for t in weights] == [True] + [False] * 5  # one bar, for every panel
+    assert list(weights[0].colorbar.ticktext) == ["0", "its max"]
+    maxima = [a.text for a in grid.layout.annotations if a.text.startswith("max ")]
+    assert maxima == [f"max {attn[l, h].max():.2f}" for l in range(2) for h in range(3)]
+    means = va.layer_means(attn, TOKS, TOKS, scale="head", title="t")
+    assert sum(bool(t.showscale) for t in means.data) == 1
+    titles = [a.text for a in means.layout.annotations]
+    assert any(f"max {attn[1].mean(0).max():.2f}" in t for t in titles)
+    shared = va.head_grid(attn, TOKS, TOKS, scale="shared", title="t")
+    assert not any(a.text.startswith("max ") for a in shared.layout.annotations)
+
+
+def test_one_heads_colour_bar_lies_above_the_map():
+    fig = va.single_head(softmax_rows((4, 4)), TOKS, TOKS, title="t", notes=["rows: query words"])
+    bar = fig.data[0].colorbar
+    assert bar.orientation == "h" and bar.yanchor == "bottom"
+    assert fig.layout.margin.r <= 30 and "rows: query words" in subtitle(fig)
+
+
+def test_source_strip_labels_fit_six_chips():
+    src = ["<bos>", "orangefarbenen", "Hut", "<eos>"]
+    fig = vs.source_strip(np.full(4, 0.25), src, per_row=6)
+    assert fig.data[0].text[0][1] == "orangefa…"  # 9 characters at most
