@@ -55,16 +55,19 @@ CSS = """
 #link-btn {white-space: nowrap; flex: 0 0 auto;}
 #link-box {flex: 1 1 120px;}
 @media (max-width: 600px) {
-  .gradio-container {padding-left: 6px !important; padding-right: 6px !important;}
-  .gradio-container .main, .gradio-container main {padding-left: 0 !important; padding-right: 0 !important;}
   /* a phone's cells are too small for their numbers: the hover keeps them */
   #attn-plot .heatmap-label {display: none;}
+  /* one column: plots side by side on a desktop stack on a phone */
+  .row > .block:has(.js-plotly-plot), .row > .column:has(.js-plotly-plot) {min-width: 100% !important;}
   #header details, #input-text .info-text, #input-text [data-testid=block-info] + div {display: none;}
   #run-bar-box {position: static;}
   #run-bar p {white-space: normal; font-size: 0.8em;}
   #selection-bar > .column {display: none;}
 }
 """
+# Gradio scopes the CSS above inside its content box; the page's own side padding lies outside it.
+HEAD = "<style>@media (max-width: 600px) {.gradio-container > .main {padding-left: 6px !important; " \
+       "padding-right: 6px !important;}}</style>"
 
 
 def _lazy(shell: Shell) -> None:
@@ -111,7 +114,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
 
 
 def launch_kwargs() -> dict:
-    return dict(css=CSS, theme=gr.themes.Soft(), show_error=False)
+    return dict(css=CSS, head=HEAD, theme=gr.themes.Soft(), show_error=False)
 
 
 def set_cpu_threads() -> None:

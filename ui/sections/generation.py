@@ -21,10 +21,10 @@ def build(shell: Shell) -> None:
         with gr.Tab("Step by step", id="steps"):
             with gr.Row():
                 shell.step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="step-slider", scale=4)
-                p["prev_btn"] = gr.Button("◀", elem_id="step-prev", scale=0, min_width=50)
+                p["prev_btn"] = gr.Button("◀ back", elem_id="step-prev", scale=0, min_width=70)
                 p["play_btn"] = gr.Button("▶ Play", elem_id="step-play", scale=0, min_width=80)
                 p["pause_btn"] = gr.Button("❚❚", elem_id="step-pause", scale=0, min_width=50)
-                p["next_btn"] = gr.Button("▶", elem_id="step-next", scale=0, min_width=50)
+                p["next_btn"] = gr.Button("next ▶", elem_id="step-next", scale=0, min_width=70)
             p["timer"] = gr.Timer(0.8, active=False)
             p["step_md"] = gr.Markdown(elem_id="step-md")
             p["prefix"] = gr.HighlightedText(label="What the decoder reads (last: this step's input) → the token it "
