@@ -59,3 +59,16 @@ def test_source_strip_labels_fit_six_chips():
     src = ["<bos>", "orangefarbenen", "Hut", "<eos>"]
     fig = vs.source_strip(np.full(4, 0.25), src, per_row=6)
     assert fig.data[0].text[0][1] == "orangefa…"  # 9 characters at most
+
+
+def test_thumbnails_name_tokens_and_outline_the_selected_head():
+    src, labels = ["<bos>", "ein", "Hund", "<eos>"], [f"r{i}" for i in range(5)]
+    fig = vs.heads_mini(softmax_rows((2, 3, 5, 4)), src, labels, n_rows=5, selected=(1, 2), title="t")
+    assert fig.layout.xaxis.showticklabels is not False and list(fig.layout.xaxis.ticktext)[:4] == [
+        "&lt;bos&gt;", "ein", "Hund", "&lt;eos&gt;"]
+    assert "r0" in list(fig.layout.yaxis.ticktext)
+    red = [s for s in fig.layout.shapes if s.line.color == "#d62728"]
+    assert len(red) == 1 and red[0].x0 == 2 * 5 - 0.5 and red[0].y0 == 1 * 6 - 0.5  # layer 1, head 2
+    assert "L1 H2" in subtitle(fig)
+    plain = vs.heads_mini(softmax_rows((2, 3, 5, 4)), src, labels, n_rows=5)
+    assert not [s for s in plain.layout.shapes if s.line.color == "#d62728"]

@@ -24,6 +24,9 @@ KIND_SHORT = {v: k for k, v in KINDS.items()}
 KIND_JSON = {ENC_SELF: "encoder_self", DEC_SELF: "decoder_self", CROSS: "cross"}
 DOMAIN_HINT = ("The models know image captions (Multi30k): short descriptions of people, animals and scenes; "
                "other text translates poorly.")
+TRY_THIS = ("**Try this:** ① **Watch a step**: open *Generation* and press *next ▶* to see what each step reads "
+            "and which word it picks · ② **Open a head**: click a panel of the map · ③ **Switch the causal mask "
+            "off**: in *Masks & interventions* untick *Causal mask*, then press *Compare*.")
 
 
 def kind_of(value, default: str = CROSS) -> str:

@@ -147,14 +147,18 @@ def watch_strip(run: Run, t: int) -> list[tuple[str, float]]:
     return [(tok, round(float(x) / top, 3)) for tok, x in zip(src, w) if tok != "<pad>"]
 
 
-def watch_heads(run: Run, t: int | None = None):
-    """Every head's cross-attention over the rows decoded so far (all rows when ``t`` is None)."""
+def watch_heads(run: Run, t: int | None = None, selected: tuple[int, int] | None = None):
+    """Every head's cross-attention over the rows decoded so far (all rows when ``t`` is None); the
+    selected (layer, head) outlined."""
     tr = run.tr
     cross = tr.attention(CROSS)
     n = cross.shape[2]
     t = n if t is None else max(1, min(int(t), n))
     labels = step_row_labels(tr.decoder_input_tokens, tr.output_tokens)
+    if selected is not None:
+        selected = (clamp(selected[0], cross.shape[0]), clamp(selected[1], cross.shape[1]))
     return vs.heads_mini(cross[:, :, :t], tr.src_tokens, labels, n_rows=n, kind=CROSS, height=260,
+                         selected=selected,
                          title="Cross-attention of every head as it is generated (click a panel to open it)")
 
 

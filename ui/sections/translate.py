@@ -11,7 +11,7 @@ from model.decoding import DecodeOptions
 
 from .. import calls, views
 from ..payload import examples_for, parse_link
-from ..present import (DOMAIN_HINT, chips, clean_input, direction_label, is_blank, md_escape,
+from ..present import (DOMAIN_HINT, TRY_THIS, chips, clean_input, direction_label, is_blank, md_escape,
                        no_model_message, notice_md, output_marks, run_bar, run_notices, source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
 from ..state import Run
@@ -21,7 +21,7 @@ CHIP_COLORS = {"token": "#dde7f7", "<unk>": "#f4a6a6", "replaced <unk>": "#ffd27
 # The replay shows at most REPLAY_FRAMES moments of the decode: Gradio's processing of a streamed frame
 # costs more server time than drawing it (every output a frame leaves unchanged is rebuilt).
 REPLAY_FRAMES = 8
-WATCH_PACE = 0.08   # seconds between replayed frames: long enough to see, short enough not to wait
+WATCH_PACE = 0.4    # seconds between replayed frames: slow enough to follow the source lighting up
 WATCH_FIGURES = 2   # intermediate heads figures among them (payload)
 PHONE_WIDTH = 600   # px: narrower browsers open the attention view on one head
 
@@ -56,6 +56,7 @@ def build(shell: Shell) -> None:
     # "✓" plus a fresh id once the last value of a run is on the page: browser tests wait on it
     p["run_status"] = gr.Markdown(elem_id="run-status")
     p["notice"] = gr.Markdown(elem_id="notice")
+    gr.Markdown(TRY_THIS, elem_id="try-this", elem_classes="explain")
     # the browser's width, read once on load: a phone opens on one head instead of the grid of all heads
     p["viewport"] = gr.Number(0, elem_id="viewport", elem_classes="proxy", show_label=False, container=False)
     with gr.Row(equal_height=False):
