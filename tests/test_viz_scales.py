@@ -72,3 +72,22 @@ def test_thumbnails_name_tokens_and_outline_the_selected_head():
     assert "L1 H2" in subtitle(fig)
     plain = vs.heads_mini(softmax_rows((2, 3, 5, 4)), src, labels, n_rows=5)
     assert not [s for s in plain.layout.shapes if s.line.color == "#d62728"]
+
+
+def test_about_names_directions_without_stray_escapes_or_a_fixed_port(tiny_lm):
+    import dataclasses
+    from model.checkpoint import Registry
+    from ui.sections.about import about_markdown
+    lm = dataclasses.replace(tiny_lm, metrics={"bleu": 1.0}) if dataclasses.is_dataclass(tiny_lm) else tiny_lm
+    if not dataclasses.is_dataclass(tiny_lm):
+        lm.metrics = {"bleu": 1.0}
+    md = about_markdown(Registry({"de-en": lm}))
+    assert "the de-en model card" in md and "de\\-en model card" not in md
+    assert "7860" not in md
+
+
+def test_two_sentences_follow_the_directions_source_language():
+    from ui.payload import PAIR_DEFAULTS, pair_texts
+    de = PAIR_DEFAULTS["de"]
+    assert pair_texts(*de, "en") == PAIR_DEFAULTS["en"] and pair_texts(*de, "fr") == PAIR_DEFAULTS["fr"]
+    assert pair_texts("Ein Hund.", "Eine Katze.", "en") == ("Ein Hund.", "Eine Katze.")  # the user's own kept

@@ -193,6 +193,20 @@ WORD_ORDER_BY_LANG = {"de": "Die Frau sieht den Mann.", "en": "The woman watches
                       "fr": "La femme regarde l'homme."}
 
 
+# Two sentences: the same words, the roles swapped, in each source language.
+PAIR_DEFAULTS = {"de": ("Der Mann sieht die Frau.", "Die Frau sieht den Mann."),
+                 "en": ("The man sees the woman.", "The woman sees the man."),
+                 "fr": ("L'homme voit la femme.", "La femme voit l'homme.")}
+
+
+def pair_texts(text_a: str, text_b: str, src_lang: str) -> tuple[str, str]:
+    """The two sentences to run: another language's untouched defaults become this language's."""
+    mine = PAIR_DEFAULTS.get(src_lang)
+    if mine and (text_a, text_b) in PAIR_DEFAULTS.values():
+        return mine
+    return text_a, text_b
+
+
 def word_order_demo(name: str, src_lang: str) -> WordOrderDemo:
     """The word-order sentence (and head) for direction ``name``; another model gets its language's sentence."""
     return WORD_ORDER.get(name) or WordOrderDemo(WORD_ORDER_BY_LANG.get(src_lang, WORD_ORDER_BY_LANG["en"]), 0, 0)
