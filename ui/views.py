@@ -88,6 +88,14 @@ def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: 
                         title=f"{label}: every layer × head; click a panel to open that head ({axes})")
 
 
+def unmasked_title(kind: str, mask) -> str | None:
+    """The mask panel's name where it masks nothing: why it repeats the scores."""
+    if kind == DEC_SELF or mask is None or not np.asarray(mask, bool).all():
+        return None
+    where = "cross-attention" if kind == CROSS else "the encoder"
+    return f"the same scores: {where} masks only padding, and this run has none"
+
+
 def scores_figure(run: Run | None, kind: str, layer, head):
     """One head's scaled scores, the scores with the mask applied, and the softmax (tokens, not words)."""
     if run is None or run.tr.trace is None:
@@ -97,7 +105,8 @@ def scores_figure(run: Run | None, kind: str, layer, head):
     l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
     q, k = tr.axes(kind)
     rows, q_title = (q, None) if kind == ENC_SELF else decoder_rows(q, tr.output_tokens)
-    return va.score_panels(tr.scores(kind, l)[h], attn[l, h], rows, k, mask=tr.mask(kind),
+    mask = tr.mask(kind)
+    return va.score_panels(tr.scores(kind, l)[h], attn[l, h], rows, k, mask=mask, mask_title=unmasked_title(kind, mask),
                            query_valid=tr.query_valid(kind), query_title=q_title, label=f"L{l} H{h}",
                            title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: QKᵀ/√d_k → mask → softmax (tokens)")
 

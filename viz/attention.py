@@ -304,8 +304,11 @@ SCORE_HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>%s: %%{z:.4f}<extra></extra>"
 
 def score_panels(scores: np.ndarray, weights: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *,
                  mask=None, title: str | None = None, query_valid=None, query_title: str | None = None,
-                 label: str = "", max_labels: int = MAX_TICK_LABELS) -> go.Figure:
+                 label: str = "", max_labels: int = MAX_TICK_LABELS, mask_title: str | None = None) -> go.Figure:
     """One head's arithmetic in three panels on shared axes (zoom one, all follow).
+
+    ``mask_title`` names the middle panel instead of the default (say why it repeats the scores when
+    nothing is masked).
 
     1. ``scores``: the scaled scores QKᵀ/√d_k (``hook_scores``: before the mask), diverging
        colours centred on 0; 2. the same scores with ``mask`` (True = attend, ``hook_mask``)
@@ -322,7 +325,7 @@ def score_panels(scores: np.ndarray, weights: np.ndarray, q_tokens: Sequence[str
     doms = grid_domains(1, 3, hgap=0.05, vgap=0, left=0.08, right=0.93, top=0.9)
     prefix = f"{esc(label)}<br>" if label else ""
     panels = [("scaled scores QKᵀ/√d_k", zs, "coloraxis", "score"),
-              ("scores with the mask (−∞ where masked)", z_masked, "coloraxis", "score"),
+              (mask_title or "scores with the mask (−∞ where masked)", z_masked, "coloraxis", "score"),
               ("softmax: attention weights", blank_rows(weights, query_valid), "coloraxis2", "weight")]
     layout = base_layout(160 + min(480, max(240, 22 * len(q_tokens))))
     layout["margin"] = dict(l=20, r=10, b=100)

@@ -293,8 +293,9 @@ def norm_vs_attention(pattern, norm_weights, q_tokens: Sequence[str], k_tokens: 
 # --------------------------------------------------------------------------- logit lens
 
 def logit_lens(top_tokens: Sequence[Sequence[Sequence[str]]], top_probs, step_tokens: Sequence[str],
-               title: str | None = None) -> go.Figure:
-    """What the decoder would say if it stopped after each layer, at every output step.
+               title: str | None = None, notes: Sequence[str] = ()) -> go.Figure:
+    """What the decoder would say if it stopped after each layer, at every output step (``notes`` join
+    the subtitle).
 
     ``top_tokens[l][t]``: the k most likely tokens after layer l at step t (through the final norm
     and the generator); ``top_probs`` (L, T, k) their probabilities. Each cell shows the top-1
@@ -327,7 +328,7 @@ def logit_lens(top_tokens: Sequence[Sequence[Sequence[str]]], top_probs, step_to
     data = [trace]
     n = thin_axes(layout, data)
     set_title(layout, title, [f"text: top-1 token after each layer; colour: its probability; hover: top {k}",
-                              "last row = the model's output", thin_note(n) if n > 1 else ""])
+                              "last row = the model's output", thin_note(n) if n > 1 else "", *notes])
     return figure(data, layout)
 
 
