@@ -91,3 +91,19 @@ def test_two_sentences_follow_the_directions_source_language():
     de = PAIR_DEFAULTS["de"]
     assert pair_texts(*de, "en") == PAIR_DEFAULTS["en"] and pair_texts(*de, "fr") == PAIR_DEFAULTS["fr"]
     assert pair_texts("Ein Hund.", "Eine Katze.", "en") == ("Ein Hund.", "Eine Katze.")  # the user's own kept
+
+
+def test_a_long_inputs_grid_is_pooled_and_keeps_its_peaks():
+    n = 200
+    toks = [f"t{i}" for i in range(n)]
+    attn = np.full((2, 2, n, n), 1.0 / n, dtype=np.float32)
+    attn[1, 0, 150, 7] = 0.9  # one sharp peak
+    fig = va.head_grid(attn, toks, toks, title="t", mask=np.ones((n, n), bool))
+    weights = [t for t in fig.data if t.type == "heatmap" and t.name != "masked"]
+    f = -(-n // va.GRID_MAX_CELLS)
+    assert all(np.asarray(t.z).shape == (-(-n // f),) * 2 for t in weights)
+    z = np.asarray(weights[2].z, dtype=float)  # layer 1, head 0
+    assert z[150 // f, 7 // f] == np.float32(0.9)  # the block keeps its maximum
+    assert f"maximum of {f}×{f}" in subtitle(fig)
+    small = va.head_grid(attn[:, :, :20, :20], toks[:20], toks[:20], title="t")
+    assert np.asarray(small.data[0].z).shape == (20, 20) and "maximum of" not in subtitle(small)

@@ -42,6 +42,41 @@ def _weights_and_mask(attn, mask, query_valid):
     return apply_mask(z, mask), zm, bool(np.isfinite(zm).any())
 
 
+GRID_MAX_CELLS = 64  # per panel side: beyond it a grid panel is drawn at a coarser resolution
+
+
+def _block_max(a: np.ndarray, f: int, axis: int) -> np.ndarray:
+    """Pool ``axis`` in blocks of ``f`` (the last block may be short) to their maximum."""
+    axis %= a.ndim
+    n = a.shape[axis]
+    pad = (-n) % f
+    if pad:
+        widths = [(0, 0)] * a.ndim
+        widths[axis] = (0, pad)
+        a = np.pad(a, widths, constant_values=a.min() if a.dtype != bool else False)
+    shape = a.shape[:axis] + (a.shape[axis] // f, f) + a.shape[axis + 1:]
+    return a.reshape(shape).max(axis=axis + 1)
+
+
+def _block_labels(tokens: Sequence[str], f: int) -> list[str]:
+    """A block's label: its first position and token (unique, so no repeat numbering is added)."""
+    return [f"{i}: {tokens[i]}…" for i in range(0, len(tokens), f)]
+
+
+def downsample_grid(attn: np.ndarray, q_tokens, k_tokens, query_valid=None, mask=None, limit: int = GRID_MAX_CELLS):
+    """A long input's (L, H, Q, K) maps pooled to at most ``limit`` cells a side, each cell the maximum
+    of its f×f block (peaks stay visible): (attn, q labels, k labels, query_valid, mask, f). A block
+    attends if any cell does, and is a valid query if any row is. f = 1 returns everything unchanged."""
+    Q, K = attn.shape[-2:]
+    f = -(-max(Q, K) // limit)
+    if f <= 1:
+        return attn, list(q_tokens), list(k_tokens), query_valid, mask, 1
+    z = _block_max(_block_max(np.nan_to_num(np.asarray(attn, dtype=np.float32)), f, -2), f, -1)
+    valid = None if query_valid is None else _block_max(np.asarray(query_valid, bool), f, 0)
+    m = None if mask is None else _block_max(_block_max(np.array(mask_array(mask, attn.shape)), f, -2), f, -1)
+    return z, _block_labels(q_tokens, f), _block_labels(k_tokens, f), valid, m, f
+
+
 def _meta(kind, layer, head) -> dict | None:
     """What a click handler needs to open this panel's head (see head_grid's docstring)."""
     if kind is None and layer is None and head is None:
@@ -75,6 +110,7 @@ def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
     """
     attn = _check(attn, q_tokens, k_tokens, 4)
     scale_note(scale)  # rejects an unknown mode early
+    attn, q_tokens, k_tokens, query_valid, mask, f = downsample_grid(attn, q_tokens, k_tokens, query_valid, mask)
     L, H, Q, K = attn.shape
     z_all, zm_all, masked = _weights_and_mask(attn, mask, query_valid)
     data, maxima = [], []
@@ -121,7 +157,8 @@ def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
     layout["annotations"] = annotations + maxima
     notes = [scale_note(scale, panels=L * H) if scale == "shared"
              else "colour: each head 0 to its own maximum (its corner)",
-             MASKED_NOTE if masked else "", thin_note(k) if k > 1 else ""]
+             MASKED_NOTE if masked else "", thin_note(k) if k > 1 else "",
+             f"long input: each cell is the maximum of {f}×{f}; one head shows every cell" if f > 1 else ""]
     set_title(layout, title, notes, top_extra=30)
     if scale == "shared":
         layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
