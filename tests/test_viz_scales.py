@@ -107,3 +107,26 @@ def test_a_long_inputs_grid_is_pooled_and_keeps_its_peaks():
     assert f"maximum of {f}×{f}" in subtitle(fig)
     small = va.head_grid(attn[:, :, :20, :20], toks[:20], toks[:20], title="t")
     assert np.asarray(small.data[0].z).shape == (20, 20) and "maximum of" not in subtitle(small)
+
+
+def test_alignment_lines_keep_each_rows_strongest_and_every_node():
+    from viz import alignment as val
+    w = np.array([[0.30, 0.25, 0.25, 0.20], [0.1, 0.6, 0.2, 0.1]])
+    fig = val.alignment_lines(w, list("abcd"), ["x", "y"], row_share=0.7, title="t")
+    link = fig.data[0].link
+    drawn = [(s, t) for s, t, c in zip(link.source, link.target, link.color) if c != "rgba(0, 0, 0, 0)"]
+    assert sorted(drawn) == [(0, 4), (1, 4), (1, 5), (2, 4)]  # ≥ 70 % of each row's maximum
+    assert set(link.source) == {0, 1, 2, 3}  # an unlinked node would be dropped and shift the others
+    assert "70%" in subtitle(fig)
+    every = val.alignment_lines(w, list("abcd"), ["x", "y"])
+    assert len(every.data[0].link.source) == 8
+
+
+def test_mask_panels_label_rows_only_where_they_change():
+    from viz import masks as vm
+    src, rows = list("abc"), ["p→q", "q→r"]
+    fig = vm.mask_panels([("pad", np.ones((3, 3)), src, src), ("causal", np.tril(np.ones((2, 2))), rows, rows),
+                          ("both", np.tril(np.ones((2, 2))), rows, rows)])
+    shown = [fig.layout[f"yaxis{i or ''}"].showticklabels for i in ("", 2, 3)]
+    assert shown == [True, True, False]
+    assert fig.layout.xaxis2.domain[0] - fig.layout.xaxis.domain[1] > fig.layout.xaxis3.domain[0] - fig.layout.xaxis2.domain[1]

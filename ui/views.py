@@ -323,7 +323,9 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
         src, out, dec_in = run.src_words, run.out_words, ["<bos>"] + run.out_words[:-1]
         what += "; pieces pooled into words"
     rows, title = decoder_rows(dec_in, out)
+    # rollout spreads every row over the whole source: only its strongest lines stay readable
     return v_align.alignment_lines(w, src, rows, what="weight", out_title=title or "output",
+                                   row_share=0.7 if mode == "rollout" else 0.1,
                                    title=f"Alignment lines ({what}); hover a token to highlight its lines")
 
 
