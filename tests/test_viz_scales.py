@@ -130,3 +130,23 @@ def test_mask_panels_label_rows_only_where_they_change():
     shown = [fig.layout[f"yaxis{i or ''}"].showticklabels for i in ("", 2, 3)]
     assert shown == [True, True, False]
     assert fig.layout.xaxis2.domain[0] - fig.layout.xaxis.domain[1] > fig.layout.xaxis3.domain[0] - fig.layout.xaxis2.domain[1]
+
+
+def test_spearman_matrix_names_its_rows():
+    from viz import computation as vc
+    scores = {m: np.arange(4.0) * (i + 1) for i, m in enumerate(["attention", "ALTI+", "saliency"])}
+    fig = vc.attribution_comparison(list("abcd"), scores, np.eye(3), token="x", title="t")
+    assert fig.layout.yaxis2.showticklabels is not False and list(fig.layout.yaxis2.ticktext) == list(scores)
+
+
+def test_beam_tree_labels_finished_leaves_beside_them_with_room_per_leaf():
+    from viz import beam as vb
+    nodes = [dict(id=0, parent=None, step=0, status="chosen", token="<bos>", score=0.0),
+             dict(id=1, parent=0, step=1, status="chosen", token="a", score=-0.1),
+             dict(id=2, parent=1, step=2, status="chosen", token="<eos>", score=-0.2, final=True, length=2,
+                  normalized=-0.2, rank_norm=1, rank_raw=1, text="a"),
+             dict(id=3, parent=1, step=2, status="pruned", token="b", score=-3.0)]
+    fig = vb.beam_tree_figure(nodes, [0.0, 0.0, 0.0, 0.5], title="t")
+    chosen = [t for t in fig.data if t.mode == "markers+text" and t.name == "chosen hypothesis"][0]
+    assert list(chosen.textposition) == ["top center", "top center", "middle right"]
+    assert fig.layout.height >= 140 + 40 * 1.5 and fig.layout.xaxis.range[1] >= 3.4

@@ -378,12 +378,12 @@ def attribution_comparison(src_tokens: Sequence[str], scores: Mapping[str, np.nd
     layout = base_layout(170 + max(200, 30 * M), xaxis=dict(token_axis(src_tokens, font_size=fs, angle=-60),
                                                             domain=[0, 0.58]),
                          yaxis=method_axis, xaxis2=dict(token_axis(names, font_size=9, number=False, angle=-45),
-                                                         domain=[0.76, 1.0], anchor="y2"),
-                         yaxis2=dict(method_axis, anchor="x2", showticklabels=False))
+                                                         domain=[0.8, 1.0], anchor="y2"),
+                         yaxis2=dict(method_axis, anchor="x2", tickfont=dict(size=9)))  # its rows named too
     layout["margin"] = dict(l=140, r=20, b=110)
     n = thin_axes(layout, data)
     layout["annotations"] = [subplot_title("each method ÷ its max |score|", (0, 0.58), (0, 1)),
-                             subplot_title("Spearman ρ between methods", (0.76, 1.0), (0, 1))]
+                             subplot_title("Spearman ρ between methods", (0.8, 1.0), (0, 1))]
     layout["annotations"] += _correlation_annotations(rho)
     share = "" if source_share is None or not np.isfinite(source_share) else \
         f"ALTI+: {source_share:.0%} from the source, {1 - source_share:.0%} from the target prefix"

@@ -51,7 +51,10 @@ def build(shell: Shell) -> None:
                                            interactive=False, elem_id="beam-table")
             p["beam_pick"] = gr.Dropdown([], label="Show another finished hypothesis", elem_id="beam-pick")
             p["beam_text"] = gr.Textbox(label="Its translation", interactive=False, elem_id="beam-text")
-            p["beam_attn"] = gr.Plot(label="Its cross-attention", elem_id="beam-attn", show_label=False)
+            # never an empty frame below the table: it says what fills it
+            p["beam_attn"] = gr.Plot(views.message_figure("Pick a finished hypothesis above to see its "
+                                                          "cross-attention."), label="Its cross-attention",
+                                     elem_id="beam-attn", show_label=False)
             p["beam_state"] = gr.State(None)
     p["beam_tab"] = beam_tab
     p["step_outputs"] = [shell.step, p["step_md"], p["prefix"], p["strip_plot"], p["topk_plot"], p["cross_plot"],
