@@ -33,3 +33,12 @@ def test_an_unmasked_mask_panel_says_why_it_repeats_the_scores(run):
 def test_logit_lens_says_why_layer_0_names_its_input(run, tiny_lm):
     fig = inside.lens_figure(run, tiny_lm)
     assert tiny_lm.model.cfg.tie_embeddings and "tied" in fig.layout.title.subtitle.text
+
+
+def test_changing_direction_says_translate_is_needed(tiny_lm):
+    from model.checkpoint import Registry
+    from ui.present import direction_hint
+    reg = Registry({"de-en": tiny_lm, "en-de": tiny_lm})
+    hint = direction_hint("de-en", "en-de", reg)
+    assert "Translate" in hint and "still shows" in hint
+    assert direction_hint("de-en", "de-en", reg) == "" and direction_hint(None, "en-de", reg) == ""

@@ -204,6 +204,14 @@ def direction_label(name: str, reg: Registry) -> str:
     return base if name == lm.name else f"{base} ({name})"
 
 
+def direction_hint(run_model: str | None, name: str | None, reg: Registry) -> str:
+    """The notice after Direction changes: the views still show the last run until Translate is pressed."""
+    if not run_model or not name or name == run_model or name not in reg.models or run_model not in reg.models:
+        return ""
+    return (f"↻ Direction is now **{md_escape(direction_label(name, reg))}**: press **Translate** to run it. "
+            f"Every view still shows the {md_escape(direction_label(run_model, reg))} run.")
+
+
 def fmt_params(n: int) -> str:
     return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} k"
 
