@@ -56,7 +56,6 @@ def build(shell: Shell) -> None:
     # "✓" plus a fresh id once the last value of a run is on the page: browser tests wait on it
     p["run_status"] = gr.Markdown(elem_id="run-status")
     p["notice"] = gr.Markdown(elem_id="notice")
-    gr.Markdown(TRY_THIS, elem_id="try-this", elem_classes="explain")
     # the browser's width, read once on load: a phone opens on one head instead of the grid of all heads
     p["viewport"] = gr.Number(0, elem_id="viewport", elem_classes="proxy", show_label=False, container=False)
     with gr.Row(equal_height=False):
@@ -75,6 +74,8 @@ def build(shell: Shell) -> None:
                                                     elem_id="out-chips")
         with gr.Column(scale=3, min_width=300):
             p["watch_heads"] = gr.Plot(label="Every head, row by row", elem_id="watch-heads", show_label=False)
+            # under the map: on a desktop in the first screen, on a phone after the translation
+            gr.Markdown(TRY_THIS, elem_id="try-this", elem_classes="explain")
     examples = examples_for(names, {n: reg.models[n].src_lang for n in names}, calls.DATA_DIRS)
     p["examples"] = gr.Examples(examples, inputs=[shell.text, shell.direction], examples_per_page=8,
                                 label="Examples: the Multi30k test set, then everyday sentences (click one to "
