@@ -203,10 +203,10 @@ def _panel_outline(l: int, h: int, S: int, Q: int, chosen: bool) -> dict:
 
 
 def _mini_axes(layout: dict, src_tokens, labels, L: int, H: int, S: int, Q: int, height: int) -> None:
-    """Source tokens under every head's column block; row labels on the right, thinned to ~9 px apart."""
+    """Source tokens under every head's column block; row labels on the right, thinned to ~12 px apart."""
     axis = dict(tickmode="array", showgrid=False, zeroline=False, ticks="", fixedrange=True,
                 tickfont=dict(size=8))
-    step = max(1, -(-9 * L * (Q + 1) // max(1, height - 60)))
+    step = max(1, -(-12 * L * (Q + 1) // max(1, height - 90)))  # ~12 px apart on the ~170 px of rows
     src = token_labels([short(t, 9) for t in src_tokens])
     rows = token_labels([short(t, 14) for t in labels])
     layout["xaxis"] = dict(axis, tickvals=[h * (S + 1) + j for h in range(H) for j in range(S)],
