@@ -216,3 +216,49 @@ def test_phone_sections_reachable_and_attention_on_one_head(page):
     assert pg.locator("#attn-view input[value=head]").is_checked()
     pg.screenshot(path=str(ARTIFACTS / "phone-attention.png"), full_page=True)
     pg.close()
+
+
+def test_selection_bar_stays_in_view_after_scrolling(page):
+    """1440x900: the kind/layer/head bar is one compact row, and still on screen 800 px down the page."""
+    page.get_by_role("tab", name="Translate & watch").click()
+    page.evaluate("() => window.scrollTo(0, 0)")
+    bar = page.locator("#selection-bar")
+    assert bar.bounding_box()["height"] < 60  # one row, not a block of stacked controls
+    page.mouse.move(700, 600)
+    page.mouse.wheel(0, 800)
+    page.wait_for_function("() => window.scrollY >= 400", timeout=10_000)
+    page.wait_for_timeout(300)
+    box = bar.bounding_box()
+    assert page.evaluate("() => window.scrollY") >= 400
+    assert 0 <= box["y"] and box["y"] + box["height"] <= 900, box
+    assert page.locator("#attn-head").is_visible() and page.locator("#attn-layer").is_visible()
+    page.screenshot(path=str(ARTIFACTS / "selection-bar-scrolled.png"))
+    page.evaluate("() => window.scrollTo(0, 0)")
+
+
+def test_phone_screens_and_a_one_head_map_that_fits(page):
+    """390x844: the sentence and translation on the first screen, the selection bar one line, a one-head
+    map at least 330 px wide without cell numbers; screenshots of the first screen, attention, generation."""
+    pg = page.browser_.new_page(viewport={"width": 390, "height": 844})
+    pg.goto(page.url_base)
+    _wait_done(pg)
+    print(f"phone screenshots in {ARTIFACTS.resolve()}")
+    pg.screenshot(path=str(ARTIFACTS / "phone-390-first-screen.png"))
+    for sel in ("#input-text textarea", "#translation textarea"):
+        box = pg.locator(sel).bounding_box()
+        assert box["y"] + 40 <= 844, sel  # starts on the first screen (a tiny model's output may run on)
+    assert pg.locator("#selection-bar").bounding_box()["height"] < 60
+    pg.get_by_role("tab", name="Attention", exact=True).click()
+    _plot(pg, "#attn-plot")
+    assert pg.locator("#attn-view input[value=head]").is_checked()
+    plot = pg.locator("#attn-plot .js-plotly-plot").first
+    plot.scroll_into_view_if_needed()
+    assert plot.bounding_box()["width"] >= 330
+    assert pg.evaluate("() => Array.from(document.querySelectorAll('#attn-plot .heatmap-label'))"
+                       ".every(g => getComputedStyle(g).display === 'none')")
+    pg.screenshot(path=str(ARTIFACTS / "phone-390-attention.png"))
+    pg.get_by_role("tab", name="Generation").click()
+    _plot(pg, "#step-strip")
+    pg.wait_for_timeout(1000)
+    pg.screenshot(path=str(ARTIFACTS / "phone-390-generation.png"), full_page=True)
+    pg.close()

@@ -1,6 +1,7 @@
 """Each intervention changes what it claims to change, and nothing else."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -175,3 +176,46 @@ def test_interventions_reach_generation(tiny_lm):
     assert torch.all(pat[:, 0, 1:] > 0)  # the first position sees later ones
     with pytest.raises(ValueError):
         translate(tiny_lm, "haus", opts, Interventions(ablate_heads={("decoder", 5, 0)}))
+
+
+def _ablation_compare(tiny_lm, heads):
+    from model.decoding import DecodeOptions, full_trace, translate
+    from ui.state import CompareRun
+    iv = Interventions(ablate_heads=heads)
+    opts = DecodeOptions(max_len=6, trace=True)
+    base = translate(tiny_lm, "haus katze hund", opts)
+    mod = translate(tiny_lm, "haus katze hund", opts, iv)
+    return CompareRun("tiny", base, mod, full_trace(tiny_lm, base.src_ids, base.output_ids, iv), iv)
+
+
+@pytest.mark.parametrize("ablated, expect", [(("encoder.self_attn", 0, 1), ("encoder.self_attn", 1)),
+                                             (("decoder.self_attn", 0, 1), ("decoder.cross_attn", 0)),
+                                             (("decoder.cross_attn", 0, 1), ("decoder.self_attn", 1))])
+def test_ablation_map_follows_the_first_map_that_changes(tiny_lm, ablated, expect):
+    """Not the ablated head's own pattern (which cannot change) but the next map the forward pass computes."""
+    from ui import views
+    cmp = _ablation_compare(tiny_lm, {ablated})
+    choice = views.ablation_map(cmp, tiny_lm)
+    assert (choice.kind, choice.layer) == expect
+    fig = views.compare_maps_figure(cmp, choice.kind, choice.layer, choice.head, tiny_lm)
+    diff = [t for t in fig.data if t.coloraxis == "coloraxis2"][0]
+    assert np.nanmax(np.abs(np.asarray(diff.z, dtype=float))) > 1e-6  # the map shown does change
+    assert f"layer {choice.layer}, head {choice.head}" in choice.why
+
+
+def test_ablating_the_last_cross_head_points_to_the_probabilities(tiny_lm):
+    from ui import views
+    last = tiny_lm.model.cfg.n_decoder_layers - 1
+    cmp = _ablation_compare(tiny_lm, {("decoder.cross_attn", last, 0)})
+    choice = views.ablation_map(cmp, tiny_lm)
+    assert choice.kind is None and "probabilities" in choice.why
+    fig = views.compare_maps_figure(cmp, None, 0, 0, tiny_lm)
+    assert "probabilities" in str(fig.layout.annotations[0].text)
+
+
+def test_an_ablated_heads_own_map_says_it_cannot_change(tiny_lm):
+    from ui import views
+    cmp = _ablation_compare(tiny_lm, {("encoder.self_attn", 0, 1)})
+    fig = views.compare_maps_figure(cmp, "encoder.self_attn", 0, 1, tiny_lm)
+    assert "cannot change" in fig.layout.title.text
+    assert "cannot change" not in views.compare_maps_figure(cmp, "encoder.self_attn", 0, 2, tiny_lm).layout.title.text

@@ -72,3 +72,17 @@ def test_header_names_the_headline_metric_in_words(path):
     lm = load_checkpoint(path)
     tok = lm.metrics["bleu"]["test_2016_flickr"][f"beam{lm.metrics['beam']}"]["tokenized"]["bleu"]
     assert headline_bleu(lm.metrics) == (tok, f"test, beam {lm.metrics['beam']}, tokenized lowercased")
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_word_order_preset_changes_the_translation(path):
+    """The preset's sentence: switching the positional encoding off changes the greedy translation."""
+    from model.transformer import Interventions
+    from ui.payload import WORD_ORDER
+    lm = load_checkpoint(path)
+    demo = WORD_ORDER[lm.name]
+    opts = DecodeOptions(beam=1, max_len=40)
+    on = translate(lm, demo.text, opts).text
+    off = translate(lm, demo.text, opts, Interventions(positional_encoding=False)).text
+    assert on != off, f"{lm.name}: {demo.text!r} -> {on!r} with and without positional encoding"
+    assert 0 <= demo.layer < lm.model.cfg.n_encoder_layers and 0 <= demo.head < lm.model.cfg.n_heads

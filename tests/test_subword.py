@@ -194,7 +194,9 @@ def test_attention_view_reads_as_words_by_default(tmp_path, sv):
     pieces = views.attention_figure(run, "encoder.self_attn", "head", 0, 0, "pieces", lm)
     assert any("Feuerwehrmann" in t for t in ticks(words))
     assert not any("Feuerwehrmann" in t for t in ticks(pieces))
-    assert "query words" in words.layout.title.text and "query tokens" in pieces.layout.title.text
+    def heading(fig):  # one head's units are said in its subtitle
+        return f"{fig.layout.title.text} | {fig.layout.title.subtitle.text}"
+    assert "query words" in heading(words) and "query tokens" in heading(pieces)
     # rollout and alignment lines pool the same way, and show pieces when asked
     roll = views.rollout_view_figure(run, "all", "words").to_dict()
     assert "pieces pooled into words" in roll["layout"]["title"]["text"]

@@ -48,6 +48,12 @@ def clamp(value, n: int, default: int = 0) -> int:
     return max(0, min(v, n - 1)) if n else 0
 
 
+def default_query(kind: str, n: int) -> int:
+    """The query Inside one head opens on: the first, for every kind, so that switching to decoder
+    self-attention keeps a query with masked keys (every later position) and the mask step shows them."""
+    return 0
+
+
 def head_figure(run: Run | None, lm, kind: str, layer, head, query):
     """Inside one head: q, K, QKᵀ/√d_k, the mask as −∞, softmax, V, αV and the head's output after W_O."""
     if run is None or lm is None:
@@ -57,7 +63,7 @@ def head_figure(run: Run | None, lm, kind: str, layer, head, query):
     layer = clamp(layer, comp.n_layers(kind.stack))
     head = clamp(head, lm.model.cfg.n_heads)
     labels = query_labels(run, kind)
-    query = clamp(query, len(labels), len(labels) - 1)
+    query = clamp(query, len(labels), default_query(kind, len(labels)))
     h = comp.head(kind, layer, head, query)
     keys = run.tr.axes(kind)[1]
     return vc.head_computation(h.query, h.keys, h.scores, h.mask, h.masked, h.pattern, h.values, h.z, h.result,
@@ -105,8 +111,14 @@ def lens_figure(run: Run | None, lm, k: int = 5):
     vocab = lm.tgt_vocab
     tokens = [[vocab.decode(list(map(int, row))) for row in layer] for layer in lens.top_ids]
     steps = step_row_labels(run.tr.decoder_input_tokens, run.tr.output_tokens)
-    return vc.logit_lens(tokens, lens.top_probs, steps,
+    return vc.logit_lens(tokens, lens.top_probs, steps, notes=[TIED_NOTE if lm.model.cfg.tie_embeddings else ""],
                          title="Logit lens: the final norm and the generator applied after each decoder layer")
+
+
+# Early layers read through tied embeddings name their own input token: the generator is the input
+# embedding matrix, and a residual stream that is still mostly that embedding scores highest on it.
+TIED_NOTE = ("after layer 0 the top token is often the step's own input, with p≈1: the generator shares the "
+             "embedding matrix (tied), and the stream still mostly holds that token's embedding")
 
 
 def attribution_figure(attr: Attribution | None):

@@ -193,8 +193,42 @@ TEST_FALLBACK = {  # the first lines of Multi30k test_2016_flickr, used when the
            "Une fille en tenue de karaté brisant un bâton avec un coup de pied."],
 }
 # Word order carries the meaning here: with the positional encoding off the model reads a bag of
-# words, and who does what to whom is lost.
-WORD_ORDER = {"de": "Der Hund jagt die Katze.", "en": "The dog chases the cat.", "fr": "Le chien poursuit le chat."}
+# words, and who does what to whom is lost. Each sentence was picked by translating candidates with the
+# shipped checkpoints, greedy, with and without positional encoding: the second output swaps the two
+# people ("The man is looking at the woman."). The head is the encoder self-attention head whose map
+# changes most (mean |Δ weight|) on that sentence. tests/test_shipped.py checks the outputs still differ.
+@dataclass(frozen=True)
+class WordOrderDemo:
+    text: str
+    layer: int  # encoder layer and head to show
+    head: int
+
+
+WORD_ORDER = {"de-en": WordOrderDemo("Die Frau sieht den Mann.", 1, 1),
+              "en-de": WordOrderDemo("The woman watches the man.", 4, 1),
+              "en-fr": WordOrderDemo("A man is photographing a woman.", 1, 3),
+              "fr-en": WordOrderDemo("La femme regarde l'homme.", 3, 3)}
+WORD_ORDER_BY_LANG = {"de": "Die Frau sieht den Mann.", "en": "The woman watches the man.",
+                      "fr": "La femme regarde l'homme."}
+
+
+# Two sentences: the same words, the roles swapped, in each source language.
+PAIR_DEFAULTS = {"de": ("Der Mann sieht die Frau.", "Die Frau sieht den Mann."),
+                 "en": ("The man sees the woman.", "The woman sees the man."),
+                 "fr": ("L'homme voit la femme.", "La femme voit l'homme.")}
+
+
+def pair_texts(text_a: str, text_b: str, src_lang: str) -> tuple[str, str]:
+    """The two sentences to run: another language's untouched defaults become this language's."""
+    mine = PAIR_DEFAULTS.get(src_lang)
+    if mine and (text_a, text_b) in PAIR_DEFAULTS.values():
+        return mine
+    return text_a, text_b
+
+
+def word_order_demo(name: str, src_lang: str) -> WordOrderDemo:
+    """The word-order sentence (and head) for direction ``name``; another model gets its language's sentence."""
+    return WORD_ORDER.get(name) or WordOrderDemo(WORD_ORDER_BY_LANG.get(src_lang, WORD_ORDER_BY_LANG["en"]), 0, 0)
 
 
 def corpus_sentences(lang: str, data_dirs, n: int, max_chars: int, splits=("test_2016_flickr",)

@@ -26,6 +26,9 @@ KIND_SHORT = {v: k for k, v in KINDS.items()}
 KIND_JSON = {ENC_SELF: "encoder_self", DEC_SELF: "decoder_self", CROSS: "cross"}
 DOMAIN_HINT = ("The models know image captions (Multi30k): short descriptions of people, animals and scenes; "
                "other text translates poorly.")
+TRY_THIS = ("**Try this:** ① **Watch a step**: open *Generation* and press *next ▶* to see what each step reads "
+            "and which word it picks · ② **Open a head**: click a panel of the map · ③ **Switch the causal mask "
+            "off**: in *Masks & interventions* untick *Causal mask*, then press *Compare*.")
 
 
 def kind_of(value, default: Kind = CROSS) -> Kind:
@@ -202,6 +205,14 @@ def direction_label(name: str, reg: Registry) -> str:
     lm = reg.models[name]
     base = f"{LANG_NAMES.get(lm.src_lang, lm.src_lang)} → {LANG_NAMES.get(lm.tgt_lang, lm.tgt_lang)}"
     return base if name == lm.name else f"{base} ({name})"
+
+
+def direction_hint(run_model: str | None, name: str | None, reg: Registry) -> str:
+    """The notice after Direction changes: the views still show the last run until Translate is pressed."""
+    if not run_model or not name or name == run_model or name not in reg.models or run_model not in reg.models:
+        return ""
+    return (f"↻ Direction is now **{md_escape(direction_label(name, reg))}**: press **Translate** to run it. "
+            f"Every view still shows the {md_escape(direction_label(run_model, reg))} run.")
 
 
 def fmt_params(n: int) -> str:

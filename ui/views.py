@@ -7,6 +7,7 @@ repeated tokens carry their position; masked cells are drawn dark grey, not as w
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from model import readouts
 from model.checkpoint import Registry
 from model.decoding import mask_preview, not_padding
 from model.results import decoder_input
-from model.transformer import ATTN_KINDS, CROSS, ENC_SELF, NO_INTERVENTION, Interventions
+from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION, Interventions
 from viz import alignment as v_align
 from viz import attention as va
 from viz import beam as v_beam
@@ -81,12 +82,20 @@ def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: 
     if view == "head":
         return va.single_head(attn[l, h], q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, layer=l,
                               head=h, query_title=q_title, label=f"layer {l}, head {h}",
-                              title=f"{label}: layer {l}, head {h} ({axes})")
+                              title=f"{label}: layer {l}, head {h}", notes=[axes])
     if view == "mean":
         return va.layer_means(attn, q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, query_title=q_title,
                               title=f"{label}: mean over heads per layer ({axes})")
     return va.head_grid(attn, q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, query_title=q_title,
                         title=f"{label}: every layer × head; click a panel to open that head ({axes})")
+
+
+def unmasked_title(kind: str, mask) -> str | None:
+    """The mask panel's name where it masks nothing: why it repeats the scores."""
+    if kind == DEC_SELF or mask is None or not np.asarray(mask, bool).all():
+        return None
+    where = "cross-attention" if kind == CROSS else "the encoder"
+    return f"the same scores: {where} masks only padding, and this run has none"
 
 
 def scores_figure(run: Run | None, kind: str, layer, head):
@@ -98,7 +107,8 @@ def scores_figure(run: Run | None, kind: str, layer, head):
     l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
     q, k = tr.axes(kind)
     rows, q_title = (q, None) if kind == ENC_SELF else decoder_rows(q, tr.output_tokens)
-    return va.score_panels(tr.scores(kind, l)[h], attn[l, h], rows, k, mask=tr.mask(kind),
+    mask = tr.mask(kind)
+    return va.score_panels(tr.scores(kind, l)[h], attn[l, h], rows, k, mask=mask, mask_title=unmasked_title(kind, mask),
                            query_valid=tr.query_valid(kind), query_title=q_title, label=f"L{l} H{h}",
                            title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: QKᵀ/√d_k → mask → softmax (tokens)")
 
@@ -127,7 +137,7 @@ def step_figures(run: Run | None, t, head=None):
     h = None if head in (None, "", "mean") else clamp(head, cross_w.shape[1])
     weights = cross_w[-1].mean(0) if h is None else cross_w[-1, h]
     what = "last layer, mean over heads" if h is None else f"last layer, head {h}"
-    strip = vs.source_strip(weights, src, what=what, per_row=12, key_valid=not_padding(src),
+    strip = vs.source_strip(weights, src, what=what, per_row=6, key_valid=not_padding(src),
                             title=f"Step {sv.t} ({row_label}) looks at {over}")
     cross = vs.step_rows(cross_w, src, what="cross-attention", query_label=row_label, key_valid=not_padding(src),
                          title=f"Cross-attention of step {sv.t} over {over}, every layer and head")
@@ -148,14 +158,18 @@ def watch_strip(run: Run, t: int) -> list[tuple[str, float]]:
     return [(tok, round(float(x) / top, 3)) for tok, x in zip(src, w) if tok != "<pad>"]
 
 
-def watch_heads(run: Run, t: int | None = None):
-    """Every head's cross-attention over the rows decoded so far (all rows when ``t`` is None)."""
+def watch_heads(run: Run, t: int | None = None, selected: tuple[int, int] | None = None):
+    """Every head's cross-attention over the rows decoded so far (all rows when ``t`` is None); the
+    selected (layer, head) outlined."""
     tr = run.tr
     cross = tr.attention(CROSS)
     n = cross.shape[2]
     t = n if t is None else max(1, min(int(t), n))
     labels = step_row_labels(tr.decoder_input_tokens, tr.output_tokens)
+    if selected is not None:
+        selected = (clamp(selected[0], cross.shape[0]), clamp(selected[1], cross.shape[1]))
     return vs.heads_mini(cross[:, :, :t], tr.src_tokens, labels, n_rows=n, kind=CROSS, height=260,
+                         selected=selected,
                          title="Cross-attention of every head as it is generated (click a panel to open it)")
 
 
@@ -173,21 +187,73 @@ def masks_figure(reg: Registry, model: str, src_tokens, out_tokens, iv: Interven
     ], title=title)
 
 
-def compare_maps_figure(cmp: CompareRun | None, kind: str, layer, head, lm=None):
-    """Baseline, modified and difference maps of one head; a subword ``lm`` pools pieces into words."""
+def compare_maps_figure(cmp: CompareRun | None, kind: str | None, layer, head, lm=None):
+    """Baseline, modified and difference maps of one head; a subword ``lm`` pools pieces into words.
+    ``kind`` None: no attention map comes after the ablated heads (see :func:`ablation_map`)."""
     if cmp is None:
         return message_figure("Press Compare to run the baseline and the modified model.")
+    if kind is None:
+        return message_figure(NO_MAP_AFTER)
     kind = kind_of(kind)
-    run = Run.of(lm, cmp.model, cmp.base) if lm is not None else Run(cmp.model, cmp.base)
+    run = _base_run(cmp, lm)
     base, q, k, valid, mask_b, q_title, unit = kind_view(run, kind, "words", lm)
     mod, *_rest = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)
     mask_m = _rest[3]
     L, H = base.shape[:2]
     l, h = clamp(layer, L), clamp(head, H)
+    own = (kind, l, h) in cmp.iv.ablate_heads
     return va.comparison_maps(base[l, h], mod[l, h], q, k, query_valid=valid, masks=(mask_b, mask_m),
                               query_title=q_title,
-                              title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: baseline, modified and their "
-                                    f"difference (same decoder input; {unit})")
+                              title=f"{KIND_LABELS[kind]}, layer {l}, head {h}" +
+                                    (" (ablated: its own pattern cannot change)" if own else "") +
+                                    f": baseline, modified and their difference (same decoder input; {unit})")
+
+
+NO_MAP_AFTER = ("No attention map comes after the ablated head (it is in the decoder's last layer): "
+                "its effect is on the next-token probabilities, in the chart above.")
+OWN_PATTERN = ("An ablated head's own pattern cannot change: ablation zeroes the head's output, which is "
+               "computed after its pattern.")
+
+
+@dataclass(frozen=True)
+class MapChoice:
+    """The map that shows an ablation's effect; ``kind`` None when no attention map comes after it."""
+    kind: str | None
+    layer: int
+    head: int
+    why: str
+
+
+def _base_run(cmp: CompareRun, lm) -> Run:
+    return Run.of(lm, cmp.model, cmp.base) if lm is not None else Run(cmp.model, cmp.base)
+
+
+def computation_order(n_enc: int, n_dec: int) -> list[tuple[str, int]]:
+    """Every attention map in the order the forward pass computes them."""
+    order = [(ENC_SELF, l) for l in range(n_enc)]
+    for l in range(n_dec):
+        order += [(DEC_SELF, l), (CROSS, l)]
+    return order
+
+
+def ablation_map(cmp: CompareRun, lm) -> MapChoice:
+    """The first attention map after the earliest ablated head whose weights change, and its head that
+    changes most (maps of the modified model teacher-forced on the baseline output, so rows line up)."""
+    cfg = lm.model.cfg
+    order = computation_order(cfg.n_encoder_layers, cfg.n_decoder_layers)
+    first = min(order.index((k, l)) for k, l, _ in cmp.iv.ablate_heads)
+    run = _base_run(cmp, lm)
+    for kind, layer in order[first + 1:]:
+        base = kind_view(run, kind, "words", lm)[0][layer]
+        mod = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)[0][layer]
+        change = np.nan_to_num(np.abs(mod - base)).max(axis=(1, 2))
+        if change.max() > 1e-6:
+            head = int(change.argmax())
+            return MapChoice(kind, layer, head, f"{KIND_LABELS[kind].lower()}, layer {layer}, head {head}: the "
+                                                f"first map after the ablated head that changes (its largest change "
+                                                f"in that layer, {change.max():.2f})")
+    k, l, h = min(cmp.iv.ablate_heads, key=lambda t: order.index(t[:2]))
+    return MapChoice(None, l, h, "none: " + NO_MAP_AFTER[0].lower() + NO_MAP_AFTER[1:])
 
 
 def probability_figure(cmp: CompareRun):
@@ -259,7 +325,9 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
         src, out, dec_in = run.src_words, run.out_words, decoder_input("<bos>", run.out_words)
         what += "; pieces pooled into words"
     rows, title = decoder_rows(dec_in, out)
+    # rollout spreads every row over the whole source: only its strongest lines stay readable
     return v_align.alignment_lines(w, src, rows, what="weight", out_title=title or "output",
+                                   row_share=0.7 if mode == "rollout" else 0.1,
                                    title=f"Alignment lines ({what}); hover a token to highlight its lines")
 
 

@@ -27,10 +27,11 @@ def _positions(n: int) -> list[float]:
 
 def alignment_lines(weights: np.ndarray, src_tokens: Sequence[str], out_tokens: Sequence[str], *,
                     title: str | None = None, min_weight: float = 0.0, what: str = "weight",
-                    out_title: str = "output") -> go.Figure:
+                    out_title: str = "output", row_share: float = 0.0) -> go.Figure:
     """Two columns joined by lines; ``weights`` is (output tokens, source tokens), rows summing to ~1.
 
-    Lines below ``min_weight`` are left out (payload). Opacity = weight / max weight. For the
+    Lines below ``min_weight``, or below ``row_share`` × their output row's largest weight, are left
+    out (payload, and a spread-out weighting stays readable instead of a hairball; the subtitle says so). Opacity = weight / max weight. For the
     app's decoder-row convention pass ``common.step_row_labels(inputs, outputs)`` as
     ``out_tokens`` and ``out_title=common.STEP_ROW_TITLE`` (the right column's heading).
     """
@@ -43,15 +44,23 @@ def alignment_lines(weights: np.ndarray, src_tokens: Sequence[str], out_tokens: 
     labels = [f"{i}: {lab}" for i, lab in enumerate(src_lab)] + [f"{t}: {lab}" for t, lab in enumerate(out_lab)]
     src_idx, tgt_idx, vals, colors, custom = [], [], [], [], []
     for t in range(T):
+        floor = max(min_weight, row_share * float(w[t].max()) if S else 0.0)
         for s in range(S):
             v = float(w[t, s])
-            if v <= min_weight or v <= 0:
+            if v < floor or v <= 0:
                 continue
             src_idx.append(s)
             tgt_idx.append(S + t)
             vals.append(v)
             colors.append(f"rgba({LINE_RGB}, {max(0.03, v / wmax):.3f})")
             custom.append(f"{src_lab[s]} → {out_lab[t]}")
+    for s in sorted(set(range(S)) - set(src_idx)):  # Plotly drops a node with no link, and shifts the rest
+        t = int(w[:, s].argmax()) if T else 0
+        src_idx.append(s)
+        tgt_idx.append(S + t)
+        vals.append(max(float(w[t, s]), 1e-9) if T else 1e-9)
+        colors.append("rgba(0, 0, 0, 0)")  # its strongest line, left undrawn (below the threshold)
+        custom.append(f"{src_lab[s]} → {out_lab[t]} (below the threshold)" if T else "")
     node = dict(label=labels, pad=4, thickness=10, line=dict(width=0),
                 color=[SRC_COLOR] * S + [OUT_COLOR] * T,
                 x=[0.001] * S + [0.999] * T, y=_positions(S) + _positions(T),
@@ -59,12 +68,15 @@ def alignment_lines(weights: np.ndarray, src_tokens: Sequence[str], out_tokens: 
     link = dict(source=src_idx, target=tgt_idx, value=vals, color=colors, customdata=custom,
                 hovercolor=HOVER_LINE,
                 hovertemplate="%{customdata}<br>" + esc(what) + ": %{value:.4f}<extra></extra>")
-    trace = dict(type="sankey", arrangement="fixed", node=node, link=link, valueformat=".3f")
+    # below the column headings, which the top lines would otherwise cross
+    trace = dict(type="sankey", arrangement="fixed", node=node, link=link, valueformat=".3f",
+                 domain=dict(x=[0, 1], y=[0, 0.95]))
     height = 120 + min(900, max(300, 26 * max(S, T)))
-    layout = base_layout(height, title, plot_bgcolor="white")
-    layout["margin"] = dict(l=20, r=20, t=70 if title else 40, b=20)
+    note = [f"lines under {row_share:.0%} of their row's largest weight left out"] if row_share > 0 else []
+    layout = base_layout(height, title, plot_bgcolor="white", notes=note)
+    layout["margin"] = dict(l=20, r=20, t=layout["margin"]["t"] + 30, b=20)
     layout["annotations"] = [
-        dict(text="source", x=0.0, y=1.0, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
+        dict(text="source", x=0.0, y=1.0, xref="paper", yref="paper", xanchor="left", yanchor="bottom", xshift=14,
              showarrow=False, font=dict(size=12, color=SRC_COLOR)),
         dict(text=esc(out_title), x=1.0, y=1.0, xref="paper", yref="paper", xanchor="right", yanchor="bottom",
              showarrow=False, font=dict(size=12, color=OUT_COLOR))]

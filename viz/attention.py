@@ -13,11 +13,14 @@ import plotly.graph_objects as go
 
 from .common import (ATTN_SCALE, DIVERGING, MASKED_NOTE, MAX_TICK_LABELS, MIN_LABEL_FONT, apply_mask, axis_ids, base_layout,
                      blank_rows, esc, figure, finite_absmax, finite_max, grid_domains, label_font_size,
-                     mask_array, masked_layer, masked_trace, scale_note, set_title, subplot_title, thin_axes,
+                     mask_array, masked_layer, masked_trace, max_colorbar, scale_note, set_title, subplot_title, thin_axes,
                      thin_note, token_axis, token_labels)
 
 HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>weight: %%{z:.4~g}<extra></extra>"
 KEY_TITLE = "key (attended to)"
+# One head's colour bar lies above the map, not beside it: on a phone the map keeps the width.
+HEAD_COLORBAR = dict(title=dict(text="weight", side="right"), orientation="h", thickness=8, len=0.4,
+                     x=0.0, xanchor="left", y=1.0, yanchor="bottom", ypad=4)
 
 
 def _check(attn: np.ndarray, q_tokens, k_tokens, ndim: int) -> np.ndarray:
@@ -39,6 +42,41 @@ def _weights_and_mask(attn, mask, query_valid):
     return apply_mask(z, mask), zm, bool(np.isfinite(zm).any())
 
 
+GRID_MAX_CELLS = 64  # per panel side: beyond it a grid panel is drawn at a coarser resolution
+
+
+def _block_max(a: np.ndarray, f: int, axis: int) -> np.ndarray:
+    """Pool ``axis`` in blocks of ``f`` (the last block may be short) to their maximum."""
+    axis %= a.ndim
+    n = a.shape[axis]
+    pad = (-n) % f
+    if pad:
+        widths = [(0, 0)] * a.ndim
+        widths[axis] = (0, pad)
+        a = np.pad(a, widths, constant_values=a.min() if a.dtype != bool else False)
+    shape = a.shape[:axis] + (a.shape[axis] // f, f) + a.shape[axis + 1:]
+    return a.reshape(shape).max(axis=axis + 1)
+
+
+def _block_labels(tokens: Sequence[str], f: int) -> list[str]:
+    """A block's label: its first position and token (unique, so no repeat numbering is added)."""
+    return [f"{i}: {tokens[i]}…" for i in range(0, len(tokens), f)]
+
+
+def downsample_grid(attn: np.ndarray, q_tokens, k_tokens, query_valid=None, mask=None, limit: int = GRID_MAX_CELLS):
+    """A long input's (L, H, Q, K) maps pooled to at most ``limit`` cells a side, each cell the maximum
+    of its f×f block (peaks stay visible): (attn, q labels, k labels, query_valid, mask, f). A block
+    attends if any cell does, and is a valid query if any row is. f = 1 returns everything unchanged."""
+    Q, K = attn.shape[-2:]
+    f = -(-max(Q, K) // limit)
+    if f <= 1:
+        return attn, list(q_tokens), list(k_tokens), query_valid, mask, 1
+    z = _block_max(_block_max(np.nan_to_num(np.asarray(attn, dtype=np.float32)), f, -2), f, -1)
+    valid = None if query_valid is None else _block_max(np.asarray(query_valid, bool), f, 0)
+    m = None if mask is None else _block_max(_block_max(np.array(mask_array(mask, attn.shape)), f, -2), f, -1)
+    return z, _block_labels(q_tokens, f), _block_labels(k_tokens, f), valid, m, f
+
+
 def _meta(kind, layer, head) -> dict | None:
     """What a click handler needs to open this panel's head (see head_grid's docstring)."""
     if kind is None and layer is None and head is None:
@@ -46,8 +84,8 @@ def _meta(kind, layer, head) -> dict | None:
     return {"kind": kind, "layer": None if layer is None else int(layer), "head": None if head is None else int(head)}
 
 
-def _notes(scale: str, zmax: float | None, masked: bool, thinned: int) -> list[str]:
-    return [scale_note(scale, zmax if scale == "head" else None), MASKED_NOTE if masked else "",
+def _notes(scale: str, zmax: float | None, masked: bool, thinned: int, panels: int = 1) -> list[str]:
+    return [scale_note(scale, zmax if scale == "head" else None, panels), MASKED_NOTE if masked else "",
             thin_note(thinned) if thinned > 1 else ""]
 
 
@@ -72,9 +110,10 @@ def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
     """
     attn = _check(attn, q_tokens, k_tokens, 4)
     scale_note(scale)  # rejects an unknown mode early
+    attn, q_tokens, k_tokens, query_valid, mask, f = downsample_grid(attn, q_tokens, k_tokens, query_valid, mask)
     L, H, Q, K = attn.shape
     z_all, zm_all, masked = _weights_and_mask(attn, mask, query_valid)
-    data = []
+    data, maxima = [], []
     for l in range(L):
         for h in range(H):
             place = dict(x0=h * (K + 1), dx=1, y0=l * (Q + 1), dy=1, meta=_meta(kind, l + layer_offset, h))
@@ -83,7 +122,13 @@ def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
             if scale == "shared":
                 tr["coloraxis"] = "coloraxis"
             else:
-                tr.update(colorscale=ATTN_SCALE, zmin=0.0, zmax=finite_max(z_all[l, h]), showscale=False)
+                top = finite_max(z_all[l, h])
+                tr.update(colorscale=ATTN_SCALE, zmin=0.0, zmax=top, showscale=not l and not h)
+                if not l and not h:  # one bar speaks for every panel: 0 to the panel's own maximum
+                    tr["colorbar"] = max_colorbar(top)
+                maxima.append(dict(text=f"max {top:.2f}", x=h * (K + 1) + K - 0.5, y=l * (Q + 1) - 0.5, xref="x",
+                                   yref="y", xanchor="right", yanchor="top", showarrow=False,
+                                   font=dict(size=9, color="#333"), bgcolor="rgba(255,255,255,0.7)"))
             data.append(tr)
             if masked and np.isfinite(zm_all[l, h]).any():
                 data.append(masked_trace(zm_all[l, h], f"layer {l + layer_offset}, head {h}", **place))
@@ -109,9 +154,11 @@ def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
     annotations += [dict(text=f"layer {l + layer_offset}", x=1.0, xref="paper", xanchor="left",
                          y=l * (Q + 1) + (Q - 1) / 2, yref="y", textangle=90, showarrow=False,
                          font=dict(size=11)) for l in range(L)]
-    layout["annotations"] = annotations
-    notes = [scale_note(scale) if scale == "shared" else "colour: each head 0 to its own maximum",
-             MASKED_NOTE if masked else "", thin_note(k) if k > 1 else ""]
+    layout["annotations"] = annotations + maxima
+    notes = [scale_note(scale, panels=L * H) if scale == "shared"
+             else "colour: each head 0 to its own maximum (its corner)",
+             MASKED_NOTE if masked else "", thin_note(k) if k > 1 else "",
+             f"long input: each cell is the maximum of {f}×{f}; one head shows every cell" if f > 1 else ""]
     set_title(layout, title, notes, top_extra=30)
     if scale == "shared":
         layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
@@ -131,8 +178,10 @@ def single_head(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[st
                 title: str | None = None, query_valid=None, label: str = "", show_values: bool | None = None,
                 zmax: float | None = None, mask=None, scale: str = "head", kind: str | None = None,
                 layer: int | None = None, head: int | None = None, query_title: str | None = None,
-                key_title: str | None = None, max_labels: int = MAX_TICK_LABELS) -> go.Figure:
-    """One head (or any query x key matrix) large, with token labels on both axes.
+                key_title: str | None = None, max_labels: int = MAX_TICK_LABELS, notes: Sequence[str] = ()
+                ) -> go.Figure:
+    """One head (or any query x key matrix) large, with token labels on both axes; ``notes`` join the
+    subtitle (after the colour scale, masks and thinning).
 
     ``mask`` (True = attend, broadcastable to (Q, K)): masked cells dark grey, hover "masked".
     ``scale``: "head" (0 to this matrix's maximum, or ``zmax``) or "shared" (0–1); said in the title.
@@ -149,16 +198,16 @@ def single_head(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[st
     meta = _meta(kind, layer, head)
     trace = dict(type="heatmap", z=z, colorscale=ATTN_SCALE, zmin=0.0, zmax=top, meta=meta,
                  hoverongaps=False, hovertemplate=HOVER % (esc(label) or "attention"),
-                 colorbar=dict(title=dict(text="weight"), thickness=12))
+                 colorbar=HEAD_COLORBAR)
     if show_values:
         trace.update(texttemplate="%{z:.2f}", textfont=dict(size=max(7, fs - 3)))
     data = [trace] + ([masked_trace(zm, label, meta=meta)] if masked else [])
     height = 140 + min(640, max(260, 26 * len(q_tokens)))
     layout = base_layout(height)
     _token_axes(layout, q_tokens, k_tokens, fs, query_title, key_title, angle=-60 if n > 8 else None)
-    layout["margin"] = dict(l=110, r=30, b=110)
+    layout["margin"] = dict(l=110, r=20, b=110)
     k = thin_axes(layout, data, max_labels)
-    set_title(layout, title, _notes(scale, top, masked, k))
+    set_title(layout, title, _notes(scale, top, masked, k) + list(notes), top_extra=34)
     return figure(data, layout)
 
 
@@ -188,22 +237,26 @@ def layer_means(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[st
         name = f"layer {l + layer_offset}, mean of {attn.shape[1]} heads"
         place = dict(xaxis=xr, yaxis=yr, meta=_meta(kind, l + layer_offset, None))
         tr = dict(type="heatmap", z=z_all[l], hoverongaps=False, hovertemplate=HOVER % name, **place)
+        top = finite_max(z_all[l])
         if scale == "shared":
             tr["coloraxis"] = "coloraxis"
-        else:
-            tr.update(colorscale=ATTN_SCALE, zmin=0.0, zmax=finite_max(z_all[l]), showscale=False)
+        else:  # one bar speaks for every panel: 0 to the panel's own maximum, said in its title
+            tr.update(colorscale=ATTN_SCALE, zmin=0.0, zmax=top, showscale=not l)
+            if not l:
+                tr["colorbar"] = dict(max_colorbar(top, "layer"), x=0.95)
         data.append(tr)
         if masked and np.isfinite(zm_all[l]).any():
             data.append(masked_trace(zm_all[l], name, **place))
         layout[xa] = dict(token_axis(k_tokens, font_size=fs, angle=-90), domain=list(xd), anchor=yr)
         layout[ya] = dict(token_axis(q_tokens, show=l == 0, font_size=fs), domain=list(yd), anchor=xr,
                           autorange="reversed")
-        annotations.append(subplot_title(f"layer {l + layer_offset}", xd, yd))
+        annotations.append(subplot_title(f"layer {l + layer_offset}" + (f" · max {top:.2f}" if scale == "head"
+                                                                        else ""), xd, yd))
     if query_title:
         layout["yaxis"]["title"] = dict(text=esc(query_title), font=dict(size=11))
     k = thin_axes(layout, data, max_labels)  # rotated 10 px labels: 24 fit a panel a quarter of 1440 px wide
     layout["annotations"] = annotations
-    notes = _notes(scale, None, masked, k)
+    notes = _notes(scale, None, masked, k, panels=L)
     if scale == "head":
         notes[0] = "colour: each layer 0 to its own maximum"
     set_title(layout, title, notes, top_extra=10)
@@ -270,7 +323,8 @@ def comparison_maps(base: np.ndarray, modified: np.ndarray, q_tokens: Sequence[s
         layout["yaxis"]["title"] = dict(text=esc(query_title), font=dict(size=11))
     k = thin_axes(layout, data, max_labels)
     any_masked = any(p[2] for p in panels)
-    set_title(layout, title, [scale_note("shared"), MASKED_NOTE if any_masked else "",
+    set_title(layout, title, ["colour: 0–1 in both maps; the difference on its own scale",
+                              MASKED_NOTE if any_masked else "",
                               thin_note(k) if k > 1 else ""], top_extra=20)
     m = finite_absmax(zd)
     layout["annotations"] = annotations
@@ -287,8 +341,11 @@ SCORE_HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>%s: %%{z:.4~g}<extra></extra>
 
 def score_panels(scores: np.ndarray, weights: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *,
                  mask=None, title: str | None = None, query_valid=None, query_title: str | None = None,
-                 label: str = "", max_labels: int = MAX_TICK_LABELS) -> go.Figure:
+                 label: str = "", max_labels: int = MAX_TICK_LABELS, mask_title: str | None = None) -> go.Figure:
     """One head's arithmetic in three panels on shared axes (zoom one, all follow).
+
+    ``mask_title`` names the middle panel instead of the default (say why it repeats the scores when
+    nothing is masked).
 
     1. ``scores``: the scaled scores QKᵀ/√d_k (``hook_scores``: before the mask), diverging
        colours centred on 0; 2. the same scores with ``mask`` (True = attend, ``hook_mask``)
@@ -305,7 +362,7 @@ def score_panels(scores: np.ndarray, weights: np.ndarray, q_tokens: Sequence[str
     doms = grid_domains(1, 3, hgap=0.05, vgap=0, left=0.08, right=0.93, top=0.9)
     prefix = f"{esc(label)}<br>" if label else ""
     panels = [("scaled scores QKᵀ/√d_k", zs, "coloraxis", "score"),
-              ("scores with the mask (−∞ where masked)", z_masked, "coloraxis", "score"),
+              (mask_title or "scores with the mask (−∞ where masked)", z_masked, "coloraxis", "score"),
               ("softmax: attention weights", blank_rows(weights, query_valid), "coloraxis2", "weight")]
     layout = base_layout(160 + min(480, max(240, 22 * len(q_tokens))))
     layout["margin"] = dict(l=20, r=10, b=100)

@@ -77,19 +77,21 @@ def beam_tree_figure(nodes: Sequence[BeamNode], y: list[float], *, title: str | 
             hover.append(h)
         data.append(dict(
             type="scatter", mode="markers+text", x=[n.step + 1 for n in sel], y=[y[n.id] for n in sel],
-            text=[esc(short(n.token, 12)) for n in sel], textposition="top center",
+            # a finished leaf's label to its right: at the last steps leaves lie half a row apart
+            text=[esc(short(n.token, 12)) for n in sel],
+            textposition=["middle right" if n.final else "top center" for n in sel],
             textfont=dict(size=10, color="#333" if status != "pruned" else "#999"),
             marker=dict(color=STATUS_COLORS[status], size=[12 if n.final else 7 for n in sel],
                         symbol=["star" if n.final else "circle" for n in sel], line=dict(width=0)),
             name=STATUS_NAMES[status], legendgroup=status, hovertext=hover, hoverinfo="text"))
     n_leaves = max(1.0, max(y, default=0.0) + 1)
     max_step = max((n.step for n in nodes), default=0) + 1
-    layout = base_layout(min(1100, max(320, 120 + 28 * n_leaves)), title, plot_bgcolor="white")
+    layout = base_layout(min(1400, max(320, 140 + 40 * n_leaves)), title, plot_bgcolor="white")
     x_title = "decoding step (0 = &lt;bos&gt;)" + ("; hover: input → token it produced" if step_rows else "")
     layout["xaxis"] = dict(title=dict(text=x_title), tickmode="linear", dtick=1,
-                           range=[-0.5, max_step + 0.8], showgrid=True, gridcolor="#f0f0f0", zeroline=False)
+                           range=[-0.5, max_step + 1.4], showgrid=True, gridcolor="#f0f0f0", zeroline=False)
     layout["yaxis"] = dict(visible=False, autorange="reversed")
-    layout["legend"] = dict(orientation="h", x=0, y=-0.08, yanchor="top")
+    layout["legend"] = dict(orientation="h", x=0, y=1.0, yanchor="bottom")  # clear of the axis title
     layout["hovermode"] = "closest"
     if length_penalty is not None:
         layout["annotations"] = [dict(

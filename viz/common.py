@@ -218,13 +218,20 @@ def base_layout(height: int, title: str | None = None, *, notes: Sequence[str] =
     return layout
 
 
-def scale_note(mode: str, zmax: float | None = None) -> str:
-    """How the colour scale was chosen, for the title: 'shared' (0–1 everywhere) or 'head' (own maximum)."""
+def scale_note(mode: str, zmax: float | None = None, panels: int = 1) -> str:
+    """How the colour scale was chosen, for the title: 'shared' (0–1; "the same in every panel" only
+    where there are several) or 'head' (own maximum, said where there is one)."""
     if mode == "shared":
-        return "colour: 0–1, the same in every panel"
+        return "colour: 0–1" + (", the same in every panel" if panels > 1 else "")
     if mode == "head":
         return "colour: 0 to this head's maximum" + (f" ({zmax:.2f})" if zmax is not None else "")
     raise ValueError(f"colour-scale mode must be 'shared' or 'head', not {mode!r}")
+
+
+def max_colorbar(zmax: float, what: str = "head") -> dict:
+    """The colour bar of panels each scaled to their own maximum: 0 to "max", the maxima in the panels."""
+    return dict(title=dict(text=f"÷ {what} max"), thickness=12, len=0.6, x=1.04,
+                tickvals=[0.0, zmax], ticktext=["0", "its max"])
 
 
 def mask_array(mask, shape: tuple[int, ...]) -> np.ndarray:

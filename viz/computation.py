@@ -293,8 +293,9 @@ def norm_vs_attention(pattern, norm_weights, q_tokens: Sequence[str], k_tokens: 
 # --------------------------------------------------------------------------- logit lens
 
 def logit_lens(top_tokens: Sequence[Sequence[Sequence[str]]], top_probs, step_tokens: Sequence[str],
-               title: str | None = None) -> go.Figure:
-    """What the decoder would say if it stopped after each layer, at every output step.
+               title: str | None = None, notes: Sequence[str] = ()) -> go.Figure:
+    """What the decoder would say if it stopped after each layer, at every output step (``notes`` join
+    the subtitle).
 
     ``top_tokens[l][t]``: the k most likely tokens after layer l at step t (through the final norm
     and the generator); ``top_probs`` (L, T, k) their probabilities. Each cell shows the top-1
@@ -327,7 +328,7 @@ def logit_lens(top_tokens: Sequence[Sequence[Sequence[str]]], top_probs, step_to
     data = [trace]
     n = thin_axes(layout, data)
     set_title(layout, title, [f"text: top-1 token after each layer; colour: its probability; hover: top {k}",
-                              "last row = the model's output", thin_note(n) if n > 1 else ""])
+                              "last row = the model's output", thin_note(n) if n > 1 else "", *notes])
     return figure(data, layout)
 
 
@@ -377,12 +378,12 @@ def attribution_comparison(src_tokens: Sequence[str], scores: Mapping[str, np.nd
     layout = base_layout(170 + max(200, 30 * M), xaxis=dict(token_axis(src_tokens, font_size=fs, angle=-60),
                                                             domain=[0, 0.58]),
                          yaxis=method_axis, xaxis2=dict(token_axis(names, font_size=9, number=False, angle=-45),
-                                                         domain=[0.76, 1.0], anchor="y2"),
-                         yaxis2=dict(method_axis, anchor="x2", showticklabels=False))
+                                                         domain=[0.8, 1.0], anchor="y2"),
+                         yaxis2=dict(method_axis, anchor="x2", tickfont=dict(size=9)))  # its rows named too
     layout["margin"] = dict(l=140, r=20, b=110)
     n = thin_axes(layout, data)
     layout["annotations"] = [subplot_title("each method ÷ its max |score|", (0, 0.58), (0, 1)),
-                             subplot_title("Spearman ρ between methods", (0.76, 1.0), (0, 1))]
+                             subplot_title("Spearman ρ between methods", (0.8, 1.0), (0, 1))]
     layout["annotations"] += _correlation_annotations(rho)
     share = "" if source_share is None or not np.isfinite(source_share) else \
         f"ALTI+: {source_share:.0%} from the source, {1 - source_share:.0%} from the target prefix"

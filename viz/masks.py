@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import (axis_ids, base_layout, esc, figure, grid_domains, label_font_size, subplot_title,
+from .common import (axis_ids, base_layout, esc, figure, label_font_size, subplot_title,
                      token_axis)
 
 BLOCKED, ATTEND = "#f4a6a6", "#4a90d9"
@@ -39,12 +39,15 @@ def mask_heatmap(mask, q_tokens: Sequence[str], k_tokens: Sequence[str], *, titl
 
 
 def mask_panels(panels: Sequence[tuple[str, object, Sequence[str], Sequence[str]]], *,
-                title: str | None = None) -> go.Figure:
-    """Several masks side by side: (title, mask, query tokens, key tokens) each."""
+                title: str | None = None, width_px: int = 1200) -> go.Figure:
+    """Several masks side by side: (title, mask, query tokens, key tokens) each. Row labels are drawn
+    only where the rows change from the panel before, with room left for them (so they do not run
+    into the previous panel); ``width_px`` is the width the room is reckoned for."""
     n = len(panels)
-    doms = grid_domains(1, n, hgap=0.06, vgap=0, left=0.06, right=0.92, top=0.88)
     longest = max((max(len(q), len(k)) for _, _, q, k in panels), default=1)
     fs = max(6, label_font_size(longest) - 2)
+    shown = [i == 0 or list(panels[i][2]) != list(panels[i - 1][2]) for i in range(n)]
+    doms = _row_label_domains(panels, shown, fs, width_px)
     layout = base_layout(170 + min(420, max(220, 18 * longest)), title, coloraxis=_COLORAXIS)
     layout["margin"] = dict(l=20, r=10, t=70 if title else 40, b=90)
     data, annotations = [], []
@@ -55,7 +58,22 @@ def mask_panels(panels: Sequence[tuple[str, object, Sequence[str], Sequence[str]
         data.append(dict(type="heatmap", z=z, coloraxis="coloraxis", xaxis=xr, yaxis=yr, xgap=1, ygap=1,
                                hovertemplate=f"{esc(name)}<br>" + _HOVER))
         layout[xa] = dict(token_axis(k_tokens, font_size=fs, angle=-90), domain=list(xd), anchor=yr)
-        layout[ya] = dict(token_axis(q_tokens, font_size=fs), domain=list(yd), anchor=xr, autorange="reversed")
+        layout[ya] = dict(token_axis(q_tokens, font_size=fs, show=shown[i]), domain=list(yd), anchor=xr,
+                          autorange="reversed")
         annotations.append(subplot_title(esc(name), xd, yd))
     layout["annotations"] = annotations
     return figure(data, layout)
+
+
+def _row_label_domains(panels, shown, fs: int, width_px: int, left: float = 0.02, right: float = 0.92):
+    """x/y domains of the panels in one row: before a panel with row labels, a gap as wide as its longest
+    label (about 0.6 em a character); before one without, a narrow gap."""
+    gaps = [(0.6 * fs * max((len(str(t)) for t in p[2]), default=1) + 8) / width_px if shown[i] else 0.015
+            for i, p in enumerate(panels)]
+    w = max(0.05, (right - left - sum(gaps)) / len(panels))
+    doms, x = [], left
+    for g in gaps:
+        x += g
+        doms.append(((x, min(1.0, x + w)), (0.0, 0.88)))
+        x += w
+    return doms

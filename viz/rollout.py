@@ -34,7 +34,8 @@ def rollout_figure(rollout: np.ndarray, attribution: np.ndarray, src_tokens: Seq
     n = max(S, T)
     fs = label_font_size(n)
     top = 95 if title else 70
-    (xd1, yd1), (xd2, yd2) = grid_domains(1, 2, hgap=0.14)
+    # the gap holds the left colour bar, then the right panel's row labels and axis title side by side
+    (xd1, yd1), (xd2, yd2) = grid_domains(1, 2, hgap=0.24)
     data = [
         dict(type="heatmap", z=z1, xaxis="x", yaxis="y", colorscale=ATTN_SCALE, zmin=0.0, zmax=finite_max(z1),
              hoverongaps=False, hovertemplate=HOVER % ("encoder rollout", "source"),

@@ -131,7 +131,7 @@ def source_strip(weights: Sequence[float], src_tokens: Sequence[str], *, title: 
     z = np.full((rows, cols), np.nan, dtype=np.float32)
     text = [[""] * cols for _ in range(rows)]
     pos = np.full((rows, cols), -1, dtype=np.int32)
-    labels = token_labels([short(t, 10) for t in src_tokens])
+    labels = token_labels([short(t, 9) for t in src_tokens])  # 6 chips of 9 letters fit a phone
     for j, i in enumerate(idx):
         r, c = divmod(j, cols)
         z[r, c], text[r][c], pos[r, c] = w[i], labels[i], i
@@ -144,20 +144,22 @@ def source_strip(weights: Sequence[float], src_tokens: Sequence[str], *, title: 
                          xaxis=dict(visible=False, fixedrange=True, range=[-0.5, cols - 0.5]),
                          yaxis=dict(visible=False, fixedrange=True, autorange="reversed"))
     layout["margin"] = dict(l=4, r=4, b=4)
-    set_title(layout, title, [f"cross-attention of this step, {what}; darker = more"], top_extra=-12)
+    set_title(layout, title, [f"{what}; darker = more"], top_extra=-12)
     layout["height"] += layout["margin"]["t"]
     return figure([trace], layout)
 
 
 def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence[str], *,
                n_rows: int | None = None, kind: str = "cross", layer_offset: int = 0,
-               title: str | None = None, height: int = 240) -> go.Figure:
+               title: str | None = None, height: int = 240, selected: tuple[int, int] | None = None
+               ) -> go.Figure:
     """A compact mosaic of every head's cross-attention over the rows decoded so far.
 
     ``rows``: (layers, heads, t, S), the first t decoder rows; ``row_labels``: their labels (at
     least t; use ``step_row_labels``). ``n_rows`` fixes the row capacity (rows past t stay blank),
-    so the figure keeps its size while it grows row by row during streaming. No tick labels;
-    the hover names head, row and source token. Every panel's trace carries
+    so the figure keeps its size while it grows row by row during streaming. The source tokens
+    label the bottom, the rows the right side (every k-th where rows are thin); ``selected``
+    ((layer, head), with ``layer_offset`` counted in) is outlined. Every panel's trace carries
     ``meta = {"kind", "layer", "head"}`` like ``attention.head_grid`` (clicks open that head).
 
     An overview sent several times while it grows: only the t decoded rows travel, as whole
@@ -177,21 +179,38 @@ def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence
                  hovertemplate=f"L{l + layer_offset} H{h}<br>row: %{{y}}<br>source: %{{x}}<br>"
                                "weight ≈ %{z} %<extra></extra>")
             for l in range(L) for h in range(H)]
-    axis = dict(tickmode="array", showticklabels=False, showgrid=False, zeroline=False, ticks="", fixedrange=True)
-    layout = base_layout(height, plot_bgcolor="white")  # rows not decoded yet stay white, inside an outline
-    layout["shapes"] = [dict(type="rect", xref="x", yref="y", x0=h * (S + 1) - 0.5, x1=h * (S + 1) + S - 0.5,
-                             y0=l * (Q + 1) - 0.5, y1=l * (Q + 1) + Q - 0.5, line=dict(color="#ccc", width=1))
+    layout = base_layout(height + 70, plot_bgcolor="white")  # rows not decoded yet stay white, inside an outline
+    layout["shapes"] = [_panel_outline(l, h, S, Q, (l + layer_offset, h) == tuple(selected or ()))
                         for l in range(L) for h in range(H)]
-    layout["xaxis"] = dict(axis, tickvals=[h * (S + 1) + j for h in range(H) for j in range(S)],
-                           ticktext=token_labels(src_tokens) * H, range=[-0.5, H * (S + 1) - 1.5])
-    layout["yaxis"] = dict(axis, tickvals=[l * (Q + 1) + i for l in range(L) for i in range(Q)],
-                           ticktext=token_labels(labels) * L, range=[L * (Q + 1) - 1.5, -0.5])
-    layout["margin"] = dict(l=36, r=8, b=6)
+    _mini_axes(layout, src_tokens, labels, L, H, S, Q, height)
+    layout["margin"] = dict(l=36, r=90, b=70)
     layout["annotations"] = (
         [dict(text=f"H{h}", x=h * (S + 1) + (S - 1) / 2, y=1.0, xref="x", yref="paper", yanchor="bottom",
               showarrow=False, font=dict(size=10)) for h in range(H)]
         + [dict(text=f"L{l + layer_offset}", x=0, xref="paper", xanchor="right", xshift=-4,
                 y=l * (Q + 1) + (Q - 1) / 2, yref="y", showarrow=False, font=dict(size=10)) for l in range(L)])
     layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0, cmax=100, showscale=False)
-    set_title(layout, title, [f"{t} of {Q} rows decoded; colour 0–100 %"], top_extra=4)
+    notes = [f"{t} of {Q} rows decoded; colour 0–100 %",
+             f"outlined: L{selected[0]} H{selected[1]}, the selected head" if selected else ""]
+    set_title(layout, title, notes, top_extra=4)
     return figure(data, layout)
+
+
+def _panel_outline(l: int, h: int, S: int, Q: int, chosen: bool) -> dict:
+    return dict(type="rect", xref="x", yref="y", x0=h * (S + 1) - 0.5, x1=h * (S + 1) + S - 0.5,
+                y0=l * (Q + 1) - 0.5, y1=l * (Q + 1) + Q - 0.5,
+                line=dict(color="#d62728", width=2.5) if chosen else dict(color="#ccc", width=1))
+
+
+def _mini_axes(layout: dict, src_tokens, labels, L: int, H: int, S: int, Q: int, height: int) -> None:
+    """Source tokens under every head's column block; row labels on the right, thinned to ~12 px apart."""
+    axis = dict(tickmode="array", showgrid=False, zeroline=False, ticks="", fixedrange=True,
+                tickfont=dict(size=8))
+    step = max(1, -(-12 * L * (Q + 1) // max(1, height - 90)))  # ~12 px apart on the ~170 px of rows
+    src = token_labels([short(t, 9) for t in src_tokens])
+    rows = token_labels([short(t, 14) for t in labels])
+    layout["xaxis"] = dict(axis, tickvals=[h * (S + 1) + j for h in range(H) for j in range(S)],
+                           ticktext=src * H, tickangle=-90, range=[-0.5, H * (S + 1) - 1.5])
+    layout["yaxis"] = dict(axis, side="right", tickvals=[l * (Q + 1) + i for l in range(L) for i in range(0, Q, step)],
+                           ticktext=[rows[i] for _ in range(L) for i in range(0, Q, step)],
+                           range=[L * (Q + 1) - 1.5, -0.5])

@@ -1,6 +1,7 @@
 """The About view: what the models are, the hook points, and how to call the API."""
 from __future__ import annotations
 
+import html
 import json
 from dataclasses import asdict
 
@@ -11,6 +12,7 @@ from ..present import direction_label, md_escape
 
 
 def about_markdown(reg: Registry) -> str:
+    """(Inside <details>, markdown escapes are not undone: names there are HTML-escaped instead.)"""
     out = ["## What you are looking at",
            "An encoder-decoder Transformer (Vaswani et al. 2017, pre-norm) trained from scratch on Multi30k "
            "(about 29,000 image captions with German, English and French translations; tokenized with spaCy's "
@@ -40,7 +42,7 @@ def about_markdown(reg: Registry) -> str:
                        for label, f in rows))
         for name, lm in reg.models.items():
             if lm.metrics:
-                out.append(f"<details><summary>Metrics from the {md_escape(name)} model card</summary>\n\n```json\n" +
+                out.append(f"<details><summary>Metrics from the {html.escape(name)} model card</summary>\n\n```json\n" +
                            json.dumps(lm.metrics, indent=1, ensure_ascii=False)[:6000] + "\n```\n</details>")
         names = hook_names(next(iter(reg.models.values())).model)
         out.append(f"<details><summary>The {len(names)} hook points (same names in every model)</summary>\n\n```\n"
@@ -48,7 +50,7 @@ def about_markdown(reg: Registry) -> str:
     out.append("## Calling the API\n"
                "The main events have stable names. With the Python client:\n\n```python\n"
                "from gradio_client import Client\n"
-               "client = Client(\"http://127.0.0.1:7860/\")\n"
+               "client = Client(URL)  # this page's address (or the Space's id, \"user/space\")\n"
                "out = client.predict(\"Zwei Hunde spielen im Schnee.\", \"de-en\", 1, 100, api_name=\"/translate\")\n"
                "print(out[\"translation\"], out[\"src_tokens\"], out[\"output_tokens\"])\n"
                "out[\"attention\"][\"cross\"]  # layers x heads x output steps x source tokens\n"

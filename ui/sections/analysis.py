@@ -15,7 +15,7 @@ from viz import export as v_export
 from viz import profiles as v_prof
 
 from .. import calls, views
-from ..payload import deep_link, validation_sentences, write_export
+from ..payload import PAIR_DEFAULTS, deep_link, pair_texts, validation_sentences, write_export
 from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, is_blank, md_escape,
                        no_model_message)
 from ..state import PairRun
@@ -88,8 +88,9 @@ def build(shell: Shell) -> None:
         with gr.Tab("Two sentences", id="pair"):
             gr.Markdown("Two inputs, the same layer and head, one colour scale.", elem_classes="explain")
             with gr.Row():
-                p["pair_a"] = gr.Textbox("Der Mann sieht die Frau.", label="Sentence A", elem_id="pair-a")
-                p["pair_b"] = gr.Textbox("Die Frau sieht den Mann.", label="Sentence B", elem_id="pair-b")
+                pair_a, pair_b = PAIR_DEFAULTS.get(lm.src_lang if lm else "de", PAIR_DEFAULTS["de"])
+                p["pair_a"] = gr.Textbox(pair_a, label="Sentence A", elem_id="pair-a")
+                p["pair_b"] = gr.Textbox(pair_b, label="Sentence B", elem_id="pair-b")
             with gr.Row():
                 p["pair_kind"] = gr.Radio(KIND_CHOICES, value=ENC_SELF, label="Attention", elem_id="pair-kind")
                 p["pair_layer"] = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="pair-layer")
@@ -189,6 +190,7 @@ def _wire_pair(shell: Shell) -> None:
         problem = no_model_message(shell.reg, name)
         if problem:
             return f"⚠️ {problem}", views.message_figure(problem), gr.skip()
+        text_a, text_b = pair_texts(text_a, text_b, shell.reg.models[name].src_lang)
         text_a, _ = clean_input(text_a)
         text_b, _ = clean_input(text_b)
         if is_blank(text_a) or is_blank(text_b):
@@ -196,7 +198,8 @@ def _wire_pair(shell: Shell) -> None:
         try:
             a, b = calls.gpu_pair(shell.reg_key, name, text_a, text_b)
             pair = PairRun(name, a, b)
-            md = f"**A:** {md_escape(a.text)}  \n**B:** {md_escape(b.text)}"
+            md = (f"**A:** {md_escape(a.src_text)} → {md_escape(a.text)}  \n"
+                  f"**B:** {md_escape(b.src_text)} → {md_escape(b.text)}")
             return md, views.pair_view_figure(pair, kind, layer, head), pair
         except Exception as e:
             log.exception("pair failed")

@@ -100,7 +100,7 @@ def lazy_io(shell: Shell) -> tuple[list, list, callable]:
 def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words") -> list:
     lm = shell.lm(run)
     n = len(inside.query_labels(run, kind))
-    query = inside.clamp(query, n, n - 1)
+    query = inside.clamp(query, n, inside.default_query(kind, n))
     pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
     positions = inside.position_choices(run)
     # attribution needs the model (gradients): drawn when its tab opens or a token is picked, never stale
@@ -146,7 +146,7 @@ def _wire_head(shell: Shell) -> None:
         try:
             lm = shell.lm(run)
             n = len(inside.query_labels(run, kind))
-            query = inside.clamp(query, n, n - 1)
+            query = inside.clamp(query, n, inside.default_query(kind, n))
             return (gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
                     inside.head_figure(run, lm, kind, layer, head, query),
                     inside.norm_weight_figure(run, lm, kind, layer, head, units), seen)

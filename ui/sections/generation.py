@@ -22,10 +22,10 @@ def build(shell: Shell) -> None:
         with gr.Tab("Step by step", id="steps"):
             with gr.Row():
                 shell.step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="step-slider", scale=4)
-                p["prev_btn"] = gr.Button("◀", elem_id="step-prev", scale=0, min_width=50)
+                p["prev_btn"] = gr.Button("◀ back", elem_id="step-prev", scale=0, min_width=70)
                 p["play_btn"] = gr.Button("▶ Play", elem_id="step-play", scale=0, min_width=80)
                 p["pause_btn"] = gr.Button("❚❚", elem_id="step-pause", scale=0, min_width=50)
-                p["next_btn"] = gr.Button("▶", elem_id="step-next", scale=0, min_width=50)
+                p["next_btn"] = gr.Button("next ▶", elem_id="step-next", scale=0, min_width=70)
             p["timer"] = gr.Timer(0.8, active=False)
             p["step_md"] = gr.Markdown(elem_id="step-md")
             p["prefix"] = gr.HighlightedText(label="What the decoder reads (last: this step's input) → the token it "
@@ -52,7 +52,10 @@ def build(shell: Shell) -> None:
                                            interactive=False, elem_id="beam-table")
             p["beam_pick"] = gr.Dropdown([], label="Show another finished hypothesis", elem_id="beam-pick")
             p["beam_text"] = gr.Textbox(label="Its translation", interactive=False, elem_id="beam-text")
-            p["beam_attn"] = gr.Plot(label="Its cross-attention", elem_id="beam-attn", show_label=False)
+            # never an empty frame below the table: it says what fills it
+            p["beam_attn"] = gr.Plot(views.message_figure("Pick a finished hypothesis above to see its "
+                                                          "cross-attention."), label="Its cross-attention",
+                                     elem_id="beam-attn", show_label=False)
             p["beam_state"] = gr.State(None)
     p["beam_tab"] = beam_tab
     p["step_outputs"] = [shell.step, p["step_md"], p["prefix"], p["strip_plot"], p["topk_plot"], p["cross_plot"],

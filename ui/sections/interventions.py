@@ -11,7 +11,7 @@ from model.decoding import prepare_source
 from model.transformer import CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION
 
 from .. import calls, views
-from ..payload import WORD_ORDER
+from ..payload import word_order_demo
 from ..present import (describe_interventions, diff_summary, head_choices, make_interventions, md_escape,
                        notice_md, parse_heads, src_token_choices, token_diff)
 from ..state import CompareRun
@@ -29,6 +29,7 @@ EXPLAIN = {
     "pad": "Adds <pad> tokens, as in a batch with a longer sentence (0 = none).",
 }
 PRESS = "Switch a mask off or ablate a head or token above, then press Compare with the current run."
+ABLATED = "ablated head"
 STALE = "⚠️ **Stale:** the settings or the current run changed since this comparison. Press **Compare** to refresh."
 
 
@@ -42,7 +43,7 @@ def follow(pad_on, causal_on, pos_on, heads, padded: bool, kind, layer, head):
         return ENC_SELF, layer, head, "padding mask off: encoder self-attention over the padded keys"
     if heads:
         (k, l, h), *_ = sorted(parse_heads(heads))
-        return k, l, h, f"{heads[0]} ablated: that head, and its layer's output"
+        return k, l, h, ABLATED  # Compare looks for the first map after it that changes
     return kind, layer, head, ""
 
 
@@ -136,6 +137,10 @@ def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, sr
     da, db = token_diff(bw, mw)
     changes = describe_interventions(iv) or ["nothing changed (all toggles at their defaults)"]
     msgs = list(run.notices) + ["Modified: " + "; ".join(changes) + ".", diff_summary(bw, mw, unit)]
+    if why == ABLATED:
+        choice = views.ablation_map(cmp, lm)
+        kind, layer, head, why = choice.kind, choice.layer, choice.head, choice.why
+        msgs.append(views.OWN_PATTERN)
     if why:
         msgs.append(f"Map: {why}.")
     msgs.append("The maps feed both models the baseline's output, so their rows line up.")
@@ -151,7 +156,7 @@ def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, sr
         p["cmp_plot"]: views.compare_maps_figure(cmp, kind, layer, head, lm),
         p["masks_plot"]: views.masks_figure(shell.reg, run.model, mod.src_tokens, mod.output_tokens, iv,
                                             "Masks of the modified run (True = attend)"),
-        p["cmp_state"]: cmp, p["cmp_kind"]: kind,
+        p["cmp_state"]: cmp, p["cmp_kind"]: kind or gr.skip(),
     }
 
 
@@ -211,8 +216,7 @@ def wire_preset(shell: Shell) -> None:
 
     def on_preset(name):
         lm = shell.reg.models.get(name)
-        text = WORD_ORDER.get(lm.src_lang, WORD_ORDER["en"]) if lm else WORD_ORDER["en"]
-        return text, False, True, True
+        return word_order_demo(name, lm.src_lang if lm else "en").text, False, True, True
 
     translate, t_inputs, t_outputs = p["translate_event"]
     p["preset_btn"].click(on_preset, shell.direction, [shell.text, p["pos_enc"], p["causal"], p["pad_mask"]],

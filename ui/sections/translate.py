@@ -11,7 +11,7 @@ from model.decoding import DecodeOptions
 
 from .. import calls, views
 from ..payload import examples_for, parse_link
-from ..present import (DOMAIN_HINT, chips, clean_input, direction_label, is_blank, md_escape,
+from ..present import (DOMAIN_HINT, TRY_THIS, chips, clean_input, direction_label, is_blank, md_escape,
                        no_model_message, notice_md, output_marks, run_bar, run_notices, source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
 from ..state import Run
@@ -21,7 +21,7 @@ CHIP_COLORS = {"token": "#dde7f7", "<unk>": "#f4a6a6", "replaced <unk>": "#ffd27
 # The replay shows at most REPLAY_FRAMES moments of the decode: Gradio's processing of a streamed frame
 # costs more server time than drawing it (every output a frame leaves unchanged is rebuilt).
 REPLAY_FRAMES = 8
-WATCH_PACE = 0.08   # seconds between replayed frames: long enough to see, short enough not to wait
+WATCH_PACE = 0.4    # seconds between replayed frames: slow enough to follow the source lighting up
 WATCH_FIGURES = 2   # intermediate heads figures among them (payload)
 PHONE_WIDTH = 600   # px: narrower browsers open the attention view on one head
 
@@ -74,6 +74,8 @@ def build(shell: Shell) -> None:
                                                     elem_id="out-chips")
         with gr.Column(scale=3, min_width=300):
             p["watch_heads"] = gr.Plot(label="Every head, row by row", elem_id="watch-heads", show_label=False)
+            # under the map: on a desktop in the first screen, on a phone after the translation
+            gr.Markdown(TRY_THIS, elem_id="try-this", elem_classes="explain")
     examples = examples_for(names, {n: reg.models[n].src_lang for n in names}, calls.DATA_DIRS)
     p["examples"] = gr.Examples(examples, inputs=[shell.text, shell.direction], examples_per_page=8,
                                 label="Examples: the Multi30k test set, then everyday sentences (click one to "
