@@ -141,11 +141,16 @@ def test_spearman_matrix_names_its_rows():
 
 def test_beam_tree_labels_finished_leaves_beside_them_with_room_per_leaf():
     from viz import beam as vb
-    nodes = [dict(id=0, parent=None, step=0, status="chosen", token="<bos>", score=0.0),
-             dict(id=1, parent=0, step=1, status="chosen", token="a", score=-0.1),
-             dict(id=2, parent=1, step=2, status="chosen", token="<eos>", score=-0.2, final=True, length=2,
+    from types import SimpleNamespace
+
+    def node(**kw):  # the attributes viz.beam.BeamNode reads
+        base = dict(final=False, length=None, normalized=None, rank_norm=None, rank_raw=None, text="")
+        return SimpleNamespace(**{**base, **kw})
+    nodes = [node(id=0, parent=None, step=0, status="chosen", token="<bos>", score=0.0),
+             node(id=1, parent=0, step=1, status="chosen", token="a", score=-0.1),
+             node(id=2, parent=1, step=2, status="chosen", token="<eos>", score=-0.2, final=True, length=2,
                   normalized=-0.2, rank_norm=1, rank_raw=1, text="a"),
-             dict(id=3, parent=1, step=2, status="pruned", token="b", score=-3.0)]
+             node(id=3, parent=1, step=2, status="pruned", token="b", score=-3.0)]
     fig = vb.beam_tree_figure(nodes, [0.0, 0.0, 0.0, 0.5], title="t")
     chosen = [t for t in fig.data if t.mode == "markers+text" and t.name == "chosen hypothesis"][0]
     assert list(chosen.textposition) == ["top center", "top center", "middle right"]
