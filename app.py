@@ -40,7 +40,7 @@ def _lazy(shell: Shell) -> None:
     """Sections drawn when opened: their views for the current run, unless already drawn."""
     p = shell.parts
     lazy_section(shell, "generation", p["tab_generation"], p["step_outputs"], [shell.step],
-                 lambda run, step: generation.refresh(shell, run, dict(step=step)))
+                 lambda run, step: generation.refresh(shell, run, step))
     lazy_section(shell, "interventions", p["tab_interventions"], *interventions.lazy_io(shell))
     lazy_section(shell, "computation", p["tab_computation"], *computation.lazy_io(shell))
     for sid in ("translate", "attention", "analysis"):
@@ -53,8 +53,9 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
     env = settings.read()
     shell = Shell(reg_key, reg, env.model_concurrency)
     with gr.Blocks(title="Attention Explorer") as demo:
-        shell.run_state, shell.section = gr.State(None), gr.State("translate")
+        shell.run_state, shell.section, shell.subviews = gr.State(None), gr.State("translate"), gr.State({})
         bar.build(shell)
+        attention.build_click_proxy(shell)  # on the page from the start: the first screen's panels drive it
         with gr.Tabs(elem_id="sections", overflow_behavior="wrap") as shell.tabs:
             for label, sid, section in SECTIONS:
                 with gr.Tab(label, id=sid) as shell.parts[f"tab_{sid}"]:

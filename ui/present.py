@@ -14,6 +14,8 @@ from model.decoding import Translation
 from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Interventions, canonical_kind
 from model.vocab import SPECIALS
 
+from viz.common import STEP_ROW_TITLE, step_row_labels
+
 from .settings import MAX_INPUT_CHARS
 
 LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech"}
@@ -32,6 +34,13 @@ def kind_of(value, default: str = CROSS) -> str:
         return canonical_kind(str(value))
     except ValueError:
         return default
+
+
+def decoder_rows(q: list[str], outputs: list[str]) -> tuple[list[str], str | None]:
+    """Decoder query labels in the one convention, or the tokens unchanged when lengths differ."""
+    if len(q) == len(outputs):
+        return step_row_labels(q, outputs), STEP_ROW_TITLE
+    return q, None
 
 
 # --------------------------------------------------------------------------- input

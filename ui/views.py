@@ -7,6 +7,8 @@ repeated tokens carry their position; masked cells are drawn dark grey, not as w
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -25,8 +27,9 @@ from viz import rollout as v_roll
 from viz import steps as vs
 from viz.common import STEP_ROW_TITLE, message_figure, step_row_labels
 
-from .present import KIND_LABELS, kind_of, parse_heads
-from .state import BeamView, CompareRun, PairRun, Run
+from . import inside
+from .present import KIND_LABELS, decoder_rows, kind_of, parse_heads
+from .state import BeamView, CompareRun, PairRun, Run, Selection
 
 FIRST = "Translate a sentence first."
 PE_POSITIONS = 32  # Multi30k sentences are ~13 tokens; more positions cost payload
@@ -37,13 +40,6 @@ def clamp(value, n: int) -> int:
         return max(0, min(int(value or 0), n - 1))
     except (TypeError, ValueError):
         return 0
-
-
-def decoder_rows(q: list[str], outputs: list[str]) -> tuple[list[str], str | None]:
-    """Decoder query labels in the one convention, or the tokens unchanged when lengths differ."""
-    if len(q) == len(outputs):
-        return step_row_labels(q, outputs), STEP_ROW_TITLE
-    return q, None
 
 
 def kind_view(run: Run, kind: str, units: str, lm, trace=None):
@@ -160,7 +156,11 @@ def watch_heads(run: Run, t: int | None = None):
 # --------------------------------------------------------------------------- masks and interventions
 
 def masks_figure(reg: Registry, model: str, src_tokens, out_tokens, iv: Interventions, title: str):
-    m = mask_preview(reg.models[model], src_tokens, out_tokens, iv)
+    return model_masks_figure(reg.models[model], src_tokens, out_tokens, iv, title)
+
+
+def model_masks_figure(lm, src_tokens, out_tokens, iv: Interventions, title: str):
+    m = mask_preview(lm, src_tokens, out_tokens, iv)
     dec_in = ["<bos>"] + list(out_tokens[:-1]) if out_tokens else ["<bos>"]
     rows = step_row_labels(dec_in, list(out_tokens)) if out_tokens else dec_in
     return vm.mask_panels([
@@ -317,10 +317,65 @@ def hypothesis_figure(hyp, rank):
                                            "(teacher-forced on this hypothesis)")
 
 
+# --------------------------------------------------------------------------- the registry of views
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """One view of the screen: where it is (section, sub-view), the Selection fields it reads, and how it
+    is drawn from (run, selection, model). ``draw`` is None where drawing needs a model call (the UI makes
+    it); such a view is still marked stale by its stamp."""
+    section: str
+    subview: str
+    reads: frozenset
+    draw: Callable | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.section}/{self.subview}" if self.subview else self.section
+
+
+def _spec(section: str, subview: str, reads: str, draw=None) -> ViewSpec:
+    return ViewSpec(section, subview, frozenset(reads.split()), draw)
+
+
+REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
+    _spec("translate", "", "", lambda run, sel, lm: watch_heads(run)),
+    _spec("attention", "maps", "kind layer head units view scale",
+          lambda run, sel, lm: attention_figure(run, sel.kind, sel.view, sel.layer, sel.head, sel.units, lm,
+                                                sel.scale)),
+    _spec("attention", "alignment", "layer head units",
+          lambda run, sel, lm, mode="head": alignment_view_figure(run, mode, sel.layer, sel.head, sel.units)),
+    _spec("attention", "rollout", "units", lambda run, sel, lm, layer="all": rollout_view_figure(run, layer, sel.units)),
+    _spec("generation", "steps", "step", lambda run, sel, lm: list(step_figures(run, sel.step)[2:])),
+    _spec("generation", "beam-tree", ""),
+    _spec("interventions", "", "", lambda run, sel, lm: model_masks_figure(
+        lm, run.tr.src_tokens, run.tr.output_tokens, NO_INTERVENTION, "")),
+    _spec("computation", "encodings", "", lambda run, sel, lm: inside.embedding_figure(run, lm)),
+    _spec("computation", "inside", "kind layer head query",
+          lambda run, sel, lm: inside.head_figure(run, lm, sel.kind, sel.layer, sel.head, sel.query)),
+    _spec("computation", "residual", "kind layer head units",
+          lambda run, sel, lm: inside.norm_weight_figure(run, lm, sel.kind, sel.layer, sel.head, sel.units)),
+    _spec("computation", "lens", "", lambda run, sel, lm: inside.lens_figure(run, lm)),
+    _spec("computation", "attribution", "units"),
+    _spec("computation", "forced", ""),
+    _spec("analysis", "profiles", ""),
+    _spec("analysis", "pair", ""),
+    _spec("analysis", "export", ""),
+    _spec("analysis", "about", ""),
+)}
+
+
+def stamp_of(name: str, run: Run | None, sel: Selection) -> tuple:
+    """What view ``name`` shows: the run's id and the values of the fields it reads. A view whose
+    stamp differs from the one it was drawn with is stale."""
+    spec = REGISTRY[name]
+    return (run.id if run is not None else "", *(getattr(sel, f) for f in sorted(spec.reads)))
+
+
 __all__ = ["attention_figure", "scores_figure", "step_figures", "watch_strip", "watch_heads", "masks_figure",
            "compare_maps_figure", "probability_figure", "positional_figures", "rollout_view_figure",
            "alignment_view_figure", "beam_view_figure", "profiles_view_figure", "head_map_figure",
-           "pair_view_figure", "hypothesis_figure", "NO_INTERVENTION"]
+           "pair_view_figure", "hypothesis_figure", "NO_INTERVENTION", "REGISTRY", "ViewSpec", "stamp_of"]
 
 
 def warm_up(reg_key: str) -> None:
