@@ -60,6 +60,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             for label, sid, section in SECTIONS:
                 with gr.Tab(label, id=sid) as shell.parts[f"tab_{sid}"]:
                     section.build(shell)
+        bar.follow_runs(shell)
         _lazy(shell)
         for _, _, section in SECTIONS[1:]:
             section.wire(shell)

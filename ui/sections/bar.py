@@ -36,6 +36,10 @@ def build(shell: Shell) -> None:
                                                                  "selected)",
                                                      interactive=False, elem_id="link-box", elem_classes="link-box",
                                                      show_label=False, container=False, max_lines=1)
+
+
+def follow_runs(shell: Shell) -> None:
+    """After the sections: the head choices and the link follow every run."""
     shell.on_run([shell.head, shell.parts["link_box"]], lambda run, ctx: _follow(shell, run, ctx))
 
 
