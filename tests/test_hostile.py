@@ -157,9 +157,10 @@ def test_html_and_script_are_inert_in_every_view(client):
     figs["masks"] = plot_json(client.predict(12, True, True, True, [], [], "decoder.cross_attn", api_name="/masks")[0])
     # the analysis tabs that echo tokens
     ui_translate(client, PAYLOAD, max_len=8)
-    figs["rollout"] = plot_json(client.predict("all", "words", api_name="/rollout_view"))
-    figs["alignment"] = plot_json(client.predict("layer", 1, 0, "words", api_name="/alignment_view"))
-    md, beam_fig, table, _ = client.predict(2, api_name="/beam_tree")
+    sel = ("decoder.cross_attn", 1, 0, 0, None, "words", "grid", "shared")  # the shared selection, then the view's own
+    figs["rollout"] = plot_json(client.predict(*sel, "all", api_name="/rollout_view"))
+    figs["alignment"] = plot_json(client.predict(*sel, "layer", api_name="/alignment_view"))
+    md, beam_fig, table, _ = client.predict(*sel, 2, api_name="/beam_tree")
     assert "<script" not in md and "<img" not in md
     figs["beam"] = plot_json(beam_fig)
     md, pair_fig = client.predict(PAYLOAD, "Ein <b>Mann</b>", "de-en", "encoder.self_attn", 0, 0,
