@@ -75,16 +75,17 @@ def _full_width(page, sel: str):
 def _options(page, sel: str) -> list[str]:
     """The choices a Gradio dropdown offers (opened, read, closed)."""
     page.locator(f"{sel} input").first.click()
-    page.wait_for_selector("ul.options [role=option]", timeout=10_000)
-    texts = page.locator("ul.options [role=option]").all_inner_texts()
+    page.wait_for_selector(f"{sel} [data-testid=dropdown-option]", timeout=10_000)
+    texts = page.locator(f"{sel} [data-testid=dropdown-option]").all_inner_texts()
     page.keyboard.press("Escape")
-    return [t.strip() for t in texts]
+    return [t.replace("✓", "").strip() for t in texts]
 
 
 def _pick(page, sel: str, label: str):
     page.locator(f"{sel} input").first.click()
-    page.locator(f"{sel} input").first.fill(label)
-    page.locator("ul.options [role=option]", has_text=label).first.click()
+    page.keyboard.type(label)
+    page.wait_for_timeout(300)
+    page.keyboard.press("Enter")
     page.keyboard.press("Escape")
 
 
@@ -116,19 +117,21 @@ def test_a_new_run_refreshes_alignment_and_rollout(page):
 def test_the_first_screen_panel_click_opens_the_head(page):
     page.wait_for_function("() => !!(document.querySelector('#watch-heads .js-plotly-plot') || {}).__headClick",
                            timeout=30_000)
-    box = page.locator("#watch-heads .js-plotly-plot .nsewdrag").nth(1).bounding_box()  # layer 0, head 1
-    page.mouse.click(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    box = page.locator("#watch-heads .js-plotly-plot .nsewdrag").first.bounding_box()  # every head's panel
+    page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.2)  # inside the second head
     page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=30_000)
     assert page.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
-    assert page.locator("#attn-head input").first.input_value() == "head 1"
+    head = page.locator("#attn-head input").first.input_value()
+    layer = page.locator("#attn-layer input").first.input_value()
     _plot(page, "#attn-plot")
-    assert "head 1" in _js(page, "#attn-plot", "gd.layout.title.text")
+    page.wait_for_function("(t) => document.querySelector('#attn-plot .js-plotly-plot')?.layout.title.text"
+                           ".includes(t)", arg=f"{layer}, {head}", timeout=30_000)
 
 
 def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
     page.locator("#input-text textarea").fill("Two dogs are playing in the snow.")
     page.locator("#direction input").first.click()
-    page.locator("ul.options [role=option]", has_text="English → German").first.click()
+    page.locator("#direction [data-testid=dropdown-option]", has_text="English → German").first.click()
     before = _status(page)
     page.locator("#translate-btn").click()
     _wait_done(page, before)
@@ -158,9 +161,9 @@ def test_a_link_after_forced_decoding_restores_the_forced_run(page, browser):
     page.locator("#force-btn").click()
     _wait_done(page, before)
     page.locator("#link-btn").click()
-    page.wait_for_function("() => (document.querySelector('#link-box textarea')||{}).value?.includes('ref=')",
+    page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('ref=')",
                            timeout=30_000)
-    link = page.locator("#link-box textarea").input_value()
+    link = page.locator("#link-box input").input_value()
     q = dict(parse_qsl(urlsplit(link).query))
     assert q["ref"] == ref and q["section"] == "computation" and q["subview"] == "forced"
     forced_bar = page.locator("#run-bar").inner_text()

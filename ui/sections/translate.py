@@ -294,9 +294,9 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
         if shown.step != sel.step:
             values[p["notice"]] = (values.get(p["notice"]) or "") + \
                 f"\n\nℹ️ The link's step {sel.step} is past this run's last step; step {shown.step} is shown."
-        if sel.section in lazy:  # the section the link opens, drawn at once
+        if sel.section in lazy:  # the section the link opens, drawn at once (under the run's own values)
             extra = (shown.step,) if sel.section == "generation" else ()
-            values |= lazy_values(shell, sel.section, run, *extra)
+            values = lazy_values(shell, sel.section, run, *extra) | values
         values |= subview_values(shell, run, shown) | p["restore_toggles"](shell, run, inputs, shown)
         return _controls(shell, inputs, shown) | values | {shell.step: gr.Slider(
             minimum=0, maximum=max(1, run.n_steps - 1), value=shown.step)}
