@@ -83,6 +83,8 @@ def _options(page, sel: str) -> list[str]:
 
 def _pick(page, sel: str, label: str):
     page.locator(f"{sel} input").first.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Backspace")
     page.keyboard.type(label)
     page.wait_for_timeout(300)
     page.keyboard.press("Enter")
@@ -143,6 +145,8 @@ def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
     page.wait_for_function("() => (document.querySelector('#cmp-notice')||{}).innerText?.includes('cross L2 H3')",
                            timeout=90_000)
     _tab(page, "Analysis & export")
+    page.wait_for_function("() => (document.querySelector('#prof-md')||{}).innerText?.includes('en-de')",
+                           timeout=90_000)  # the profiles of the run's model are in
     assert "enc L2 H0" in _options(page, "#prof-pick")
     _pick(page, "#prof-pick", "enc L2 H0")
     page.wait_for_function("() => document.querySelector('#prof-head-plot .js-plotly-plot')?.layout.title.text"
