@@ -117,6 +117,9 @@ def test_a_new_run_refreshes_alignment_and_rollout(page):
 
 
 def test_the_first_screen_panel_click_opens_the_head(page):
+    # the replay has ended (its last frame is the caption of the last step): the map is the final one
+    page.wait_for_function("() => /Step (\\d+) of \\1/.test((document.querySelector('#watch-step')||{}).innerText||'')",
+                           timeout=60_000)
     page.wait_for_function("() => !!(document.querySelector('#watch-heads .js-plotly-plot') || {}).__headClick",
                            timeout=30_000)
     box = page.locator("#watch-heads .js-plotly-plot .nsewdrag").first.bounding_box()  # every head's panel
