@@ -42,9 +42,21 @@ def clamp(value, n: int) -> int:
         return 0
 
 
-def kind_view(run: Run, kind: str, units: str, lm, trace=None):
-    """(weights L×H×Q×K, row labels, key labels, query valid, mask, axis title, unit word) of one kind,
-    pooled into words where the run is a subword run and ``units`` asks for words."""
+@dataclass(frozen=True)
+class KindView:
+    """One attention kind of a run, as the maps draw it: weights L×H×Q×K, row and key labels, which query
+    rows are real (not padding), the mask, the rows' axis title and the unit ("words" or "tokens")."""
+    attn: np.ndarray
+    rows: list
+    keys: list
+    valid: np.ndarray
+    mask: np.ndarray
+    row_title: str | None
+    unit: str
+
+
+def kind_view(run: Run, kind: str, units: str, lm, trace=None) -> KindView:
+    """One kind of ``run``, pooled into words where the run is a subword run and ``units`` asks for words."""
     tr = run.tr
     if run.by_word(units) and lm is not None:
         attn, q, k = tr.attention_by_word(lm, kind, trace)
@@ -55,9 +67,8 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None):
     else:
         attn, (q, k), mask = tr.attention(kind, trace), tr.axes(kind), tr.mask(kind, trace)
         outputs, unit = tr.output_tokens, "tokens"
-    valid = not_padding(q)
     rows, title = (q, None) if kind == ENC_SELF else decoder_rows(q, outputs)
-    return attn, rows, k, valid, mask, title, unit
+    return KindView(attn=attn, rows=rows, keys=k, valid=not_padding(q), mask=mask, row_title=title, unit=unit)
 
 
 def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: str = "words", lm=None,
@@ -67,7 +78,8 @@ def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: 
     kind = kind_of(kind)
     if view == "scores":
         return scores_figure(run, kind, layer, head)
-    attn, q, k, valid, mask, q_title, unit = kind_view(run, kind, units, lm)
+    kv = kind_view(run, kind, units, lm)
+    attn, q, k, valid, mask, q_title, unit = kv.attn, kv.rows, kv.keys, kv.valid, kv.mask, kv.row_title, kv.unit
     label = KIND_LABELS[kind]
     L, H = attn.shape[:2]
     l, h = clamp(layer, L), clamp(head, H)
@@ -177,15 +189,14 @@ def compare_maps_figure(cmp: CompareRun | None, kind: str, layer, head, lm=None)
         return message_figure("Press Compare to run the baseline and the modified model.")
     kind = kind_of(kind)
     run = Run.of(lm, cmp.model, cmp.base) if lm is not None else Run(cmp.model, cmp.base)
-    base, q, k, valid, mask_b, q_title, unit = kind_view(run, kind, "words", lm)
-    mod, *_rest = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)
-    mask_m = _rest[3]
-    L, H = base.shape[:2]
+    base = kind_view(run, kind, "words", lm)
+    mod = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)
+    L, H = base.attn.shape[:2]
     l, h = clamp(layer, L), clamp(head, H)
-    return va.comparison_maps(base[l, h], mod[l, h], q, k, query_valid=valid, masks=(mask_b, mask_m),
-                              query_title=q_title,
+    return va.comparison_maps(base.attn[l, h], mod.attn[l, h], base.rows, base.keys, query_valid=base.valid,
+                              masks=(base.mask, mod.mask), query_title=base.row_title,
                               title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: baseline, modified and their "
-                                    f"difference (same decoder input; {unit})")
+                                    f"difference (same decoder input; {base.unit})")
 
 
 def probability_figure(cmp: CompareRun):
