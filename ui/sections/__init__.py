@@ -64,7 +64,18 @@ class Shell:
     subviews: gr.State | None = None
     refreshers: list[Refresher] = field(default_factory=list)
     lazy_views: list = field(default_factory=list)  # SubView
-    parts: dict = field(default_factory=dict)  # components a later section needs, by name
+    # what each section's build hands to the others (typed; a section's other parts stay in its module)
+    bar: "object | None" = None            # bar.BarParts
+    translate: "object | None" = None      # translate.TranslateParts
+    attention: "object | None" = None      # attention.AttentionParts
+    generation: "object | None" = None     # generation.GenerationParts
+    interventions: "object | None" = None  # interventions.InterventionsParts
+    computation: "object | None" = None    # computation.ComputationParts
+    analysis: "object | None" = None
+    section_tabs: dict = field(default_factory=dict)  # section id -> its gr.Tab
+    subtabs: dict = field(default_factory=dict)       # section id -> its gr.Tabs of sub-views
+    lazy: dict = field(default_factory=dict)          # section id -> Lazy
+    parts: dict = field(default_factory=dict)  # each section's own components, by name (read in that module only)
 
     @property
     def default_model(self):
@@ -156,7 +167,7 @@ class Lazy:
 def lazy_section(shell: Shell, sid: str, tab, outputs: list, inputs: list, fn: Callable) -> None:
     """Draw section ``sid`` from the current run when its tab opens, unless it already shows that run."""
     stamp = gr.State("")
-    shell.parts.setdefault("lazy", {})[sid] = Lazy(outputs, inputs, fn, stamp)
+    shell.lazy[sid] = Lazy(outputs, inputs, fn, stamp)
 
     def on_open(run, seen, *extra):
         if run is None or seen == run.id:
@@ -174,7 +185,7 @@ def lazy_section(shell: Shell, sid: str, tab, outputs: list, inputs: list, fn: C
 
 def lazy_values(shell: Shell, sid: str, run, *extra) -> dict:
     """The values a lazy section shows for ``run`` (for a link that lands on it)."""
-    lz = shell.parts.get("lazy", {}).get(sid)
+    lz = shell.lazy.get(sid)
     if lz is None or run is None:
         return {}
     extra = extra or tuple(c.value for c in lz.inputs)
@@ -229,7 +240,7 @@ def sub_view(shell: Shell, name: str, tab, outputs: list, inputs: list, fn: Call
     ins, outs = [shell.run_state, sv.stamp, *shell.selection_inputs(), *inputs], [shell.subviews, sv.stamp, *outputs]
     tab.select(lambda *a: draw(*a, opened="tab"), ins, outs, api_name=api_name,
                api_visibility="undocumented" if api_name else "private", **opts)
-    shell.parts[f"tab_{spec.section}"].select(lambda *a: draw(*a, opened="section"), ins, outs,
+    shell.section_tabs[spec.section].select(lambda *a: draw(*a, opened="section"), ins, outs,
                                               api_visibility="private", **opts)
     controls = shell.sel_controls()
     triggers = [controls[f].input for f in sorted(spec.reads) if f not in ("section", "subview")]

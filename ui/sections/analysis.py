@@ -66,9 +66,10 @@ def build(shell: Shell) -> None:
     p = shell.parts
     lm = shell.default_lm
     n_layers = max(lm.model.cfg.n_decoder_layers, lm.model.cfg.n_encoder_layers) if lm else 1
+    sub_tabs = {}
     with gr.Tabs(overflow_behavior="wrap", elem_id="analysis-tabs") as tabs:
         with gr.Tab("Head profiles", id="profiles") as prof_tab:
-            p.setdefault("sub_tabs", {})[("analysis", "profiles")] = prof_tab
+            sub_tabs["profiles"] = prof_tab
             gr.Markdown("Per head: entropy, mean distance |i − j|, weight on the previous and on the same position, "
                         "on the begin/end markers, and the maximum weight. The validation average is computed "
                         "once per model, then cached. **Click a cell** to open that head in Attention; click a "
@@ -88,7 +89,7 @@ def build(shell: Shell) -> None:
                                           show_label=False)
             p["prof_state"] = gr.State(None)
         with gr.Tab("Two sentences", id="pair") as _t:
-            p.setdefault("sub_tabs", {})[("analysis", "pair")] = _t
+            sub_tabs["pair"] = _t
             gr.Markdown("Two inputs, the same layer and head, one colour scale.", elem_classes="explain")
             with gr.Row():
                 p["pair_a"] = gr.Textbox("Der Mann sieht die Frau.", label="Sentence A", elem_id="pair-a")
@@ -103,7 +104,7 @@ def build(shell: Shell) -> None:
             p["pair_plot"] = gr.Plot(label="Side by side", elem_id="pair-plot", show_label=False)
             p["pair_state"] = gr.State(None)
         with gr.Tab("Export & share", id="export") as _t:
-            p.setdefault("sub_tabs", {})[("analysis", "export")] = _t
+            sub_tabs["export"] = _t
             gr.Markdown("Everything captured for the current run: an `.npz` with every hook's tensor (keyed by hook "
                         "name: q, k, v, scores, mask, pattern, z, each head's result, the residual stream, the FFN, "
                         "the logits) and a JSON file with the tokens, the settings and the model id. Figures as standalone "
@@ -118,10 +119,10 @@ def build(shell: Shell) -> None:
                 p["fig_btn"] = gr.Button("Download figure", elem_id="fig-btn")
                 p["fig_file"] = gr.File(label="Figure (.html or .png)", elem_id="fig-file")
         with gr.Tab("About", id="about") as _t:
-            p.setdefault("sub_tabs", {})[("analysis", "about")] = _t
+            sub_tabs["about"] = _t
             gr.Markdown(about_markdown(shell.reg), elem_id="about")
     p["prof_tab"] = prof_tab
-    p.setdefault("subtabs", {})["analysis"] = tabs
+    shell.subtabs["analysis"], p["sub_tabs"] = tabs, sub_tabs
     shell.on_run([p["prof_pick"], p["pair_layer"], p["pair_head"]], lambda run, ctx: _choices(shell, run))
 
 
@@ -168,8 +169,7 @@ def wire(shell: Shell) -> None:
                     views.message_figure("The head profiles could not be drawn."), gr.skip(), gr.skip())
 
     head_map = safe(lambda r, lab: views.head_map_figure(r, lab, shell.lm(r)), "head map")
-    track_subtabs(shell, "analysis", {v: t for (sec, v), t in p["sub_tabs"].items()
-                                      if sec == "analysis" and v != "profiles"})
+    track_subtabs(shell, "analysis", {v: t for v, t in p["sub_tabs"].items() if v != "profiles"})
 
     def open_profiles(run, sel, name, scope, n, stat, pick):
         """Profiles of the run's model, and the picked head's map of this run: never another run's."""
@@ -293,8 +293,9 @@ def _wire_export(shell: Shell) -> None:
             log.warning("PNG export unavailable: %s", e)
             raise gr.Error(str(e)[:400]) from None
 
-    p["fig_btn"].click(on_figure, [p["fig_choice"], shell.run_state, shell.kind, p["view"], shell.layer, shell.head,
-                                   shell.units, p["scale"], p["rollout_layer"], p["align_mode"], p["beam_state"],
+    p["fig_btn"].click(on_figure, [p["fig_choice"], shell.run_state, shell.kind, shell.view, shell.layer, shell.head,
+                                   shell.units, shell.scale, shell.attention.rollout_layer, shell.attention.align_mode,
+                                   shell.generation.beam_state,
                                    p["prof_state"], p["prof_stat"], p["pair_state"], p["pair_kind"], p["pair_layer"],
                                    p["pair_head"], p["fig_format"]], p["fig_file"], api_name="export_figure",
                        api_visibility="undocumented", concurrency_limit=4)
@@ -310,6 +311,7 @@ def _wire_export(shell: Shell) -> None:
         return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))))
 
     toggles = interventions.compare_io(shell)[0]
-    p["link_btn"].click(on_link, [shell.run_state, *toggles, *shell.selection_inputs(), p["link_box"]],
-                        p["link_box"], js=LINK_JS, api_name="make_link", api_visibility="undocumented",
-                        queue=False).then(None, p["link_box"], None, js=COPY_JS, api_visibility="private")
+    link_box = shell.bar.link_box
+    shell.bar.link_btn.click(on_link, [shell.run_state, *toggles, *shell.selection_inputs(), link_box], link_box,
+                             js=LINK_JS, api_name="make_link", api_visibility="undocumented", queue=False).then(
+        None, link_box, None, js=COPY_JS, api_visibility="private")

@@ -3,6 +3,8 @@ softmax), alignment lines and rollout. The kind, layer and head are the shared s
 grid panel (here, in the watch map or in head profiles) opens that head."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
 from model import analysis as an
@@ -56,11 +58,18 @@ CLICK_JS = """() => {
 }"""
 
 
-def build(shell: Shell) -> None:
+@dataclass
+class AttentionParts:
+    """What Analysis's figure export reads: the rollout's layer and the alignment's weights."""
+    rollout_layer: gr.Dropdown
+    align_mode: gr.Radio
+
+
+def build(shell: Shell) -> AttentionParts:
     p = shell.parts
     lm = shell.default_lm
     n_layers = lm.model.cfg.n_decoder_layers if lm else 1
-    with gr.Tabs(overflow_behavior="wrap", elem_id="attn-tabs") as p["attn_tabs"]:
+    with gr.Tabs(overflow_behavior="wrap", elem_id="attn-tabs") as shell.subtabs["attention"]:
         with gr.Tab("Maps", id="maps") as maps_tab:
             with gr.Row():
                 shell.view = p["view"] = gr.Radio(VIEW_CHOICES, value="grid", label="View", elem_id="attn-view",
@@ -89,6 +98,7 @@ def build(shell: Shell) -> None:
     shell.on_run([p["attn_plot"], shell.layer], lambda run, ctx: _maps(shell, run, ctx.sel))
     shell.on_run([p["rollout_layer"]], lambda run, ctx: [gr.Dropdown(
         choices=rollout_choices(ModelShape.of(shell.lm(run)).n_decoder_layers), value="all")])
+    return AttentionParts(p["rollout_layer"], p["align_mode"])
 
 
 def rollout_choices(n_layers: int) -> list:
@@ -152,5 +162,5 @@ def _wire_click(shell: Shell) -> None:
 
     p["head_click_btn"].click(on_click, [p["head_click"], shell.units, p["scale"], shell.run_state, shell.subviews],
                               [shell.kind, shell.layer, shell.head, p["view"], p["attn_plot"], shell.tabs,
-                               shell.section, p["attn_tabs"], shell.subviews],
+                               shell.section, shell.subtabs["attention"], shell.subviews],
                               js=OPEN_JS, api_name="open_head", api_visibility="undocumented", **VIEW)

@@ -4,6 +4,8 @@ softmax, V, αV, W_O), the residual stream and norm-based weights, the logit len
 methods side by side, and forced decoding on a reference (which becomes the current run)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
 from model.attribution import METHODS
@@ -22,14 +24,23 @@ ATTR_HINT = "Pick an output token (or open this tab again) to attribute it in th
 FORCED_HINT = "The current run was decoded. Give a reference and press Force to teacher-force it."
 
 
-def build(shell: Shell) -> None:
+@dataclass
+class ComputationParts:
+    """What a link to a forced run sets and a forced run's first screen fills."""
+    ref_text: gr.Textbox
+    forced_md: gr.Markdown
+    forced_plot: gr.Plot
+
+
+def build(shell: Shell) -> ComputationParts:
     p = shell.parts
+    sub_tabs = {}
     with gr.Tabs(overflow_behavior="wrap", elem_id="comp-tabs") as tabs:
         with gr.Tab("Embedding & positions", id="encodings") as _t:
-            p.setdefault("sub_tabs", {})[("computation", "encodings")] = _t
+            sub_tabs["encodings"] = _t
             encodings.build(shell)
         with gr.Tab("Inside one head", id="inside") as _t:
-            p.setdefault("sub_tabs", {})[("computation", "inside")] = _t
+            sub_tabs["inside"] = _t
             gr.Markdown("The head chosen above (kind, layer, head) for one **query** token, as the formula is "
                         "written: q and the keys K, the scores q·Kᵀ/√d_k, the mask applied as −∞ (dark grey), the "
                         "softmax row α, the values V, z = αV, and the head's output after its slice of W_O. In "
@@ -40,7 +51,7 @@ def build(shell: Shell) -> None:
                                                         allow_custom_value=True)
             p["head_plot"] = gr.Plot(label="Inside one head", elem_id="head-comp", show_label=False)
         with gr.Tab("Residual stream", id="residual") as _t:
-            p.setdefault("sub_tabs", {})[("computation", "residual")] = _t
+            sub_tabs["residual"] = _t
             gr.Markdown("The residual stream's L2 norm through the stack, and what each sublayer adds to it. Below, "
                         "the chosen head's attention α beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. "
                         "2020): a key with a large weight but a small transformed value fades. Units pools "
@@ -51,14 +62,14 @@ def build(shell: Shell) -> None:
             p["normw_plot"] = gr.Plot(label="Attention vs norm-based weights", elem_id="normw-plot",
                                       show_label=False)
         with gr.Tab("Logit lens", id="lens") as _t:
-            p.setdefault("sub_tabs", {})[("computation", "lens")] = _t
+            sub_tabs["lens"] = _t
             gr.Markdown("What the decoder would say if it stopped after each layer: the final layer norm and the "
                         "generator applied to the residual stream, at every step. The last layer is the model's own "
                         "output distribution. One column per token: a subword model's steps are pieces.",
                         elem_classes="explain")
             p["lens_plot"] = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
         with gr.Tab("Attribution", id="attribution") as attr_tab:
-            p.setdefault("sub_tabs", {})[("computation", "attribution")] = attr_tab
+            sub_tabs["attribution"] = attr_tab
             gr.Markdown("Which source tokens one output token came from: raw cross-attention (mean of the last "
                         "layer's heads), rollout, norm-based weights, ALTI+ (Ferrando et al. 2022), gradient × input "
                         "and integrated gradients on the source embeddings. The right panel ranks how far the methods "
@@ -73,7 +84,7 @@ def build(shell: Shell) -> None:
             p["attr_table"] = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
                                            label="Scores (raw)")
         with gr.Tab("Forced decoding", id="forced") as _t:
-            p.setdefault("sub_tabs", {})[("computation", "forced")] = _t
+            sub_tabs["forced"] = _t
             gr.Markdown("Teacher-force the model on a **reference** translation: the probability and the "
                         "cross-entropy −log p of each reference token (the training loss), the perplexity, and where "
                         "the model's own top-1 choice differs. The forced run becomes the current run, so every "
@@ -86,7 +97,8 @@ def build(shell: Shell) -> None:
             p["forced_md"] = gr.Markdown(elem_id="forced-md")
             p["forced_plot"] = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
     p["attr_tab"], p["attr_state"] = attr_tab, gr.State(None)  # (run id, piece-level Attribution)
-    p.setdefault("subtabs", {})["computation"] = tabs
+    shell.subtabs["computation"], p["sub_tabs"] = tabs, sub_tabs
+    return ComputationParts(p["ref_text"], p["forced_md"], p["forced_plot"])
 
 
 def lazy_io(shell: Shell) -> tuple[list, list, callable]:
@@ -120,7 +132,7 @@ def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words
 
 def wire(shell: Shell) -> None:
     p = shell.parts
-    track_subtabs(shell, SID, {v: t for (sec, v), t in p["sub_tabs"].items() if sec == SID})
+    track_subtabs(shell, SID, p["sub_tabs"])
     encodings.wire(shell)
     _wire_head(shell)
     resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731
@@ -143,7 +155,7 @@ def _safe(fn, what):
 def _wire_head(shell: Shell) -> None:
     """Kind, layer, head or query changed: redraw one head (and its norm weights) where the section shows."""
     p = shell.parts
-    stamp = p["lazy"][SID].stamp
+    stamp = shell.lazy[SID].stamp
     outs = [p["head_query"], p["head_plot"], p["normw_plot"], stamp]
 
     def on_head(run, section, seen, kind, layer, head, query, units="words"):
@@ -217,9 +229,9 @@ def _wire_forced(shell: Shell) -> None:
 
     p["ref_example"].input(on_example, [shell.direction, p["ref_example"]], [shell.text, p["ref_text"]],
                            api_visibility="private", queue=False, show_progress="hidden")
-    sel_inputs = [shell.kind, p["view"], shell.layer, shell.head, shell.units]
-    lz = p["lazy"][SID]
-    outputs = [p["run_status"], lz.stamp, *lz.outputs, *shell.run_outputs()]  # forced_md/plot among lz.outputs
+    sel_inputs = [shell.kind, shell.view, shell.layer, shell.head, shell.units]
+    lz = shell.lazy[SID]
+    outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, *shell.run_outputs()]  # forced_md/plot among lz.outputs
 
     assert len(lz.inputs) == 10  # spelled out below: Gradio passes the request only to a positional parameter
 
@@ -244,8 +256,8 @@ def _wire_forced(shell: Shell) -> None:
             lazy[p["ref_example"]] = gr.skip()
         return (shell.run_values(run, RunContext(sel, base_url=base_url(request))) | lazy |
                 {p["forced_md"]: inside.forced_markdown(forced), p["forced_plot"]: inside.forced_figure(forced),
-                 p["run_status"]: f"✓ forced · run {run.id}"})
+                 shell.translate.run_status: f"✓ forced · run {run.id}"})
 
     p["force_btn"].click(on_force, [shell.run_state, shell.text, p["ref_text"], shell.direction, *sel_inputs,
-                                    *lz.inputs, p["scale"], shell.subviews], outputs, api_name="forced_view",
+                                    *lz.inputs, shell.scale, shell.subviews], outputs, api_name="forced_view",
                          api_visibility="undocumented", **shell.model_event())

@@ -2,6 +2,8 @@
 next-token probabilities it chose from) and the beam-search tree."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
 from model import analysis as an
@@ -15,7 +17,13 @@ from . import VIEW, Shell, log, sub_view, track_subtabs
 PREFIX_COLORS = {"token": "#dde7f7", "special": "#d9d9d9", "input": "#b8cff0", "new": "#ffb347"}
 
 
-def build(shell: Shell) -> None:
+@dataclass
+class GenerationParts:
+    step_outputs: list      # what the section draws when opened: the step slider and the step's views
+    beam_state: gr.State    # the beam search drawn (Analysis exports its figure)
+
+
+def build(shell: Shell) -> GenerationParts:
     p = shell.parts
     with gr.Tabs(overflow_behavior="wrap", elem_id="gen-tabs") as tabs:
         with gr.Tab("Step by step", id="steps") as steps_tab:
@@ -54,11 +62,12 @@ def build(shell: Shell) -> None:
             p["beam_attn"] = gr.Plot(label="Its cross-attention", elem_id="beam-attn", show_label=False)
             p["beam_state"] = gr.State(None)
     p["beam_tab"], p["steps_tab"] = beam_tab, steps_tab
-    p.setdefault("subtabs", {})["generation"] = tabs
+    shell.subtabs["generation"] = tabs
     # a new run starts at its first step (the section draws it when opened)
     shell.on_run([shell.step], lambda run, ctx: [gr.Slider(minimum=0, maximum=max(1, run.n_steps - 1), value=0)])
     p["step_outputs"] = [shell.step, p["step_md"], p["prefix"], p["strip_plot"], p["topk_plot"], p["cross_plot"],
                          p["self_plot"]]
+    return GenerationParts(p["step_outputs"], p["beam_state"])
 
 
 def step_values(run, t, delta: int = 0, head=None) -> list:

@@ -5,6 +5,9 @@ compare follows the last toggle (causal mask → decoder self-attention, ...); a
 run marks the verdict stale until Compare is pressed again."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import gradio as gr
 
 from model.decoding import prepare_source
@@ -46,7 +49,14 @@ def follow(pad_on, causal_on, pos_on, heads, padded: bool, kind, layer, head):
     return kind, layer, head, ""
 
 
-def build(shell: Shell) -> None:
+@dataclass
+class InterventionsParts:
+    """What a link sets: the toggles (and Compare's outputs), and how."""
+    outputs: list
+    restore: Callable  # (shell, run, RunInputs, Selection) -> values of ``outputs``
+
+
+def build(shell: Shell) -> InterventionsParts:
     p = shell.parts
     lm = shell.default_lm
     with gr.Row():
@@ -82,13 +92,12 @@ def build(shell: Shell) -> None:
     with gr.Accordion("The masks as built for these settings (True = attend)", open=False, elem_id="masks-box"):
         p["masks_plot"] = gr.Plot(label="Masks", elem_id="masks-plot", show_label=False)
     p["cmp_state"] = gr.State(None)
-    p["toggle_outputs"] = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"],
-                           p["cmp_kind"], *_compare_outputs(shell)]
-    p["restore_toggles"] = restore
     # what can be ablated is the run's: its model's heads, its sentence's tokens (a new run starts with none)
     shell.on_run([p["ablate_heads"], p["ablate_src"]], lambda run, ctx: [
         gr.Dropdown(choices=head_choices(shell.lm(run)), value=[]),
         gr.Dropdown(choices=src_token_choices(run.tr.src_tokens), value=[])])
+    toggles = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"]]
+    return InterventionsParts([*toggles, *_compare_outputs(shell)], restore)
 
 
 def toggles_of(pad_to, padding, causal, positional, heads, src) -> Toggles:
@@ -238,7 +247,7 @@ def wire(shell: Shell) -> None:
           api_visibility="undocumented", **VIEW)
 
 
-def wire_preset(shell: Shell) -> None:
+def wire_preset(shell: Shell, translate_event: tuple) -> None:
     """A sentence where word order matters, translated, then compared with the positional encoding off."""
     p = shell.parts
     _, cmp_in, outs = compare_io(shell)
@@ -248,7 +257,7 @@ def wire_preset(shell: Shell) -> None:
         text = WORD_ORDER.get(lm.src_lang, WORD_ORDER["en"]) if lm else WORD_ORDER["en"]
         return text, False, True, True
 
-    translate, t_inputs, t_outputs = p["translate_event"]
+    translate, t_inputs, t_outputs = translate_event
     p["preset_btn"].click(on_preset, shell.direction, [shell.text, p["pos_enc"], p["causal"], p["pad_mask"]],
                           api_visibility="private", queue=False).then(
         lambda *a: translate(*a, replay=False), t_inputs, t_outputs, api_visibility="private",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
@@ -34,7 +34,12 @@ def opts_from(decoding: str, beam, max_len, pad_to: int = 0) -> DecodeOptions:
                          pad_src_to=max(0, int(pad_to or 0)))
 
 
-def build(shell: Shell) -> None:
+@dataclass
+class TranslateParts:
+    run_status: gr.Markdown  # "✓" and the run's id once its last value is on the page (tests wait on it)
+
+
+def build(shell: Shell) -> TranslateParts:
     reg, names = shell.reg, shell.reg.names
     with gr.Row():
         with gr.Column(scale=3):
@@ -83,6 +88,7 @@ def build(shell: Shell) -> None:
     shell.on_run([p["notice"], p["out_text"], p["src_chips"], p["out_chips"], p["watch_step"], p["watch_strip"],
                   p["watch_heads"], shell.run_state, shell.run_bar],
                  lambda run, ctx: _final(shell, run, 0 if ctx.replay else None))
+    return TranslateParts(p["run_status"])
 
 
 def _final(shell: Shell, run: Run, step: int | None = None) -> list:
@@ -172,7 +178,8 @@ def translate_values(shell: Shell, inputs: RunInputs, notices: list[str], ctx: R
     ctx = replace(ctx, replay=ctx.replay and run.n_steps > 1)
     values = shell.run_values(run, ctx) | {p["run_status"]: f"✓ {'forced' if forced else 'translated'} · run {run.id}"}
     if forced is not None:
-        values |= {p["forced_md"]: inside.forced_markdown(forced), p["forced_plot"]: inside.forced_figure(forced)}
+        values |= {shell.computation.forced_md: inside.forced_markdown(forced),
+                   shell.computation.forced_plot: inside.forced_figure(forced)}
     return values
 
 
@@ -199,10 +206,11 @@ def replay_event(shell: Shell):
     return chain
 
 
-def wire(shell: Shell) -> None:
-    """The translate event; wired after every section is built (it refreshes them all)."""
+def wire(shell: Shell) -> tuple:
+    """The translate event, wired after every section is built (it refreshes them all): returns
+    (fn, inputs, outputs) for another event that makes a run the same way."""
     p = shell.parts
-    sel_inputs = [shell.kind, p["view"], shell.layer, shell.head, shell.units, p["scale"], shell.section,
+    sel_inputs = [shell.kind, shell.view, shell.layer, shell.head, shell.units, shell.scale, shell.section,
                   shell.subviews]
     inputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, *sel_inputs]
     outputs = [p["run_status"], *shell.run_outputs()]
@@ -219,7 +227,7 @@ def wire(shell: Shell) -> None:
         return translate_fn(text_in, name, decoding_in, beam_in, max_len_in, kind, view, layer, head, units, scale,
                             section, held, request)
 
-    p["translate_event"] = (translate_fn, inputs, outputs)
+    event = (translate_fn, inputs, outputs)
     replay = replay_event(shell)
     replay(gr.on([p["translate_btn"].click, shell.text.submit], on_translate, inputs, outputs,
                  api_name="translate_stream", api_visibility="undocumented", show_progress="minimal",
@@ -231,6 +239,7 @@ def wire(shell: Shell) -> None:
     shell.decoding.change(lambda d: gr.Slider(visible=d == "beam"), shell.decoding, shell.beam,
                           api_visibility="private", queue=False, show_progress="hidden")
     _wire_first_screen(shell, outputs)
+    return event
 
 
 def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, list[str]] | None:
@@ -251,32 +260,31 @@ def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, l
 
 def _controls(shell: Shell, inputs: RunInputs, sel: Selection) -> dict:
     """Every control set to what the link says."""
-    p = shell.parts
     shape = shell.shape(inputs.model)
     n_layers = shape.layers(sel.kind) if shape else 1
     values = {shell.text: inputs.text, shell.direction: inputs.model, shell.decoding: inputs.decoding,
               shell.beam: gr.Slider(value=inputs.beam, visible=inputs.decoding == "beam"),
-              shell.max_len: inputs.max_len, shell.kind: sel.kind, shell.units: sel.units, p["view"]: sel.view,
-              p["scale"]: sel.scale, shell.layer: gr.Dropdown(choices=layer_choices(n_layers), value=sel.layer),
+              shell.max_len: inputs.max_len, shell.kind: sel.kind, shell.units: sel.units, shell.view: sel.view,
+              shell.scale: sel.scale, shell.layer: gr.Dropdown(choices=layer_choices(n_layers), value=sel.layer),
               shell.tabs: gr.Tabs(selected=sel.section), shell.section: sel.section,
               shell.subviews: {sel.section: sel.subview} if sel.subview else {}}
-    if sel.subview and sel.section in p["subtabs"]:
-        values[p["subtabs"][sel.section]] = gr.Tabs(selected=sel.subview)
+    if sel.subview and sel.section in shell.subtabs:
+        values[shell.subtabs[sel.section]] = gr.Tabs(selected=sel.subview)
     if inputs.reference is not None:
-        values[p["ref_text"]] = inputs.reference
+        values[shell.computation.ref_text] = inputs.reference
     return values
 
 
 def _wire_first_screen(shell: Shell, outputs: list) -> None:
     """On page load: the shared link's run and screen, or the first example, translated at once."""
     p = shell.parts
-    lazy = p.get("lazy", {})
+    lazy = shell.lazy
     lazy_outputs = [c for lz in lazy.values() for c in (lz.stamp, *lz.outputs)]
     sub_outputs = [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]
     head_outputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, shell.kind, shell.layer,
-                    shell.head, shell.units, shell.step, p["view"], p["scale"], shell.tabs, shell.section,
-                    shell.subviews, *p["subtabs"].values(), p["ref_text"], p["forced_md"], p["forced_plot"],
-                    *p["toggle_outputs"]]
+                    shell.head, shell.units, shell.step, shell.view, shell.scale, shell.tabs, shell.section,
+                    shell.subviews, *shell.subtabs.values(), shell.computation.ref_text, shell.computation.forced_md,
+                    shell.computation.forced_plot, *shell.interventions.outputs]
 
     def on_load(width, request: gr.Request):
         params = dict(request.query_params) if request is not None else {}
@@ -297,7 +305,7 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
         if sel.section in lazy:  # the section the link opens, drawn at once (under the run's own values)
             extra = (shown.step,) if sel.section == "generation" else ()
             values = lazy_values(shell, sel.section, run, *extra) | values
-        values |= subview_values(shell, run, shown) | p["restore_toggles"](shell, run, inputs, shown)
+        values |= subview_values(shell, run, shown) | shell.interventions.restore(shell, run, inputs, shown)
         return _controls(shell, inputs, shown) | values | {shell.step: gr.Slider(
             minimum=0, maximum=max(1, run.n_steps - 1), value=shown.step)}
 
