@@ -122,7 +122,7 @@ def build(shell: Shell) -> None:
             sub_tabs["about"] = _t
             gr.Markdown(about_markdown(shell.reg), elem_id="about")
     p["prof_tab"] = prof_tab
-    shell.subtabs["analysis"], p["sub_tabs"] = tabs, sub_tabs
+    shell.subtabs["analysis"], p["analysis_sub_tabs"] = tabs, sub_tabs
     shell.on_run([p["prof_pick"], p["pair_layer"], p["pair_head"]], lambda run, ctx: _choices(shell, run))
 
 
@@ -169,7 +169,7 @@ def wire(shell: Shell) -> None:
                     views.message_figure("The head profiles could not be drawn."), gr.skip(), gr.skip())
 
     head_map = safe(lambda r, lab: views.head_map_figure(r, lab, shell.lm(r)), "head map")
-    track_subtabs(shell, "analysis", {v: t for v, t in p["sub_tabs"].items() if v != "profiles"})
+    track_subtabs(shell, "analysis", {v: t for v, t in p["analysis_sub_tabs"].items() if v != "profiles"})
 
     def open_profiles(run, sel, name, scope, n, stat, pick):
         """Profiles of the run's model, and the picked head's map of this run: never another run's."""

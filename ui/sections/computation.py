@@ -97,7 +97,7 @@ def build(shell: Shell) -> ComputationParts:
             p["forced_md"] = gr.Markdown(elem_id="forced-md")
             p["forced_plot"] = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
     p["attr_tab"], p["attr_state"] = attr_tab, gr.State(None)  # (run id, piece-level Attribution)
-    shell.subtabs["computation"], p["sub_tabs"] = tabs, sub_tabs
+    shell.subtabs["computation"], p["comp_sub_tabs"] = tabs, sub_tabs
     return ComputationParts(p["ref_text"], p["forced_md"], p["forced_plot"])
 
 
@@ -132,7 +132,7 @@ def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words
 
 def wire(shell: Shell) -> None:
     p = shell.parts
-    track_subtabs(shell, SID, p["sub_tabs"])
+    track_subtabs(shell, SID, p["comp_sub_tabs"])
     encodings.wire(shell)
     _wire_head(shell)
     resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731
