@@ -75,3 +75,20 @@ def test_a_changed_field_changes_what_is_drawn(name, run, tiny_lm):
             continue  # a word-level model's words are its tokens: the stamp alone marks the change
         after = _json(spec.draw(run, replace(BASE, **{f: OTHER[f]}), tiny_lm))
         assert after != before, f
+
+
+def test_an_export_says_what_kind_of_run_it_holds(tiny_lm):
+    from model.computation import force
+    from ui.sections.analysis import run_settings
+    from ui.state import RunInputs
+    tr = translate(tiny_lm, "haus katze hund", DecodeOptions(max_len=6))
+    assert run_settings(Run.of(tiny_lm, "de-en", tr, inputs=RunInputs("de-en", "haus katze hund")))["run"] == "greedy"
+    beam = translate(tiny_lm, "haus katze hund", DecodeOptions(max_len=6, beam=3))
+    assert run_settings(Run.of(tiny_lm, "de-en", beam))["run"] == "beam"
+    forced = force(tiny_lm, "haus katze hund", "katze hund")
+    inputs = RunInputs("de-en", "haus katze hund", reference="katze hund")
+    s = run_settings(Run.of(tiny_lm, "de-en", forced.translation, forced=True, inputs=inputs,
+                            forced_loss=[float(x) for x in forced.loss]))
+    assert (s["run"], s["decoding"], s["teacher_forced"], s["reference"]) == ("teacher-forced", "teacher-forced", True,
+                                                                             "katze hund")
+    assert s["per_token_loss"] == pytest.approx(forced.loss.tolist()) and len(s["per_token_loss"]) == 3
