@@ -402,3 +402,14 @@ def test_python_app_py_honours_env(tmp_path):
     log.seek(0)
     text = log.read()
     assert "loaded de-en" in text and str(tmp_path / "ck" / "half") in text and "WARNING" in text
+
+
+def test_a_new_run_draws_the_map_on_the_colour_scale_shown(client):
+    """The colour scale is part of the selection a run is drawn with: "this head's maximum" stays so."""
+    def attn(scale):
+        out = client.predict("Zwei Hunde spielen im Schnee.", "de-en", "greedy", 4, 12, "decoder.cross_attn", "head",
+                             0, 0, "words", scale, api_name="/translate_stream")
+        return json.dumps(plot_json(named(client, client.src, out)["attn_plot"]))
+    shared, own = attn("shared"), attn("head")
+    assert "the same in every panel" in shared or "0–1" in shared
+    assert shared != own and "maximum" in own
