@@ -72,13 +72,13 @@ HEAD = "<style>@media (max-width: 600px) {.gradio-container > .main {padding-lef
 
 def _lazy(shell: Shell) -> None:
     """Sections drawn when opened: their views for the current run, unless already drawn."""
-    p = shell.parts
-    lazy_section(shell, "generation", p["tab_generation"], p["step_outputs"], [shell.step],
-                 lambda run, step: generation.refresh(shell, run, dict(step=step)))
-    lazy_section(shell, "interventions", p["tab_interventions"], *interventions.lazy_io(shell))
-    lazy_section(shell, "computation", p["tab_computation"], *computation.lazy_io(shell))
+    tabs = shell.section_tabs
+    lazy_section(shell, "generation", tabs["generation"], shell.generation.step_outputs, [shell.step],
+                 lambda run, step: generation.refresh(shell, run, step))
+    lazy_section(shell, "interventions", tabs["interventions"], *interventions.lazy_io(shell))
+    lazy_section(shell, "computation", tabs["computation"], *computation.lazy_io(shell))
     for sid in ("translate", "attention", "analysis"):
-        p[f"tab_{sid}"].select(lambda s=sid: s, None, shell.section, api_visibility="private", queue=False,
+        tabs[sid].select(lambda s=sid: s, None, shell.section, api_visibility="private", queue=False,
                                show_progress="hidden")
 
 
@@ -87,17 +87,19 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
     env = settings.read()
     shell = Shell(reg_key, reg, env.model_concurrency)
     with gr.Blocks(title="Attention Explorer") as demo:
-        shell.run_state, shell.section = gr.State(None), gr.State("translate")
-        bar.build(shell)
+        shell.run_state, shell.section, shell.subviews = gr.State(None), gr.State("translate"), gr.State({})
+        shell.bar = bar.build(shell)
+        attention.build_click_proxy(shell)  # on the page from the start: the first screen's panels drive it
         with gr.Tabs(elem_id="sections", overflow_behavior="wrap") as shell.tabs:
             for label, sid, section in SECTIONS:
-                with gr.Tab(label, id=sid) as shell.parts[f"tab_{sid}"]:
-                    section.build(shell)
+                with gr.Tab(label, id=sid) as shell.section_tabs[sid]:
+                    setattr(shell, sid, section.build(shell))  # the parts the other sections read
+        bar.follow_runs(shell)
         _lazy(shell)
         for _, _, section in SECTIONS[1:]:
             section.wire(shell)
-        translate.wire(shell)  # last: a new run refreshes every section
-        interventions.wire_preset(shell)
+        translate_event = translate.wire(shell)  # last: a new run refreshes every section
+        interventions.wire_preset(shell, translate_event)
         translate.wire_load(shell, demo)
         api_translate, api_compare, api_attribution, api_models = make_api(reg_key)
         gr.api(api_translate, api_name="translate", **shell.model_event())

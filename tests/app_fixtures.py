@@ -27,11 +27,12 @@ def tiny_vocab(lang: str) -> Vocab:
 
 
 def make_checkpoint(path: Path, src: str, tgt: str, seed: int = 0, **cfg_kwargs) -> Path:
-    """A random-weight checkpoint folder (2+2 layers, d_model 32, 4 heads, max_len 64)."""
+    """A random-weight checkpoint folder (2+2 layers unless ``layers`` says, d_model 32, 4 heads, max_len 64)."""
     torch.manual_seed(seed)
     sv, tv = tiny_vocab(src), tiny_vocab(tgt)
+    layers = cfg_kwargs.pop("layers", 2)
     cfg = TransformerConfig(src_vocab_size=len(sv), tgt_vocab_size=len(tv), d_model=32, n_heads=4,
-                            n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0, attn_dropout=0.0,
+                            n_encoder_layers=layers, n_decoder_layers=layers, d_ff=64, dropout=0.0, attn_dropout=0.0,
                             max_len=cfg_kwargs.pop("max_len", 64), **cfg_kwargs)
     model = Transformer(cfg).eval()
     return save_checkpoint(path, model, sv, tv, src, tgt, {"training": {"note": "random weights for tests"}})

@@ -42,7 +42,7 @@ def server(tmp_path_factory):
 
 def ui_translate(client, text, direction="de-en", decoding="greedy", beam=4, max_len=30,
                  kind="decoder.cross_attn", view="grid"):
-    out = client.predict(text, direction, decoding, beam, max_len, kind, view, 0, 0, "words", api_name="/translate_stream")
+    out = client.predict(text, direction, decoding, beam, max_len, kind, view, 0, 0, "words", "shared", api_name="/translate_stream")
     return named(client, client.src, out)
 
 
@@ -364,7 +364,7 @@ def test_app_without_any_checkpoint_starts_with_a_message(tmp_path):
             page = r.read().decode("utf-8")
         assert "No model is available" in page and "checkpoint folder not found" in page
         c = Client(url, verbose=False)
-        out = c.predict(DE, None, "greedy", 4, 10, "decoder.cross_attn", "grid", 0, 0, "words", api_name="/translate_stream")
+        out = c.predict(DE, None, "greedy", 4, 10, "decoder.cross_attn", "grid", 0, 0, "words", "shared", api_name="/translate_stream")
         assert "No model is loaded" in out[1]
         with pytest.raises(Exception) as e:
             c.predict(DE, "", 1, 10, api_name="/translate")
@@ -402,3 +402,14 @@ def test_python_app_py_honours_env(tmp_path):
     log.seek(0)
     text = log.read()
     assert "loaded de-en" in text and str(tmp_path / "ck" / "half") in text and "WARNING" in text
+
+
+def test_a_new_run_draws_the_map_on_the_colour_scale_shown(client):
+    """The colour scale is part of the selection a run is drawn with: "this head's maximum" stays so."""
+    def attn(scale):
+        out = client.predict("Zwei Hunde spielen im Schnee.", "de-en", "greedy", 4, 12, "decoder.cross_attn", "head",
+                             0, 0, "words", scale, api_name="/translate_stream")
+        return json.dumps(plot_json(named(client, client.src, out)["attn_plot"]))
+    shared, own = attn("shared"), attn("head")
+    assert "the same in every panel" in shared or "0–1" in shared
+    assert shared != own and "maximum" in own

@@ -30,7 +30,7 @@ def url(tmp_path_factory):
 def client(url):
     """A fresh session with SRC translated."""
     c = Client(url, verbose=False)
-    c.predict(SRC, "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0, "words",
+    c.predict(SRC, "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0, "words", "shared",
               api_name="/translate_stream")
     return c
 
@@ -124,9 +124,9 @@ def test_a_new_run_never_shows_the_last_runs_attribution_or_forced_decoding(clie
     open_section(client)
     client.predict(0, 16, "words", api_name="/attribution_view")
     client.predict(SRC, REF, "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1", "encoder", 1,
-                   "decoder.cross_attn", 0, 0, 1, "decoder", "words", api_name="/forced_view")
+                   "decoder.cross_attn", 0, 0, 1, "decoder", "words", "shared", api_name="/forced_view")
     client.predict("Eine Frau liest ein Buch im Park.", "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0,
-                   "words", api_name="/translate_stream")
+                   "words", "shared", api_name="/translate_stream")
     o = open_section(client)
     assert "Pick an output token" in o["attr_md"]
     assert "was decoded" in o["forced_md"]
@@ -135,7 +135,7 @@ def test_a_new_run_never_shows_the_last_runs_attribution_or_forced_decoding(clie
 
 def test_forced_decoding_becomes_the_current_run(client):
     out = named(client, client.src, client.predict(SRC, REF, "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1",
-                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", "words", api_name="/forced_view"), "forced_view")
+                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", "words", "shared", api_name="/forced_view"), "forced_view")
     assert out["run_status"].startswith("✓ forced")
     assert "perplexity" in out["forced_md"] and "teacher-forced" in out["run_bar"]
     assert out["translation"] == REF
@@ -152,7 +152,7 @@ def test_forced_decoding_becomes_the_current_run(client):
 
 def test_forced_decoding_needs_a_reference(client):
     out = named(client, client.src, client.predict(SRC, "  ", "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1",
-                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", "words", api_name="/forced_view"), "forced_view")
+                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", "words", "shared", api_name="/forced_view"), "forced_view")
     assert "reference" in out["forced_md"]
     assert out["run_status"] == {"__type__": "update"}  # the current run is untouched
 

@@ -153,17 +153,21 @@ def test_viz_builders_validate_and_escape():
 
 
 def test_deep_link_round_trip():
-    link = payload.deep_link("http://h/app/?old=1", "Ein Mann <b>&", "de-en", 4)
-    assert link.startswith("http://h/app/?text=")
     from urllib.parse import parse_qsl, urlsplit
-    params = dict(parse_qsl(urlsplit(link).query))
-    assert payload.parse_link(params, ["de-en", "en-de"]) == payload.Link("Ein Mann <b>&", "de-en", 4)
-    assert payload.parse_link({"text": "x", "model": "zz", "beam": "99"}, ["en-de"]) == payload.Link("x", "en-de", 8)
-    view = payload.deep_link("http://h/", "x", "de-en", 1, "attention", "decoder.cross_attn", 3, 2, 5)
-    back = payload.parse_link(dict(parse_qsl(urlsplit(view).query)), ["de-en"])
-    assert (back.section, back.kind, back.layer, back.head, back.step) == ("attention", "decoder.cross_attn", 3, 2, 5)
-    assert payload.parse_link({}, ["de-en"]) is None
-    assert "beam" not in payload.deep_link("http://h/", "x", "de-en", 1)
+
+    from ui.state import ModelShape, RunInputs, Selection, from_query, link_url
+    shapes = {"de-en": ModelShape(4, 4, 4), "en-de": ModelShape(4, 4, 4)}
+    link = link_url("http://h/app/?old=1", RunInputs("de-en", "Ein Mann <b>&", "beam", 4), Selection())
+    assert link.startswith("http://h/app/?text=")
+    back = from_query(dict(parse_qsl(urlsplit(link).query)), shapes)
+    assert back.inputs == RunInputs("de-en", "Ein Mann <b>&", "beam", 4) and back.problems == []
+    bad = from_query({"text": "x", "model": "zz", "beam": "99"}, {"en-de": shapes["en-de"]})
+    assert (bad.inputs.model, bad.inputs.decoding) == ("en-de", "greedy") and len(bad.problems) == 2
+    sel = Selection(kind="decoder.cross_attn", layer=3, head=2, step=5, section="attention", subview="maps")
+    view = from_query(dict(parse_qsl(urlsplit(link_url("http://h/", RunInputs("de-en", "x"), sel)).query)), shapes)
+    assert view.sel == sel
+    assert from_query({}, shapes) is None
+    assert "beam" not in link_url("http://h/", RunInputs("de-en", "x"), Selection())
 
 
 # --------------------------------------------------------------------------- on a tiny model
@@ -211,7 +215,7 @@ def client(tmp_path_factory):
     make_checkpoint(root / "de-en", "de", "en", seed=0)
     demo, url = launch(root)
     c = Client(url, verbose=False)
-    c.predict("Ein Mann fährt mit dem Fahrrad.", "de-en", "greedy", 4, 10, "decoder.cross_attn", "grid", 0, 0, "words",
+    c.predict("Ein Mann fährt mit dem Fahrrad.", "de-en", "greedy", 4, 10, "decoder.cross_attn", "grid", 0, 0, "words", "shared",
               api_name="/translate_stream")
     yield c
     demo.close()
@@ -222,17 +226,21 @@ def plot(value) -> dict:
     return json.loads(value["plot"])
 
 
+# the shared selection every registered view reads first: kind, layer, head, step, query, units, view, scale
+SEL = ("decoder.cross_attn", 1, 2, 0, None, "words", "grid", "shared")
+
+
 def test_app_rollout_and_alignment(client):
-    fig = plot(client.predict("all", "words", api_name="/rollout_view"))
+    fig = plot(client.predict(*SEL, "all", api_name="/rollout_view"))
     assert len(fig["data"]) == 2 and "R = " in json.dumps(fig["layout"]["annotations"])
     assert "Fahrrad" in fig["layout"]["xaxis"]["ticktext"]
     for mode in ("head", "layer", "mean", "rollout"):
-        fig = plot(client.predict(mode, 1, 2, "words", api_name="/alignment_view"))
+        fig = plot(client.predict(*SEL, mode, api_name="/alignment_view"))
         assert fig["data"][0]["type"] == "sankey" and fig["data"][0]["link"]["value"]
 
 
 def test_app_beam_tree_and_pick(client):
-    md, fig, table, pick = client.predict(3, api_name="/beam_tree")
+    md, fig, table, pick = client.predict(*SEL, 3, api_name="/beam_tree")
     assert "Chosen" in md
     fig = plot(fig)
     assert any(t.get("name") == "chosen hypothesis" for t in fig["data"])
@@ -242,10 +250,11 @@ def test_app_beam_tree_and_pick(client):
 
 
 def test_app_head_profiles(client):
-    md, heat, table, = client.predict("de-en", "average", 4, "entropy", api_name="/head_profiles")
+    md, heat, table, head_map = client.predict(*SEL, "de-en", "average", 4, "entropy", None,
+                                               api_name="/head_profiles")
     assert "cached" in md and len(plot(heat)["data"]) == 3
     assert len(table["data"]) == 3 * 2 * 4 and table["headers"][:3] == ["kind", "layer", "head"]
-    md, heat, table = client.predict("de-en", "current", 4, "max_weight", api_name="/head_profiles")
+    md, heat, table, _ = client.predict(*SEL, "de-en", "current", 4, "max_weight", None, api_name="/head_profiles")
     assert "Current sentence" in md
     fig = plot(client.predict("cross L1 H2", api_name="/head_map"))
     assert "layer 1, head 2" in fig["data"][0]["hovertemplate"]
@@ -277,6 +286,15 @@ def test_app_export_and_link(client):
                          "encoder.self_attn", 0, 0, "PNG", api_name="/export_figure")
     png = open(out if isinstance(out, str) else out["path"], "rb").read()  # CI installs kaleido and chromium
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
-    link = client.predict("Ein <b>Mann</b>", "de-en", "beam", 3, "decoder.self_attn", 1, 2, 0, "http://host/",
-                          api_name="/make_link")
-    assert link == "http://host/?text=Ein+%3Cb%3EMann%3C%2Fb%3E&model=de-en&beam=3&kind=dec&layer=1&head=2&step=0"
+    assert meta["settings"]["run"] == "greedy" and meta["settings"]["teacher_forced"] is False
+    # the link names the run on screen (not the text box), the toggles of Masks & interventions, the selection
+    link = client.predict(0, True, False, True, ["cross L1 H2"], [], "decoder.self_attn", 1, 2, 0, None, "words",
+                          "head", "shared", "http://host/", api_name="/make_link")
+    from urllib.parse import parse_qsl, urlsplit
+
+    from ui.state import ModelShape, from_query
+    assert link.startswith("http://host/?text=Ein+Mann+f%C3%A4hrt")
+    back = from_query(dict(parse_qsl(urlsplit(link).query)), {"de-en": ModelShape(2, 2, 4)})
+    assert back.problems == [] and back.inputs.max_len == 10 and back.inputs.reference is None
+    assert back.inputs.toggles.causal is False and back.inputs.toggles.heads == (("decoder.cross_attn", 1, 2),)
+    assert (back.sel.kind, back.sel.layer, back.sel.head, back.sel.view) == ("decoder.self_attn", 1, 2, "head")

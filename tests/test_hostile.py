@@ -48,7 +48,7 @@ def server(tmp_path_factory):
 
 
 def ui_translate(client, text, direction="de-en", max_len=8):
-    out = client.predict(text, direction, "greedy", 4, max_len, "decoder.cross_attn", "grid", 0, 0, "words",
+    out = client.predict(text, direction, "greedy", 4, max_len, "decoder.cross_attn", "grid", 0, 0, "words", "shared",
                          api_name="/translate_stream")
     return named(client, client.src, out)
 
@@ -157,9 +157,10 @@ def test_html_and_script_are_inert_in_every_view(client):
     figs["masks"] = plot_json(client.predict(12, True, True, True, [], [], "decoder.cross_attn", api_name="/masks")[0])
     # the analysis tabs that echo tokens
     ui_translate(client, PAYLOAD, max_len=8)
-    figs["rollout"] = plot_json(client.predict("all", "words", api_name="/rollout_view"))
-    figs["alignment"] = plot_json(client.predict("layer", 1, 0, "words", api_name="/alignment_view"))
-    md, beam_fig, table, _ = client.predict(2, api_name="/beam_tree")
+    sel = ("decoder.cross_attn", 1, 0, 0, None, "words", "grid", "shared")  # the shared selection, then the view's own
+    figs["rollout"] = plot_json(client.predict(*sel, "all", api_name="/rollout_view"))
+    figs["alignment"] = plot_json(client.predict(*sel, "layer", api_name="/alignment_view"))
+    md, beam_fig, table, _ = client.predict(*sel, 2, api_name="/beam_tree")
     assert "<script" not in md and "<img" not in md
     figs["beam"] = plot_json(beam_fig)
     md, pair_fig = client.predict(PAYLOAD, "Ein <b>Mann</b>", "de-en", "encoder.self_attn", 0, 0,
@@ -228,7 +229,7 @@ def test_direction_values_never_become_paths(server, client, no_loading, directi
     ]
     if direction in HOSTILE_DIRECTIONS[:3]:  # the UI events: Gradio checks the dropdown's choices
         calls += [
-            ("/translate_stream", (DE, direction, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words"),
+            ("/translate_stream", (DE, direction, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", "shared"),
              "not in the list of choices"),
             ("/positional", (direction, 20, "0, 1"), "not in the list of choices"),
             ("/pair_view", (DE, DE, direction, "encoder.self_attn", 0, 0), "not in the list of choices"),
@@ -252,7 +253,7 @@ def test_empty_direction_means_the_first_discovered_model(server, client, no_loa
     names = list(server[0].registry.models)
     for value in ("", None):
         assert client.predict(DE, value, 1, 4, api_name="/translate")["model"] == names[0]
-    out = client.predict(DE, None, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", api_name="/translate_stream")
+    out = client.predict(DE, None, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", "shared", api_name="/translate_stream")
     assert "Pick a translation direction" in out[1]
 
 
@@ -324,7 +325,7 @@ def test_past_the_queue_bound_requests_get_busy_try_again(tmp_path, monkeypatch)
         assert type(e.value).__name__ == "QueueError" and "try again" in str(e.value).lower()
         assert no_traceback(str(e.value))
         with pytest.raises(Exception) as e:          # the UI's streaming event too
-            c.predict(DE, "de-en", "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", api_name="/translate_stream")
+            c.predict(DE, "de-en", "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", "shared", api_name="/translate_stream")
         assert "try again" in str(e.value).lower()
         r = httpx.post(url + "gradio_api/call/translate", json={"data": [DE, "de-en", 1, 4, None]}, timeout=30)
         assert r.status_code == 503 and "Queue is full" in r.json()["detail"] and no_traceback(r.text)

@@ -70,7 +70,7 @@ def test_every_view_works_across_the_boundary(served):
     client, calls = served
     before = logged(calls).count("gpu_translate")  # the warm-up translates too
     out = named(client, client.src, client.predict(DE, "de-en", "greedy", 4, 12, "decoder.cross_attn", "grid", 0,
-                                                   0, "words", api_name="/translate_stream"))
+                                                   0, "words", "shared", api_name="/translate_stream"))
     assert out["run_status"].startswith("✓") and out["translation"].strip()
     assert logged(calls).count("gpu_translate") > before  # the decode really ran in a forked worker
     client.predict(0, api_name="/open_generation")  # the Generation section opened: slider sized to the run
@@ -78,17 +78,21 @@ def test_every_view_works_across_the_boundary(served):
     assert t["value"] == 2 and "Step 2" in md
     cmp = client.predict(0, True, False, True, [], [], "decoder.self_attn", 0, 0, api_name="/compare_ui")
     assert "causal mask off" in cmp[0] and "gpu_compare" in logged(calls)
-    md, fig, table, pick = client.predict(3, api_name="/beam_tree")
+    md, fig, table, pick = client.predict(*SEL, 3, api_name="/beam_tree")
     assert table["data"] and "gpu_beam" in logged(calls)
     text, attn = client.predict(0, api_name="/beam_pick")
     assert text.strip() and "gpu_hypothesis" in logged(calls)
 
 
+# the shared selection every registered view reads first: kind, layer, head, step, query, units, view, scale
+SEL = ("decoder.cross_attn", 0, 0, 0, None, "words", "grid", "shared")
+
+
 def test_head_profile_cache_lives_outside_the_gpu_call(served):
     """Profiles are computed in a GPU call and cached by the caller: asking twice forks once."""
     client, calls = served
-    first = client.predict("de-en", "average", 4, "entropy", api_name="/head_profiles")
+    first = client.predict(*SEL, "de-en", "average", 4, "entropy", None, api_name="/head_profiles")
     n = logged(calls).count("gpu_profiles")
-    second = client.predict("de-en", "average", 4, "entropy", api_name="/head_profiles")
+    second = client.predict(*SEL, "de-en", "average", 4, "entropy", "cross L0 H1", api_name="/head_profiles")
     assert n == 1 and logged(calls).count("gpu_profiles") == 1
     assert first[2]["data"] and first[2]["data"] == second[2]["data"]

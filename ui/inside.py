@@ -12,9 +12,8 @@ from model.transformer import ENC_SELF
 from viz import computation as vc
 from viz.common import message_figure, step_row_labels
 
-from .present import KIND_LABELS, kind_of, md_escape
+from .present import KIND_LABELS, decoder_rows, kind_of, md_escape
 from .state import Run
-from .views import decoder_rows
 
 FIRST = "Translate a sentence first."
 METHOD_LABELS = {"attention": "raw cross-attention", "rollout": "rollout", "norm": "norm-based ‖Σₕ αₕ·fₕ(x)‖",

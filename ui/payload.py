@@ -1,19 +1,18 @@
-"""What leaves the server as data: the JSON of a run, export files, deep links, example sentences."""
+"""What leaves the server as data: the JSON of a run, export files, example sentences (links: ui/state.py)."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlencode
 
 import numpy as np
 
 from model.checkpoint import LoadedModel
 from model.data import head_lines
 from model.decoding import Translation
-from model.names import ATTN_KINDS, CROSS, Kind
+from model.names import ATTN_KINDS
 
-from .present import KIND_JSON, KIND_SHORT, KINDS, clean_input, describe_interventions
+from .present import KIND_JSON, describe_interventions
 
 
 def numbers(a, decimals: int | None = None) -> np.ndarray:
@@ -97,72 +96,6 @@ def write_export(tr: Translation, model: str, folder, lm: LoadedModel | None = N
     js.write_text(json.dumps(export_metadata(tr, model, lm, settings), ensure_ascii=False, indent=1),
                   encoding="utf-8")
     return npz, js
-
-
-# --------------------------------------------------------------------------- deep links
-
-SECTIONS = ("translate", "attention", "generation", "interventions", "computation", "analysis")
-
-
-@dataclass(frozen=True)
-class Link:
-    """What a shared link restores: the sentence and model, the decoding, and the view."""
-    text: str
-    model: str | None
-    beam: int = 1
-    section: str = "translate"
-    kind: str = CROSS
-    layer: int = 0
-    head: int = 0
-    step: int = 0
-
-
-def _int(value, lo: int, hi: int, default: int) -> int:
-    try:
-        return max(lo, min(int(value), hi))
-    except (TypeError, ValueError):
-        return default
-
-
-def deep_link(base_url: str, text: str, model: str | None = None, beam: int | None = None, section: str = "",
-              kind: str = "", layer=None, head=None, step=None) -> str:
-    """``base_url?text=…&model=…&beam=…&section=…&kind=…&layer=…&head=…&step=…`` (defaults left out)."""
-    q = {"text": text or ""}
-    if model:
-        q["model"] = model
-    if beam and int(beam) > 1:
-        q["beam"] = int(beam)
-    if section in SECTIONS and section != "translate":
-        q["section"] = section
-    if kind:
-        q["kind"] = KIND_SHORT.get(kind, kind)
-    for key, value in (("layer", layer), ("head", head), ("step", step)):
-        if value not in (None, ""):
-            q[key] = int(value)
-    return base_url.split("?")[0].split("#")[0] + "?" + urlencode(q)
-
-
-def parse_link(params, models: list[str]) -> Link | None:
-    """Query parameters -> a Link (None without a text). Unknown models and values fall back to defaults."""
-    params = dict(params or {})
-    text = params.get("text")
-    if not text or not str(text).strip():
-        return None
-    text, _ = clean_input(str(text))
-    model = params.get("model")
-    model = model if model in models else (models[0] if models else None)
-    section = params.get("section", "translate")
-    section = "computation" if section == "encodings" else section  # links made before Encodings moved
-    kind = KINDS.get(str(params.get("kind", "")), CROSS) if params.get("kind") not in ATTN_KINDS \
-        else Kind.of(params["kind"])
-    return Link(text, model, _int(params.get("beam", 1), 1, 8, 1),
-                section if section in SECTIONS else "translate", kind,
-                _int(params.get("layer", 0), 0, 63, 0), _int(params.get("head", 0), 0, 63, 0),
-                _int(params.get("step", 0), 0, 1000, 0))
-
-
-def link_dict(link: Link) -> dict:
-    return asdict(link)
 
 
 # --------------------------------------------------------------------------- example sentences

@@ -16,6 +16,8 @@ from model.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
 from model.transformer import Interventions
 from model.vocab import DROPPED_CATEGORIES, SPACED_CATEGORIES, SPECIALS
 
+from viz.common import STEP_ROW_TITLE, step_row_labels
+
 from .settings import MAX_INPUT_CHARS
 
 LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech"}
@@ -38,6 +40,13 @@ def kind_of(value, default: Kind = CROSS) -> Kind:
         return Kind.of(str(value))
     except ValueError:
         return default
+
+
+def decoder_rows(q: list[str], outputs: list[str]) -> tuple[list[str], str | None]:
+    """Decoder query labels in the one convention, or the tokens unchanged when lengths differ."""
+    if len(q) == len(outputs):
+        return step_row_labels(q, outputs), STEP_ROW_TITLE
+    return q, None
 
 
 # --------------------------------------------------------------------------- input

@@ -1,17 +1,287 @@
-"""What one browser session keeps between events (in gr.State; never shared between sessions).
+"""What one browser session keeps between events (in gr.State; never shared between sessions), and the
+link that reproduces it.
 
-A ``Run`` is the current run: every section draws it, and the run bar names it. Values here are
-plain dataclasses of Translations, so they pickle across the ZeroGPU boundary and deep-copy per session.
+Two typed values describe the screen: ``RunInputs`` (what made the current run: model, sentence,
+decoding, forced reference, the intervention toggles) and ``Selection`` (which head, step, query, units,
+view, colour scale, section and sub-view every view points at). A link serialises exactly these two
+(``to_query``) and ``from_query`` restores them, naming every parameter it could not use. ``Run`` is
+the current run itself: plain dataclasses of Translations, so they pickle across the ZeroGPU boundary.
 """
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from urllib.parse import urlencode
 
 from model.analysis import BeamTree
 from model.decoding import Translation
 from model.hooks import Trace
-from model.transformer import CROSS, Interventions
+from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Interventions, canonical_kind
+
+# Sections and the sub-views (inner tabs) of each, in page order; "" is a section without sub-tabs.
+SUBVIEWS: dict[str, tuple[str, ...]] = {
+    "translate": ("",), "attention": ("maps", "alignment", "rollout"), "generation": ("steps", "beam-tree"),
+    "interventions": ("",), "computation": ("encodings", "inside", "residual", "lens", "attribution", "forced"),
+    "analysis": ("profiles", "pair", "export", "about")}
+SECTIONS = tuple(SUBVIEWS)
+VIEWS = ("grid", "head", "scores", "mean")
+SCALES = ("shared", "head")
+UNITS = ("words", "pieces")
+DECODINGS = ("greedy", "beam")
+SHORT_KINDS = {"enc": ENC_SELF, "dec": DEC_SELF, "cross": CROSS}
+_KIND_SHORT = {v: k for k, v in SHORT_KINDS.items()}
+MAX_STEP = 1000
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a control's choices depend on: the model's layers and heads."""
+    n_encoder_layers: int
+    n_decoder_layers: int
+    n_heads: int
+
+    @classmethod
+    def of(cls, lm) -> "ModelShape":
+        cfg = lm.model.cfg
+        return cls(cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.n_heads)
+
+    def layers(self, kind: str) -> int:
+        return self.n_encoder_layers if kind == ENC_SELF else self.n_decoder_layers
+
+    @property
+    def max_layers(self) -> int:
+        return max(self.n_encoder_layers, self.n_decoder_layers)
+
+
+@dataclass(frozen=True)
+class Toggles:
+    """The Masks & interventions settings: what Compare changes in the model."""
+    pad_to: int = 0
+    padding: bool = True
+    causal: bool = True
+    positional: bool = True
+    heads: tuple[tuple[str, int, int], ...] = ()   # (kind, layer, head), sorted
+    src: tuple[int, ...] = ()                       # source positions hidden, sorted
+
+    @property
+    def changed(self) -> bool:
+        return self != Toggles()
+
+    def interventions(self) -> Interventions:
+        return Interventions(src_padding_mask=self.padding, causal_mask=self.causal,
+                             positional_encoding=self.positional, ablate_heads=frozenset(self.heads),
+                             ablate_src_tokens=frozenset(self.src))
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What makes the current run: decoding ``text`` with ``model``, or teacher-forcing it on ``reference``."""
+    model: str
+    text: str
+    decoding: str = "greedy"
+    beam: int = 4          # the beam size when ``decoding`` is "beam"
+    max_len: int = 100
+    reference: str | None = None
+    toggles: Toggles = Toggles()
+
+    def __post_init__(self):  # a greedy run has no beam size: one spelling per run
+        if self.decoding != "beam":
+            object.__setattr__(self, "beam", 4)
+
+    @property
+    def kind(self) -> str:
+        """greedy, beam, teacher-forced (and intervened, where Compare's toggles are set)."""
+        base = "teacher-forced" if self.reference is not None else self.decoding
+        return base + (", intervened" if self.toggles.changed else "")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What every view points at. ``query`` None is each view's own default query."""
+    kind: str = CROSS
+    layer: int = 0
+    head: int = 0
+    step: int = 0
+    query: int | None = None
+    units: str = "words"
+    view: str = "grid"
+    scale: str = "shared"
+    section: str = "translate"
+    subview: str = ""
+
+    @classmethod
+    def of(cls, kind=CROSS, layer=0, head=0, step=0, query=None, units="words", view="grid", scale="shared",
+           section="translate", subview="") -> "Selection":
+        """From control values as Gradio sends them (None, floats, labels): each field made valid."""
+        section = section if section in SUBVIEWS else "translate"
+        return cls(kind=_kind(kind) or CROSS, layer=_int(layer, 0), head=_int(head, 0), step=_int(step, 0),
+                   query=None if query in (None, "") else _int(query, 0), units=units if units in UNITS else "words",
+                   view=view if view in VIEWS else "grid", scale=scale if scale in SCALES else "shared",
+                   section=section, subview=subview if subview in SUBVIEWS[section] else SUBVIEWS[section][0])
+
+    def fit(self, shape: ModelShape) -> "Selection":
+        """The selection with its layer and head inside ``shape`` (another model may have fewer)."""
+        return replace(self, layer=min(self.layer, shape.layers(self.kind) - 1), head=min(self.head, shape.n_heads - 1))
+
+
+def _int(value, default: int) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return default
+
+
+def _kind(value) -> str | None:
+    value = str(value or "")
+    if value in SHORT_KINDS:
+        return SHORT_KINDS[value]
+    try:
+        return canonical_kind(value)
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- links
+
+def to_query(inputs: RunInputs, sel: Selection) -> dict[str, str]:
+    """The query parameters of a link to this screen (defaults left out)."""
+    q = {"text": inputs.text, "model": inputs.model}
+    if inputs.decoding == "beam":
+        q["beam"] = str(inputs.beam)
+    if inputs.max_len != RunInputs.max_len:
+        q["max_len"] = str(inputs.max_len)
+    if inputs.reference is not None:
+        q["ref"] = inputs.reference
+    t = inputs.toggles
+    for key, on in (("padding", t.padding), ("causal", t.causal), ("positional", t.positional)):
+        if not on:
+            q[key] = "off"
+    if t.pad_to:
+        q["pad"] = str(t.pad_to)
+    if t.heads:
+        q["ablate"] = ",".join(f"{_KIND_SHORT[k]}.{l}.{h}" for k, l, h in t.heads)
+    if t.src:
+        q["hide"] = ",".join(map(str, t.src))
+    default = Selection()
+    for f in fields(Selection):
+        value = getattr(sel, f.name)
+        if value != getattr(default, f.name) and not (f.name == "subview" and value == SUBVIEWS[sel.section][0]):
+            q[f.name] = _KIND_SHORT[value] if f.name == "kind" else str(value)
+    return q
+
+
+def link_url(base_url: str, inputs: RunInputs, sel: Selection) -> str:
+    return base_url.split("?")[0].split("#")[0] + "?" + urlencode(to_query(inputs, sel))
+
+
+@dataclass
+class Restored:
+    """What a link restores, and a sentence for every parameter it could not use."""
+    inputs: RunInputs
+    sel: Selection
+    problems: list[str] = field(default_factory=list)
+
+
+class _Reader:
+    """Reads query parameters one by one, noting each one it cannot use (and keeping the default)."""
+
+    def __init__(self, params: dict):
+        self.params, self.problems = params, []
+
+    def bad(self, key: str, why: str) -> None:
+        self.problems.append(f"The link's {key}={str(self.params.get(key))[:40]!r} {why}; the default is used.")
+
+    def int(self, key: str, default: int, lo: int, hi: int) -> int:
+        if key not in self.params:
+            return default
+        try:
+            value = int(str(self.params[key]))
+        except ValueError:
+            self.bad(key, "is not a whole number")
+            return default
+        if not lo <= value <= hi:
+            self.bad(key, f"is outside {lo}–{hi}")
+            return default
+        return value
+
+    def choice(self, key: str, default: str, allowed) -> str:
+        value = self.params.get(key, default)
+        if value not in allowed:
+            self.bad(key, "is not one of " + ", ".join(a or '""' for a in allowed))
+            return default
+        return value
+
+    def switch(self, key: str) -> bool:
+        return self.choice(key, "on", ("on", "off")) == "on"
+
+
+def _toggles(r: _Reader, shape: ModelShape | None) -> Toggles:
+    heads = []
+    for item in filter(None, str(r.params.get("ablate", "")).split(",")):
+        try:
+            k, l, h = item.split(".")
+            kind, l, h = SHORT_KINDS[k], int(l), int(h)
+        except (KeyError, ValueError):
+            r.bad("ablate", f"names a head ({item[:20]!r}) not written kind.layer.head")
+            continue
+        if shape is not None and not (0 <= l < shape.layers(kind) and 0 <= h < shape.n_heads):
+            r.bad("ablate", f"names a head ({item[:20]!r}) this model does not have")
+            continue
+        heads.append((kind, l, h))
+    src = []
+    for item in filter(None, str(r.params.get("hide", "")).split(",")):
+        if not item.isdigit() or int(item) > 1000:
+            r.bad("hide", f"names a position ({item[:20]!r}) that is not a number")
+            continue
+        src.append(int(item))
+    return Toggles(pad_to=r.int("pad", 0, 0, 64), padding=r.switch("padding"), causal=r.switch("causal"),
+                   positional=r.switch("positional"), heads=tuple(sorted(set(heads))), src=tuple(sorted(set(src))))
+
+
+def _selection(r: _Reader, shape: ModelShape | None) -> Selection:
+    kind = CROSS
+    if "kind" in r.params:
+        kind = _kind(r.params["kind"]) or CROSS
+        if _kind(r.params["kind"]) is None:
+            r.bad("kind", "is not enc, dec or cross")
+    n_layers = shape.layers(kind) if shape else 64
+    n_heads = shape.n_heads if shape else 64
+    section = r.choice("section", "translate", SECTIONS)
+    query = r.int("query", -1, 0, MAX_STEP) if "query" in r.params else -1
+    return Selection(kind=kind, layer=r.int("layer", 0, 0, n_layers - 1), head=r.int("head", 0, 0, n_heads - 1),
+                     step=r.int("step", 0, 0, MAX_STEP), query=None if query < 0 else query,
+                     units=r.choice("units", "words", UNITS), view=r.choice("view", "grid", VIEWS),
+                     scale=r.choice("scale", "shared", SCALES), section=section,
+                     subview=r.choice("subview", SUBVIEWS[section][0], SUBVIEWS[section]))
+
+
+def from_query(params, shapes: dict[str, ModelShape], max_beam: int = 8, max_len: int = 250) -> Restored | None:
+    """Query parameters -> what the link restores (None without a text). ``shapes``: the loaded models."""
+    params = {k: v for k, v in dict(params or {}).items()}
+    text = params.get("text")
+    if not text or not str(text).strip():
+        return None
+    r = _Reader(params)
+    models = list(shapes)
+    model = params.get("model", models[0] if models else "")
+    if model not in shapes:
+        if "model" in params:
+            r.bad("model", "is not a loaded model")
+        model = models[0] if models else ""
+    shape = shapes.get(model)
+    beam = r.int("beam", 0, 2, max_beam)
+    ref = params.get("ref")
+    inputs = RunInputs(model=model, text=str(text), decoding="beam" if beam else "greedy", beam=beam or 4,
+                       max_len=r.int("max_len", 100, 1, max_len),
+                       reference=str(ref) if ref not in (None, "") else None, toggles=_toggles(r, shape))
+    known = {"text", "model", "beam", "max_len", "ref", "pad", "padding", "causal", "positional", "ablate", "hide",
+             *(f.name for f in fields(Selection))}
+    sel = _selection(r, shape)
+    r.problems += [f"The link's parameter {k[:20]!r} is unknown; it was ignored." for k in params if k not in known]
+    return Restored(inputs, sel, r.problems)
+
+
+# --------------------------------------------------------------------------- runs
 
 
 @dataclass
@@ -27,16 +297,24 @@ class Run:
     out_words: list[str] | None = None
     forced: bool = False  # teacher-forced on a reference rather than decoded
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+    inputs: RunInputs | None = None      # what made it: a link and an export say so
+    forced_loss: list[float] | None = None   # a forced run's cross-entropy per reference token (nats)
 
     @classmethod
-    def of(cls, lm, name: str, tr: Translation, notices: list[str] | None = None, forced: bool = False) -> "Run":
+    def of(cls, lm, name: str, tr: Translation, notices: list[str] | None = None, forced: bool = False,
+           inputs: RunInputs | None = None, forced_loss: list[float] | None = None) -> "Run":
         if lm.src_vocab.kind == "word":
-            return cls(name, tr, list(notices or []), forced=forced)
+            return cls(name, tr, list(notices or []), forced=forced, inputs=inputs, forced_loss=forced_loss)
         w = tr.words(lm)
-        return cls(name, tr, list(notices or []), w.src_spans, w.output_spans, w.src, w.output, forced)
+        return cls(name, tr, list(notices or []), w.src_spans, w.output_spans, w.src, w.output, forced,
+                   inputs=inputs, forced_loss=forced_loss)
 
     def by_word(self, units: str) -> bool:
         return units == "words" and self.src_spans is not None
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.tr.steps)
 
 
 @dataclass
@@ -66,10 +344,5 @@ class PairRun:
     b: Translation
 
 
-@dataclass(frozen=True)
-class Selection:
-    """The head every view points at: kind, layer, head, and the generation step."""
-    kind: str = CROSS
-    layer: int = 0
-    head: int = 0
-    step: int = 0
+__all__ = ["ATTN_KINDS", "SUBVIEWS", "SECTIONS", "ModelShape", "Toggles", "RunInputs", "Selection", "to_query",
+           "link_url", "from_query", "Restored", "Run", "CompareRun", "BeamView", "PairRun"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -28,8 +29,9 @@ from viz import rollout as v_roll
 from viz import steps as vs
 from viz.common import STEP_ROW_TITLE, message_figure, step_row_labels
 
-from .present import KIND_LABELS, kind_of, parse_heads
-from .state import BeamView, CompareRun, PairRun, Run
+from . import inside
+from .present import KIND_LABELS, decoder_rows, kind_of, parse_heads
+from .state import BeamView, CompareRun, PairRun, Run, Selection
 
 FIRST = "Translate a sentence first."
 PE_POSITIONS = 32  # Multi30k sentences are ~13 tokens; more positions cost payload
@@ -42,16 +44,21 @@ def clamp(value, n: int) -> int:
         return 0
 
 
-def decoder_rows(q: list[str], outputs: list[str]) -> tuple[list[str], str | None]:
-    """Decoder query labels in the one convention, or the tokens unchanged when lengths differ."""
-    if len(q) == len(outputs):
-        return step_row_labels(q, outputs), STEP_ROW_TITLE
-    return q, None
+@dataclass(frozen=True)
+class KindView:
+    """One attention kind of a run, as the maps draw it: weights L×H×Q×K, row and key labels, which query
+    rows are real (not padding), the mask, the rows' axis title and the unit ("words" or "tokens")."""
+    attn: np.ndarray
+    rows: list
+    keys: list
+    valid: np.ndarray
+    mask: np.ndarray
+    row_title: str | None
+    unit: str
 
 
-def kind_view(run: Run, kind: str, units: str, lm, trace=None):
-    """(weights L×H×Q×K, row labels, key labels, query valid, mask, axis title, unit word) of one kind,
-    pooled into words where the run is a subword run and ``units`` asks for words."""
+def kind_view(run: Run, kind: str, units: str, lm, trace=None) -> KindView:
+    """One kind of ``run``, pooled into words where the run is a subword run and ``units`` asks for words."""
     tr = run.tr
     if run.by_word(units) and lm is not None:
         attn, q, k = tr.attention_by_word(lm, kind, trace)
@@ -62,9 +69,8 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None):
     else:
         attn, (q, k), mask = tr.attention(kind, trace), tr.axes(kind), tr.mask(kind, trace)
         outputs, unit = tr.output_tokens, "tokens"
-    valid = not_padding(q)
     rows, title = (q, None) if kind == ENC_SELF else decoder_rows(q, outputs)
-    return attn, rows, k, valid, mask, title, unit
+    return KindView(attn=attn, rows=rows, keys=k, valid=not_padding(q), mask=mask, row_title=title, unit=unit)
 
 
 def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: str = "words", lm=None,
@@ -74,7 +80,8 @@ def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: 
     kind = kind_of(kind)
     if view == "scores":
         return scores_figure(run, kind, layer, head)
-    attn, q, k, valid, mask, q_title, unit = kind_view(run, kind, units, lm)
+    kv = kind_view(run, kind, units, lm)
+    attn, q, k, valid, mask, q_title, unit = kv.attn, kv.rows, kv.keys, kv.valid, kv.mask, kv.row_title, kv.unit
     label = KIND_LABELS[kind]
     L, H = attn.shape[:2]
     l, h = clamp(layer, L), clamp(head, H)
@@ -176,7 +183,11 @@ def watch_heads(run: Run, t: int | None = None, selected: tuple[int, int] | None
 # --------------------------------------------------------------------------- masks and interventions
 
 def masks_figure(reg: Registry, model: str, src_tokens, out_tokens, iv: Interventions, title: str):
-    m = mask_preview(reg.models[model], src_tokens, out_tokens, iv)
+    return model_masks_figure(reg.models[model], src_tokens, out_tokens, iv, title)
+
+
+def model_masks_figure(lm, src_tokens, out_tokens, iv: Interventions, title: str):
+    m = mask_preview(lm, src_tokens, out_tokens, iv)
     dec_in = m.decoder_input
     rows = step_row_labels(dec_in, list(out_tokens)) if out_tokens else dec_in
     return vm.mask_panels([
@@ -196,17 +207,16 @@ def compare_maps_figure(cmp: CompareRun | None, kind: str | None, layer, head, l
         return message_figure(NO_MAP_AFTER)
     kind = kind_of(kind)
     run = _base_run(cmp, lm)
-    base, q, k, valid, mask_b, q_title, unit = kind_view(run, kind, "words", lm)
-    mod, *_rest = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)
-    mask_m = _rest[3]
-    L, H = base.shape[:2]
+    base = kind_view(run, kind, "words", lm)
+    mod = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)
+    L, H = base.attn.shape[:2]
     l, h = clamp(layer, L), clamp(head, H)
     own = (kind, l, h) in cmp.iv.ablate_heads
-    return va.comparison_maps(base[l, h], mod[l, h], q, k, query_valid=valid, masks=(mask_b, mask_m),
-                              query_title=q_title,
+    return va.comparison_maps(base.attn[l, h], mod.attn[l, h], base.rows, base.keys, query_valid=base.valid,
+                              masks=(base.mask, mod.mask), query_title=base.row_title,
                               title=f"{KIND_LABELS[kind]}, layer {l}, head {h}" +
                                     (" (ablated: its own pattern cannot change)" if own else "") +
-                                    f": baseline, modified and their difference (same decoder input; {unit})")
+                                    f": baseline, modified and their difference (same decoder input; {base.unit})")
 
 
 NO_MAP_AFTER = ("No attention map comes after the ablated head (it is in the decoder's last layer): "
@@ -244,8 +254,8 @@ def ablation_map(cmp: CompareRun, lm) -> MapChoice:
     first = min(order.index((k, l)) for k, l, _ in cmp.iv.ablate_heads)
     run = _base_run(cmp, lm)
     for kind, layer in order[first + 1:]:
-        base = kind_view(run, kind, "words", lm)[0][layer]
-        mod = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)[0][layer]
+        base = kind_view(run, kind, "words", lm).attn[layer]
+        mod = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base).attn[layer]
         change = np.nan_to_num(np.abs(mod - base)).max(axis=(1, 2))
         if change.max() > 1e-6:
             head = int(change.argmax())
@@ -387,10 +397,65 @@ def hypothesis_figure(hyp, rank):
                                            "(teacher-forced on this hypothesis)")
 
 
+# --------------------------------------------------------------------------- the registry of views
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """One view of the screen: where it is (section, sub-view), the Selection fields it reads, and how it
+    is drawn from (run, selection, model). ``draw`` is None where drawing needs a model call (the UI makes
+    it); such a view is still marked stale by its stamp."""
+    section: str
+    subview: str
+    reads: frozenset
+    draw: Callable | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.section}/{self.subview}" if self.subview else self.section
+
+
+def _spec(section: str, subview: str, reads: str, draw=None) -> ViewSpec:
+    return ViewSpec(section, subview, frozenset(reads.split()), draw)
+
+
+REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
+    _spec("translate", "", "", lambda run, sel, lm: watch_heads(run)),
+    _spec("attention", "maps", "kind layer head units view scale",
+          lambda run, sel, lm: attention_figure(run, sel.kind, sel.view, sel.layer, sel.head, sel.units, lm,
+                                                sel.scale)),
+    _spec("attention", "alignment", "layer head units",
+          lambda run, sel, lm, mode="head": alignment_view_figure(run, mode, sel.layer, sel.head, sel.units)),
+    _spec("attention", "rollout", "units", lambda run, sel, lm, layer="all": rollout_view_figure(run, layer, sel.units)),
+    _spec("generation", "steps", "step", lambda run, sel, lm: list(step_figures(run, sel.step)[2:])),
+    _spec("generation", "beam-tree", ""),
+    _spec("interventions", "", "", lambda run, sel, lm: model_masks_figure(
+        lm, run.tr.src_tokens, run.tr.output_tokens, NO_INTERVENTION, "")),
+    _spec("computation", "encodings", "", lambda run, sel, lm: inside.embedding_figure(run, lm)),
+    _spec("computation", "inside", "kind layer head query",
+          lambda run, sel, lm: inside.head_figure(run, lm, sel.kind, sel.layer, sel.head, sel.query)),
+    _spec("computation", "residual", "kind layer head units",
+          lambda run, sel, lm: inside.norm_weight_figure(run, lm, sel.kind, sel.layer, sel.head, sel.units)),
+    _spec("computation", "lens", "", lambda run, sel, lm: inside.lens_figure(run, lm)),
+    _spec("computation", "attribution", "units"),
+    _spec("computation", "forced", ""),
+    _spec("analysis", "profiles", ""),
+    _spec("analysis", "pair", ""),
+    _spec("analysis", "export", ""),
+    _spec("analysis", "about", ""),
+)}
+
+
+def stamp_of(name: str, run: Run | None, sel: Selection) -> tuple:
+    """What view ``name`` shows: the run's id and the values of the fields it reads. A view whose
+    stamp differs from the one it was drawn with is stale."""
+    spec = REGISTRY[name]
+    return (run.id if run is not None else "", *(getattr(sel, f) for f in sorted(spec.reads)))
+
+
 __all__ = ["attention_figure", "scores_figure", "step_figures", "watch_strip", "watch_heads", "masks_figure",
            "compare_maps_figure", "probability_figure", "positional_figures", "rollout_view_figure",
            "alignment_view_figure", "beam_view_figure", "profiles_view_figure", "head_map_figure",
-           "pair_view_figure", "hypothesis_figure", "NO_INTERVENTION"]
+           "pair_view_figure", "hypothesis_figure", "NO_INTERVENTION", "REGISTRY", "ViewSpec", "stamp_of"]
 
 
 def warm_up(reg_key: str) -> None:

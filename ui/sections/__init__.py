@@ -1,6 +1,6 @@
 """The six top-level sections, one module each (layout and handlers together), and the ``Shell``
-they share: the checkpoints, the current run, the shared head selection, and the list of outputs
-a new run refreshes, named once."""
+they share: the checkpoints, the current run, the controls of the shared ``Selection``, the list of
+outputs a new run refreshes (named once), and the sub-views drawn when opened (``SubView``)."""
 from __future__ import annotations
 
 import logging
@@ -13,16 +13,28 @@ import gradio as gr
 from model.checkpoint import Registry
 from viz.common import message_figure
 
+from ..state import SUBVIEWS, ModelShape, Run, Selection
+from ..views import REGISTRY, stamp_of
+
 log = logging.getLogger("attention-explorer")
 MODEL_GROUP = "model"  # every event that runs the model shares this concurrency group
 VIEW = dict(concurrency_limit=4, show_progress="hidden")  # events that only redraw from a run
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a refresher reads beside the run: the selection, whether a replay follows, and the page's
+    address (for the link)."""
+    sel: Selection = Selection()
+    replay: bool = False
+    base_url: str = "/"
 
 
 @dataclass
 class Refresher:
     """What a section redraws when the current run changes: its outputs, named once, and how."""
     outputs: list
-    fn: Callable  # (run, shell inputs as a dict) -> list of values, one per output
+    fn: Callable  # (run, RunContext) -> list of values, one per output
 
 
 @dataclass
@@ -45,8 +57,25 @@ class Shell:
     head: gr.Dropdown | None = None
     units: gr.Radio | None = None
     step: gr.Slider | None = None
+    view: gr.Radio | None = None
+    scale: gr.Radio | None = None
+    query: gr.Dropdown | None = None
+    # which sub-tab each section shows ({section: sub-view}); the Selection's sub-view is the current section's
+    subviews: gr.State | None = None
     refreshers: list[Refresher] = field(default_factory=list)
-    parts: dict = field(default_factory=dict)  # components a later section needs, by name
+    lazy_views: list = field(default_factory=list)  # SubView
+    # what each section's build hands to the others (typed; a section's other parts stay in its module)
+    bar: "object | None" = None            # bar.BarParts
+    translate: "object | None" = None      # translate.TranslateParts
+    attention: "object | None" = None      # attention.AttentionParts
+    generation: "object | None" = None     # generation.GenerationParts
+    interventions: "object | None" = None  # interventions.InterventionsParts
+    computation: "object | None" = None    # computation.ComputationParts
+    analysis: "object | None" = None
+    section_tabs: dict = field(default_factory=dict)  # section id -> its gr.Tab
+    subtabs: dict = field(default_factory=dict)       # section id -> its gr.Tabs of sub-views
+    lazy: dict = field(default_factory=dict)          # section id -> Lazy
+    parts: dict = field(default_factory=dict)  # each section's own components, by name (read in that module only)
 
     @property
     def default_model(self):
@@ -59,6 +88,28 @@ class Shell:
     def lm(self, run):
         return self.reg.models.get(run.model) if run is not None else None
 
+    def shape(self, model: str | None) -> ModelShape | None:
+        lm = self.reg.models.get(model)
+        return ModelShape.of(lm) if lm is not None else None
+
+    def shapes(self) -> dict[str, ModelShape]:
+        return {name: ModelShape.of(lm) for name, lm in self.reg.models.items()}
+
+    def sel_controls(self) -> dict:
+        """The component behind each Selection field (the section and its sub-view are states)."""
+        return dict(kind=self.kind, layer=self.layer, head=self.head, step=self.step, query=self.query,
+                    units=self.units, view=self.view, scale=self.scale, section=self.section, subview=self.subviews)
+
+    def selection_inputs(self) -> list:
+        """One list, in Selection's field order: the inputs ``selection(*values)`` reads."""
+        return list(self.sel_controls().values())
+
+    @staticmethod
+    def selection(kind, layer, head, step, query, units, view, scale, section, subviews) -> Selection:
+        section = section or "translate"
+        return Selection.of(kind, layer, head, step, query, units, view, scale, section,
+                            (subviews or {}).get(section, SUBVIEWS.get(section, ("",))[0]))
+
     def on_run(self, outputs: list, fn: Callable) -> None:
         self.refreshers.append(Refresher(list(outputs), fn))
 
@@ -66,11 +117,11 @@ class Shell:
         """Every component a new run refreshes, in one list (the translate event's outputs)."""
         return [c for r in self.refreshers for c in r.outputs]
 
-    def run_values(self, run, sel: dict) -> dict:
+    def run_values(self, run: Run, ctx: RunContext) -> dict:
         values = {}
         for r in self.refreshers:
             try:
-                out = r.fn(run, sel)
+                out = r.fn(run, ctx)
             except Exception:
                 log.error("a view failed to refresh: %s", traceback.format_exc())
                 out = [message_figure("This view could not be drawn.") if isinstance(c, gr.Plot) else gr.skip()
@@ -116,7 +167,7 @@ class Lazy:
 def lazy_section(shell: Shell, sid: str, tab, outputs: list, inputs: list, fn: Callable) -> None:
     """Draw section ``sid`` from the current run when its tab opens, unless it already shows that run."""
     stamp = gr.State("")
-    shell.parts.setdefault("lazy", {})[sid] = Lazy(outputs, inputs, fn, stamp)
+    shell.lazy[sid] = Lazy(outputs, inputs, fn, stamp)
 
     def on_open(run, seen, *extra):
         if run is None or seen == run.id:
@@ -134,8 +185,87 @@ def lazy_section(shell: Shell, sid: str, tab, outputs: list, inputs: list, fn: C
 
 def lazy_values(shell: Shell, sid: str, run, *extra) -> dict:
     """The values a lazy section shows for ``run`` (for a link that lands on it)."""
-    lz = shell.parts.get("lazy", {}).get(sid)
+    lz = shell.lazy.get(sid)
     if lz is None or run is None:
         return {}
     extra = extra or tuple(c.value for c in lz.inputs)
     return dict(zip([lz.stamp, *lz.outputs], [run.id, *lz.fn(run, *extra)]))
+
+
+@dataclass
+class SubView:
+    """A registered view (``views.REGISTRY``) drawn when it is visible and stale: its outputs, the extra
+    inputs (its own controls) ``fn(run, selection, *extra)`` reads, and a stamp of what it shows."""
+    name: str
+    outputs: list
+    inputs: list
+    fn: Callable
+    stamp: gr.State
+
+
+def _failed(outputs: list) -> list:
+    return [message_figure("This view could not be drawn.") if isinstance(c, gr.Plot) else gr.skip() for c in outputs]
+
+
+def sub_view(shell: Shell, name: str, tab, outputs: list, inputs: list, fn: Callable, model_call: bool = False,
+             api_name: str | None = None, own_events: bool = True) -> SubView:
+    """View ``name`` recomputes when it is visible and what it shows is not the current run and selection:
+    when its tab or its section opens, when a field it reads changes while it shows, and (always) when
+    one of its own controls changes (unless ``own_events`` is False: the section wires them itself).
+    Hidden, it keeps its stamp and waits to be opened."""
+    spec = REGISTRY[name]
+    sv = SubView(name, list(outputs), list(inputs), fn, gr.State(None))
+    shell.lazy_views.append(sv)
+    k = len(shell.selection_inputs())
+    opts = dict(shell.model_event(), show_progress="hidden") if model_call else VIEW
+
+    def draw(run, seen, *args, opened: bool = False, force: bool = False):
+        subviews = dict(args[9] or {})
+        if opened:  # this tab (or its section) was just opened: it is the visible one
+            subviews.setdefault(spec.section, spec.subview)
+            subviews[spec.section] = spec.subview if opened == "tab" else subviews[spec.section]
+        sel = shell.selection(*args[:8], spec.section if opened else args[8], subviews)
+        visible = (sel.section, sel.subview) == (spec.section, spec.subview)
+        # what it shows: the run, the fields it reads, and its own controls' plain values
+        now = (*stamp_of(name, run, sel), *(v for v in args[k:] if isinstance(v, (str, int, float, bool))))
+        held = subviews if opened else gr.skip()  # only an opening changes which sub-tab shows
+        if run is None or not visible or (seen == now and not force):
+            return (held, seen, *[gr.skip()] * len(outputs))
+        try:
+            return (held, now, *fn(run, sel, *args[k:]))
+        except Exception:
+            log.error("view %s failed: %s", name, traceback.format_exc())
+            return (held, seen, *_failed(outputs))
+
+    ins, outs = [shell.run_state, sv.stamp, *shell.selection_inputs(), *inputs], [shell.subviews, sv.stamp, *outputs]
+    tab.select(lambda *a: draw(*a, opened="tab"), ins, outs, api_name=api_name,
+               api_visibility="undocumented" if api_name else "private", **opts)
+    shell.section_tabs[spec.section].select(lambda *a: draw(*a, opened="section"), ins, outs,
+                                              api_visibility="private", **opts)
+    controls = shell.sel_controls()
+    triggers = [controls[f].input for f in sorted(spec.reads) if f not in ("section", "subview")]
+    if triggers:
+        gr.on(triggers, draw, ins, outs, api_visibility="private", **opts)
+    if inputs and own_events:
+        gr.on([c.input for c in inputs], lambda *a: draw(*a, force=True), ins, outs, api_visibility="private",
+              **opts)
+    return sv
+
+
+def track_subtabs(shell: Shell, section: str, tabs: dict) -> None:
+    """Remember which sub-tab of ``section`` shows (the Selection's sub-view, and what a link keeps)."""
+    for subview, tab in tabs.items():
+        tab.select(lambda held, v=subview: {**(held or {}), section: v}, shell.subviews, shell.subviews,
+                   api_visibility="private", queue=False, show_progress="hidden")
+
+
+def subview_values(shell: Shell, run: Run, sel: Selection) -> dict:
+    """The stamp and values of the registered view ``sel`` shows (for a link that lands on it)."""
+    values = {}
+    for sv in shell.lazy_views:
+        spec = REGISTRY[sv.name]
+        if (spec.section, spec.subview) == (sel.section, sel.subview):
+            extra = [c.value for c in sv.inputs]
+            now = (*stamp_of(sv.name, run, sel), *(v for v in extra if isinstance(v, (str, int, float, bool))))
+            values.update(zip([sv.stamp, *sv.outputs], [now, *sv.fn(run, sel, *extra)]))
+    return values

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
@@ -15,13 +16,15 @@ from viz import export as v_export
 from viz import profiles as v_prof
 
 from .. import calls, views
-from ..payload import PAIR_DEFAULTS, deep_link, pair_texts, validation_sentences, write_export
+from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
 from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, is_blank, md_escape,
                        no_model_message)
-from ..state import PairRun
-from . import VIEW, Shell, layer_choices, head_choices as head_numbers, log, safe
+from ..state import ModelShape, PairRun, link_url
+from . import VIEW, Shell, layer_choices, head_choices as head_numbers, log, safe, sub_view, track_subtabs
 from .bar import KIND_CHOICES
 from .about import about_markdown
+from . import interventions
+from .interventions import toggles_of
 
 STAT_CHOICES = [(v_prof.STAT_LABELS[s], s) for s in an.STATS]
 PROFILE_SCOPES = [("Average over validation sentences", "average"), ("Current sentence", "current")]
@@ -33,8 +36,7 @@ PROFILE_SENTENCES = 16
 # Read-only after insertion (tuples), so sessions share it safely.
 _PROFILE_CACHE: dict[tuple, tuple] = {}
 _PROFILE_LOCK = threading.Lock()
-LINK_JS = """(t, d, dec, b, sec, k, l, h, s, _base) => [t, d, dec, b, sec, k, l, h, s,
-  window.location.origin + window.location.pathname]"""
+LINK_JS = """(...args) => [...args.slice(0, -1), window.location.origin + window.location.pathname]"""
 COPY_JS = """(link) => { try { if (link && navigator.clipboard) navigator.clipboard.writeText(link).catch(() => {}); }
  catch (e) {} return []; }"""
 
@@ -65,8 +67,10 @@ def build(shell: Shell) -> None:
     p = shell.parts
     lm = shell.default_lm
     n_layers = max(lm.model.cfg.n_decoder_layers, lm.model.cfg.n_encoder_layers) if lm else 1
-    with gr.Tabs(overflow_behavior="wrap"):
+    sub_tabs = {}
+    with gr.Tabs(overflow_behavior="wrap", elem_id="analysis-tabs") as tabs:
         with gr.Tab("Head profiles", id="profiles") as prof_tab:
+            sub_tabs["profiles"] = prof_tab
             gr.Markdown("Per head: entropy, mean distance |i − j|, weight on the previous and on the same position, "
                         "on the begin/end markers, and the maximum weight. The validation average is computed "
                         "once per model, then cached. **Click a cell** to open that head in Attention; click a "
@@ -85,7 +89,8 @@ def build(shell: Shell) -> None:
             p["prof_head_plot"] = gr.Plot(label="Head map (current sentence)", elem_id="prof-head-plot",
                                           show_label=False)
             p["prof_state"] = gr.State(None)
-        with gr.Tab("Two sentences", id="pair"):
+        with gr.Tab("Two sentences", id="pair") as _t:
+            sub_tabs["pair"] = _t
             gr.Markdown("Two inputs, the same layer and head, one colour scale.", elem_classes="explain")
             with gr.Row():
                 pair_a, pair_b = PAIR_DEFAULTS.get(lm.src_lang if lm else "de", PAIR_DEFAULTS["de"])
@@ -100,7 +105,8 @@ def build(shell: Shell) -> None:
             p["pair_text"] = gr.Markdown(elem_id="pair-md")
             p["pair_plot"] = gr.Plot(label="Side by side", elem_id="pair-plot", show_label=False)
             p["pair_state"] = gr.State(None)
-        with gr.Tab("Export & share", id="export"):
+        with gr.Tab("Export & share", id="export") as _t:
+            sub_tabs["export"] = _t
             gr.Markdown("Everything captured for the current run: an `.npz` with every hook's tensor (keyed by hook "
                         "name: q, k, v, scores, mask, pattern, z, each head's result, the residual stream, the FFN, "
                         "the logits) and a JSON file with the tokens, the settings and the model id. Figures as standalone "
@@ -114,9 +120,20 @@ def build(shell: Shell) -> None:
                 p["fig_format"] = gr.Radio(["HTML", "PNG"], value="HTML", label="Format", elem_id="fig-format")
                 p["fig_btn"] = gr.Button("Download figure", elem_id="fig-btn")
                 p["fig_file"] = gr.File(label="Figure (.html or .png)", elem_id="fig-file")
-        with gr.Tab("About", id="about"):
+        with gr.Tab("About", id="about") as _t:
+            sub_tabs["about"] = _t
             gr.Markdown(about_markdown(shell.reg), elem_id="about")
     p["prof_tab"] = prof_tab
+    shell.subtabs["analysis"], p["analysis_sub_tabs"] = tabs, sub_tabs
+    shell.on_run([p["prof_pick"], p["pair_layer"], p["pair_head"]], lambda run, ctx: _choices(shell, run))
+
+
+def _choices(shell: Shell, run) -> list:
+    """The heads and layers of the run's model (another direction may have more layers)."""
+    lm = shell.lm(run)
+    shape = ModelShape.of(lm)
+    return [gr.Dropdown(choices=head_choices(lm)),
+            gr.Dropdown(choices=layer_choices(shape.max_layers)), gr.Dropdown(choices=head_numbers(shape.n_heads))]
 
 
 def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
@@ -154,11 +171,15 @@ def wire(shell: Shell) -> None:
                     views.message_figure("The head profiles could not be drawn."), gr.skip(), gr.skip())
 
     head_map = safe(lambda r, lab: views.head_map_figure(r, lab, shell.lm(r)), "head map")
-    p["prof_tab"].select(on_profiles, prof_in, prof_out, api_name="head_profiles", api_visibility="undocumented",
-                         **shell.model_event())
-    # the picked head's map of the current run: the frame below the table is never blank
-    p["prof_tab"].select(head_map, [shell.run_state, p["prof_pick"]], p["prof_head_plot"], api_visibility="private",
-                         **VIEW)
+    track_subtabs(shell, "analysis", {v: t for v, t in p["analysis_sub_tabs"].items() if v != "profiles"})
+
+    def open_profiles(run, sel, name, scope, n, stat, pick):
+        """Profiles of the run's model, and the picked head's map of this run: never another run's."""
+        return [*on_profiles(run, name, scope, n, stat), views.head_map_figure(run, pick, shell.lm(run))]
+
+    sub_view(shell, "analysis/profiles", p["prof_tab"], [*prof_out, p["prof_head_plot"]],
+             [shell.direction, p["prof_scope"], p["prof_n"], p["prof_stat"], p["prof_pick"]], open_profiles,
+             model_call=True, api_name="head_profiles", own_events=False)
     gr.on([p["prof_scope"].input, p["prof_n"].input], on_profiles, prof_in, prof_out, api_visibility="private",
           **shell.model_event())
     p["prof_stat"].input(safe(lambda st, s: views.profiles_view_figure(st[0], s, st[1]) if st else
@@ -215,6 +236,25 @@ def _wire_pair(shell: Shell) -> None:
           api_visibility="private", **VIEW)
 
 
+def run_settings(run) -> dict:
+    """What kind of run an export holds: greedy, beam, teacher-forced (with its reference and per-token
+    loss), intervened; and the inputs that made it."""
+    tr, inputs = run.tr, run.inputs
+    kind = "teacher-forced" if run.forced else "beam" if tr.beam is not None else "greedy"
+    changed = describe_interventions(tr.interventions)
+    out = {"run": kind + (", intervened" if changed else ""), "decoding": kind, "teacher_forced": bool(run.forced),
+           "length_penalty": tr.beam.length_penalty if tr.beam is not None else None,
+           "interventions": changed}
+    if inputs is not None:
+        out["inputs"] = {"text": inputs.text, "model": inputs.model, "decoding": inputs.decoding,
+                         "beam": inputs.beam if inputs.decoding == "beam" else 1, "max_len": inputs.max_len}
+    if run.forced:
+        out["reference"] = inputs.reference if inputs is not None else tr.text
+        out["per_token_loss"] = list(run.forced_loss or [])
+        out["loss_unit"] = "nats (cross-entropy of each reference token, <eos> included)"
+    return out
+
+
 def _wire_export(shell: Shell) -> None:
     p = shell.parts
 
@@ -223,10 +263,7 @@ def _wire_export(shell: Shell) -> None:
             gr.Warning("Translate a sentence first.")
             return None
         tr = run.tr
-        settings = {"decoding": "beam" if tr.beam is not None else "greedy",
-                    "length_penalty": tr.beam.length_penalty if tr.beam is not None else None,
-                    "controls": {"decoding": decoding, "beam": beam, "max_len": max_len},
-                    "interventions": describe_interventions(tr.interventions)}
+        settings = run_settings(run) | {"controls": {"decoding": decoding, "beam": beam, "max_len": max_len}}
         folder = Path(tempfile.mkdtemp(prefix="attn-export-"))
         # the opt-in points too (each head's output after W_O, the logits): one more teacher-forced pass
         full = calls.gpu_full_trace(shell.reg_key, run.model, tr).arrays()
@@ -260,17 +297,25 @@ def _wire_export(shell: Shell) -> None:
             log.warning("PNG export unavailable: %s", e)
             raise gr.Error(str(e)[:400]) from None
 
-    p["fig_btn"].click(on_figure, [p["fig_choice"], shell.run_state, shell.kind, p["view"], shell.layer, shell.head,
-                                   shell.units, p["scale"], p["rollout_layer"], p["align_mode"], p["beam_state"],
+    p["fig_btn"].click(on_figure, [p["fig_choice"], shell.run_state, shell.kind, shell.view, shell.layer, shell.head,
+                                   shell.units, shell.scale, shell.attention.rollout_layer, shell.attention.align_mode,
+                                   shell.generation.beam_state,
                                    p["prof_state"], p["prof_stat"], p["pair_state"], p["pair_kind"], p["pair_layer"],
                                    p["pair_head"], p["fig_format"]], p["fig_file"], api_name="export_figure",
                        api_visibility="undocumented", concurrency_limit=4)
 
-    def on_link(text, name, decoding, beam, section, kind, layer, head, step, base):
-        b = int(beam or 1) if decoding == "beam" else 1
-        return deep_link(str(base or "/"), text or "", name, b, section or "", kind or "", layer, head, step)
+    def on_link(run, *rest):
+        """The link to this screen: the run on it (not the text box, which may have been edited since), its
+        Masks & interventions toggles, and the selection."""
+        *toggles, kind, layer, head, step, query, units, view, scale, section, held, base = rest
+        if run is None or run.inputs is None:
+            return ""
+        sel = shell.selection(kind, layer, head, step, query, units, view, scale, section, held)
+        inputs = replace(run.inputs, toggles=toggles_of(*toggles))
+        return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))))
 
-    p["link_btn"].click(on_link, [shell.text, shell.direction, shell.decoding, shell.beam, shell.section, shell.kind,
-                                  shell.layer, shell.head, shell.step, p["link_box"]], p["link_box"], js=LINK_JS,
-                        api_name="make_link", api_visibility="undocumented", queue=False).then(
-        None, p["link_box"], None, js=COPY_JS, api_visibility="private")
+    toggles = interventions.compare_io(shell)[0]
+    link_box = shell.bar.link_box
+    shell.bar.link_btn.click(on_link, [shell.run_state, *toggles, *shell.selection_inputs(), link_box], link_box,
+                             js=LINK_JS, api_name="make_link", api_visibility="undocumented", queue=False).then(
+        None, link_box, None, js=COPY_JS, api_visibility="private")

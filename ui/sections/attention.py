@@ -3,13 +3,15 @@ softmax), alignment lines and rollout. The kind, layer and head are the shared s
 grid panel (here, in the watch map or in head profiles) opens that head."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
 from model import analysis as an
 
 from .. import views
-from ..present import kind_of
-from . import VIEW, Shell, layer_choices, log, safe
+from ..state import ModelShape, Selection
+from . import VIEW, Shell, layer_choices, log, sub_view, track_subtabs
 
 VIEW_CHOICES = [("All heads", "grid"), ("One head", "head"), ("Scores → mask → softmax", "scores"),
                 ("Mean per layer", "mean")]
@@ -18,7 +20,7 @@ ALIGN_CHOICES = [("One head", "head"), ("Mean of a layer's heads", "layer"), ("M
                  ("Rollout attribution", "rollout")]
 # Clicks on a plotly panel that carries {kind, layer, head} (trace meta, or customdata [layer, head])
 # are kept in window.__headClick and press the hidden #head-click-btn, whose event reads them (OPEN_JS).
-OPEN_JS = "(v, u, s, r) => [window.__headClick || v, u, s, r]"
+OPEN_JS = "(v, u, s, r, h) => [window.__headClick || v, u, s, r, h]"
 CLICK_JS = """() => {
   const hook = () => document.querySelectorAll('#attn-plot .js-plotly-plot, #watch-heads .js-plotly-plot, '
       + '#prof-heat .js-plotly-plot').forEach(gd => {
@@ -39,6 +41,16 @@ CLICK_JS = """() => {
       btn.click();
     });
   });
+  // A plot drawn while its tab was hidden took a wrong width: redraw it at its box's width once it shows.
+  const fit = new IntersectionObserver(entries => entries.forEach(e => {
+    const gd = e.target, full = gd._fullLayout;
+    if (e.isIntersecting && window.Plotly && full && gd.clientWidth && Math.abs(full.width - gd.clientWidth) > 2)
+      window.Plotly.Plots.resize(gd);
+  }));
+  const watch = () => document.querySelectorAll('.js-plotly-plot').forEach(gd => {
+    if (!gd.__fit) { gd.__fit = true; fit.observe(gd); }
+  });
+  new MutationObserver(watch).observe(document.body, {childList: true, subtree: true});
   // Hook a plot the moment it is mounted (tabs mount their children lazily); the interval is a fallback.
   new MutationObserver(hook).observe(document.body, {childList: true, subtree: true});
   hook();
@@ -46,23 +58,28 @@ CLICK_JS = """() => {
 }"""
 
 
-def build(shell: Shell) -> None:
+@dataclass
+class AttentionParts:
+    """What Analysis's figure export reads: the rollout's layer and the alignment's weights."""
+    rollout_layer: gr.Dropdown
+    align_mode: gr.Radio
+
+
+def build(shell: Shell) -> AttentionParts:
     p = shell.parts
     lm = shell.default_lm
     n_layers = lm.model.cfg.n_decoder_layers if lm else 1
-    with gr.Tabs(overflow_behavior="wrap"):
-        with gr.Tab("Maps", id="maps"):
+    with gr.Tabs(overflow_behavior="wrap", elem_id="attn-tabs") as shell.subtabs["attention"]:
+        with gr.Tab("Maps", id="maps") as maps_tab:
             with gr.Row():
-                p["view"] = gr.Radio(VIEW_CHOICES, value="grid", label="View", elem_id="attn-view", scale=3)
-                p["scale"] = gr.Radio(SCALE_CHOICES, value="shared", label="Colour scale", elem_id="attn-scale",
-                                      scale=2)
+                shell.view = p["view"] = gr.Radio(VIEW_CHOICES, value="grid", label="View", elem_id="attn-view",
+                                                  scale=3)
+                shell.scale = p["scale"] = gr.Radio(SCALE_CHOICES, value="shared", label="Colour scale",
+                                                    elem_id="attn-scale", scale=2)
             gr.Markdown("Rows are **queries** (the token that looks), columns are **keys** (what it looks at); each "
                         "row sums to 1. Decoder rows read `input→token it produced`. Dark grey cells are masked "
                         "(never attended), unlike a weight of 0.", elem_classes="explain")
             p["attn_plot"] = gr.Plot(label="Attention", elem_id="attn-plot", show_label=False)
-            p["head_click"] = gr.Textbox(elem_id="head-click", elem_classes="proxy", show_label=False,
-                                         container=False)
-            p["head_click_btn"] = gr.Button("open head", elem_id="head-click-btn", elem_classes="proxy")
         with gr.Tab("Alignment", id="alignment") as align_tab:
             gr.Markdown("Source tokens on the left, output tokens on the right; a line's opacity is its weight. "
                         "Hover a token to highlight its lines.", elem_classes="explain")
@@ -71,24 +88,35 @@ def build(shell: Shell) -> None:
         with gr.Tab("Rollout", id="rollout") as rollout_tab:
             gr.Markdown("**Attention rollout** (Abnar & Zuidema 2020): each encoder layer's head-mean attention is "
                         "mixed with the residual identity, rows renormalised, and the layers multiplied up; each "
-                        f"output token's cross-attention row is carried back through it.\n\n`{an.ROLLOUT_FORMULA}`",
-                        elem_classes="explain", elem_id="rollout-note")
-            p["rollout_layer"] = gr.Dropdown([("Mean of every decoder layer", "all")] +
-                                             [(f"decoder layer {i}", str(i)) for i in range(n_layers)], value="all",
+                        "output token's cross-attention row is carried back through it.\n\n"
+                        f"`{an.ROLLOUT_FORMULA}`", elem_classes="explain", elem_id="rollout-note")
+            p["rollout_layer"] = gr.Dropdown(rollout_choices(n_layers), value="all",
                                              label="Cross-attention c_t taken from", elem_id="rollout-layer")
             p["rollout_plot"] = gr.Plot(label="Rollout and source attribution", elem_id="rollout-plot",
                                         show_label=False)
-    p["align_tab"], p["rollout_tab"] = align_tab, rollout_tab
-    shell.on_run([p["attn_plot"], shell.layer], lambda run, sel: _maps(shell, run, sel))
+    p["maps_tab"], p["align_tab"], p["rollout_tab"] = maps_tab, align_tab, rollout_tab
+    shell.on_run([p["attn_plot"], shell.layer], lambda run, ctx: _maps(shell, run, ctx.sel))
+    shell.on_run([p["rollout_layer"]], lambda run, ctx: [gr.Dropdown(
+        choices=rollout_choices(ModelShape.of(shell.lm(run)).n_decoder_layers), value="all")])
+    return AttentionParts(p["rollout_layer"], p["align_mode"])
 
 
-def _maps(shell: Shell, run, sel: dict) -> list:
+def rollout_choices(n_layers: int) -> list:
+    return [("Mean of every decoder layer", "all")] + [(f"decoder layer {i}", str(i)) for i in range(n_layers)]
+
+
+def build_click_proxy(shell: Shell) -> None:
+    """The hidden control a panel click drives: outside every tab, so it is on the page from the start."""
+    p = shell.parts
+    p["head_click"] = gr.Textbox(elem_id="head-click", elem_classes="proxy", show_label=False, container=False)
+    p["head_click_btn"] = gr.Button("open head", elem_id="head-click-btn", elem_classes="proxy")
+
+
+def _maps(shell: Shell, run, sel: Selection) -> list:
     lm = shell.lm(run)
-    kind = kind_of(sel.get("kind"))
-    n = lm.model.cfg.n_encoder_layers if kind == "encoder.self_attn" else lm.model.cfg.n_decoder_layers
-    layer = views.clamp(sel.get("layer"), n)
-    fig = views.attention_figure(run, kind, sel.get("view") or "grid", layer, sel.get("head"),
-                                 sel.get("units") or "words", lm, sel.get("scale") or "shared")
+    n = ModelShape.of(lm).layers(sel.kind)
+    layer = views.clamp(sel.layer, n)
+    fig = views.attention_figure(run, sel.kind, sel.view, layer, sel.head, sel.units, lm, sel.scale)
     return [fig, gr.Dropdown(choices=layer_choices(n), value=layer)]
 
 
@@ -100,8 +128,7 @@ def wire(shell: Shell) -> None:
         try:
             if run is None:
                 return views.message_figure(views.FIRST), gr.skip()
-            return tuple(_maps(shell, run, dict(kind=kind, view=view, layer=layer, head=head, units=units,
-                                                scale=scale)))
+            return tuple(_maps(shell, run, Selection.of(kind, layer, head, units=units, view=view, scale=scale)))
         except Exception:
             log.exception("attention view failed")
             return views.message_figure("This view could not be drawn."), gr.skip()
@@ -109,30 +136,31 @@ def wire(shell: Shell) -> None:
     gr.on([c.input for c in (shell.kind, p["view"], shell.layer, shell.head, shell.units, p["scale"])],
           on_attention, sel_in, [p["attn_plot"], shell.layer], api_name="attention_view",
           api_visibility="undocumented", **VIEW)
+    _wire_click(shell)
+    track_subtabs(shell, "attention", {"maps": p["maps_tab"]})
+    sub_view(shell, "attention/alignment", p["align_tab"], [p["align_plot"]], [p["align_mode"]],
+             lambda run, sel, mode: [views.alignment_view_figure(run, mode, sel.layer, sel.head, sel.units)],
+             api_name="alignment_view")
+    sub_view(shell, "attention/rollout", p["rollout_tab"], [p["rollout_plot"]], [p["rollout_layer"]],
+             lambda run, sel, layer: [views.rollout_view_figure(run, layer, sel.units)], api_name="rollout_view")
 
-    def on_click(value, units, scale, run):
+
+def _wire_click(shell: Shell) -> None:
+    """A click on a panel (first screen, Maps, head profiles) opens that head on Attention → Maps."""
+    p = shell.parts
+
+    def on_click(value, units, scale, run, held):
         try:
             kind, layer, head, _ = (value or "").split("|")
-            kind = kind_of(kind or "cross")
-            fig, layer_dd = _maps(shell, run, dict(kind=kind, view="head", layer=int(layer), head=int(head),
-                                                   units=units, scale=scale))
-            return kind, layer_dd, int(head), "head", fig, gr.Tabs(selected="attention"), "attention"
+            sel = Selection.of(kind or "cross", int(layer), int(head), units=units, view="head", scale=scale)
+            fig, layer_dd = _maps(shell, run, sel)
+            return (sel.kind, layer_dd, sel.head, "head", fig, gr.Tabs(selected="attention"), "attention",
+                    gr.Tabs(selected="maps"), {**(held or {}), "attention": "maps"})
         except Exception:
             log.exception("head click failed")
-            return (gr.skip(),) * 7
+            return (gr.skip(),) * 9
 
-    p["head_click_btn"].click(on_click, [p["head_click"], shell.units, p["scale"], shell.run_state],
-                          [shell.kind, shell.layer, shell.head, p["view"], p["attn_plot"], shell.tabs, shell.section],
-                          js=OPEN_JS, api_name="open_head", api_visibility="undocumented", **VIEW)
-    align_in = [shell.run_state, p["align_mode"], shell.layer, shell.head, shell.units]
-    align = safe(views.alignment_view_figure, "alignment view")
-    p["align_tab"].select(align, align_in, p["align_plot"], api_name="alignment_view",
-                          api_visibility="undocumented", **VIEW)
-    gr.on([c.input for c in (p["align_mode"], shell.layer, shell.head, shell.units)], align, align_in,
-          p["align_plot"], api_visibility="private", **VIEW)
-    roll = safe(views.rollout_view_figure, "rollout view")
-    roll_in = [shell.run_state, p["rollout_layer"], shell.units]
-    p["rollout_tab"].select(roll, roll_in, p["rollout_plot"], api_name="rollout_view", api_visibility="undocumented",
-                            **VIEW)
-    gr.on([p["rollout_layer"].input, shell.units.input], roll, roll_in, p["rollout_plot"], api_visibility="private",
-          **VIEW)
+    p["head_click_btn"].click(on_click, [p["head_click"], shell.units, p["scale"], shell.run_state, shell.subviews],
+                              [shell.kind, shell.layer, shell.head, p["view"], p["attn_plot"], shell.tabs,
+                               shell.section, shell.subtabs["attention"], shell.subviews],
+                              js=OPEN_JS, api_name="open_head", api_visibility="undocumented", **VIEW)

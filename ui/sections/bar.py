@@ -1,18 +1,28 @@
-"""The header, the run bar (which run every section shows) and the head selection they all share."""
+"""The header, the run bar (which run every section shows), the head selection they all share, and the
+link to the screen (which follows every run)."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import gradio as gr
 
 from model.transformer import CROSS
 
 from ..present import KIND_LABELS, header_markdown
-from . import Shell, head_choices, layer_choices
+from ..state import ModelShape, link_url
+from . import RunContext, Shell, head_choices, layer_choices
 
 KIND_CHOICES = [(label, kind) for kind, label in KIND_LABELS.items()]
 UNIT_CHOICES = [("Words", "words"), ("Pieces", "pieces")]
 
 
-def build(shell: Shell) -> None:
+@dataclass
+class BarParts:
+    link_btn: gr.Button
+    link_box: gr.Textbox
+
+
+def build(shell: Shell) -> BarParts:
     lm = shell.default_lm
     n_layers = lm.model.cfg.n_decoder_layers if lm else 1
     n_heads = lm.model.cfg.n_heads if lm else 1
@@ -29,8 +39,22 @@ def build(shell: Shell) -> None:
             shell.units = gr.Radio(UNIT_CHOICES, value="words", label="Units", elem_id="attn-units", scale=2,
                                    info="pieces pooled into words: keys summed, queries averaged")
             with gr.Column(scale=2, min_width=160):
-                shell.parts["link_btn"] = gr.Button("🔗 Copy link", elem_id="link-btn", size="sm")
-                shell.parts["link_box"] = gr.Textbox(placeholder="the link to this view (sentence, model, beam, "
-                                                                 "section, kind, layer, head, step)",
+                link_btn = gr.Button("🔗 Copy link", elem_id="link-btn", size="sm")
+                link_box = gr.Textbox(placeholder="the link to this view (the run and everything "
+                                                                 "selected)",
                                                      interactive=False, elem_id="link-box", elem_classes="link-box",
                                                      show_label=False, container=False, max_lines=1)
+    return BarParts(link_btn, link_box)
+
+
+def follow_runs(shell: Shell) -> None:
+    """After the sections: the head choices and the link follow every run."""
+    shell.on_run([shell.head, shell.bar.link_box], lambda run, ctx: _follow(shell, run, ctx))
+
+
+def _follow(shell: Shell, run, ctx: RunContext) -> list:
+    """The head choices of the run's model, and the link to the new screen."""
+    shape = ModelShape.of(shell.lm(run))
+    sel = ctx.sel.fit(shape)
+    link = link_url(ctx.base_url, run.inputs, sel) if run.inputs is not None else ""
+    return [gr.Dropdown(choices=head_choices(shape.n_heads), value=sel.head), link]

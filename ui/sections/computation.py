@@ -4,15 +4,18 @@ softmax, V, αV, W_O), the residual stream and norm-based weights, the logit len
 methods side by side, and forced decoding on a reference (which becomes the current run)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
 from model.attribution import IG_START, METHODS
 
 from .. import calls, inside, views
 from ..payload import reference_pairs
-from ..present import clean_input, is_blank, md_escape, no_model_message
+from ..present import is_blank, md_escape, no_model_message
 from ..state import Run
-from . import VIEW, Shell, encodings, log
+from . import VIEW, RunContext, Shell, encodings, log, track_subtabs
+from .translate import base_url, make_run, read_inputs
 
 SID = "computation"
 PART_CHOICES = [("Decoder", "decoder"), ("Encoder", "encoder")]
@@ -21,21 +24,34 @@ ATTR_HINT = "Pick an output token (or open this tab again) to attribute it in th
 FORCED_HINT = "The current run was decoded. Give a reference and press Force to teacher-force it."
 
 
-def build(shell: Shell) -> None:
+@dataclass
+class ComputationParts:
+    """What a link to a forced run sets and a forced run's first screen fills."""
+    ref_text: gr.Textbox
+    forced_md: gr.Markdown
+    forced_plot: gr.Plot
+
+
+def build(shell: Shell) -> ComputationParts:
     p = shell.parts
-    with gr.Tabs(overflow_behavior="wrap"):
-        with gr.Tab("Embedding & positions", id="encodings"):
+    sub_tabs = {}
+    with gr.Tabs(overflow_behavior="wrap", elem_id="comp-tabs") as tabs:
+        with gr.Tab("Embedding & positions", id="encodings") as _t:
+            sub_tabs["encodings"] = _t
             encodings.build(shell)
-        with gr.Tab("Inside one head", id="inside"):
+        with gr.Tab("Inside one head", id="inside") as _t:
+            sub_tabs["inside"] = _t
             gr.Markdown("The head chosen above (kind, layer, head) for one **query** token, as the formula is "
                         "written: q and the keys K, the scores q·Kᵀ/√d_k, the mask applied as −∞ (dark grey), the "
                         "softmax row α, the values V, z = αV, and the head's output after its slice of W_O. In "
                         "cross-attention K and V come from the encoder. Hover any cell for its number. "
                         "The arithmetic runs on the model's own tokens, subword pieces included (▁ starts a word).",
                         elem_classes="explain")
-            p["head_query"] = gr.Dropdown([], label="Query token", elem_id="head-query", allow_custom_value=True)
+            shell.query = p["head_query"] = gr.Dropdown([], label="Query token", elem_id="head-query",
+                                                        allow_custom_value=True)
             p["head_plot"] = gr.Plot(label="Inside one head", elem_id="head-comp", show_label=False)
-        with gr.Tab("Residual stream", id="residual"):
+        with gr.Tab("Residual stream", id="residual") as _t:
+            sub_tabs["residual"] = _t
             gr.Markdown("The residual stream's L2 norm through the stack, and what each sublayer adds to it. Below, "
                         "the chosen head's attention α beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. "
                         "2020): a key with a large weight but a small transformed value fades. Units pools "
@@ -45,13 +61,15 @@ def build(shell: Shell) -> None:
             p["resid_plot"] = gr.Plot(label="Residual stream", elem_id="resid-plot", show_label=False)
             p["normw_plot"] = gr.Plot(label="Attention vs norm-based weights", elem_id="normw-plot",
                                       show_label=False)
-        with gr.Tab("Logit lens", id="lens"):
+        with gr.Tab("Logit lens", id="lens") as _t:
+            sub_tabs["lens"] = _t
             gr.Markdown("What the decoder would say if it stopped after each layer: the final layer norm and the "
                         "generator applied to the residual stream, at every step. The last layer is the model's own "
                         "output distribution. One column per token: a subword model's steps are pieces.",
                         elem_classes="explain")
             p["lens_plot"] = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
         with gr.Tab("Attribution", id="attribution") as attr_tab:
+            sub_tabs["attribution"] = attr_tab
             gr.Markdown("Which source tokens one output token came from: raw cross-attention (mean of the last "
                         "layer's heads), rollout, norm-based weights ‖Σₕ αₕ·fₕ(x)‖ of the last layer (Kobayashi et al. "
                         "2020, heads summed before the norm), ALTI+ (Ferrando et al. 2022), gradient × input and "
@@ -69,7 +87,8 @@ def build(shell: Shell) -> None:
             p["attr_plot"] = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
             p["attr_table"] = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
                                            label="Scores (raw)")
-        with gr.Tab("Forced decoding", id="forced"):
+        with gr.Tab("Forced decoding", id="forced") as _t:
+            sub_tabs["forced"] = _t
             gr.Markdown("Teacher-force the model on a **reference** translation: the probability and the "
                         "cross-entropy −log p of each reference token (the training loss), the perplexity, and where "
                         "the model's own top-1 choice differs. The forced run becomes the current run, so every "
@@ -82,6 +101,8 @@ def build(shell: Shell) -> None:
             p["forced_md"] = gr.Markdown(elem_id="forced-md")
             p["forced_plot"] = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
     p["attr_tab"], p["attr_state"] = attr_tab, gr.State(None)  # (run id, piece-level Attribution)
+    shell.subtabs["computation"], p["comp_sub_tabs"] = tabs, sub_tabs
+    return ComputationParts(p["ref_text"], p["forced_md"], p["forced_plot"])
 
 
 def lazy_io(shell: Shell) -> tuple[list, list, callable]:
@@ -115,6 +136,7 @@ def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words
 
 def wire(shell: Shell) -> None:
     p = shell.parts
+    track_subtabs(shell, SID, p["comp_sub_tabs"])
     encodings.wire(shell)
     _wire_head(shell)
     resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731
@@ -137,7 +159,7 @@ def _safe(fn, what):
 def _wire_head(shell: Shell) -> None:
     """Kind, layer, head or query changed: redraw one head (and its norm weights) where the section shows."""
     p = shell.parts
-    stamp = p["lazy"][SID].stamp
+    stamp = shell.lazy[SID].stamp
     outs = [p["head_query"], p["head_plot"], p["normw_plot"], stamp]
 
     def on_head(run, section, seen, kind, layer, head, query, units="words"):
@@ -211,34 +233,35 @@ def _wire_forced(shell: Shell) -> None:
 
     p["ref_example"].input(on_example, [shell.direction, p["ref_example"]], [shell.text, p["ref_text"]],
                            api_visibility="private", queue=False, show_progress="hidden")
-    sel_inputs = [shell.kind, p["view"], shell.layer, shell.head, shell.units]
-    lz = p["lazy"][SID]
-    outputs = [p["run_status"], lz.stamp, *lz.outputs, *shell.run_outputs()]  # forced_md/plot among lz.outputs
+    sel_inputs = [shell.kind, shell.view, shell.layer, shell.head, shell.units]
+    lz = shell.lazy[SID]
+    outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, *shell.run_outputs()]  # forced_md/plot among lz.outputs
 
-    def on_force(before, text, reference, name, kind, view, layer, head, units, *lazy_extra):
+    assert len(lz.inputs) == 10  # spelled out below: Gradio passes the request only to a positional parameter
+
+    def on_force(before, text, reference, name, kind, view, layer, head, units, e0, e1, e2, e3, x0, x1, x2, x3, x4,
+                 x5, scale="shared", held=None, request: gr.Request = None):
+        lazy_extra = (e0, e1, e2, e3, x0, x1, x2, x3, x4, x5)
+        inputs, notices = read_inputs(text, name, "greedy", 1, None, reference)
         problem = no_model_message(shell.reg, name)
-        text, _ = clean_input(text)
-        reference, _ = clean_input(reference)
-        if problem or is_blank(text) or is_blank(reference):
+        if problem or is_blank(inputs.text) or is_blank(inputs.reference):
             msg = f"⚠️ {problem}" if problem else "✏️ Give a sentence (above) and its reference translation."
             return {p["forced_md"]: msg}
         try:
-            forced = calls.gpu_force(shell.reg_key, name, text, reference)
+            run, forced = make_run(shell, inputs, notices)
         except Exception as e:
             log.exception("forced decoding failed")
             return {p["forced_md"]: f"⚠️ Forced decoding failed ({md_escape(type(e).__name__)})."}
-        lm = shell.reg.models[name]
-        note = f"Teacher-forced on the reference “{reference[:80]}” (perplexity {forced.perplexity:.2f})."
-        run = Run.of(lm, name, forced.translation, [note], forced=True)
-        sel = dict(kind=kind, view=view, layer=layer, head=head, units=units)
+        sel = shell.selection(kind, layer, head, 0, None, units, view, scale, SID, held)
         # the encoding figures are the model's own: unchanged (and not rebuilt) when the model is
         same_model = before is not None and before.model == name
         lazy = dict(zip([lz.stamp, *lz.outputs], [run.id, *lz.fn(run, *lazy_extra, positional=not same_model)]))
         if same_model:  # keep the picked example and its choices
             lazy[p["ref_example"]] = gr.skip()
-        return (shell.run_values(run, sel) | lazy |
+        return (shell.run_values(run, RunContext(sel, base_url=base_url(request))) | lazy |
                 {p["forced_md"]: inside.forced_markdown(forced), p["forced_plot"]: inside.forced_figure(forced),
-                 p["run_status"]: f"✓ forced · run {run.id}"})
+                 shell.translate.run_status: f"✓ forced · run {run.id}"})
 
-    p["force_btn"].click(on_force, [shell.run_state, shell.text, p["ref_text"], shell.direction, *sel_inputs, *lz.inputs], outputs, api_name="forced_view", api_visibility="undocumented",
-                         **shell.model_event())
+    p["force_btn"].click(on_force, [shell.run_state, shell.text, p["ref_text"], shell.direction, *sel_inputs,
+                                    *lz.inputs, shell.scale, shell.subviews], outputs, api_name="forced_view",
+                         api_visibility="undocumented", **shell.model_event())

@@ -2,24 +2,31 @@
 next-token probabilities it chose from) and the beam-search tree."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
-from model import analysis as an
 from model import readouts
 from viz import beam as v_beam
 
 from .. import calls, views
 from ..present import md_escape
 from ..state import BeamView
-from . import VIEW, Shell, log
+from . import VIEW, Shell, log, sub_view, track_subtabs
 
 PREFIX_COLORS = {"token": "#dde7f7", "special": "#d9d9d9", "input": "#b8cff0", "new": "#ffb347"}
 
 
-def build(shell: Shell) -> None:
+@dataclass
+class GenerationParts:
+    step_outputs: list      # what the section draws when opened: the step slider and the step's views
+    beam_state: gr.State    # the beam search drawn (Analysis exports its figure)
+
+
+def build(shell: Shell) -> GenerationParts:
     p = shell.parts
-    with gr.Tabs(overflow_behavior="wrap"):
-        with gr.Tab("Step by step", id="steps"):
+    with gr.Tabs(overflow_behavior="wrap", elem_id="gen-tabs") as tabs:
+        with gr.Tab("Step by step", id="steps") as steps_tab:
             with gr.Row():
                 shell.step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="step-slider", scale=4)
                 p["prev_btn"] = gr.Button("◀ back", elem_id="step-prev", scale=0, min_width=70)
@@ -57,9 +64,13 @@ def build(shell: Shell) -> None:
                                                           "cross-attention."), label="Its cross-attention",
                                      elem_id="beam-attn", show_label=False)
             p["beam_state"] = gr.State(None)
-    p["beam_tab"] = beam_tab
+    p["beam_tab"], p["steps_tab"] = beam_tab, steps_tab
+    shell.subtabs["generation"] = tabs
+    # a new run starts at its first step (the section draws it when opened)
+    shell.on_run([shell.step], lambda run, ctx: [gr.Slider(minimum=0, maximum=max(1, run.n_steps - 1), value=0)])
     p["step_outputs"] = [shell.step, p["step_md"], p["prefix"], p["strip_plot"], p["topk_plot"], p["cross_plot"],
                          p["self_plot"]]
+    return GenerationParts(p["step_outputs"], p["beam_state"])
 
 
 def step_values(run, t, delta: int = 0, head=None) -> list:
@@ -68,9 +79,9 @@ def step_values(run, t, delta: int = 0, head=None) -> list:
     return [gr.Slider(minimum=0, maximum=max(1, n - 1), value=t), *views.step_figures(run, t, head)]
 
 
-def refresh(shell: Shell, run, sel: dict) -> list:
+def refresh(shell: Shell, run, step) -> list:
     """The section's views for a new run (when the section is opened, or a link lands on it)."""
-    return step_values(run, sel.get("step", 0))
+    return step_values(run, step)
 
 
 def _on_step(run, t, delta=0):
@@ -120,8 +131,9 @@ def _beam_outputs(shell: Shell, run, old, size, force=False):
 def wire(shell: Shell) -> None:
     p = shell.parts
     outs = p["step_outputs"]
-    shell.step.release(_on_step, [shell.run_state, shell.step], outs, api_name="step_view",
-                       api_visibility="undocumented", **VIEW)
+    # released after a drag, or typed into the slider's number box
+    gr.on([shell.step.release, shell.step.input], _on_step, [shell.run_state, shell.step], outs, api_name="step_view",
+          api_visibility="undocumented", trigger_mode="always_last", **VIEW)
     p["prev_btn"].click(lambda r, t: _on_step(r, t, -1), [shell.run_state, shell.step], outs,
                         api_visibility="private", **VIEW)
     p["next_btn"].click(lambda r, t: _on_step(r, t, 1), [shell.run_state, shell.step], outs,
@@ -149,8 +161,10 @@ def wire(shell: Shell) -> None:
 
     beam_outs = [p["beam_md"], p["beam_plot"], p["beam_table"], p["beam_pick"], p["beam_state"]]
     beam_in = [shell.run_state, p["beam_state"], p["beam_size"]]
-    p["beam_tab"].select(lambda r, o, s: _beam_outputs(shell, r, o, s), beam_in, beam_outs, api_name="beam_tree",
-                         api_visibility="undocumented", **shell.model_event())
+    track_subtabs(shell, "generation", {"steps": p["steps_tab"]})
+    sub_view(shell, "generation/beam-tree", p["beam_tab"], beam_outs, [p["beam_state"], p["beam_size"]],
+             lambda run, sel, old, size: _beam_outputs(shell, run, old, size), model_call=True, api_name="beam_tree",
+             own_events=False)
     p["beam_btn"].click(lambda r, o, s: _beam_outputs(shell, r, o, s, True), beam_in, beam_outs,
                         api_visibility="private", **shell.model_event())
 

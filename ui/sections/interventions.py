@@ -5,6 +5,9 @@ compare follows the last toggle (causal mask → decoder self-attention, ...); a
 run marks the verdict stale until Compare is pressed again."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import gradio as gr
 
 from model.decoding import prepare_source
@@ -12,9 +15,9 @@ from model.transformer import CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION
 
 from .. import calls, views
 from ..payload import word_order_demo
-from ..present import (describe_interventions, diff_summary, head_choices, make_interventions, md_escape,
-                       notice_md, parse_heads, src_token_choices, token_diff)
-from ..state import CompareRun
+from ..present import (describe_interventions, diff_summary, head_choices, head_label, make_interventions,
+                       md_escape, notice_md, parse_heads, parse_positions, src_token_choices, token_diff)
+from ..state import CompareRun, RunInputs, Selection, Toggles
 from . import VIEW, Shell, log
 from .bar import KIND_CHOICES
 from .translate import opts_from
@@ -47,7 +50,14 @@ def follow(pad_on, causal_on, pos_on, heads, padded: bool, kind, layer, head):
     return kind, layer, head, ""
 
 
-def build(shell: Shell) -> None:
+@dataclass
+class InterventionsParts:
+    """What a link sets: the toggles (and Compare's outputs), and how."""
+    outputs: list
+    restore: Callable  # (shell, run, RunInputs, Selection) -> values of ``outputs``
+
+
+def build(shell: Shell) -> InterventionsParts:
     p = shell.parts
     lm = shell.default_lm
     with gr.Row():
@@ -83,6 +93,35 @@ def build(shell: Shell) -> None:
     with gr.Accordion("The masks as built for these settings (True = attend)", open=False, elem_id="masks-box"):
         p["masks_plot"] = gr.Plot(label="Masks", elem_id="masks-plot", show_label=False)
     p["cmp_state"] = gr.State(None)
+    # what can be ablated is the run's: its model's heads, its sentence's tokens (a new run starts with none)
+    shell.on_run([p["ablate_heads"], p["ablate_src"]], lambda run, ctx: [
+        gr.Dropdown(choices=head_choices(shell.lm(run)), value=[]),
+        gr.Dropdown(choices=src_token_choices(run.tr.src_tokens), value=[])])
+    toggles = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"]]
+    return InterventionsParts([*toggles, *_compare_outputs(shell)], restore)
+
+
+def toggles_of(pad_to, padding, causal, positional, heads, src) -> Toggles:
+    """The Toggles of the controls' values (labels as the dropdowns show them)."""
+    return Toggles(pad_to=max(0, int(pad_to or 0)), padding=bool(padding), causal=bool(causal),
+                   positional=bool(positional), heads=tuple(sorted(parse_heads(heads or ()))),
+                   src=tuple(sorted(parse_positions(src or ()))))
+
+
+def restore(shell: Shell, run, inputs: RunInputs, sel: Selection) -> dict:
+    """The toggles a link names, set on the controls; on the Masks & interventions section, compared at once."""
+    p, t = shell.parts, inputs.toggles
+    if not t.changed:
+        return {}
+    names = src_token_choices(run.tr.src_tokens)
+    values = {p["pad_to"]: t.pad_to, p["pad_mask"]: t.padding, p["causal"]: t.causal, p["pos_enc"]: t.positional,
+              p["ablate_heads"]: gr.Dropdown(choices=head_choices(shell.lm(run)),
+                                             value=[head_label(*h) for h in t.heads]),
+              p["ablate_src"]: gr.Dropdown(choices=names, value=[names[i] for i in t.src if i < len(names)])}
+    if sel.section == "interventions":
+        values |= _compare(shell, run, t.pad_to, t.padding, t.causal, t.positional, [head_label(*h) for h in t.heads],
+                           [i for i in t.src if i < len(names)], sel.kind, sel.layer, sel.head)
+    return values
 
 
 def lazy_io(shell: Shell) -> tuple[list, list, callable]:
@@ -160,13 +199,17 @@ def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, sr
     }
 
 
+def _compare_outputs(shell: Shell) -> list:
+    p = shell.parts
+    return [p["cmp_notice"], p["cmp_stale"], p["base_chips"], p["mod_chips"], p["prob_plot"], p["cmp_plot"],
+            p["masks_plot"], p["cmp_state"], p["cmp_kind"]]
+
+
 def compare_io(shell: Shell) -> tuple[list, list, list]:
     """(toggles, inputs, outputs) of Compare, named once."""
     p = shell.parts
     toggles = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"]]
-    outs = [p["cmp_notice"], p["cmp_stale"], p["base_chips"], p["mod_chips"], p["prob_plot"], p["cmp_plot"],
-            p["masks_plot"], p["cmp_state"], p["cmp_kind"]]
-    return toggles, [shell.run_state, *toggles, p["cmp_kind"], shell.layer, shell.head], outs
+    return toggles, [shell.run_state, *toggles, p["cmp_kind"], shell.layer, shell.head], _compare_outputs(shell)
 
 
 def wire(shell: Shell) -> None:
@@ -209,7 +252,7 @@ def wire(shell: Shell) -> None:
           api_visibility="undocumented", **VIEW)
 
 
-def wire_preset(shell: Shell) -> None:
+def wire_preset(shell: Shell, translate_event: tuple) -> None:
     """A sentence where word order matters, translated, then compared with the positional encoding off."""
     p = shell.parts
     _, cmp_in, outs = compare_io(shell)
@@ -218,7 +261,7 @@ def wire_preset(shell: Shell) -> None:
         lm = shell.reg.models.get(name)
         return word_order_demo(name, lm.src_lang if lm else "en").text, False, True, True
 
-    translate, t_inputs, t_outputs = p["translate_event"]
+    translate, t_inputs, t_outputs = translate_event
     p["preset_btn"].click(on_preset, shell.direction, [shell.text, p["pos_enc"], p["causal"], p["pad_mask"]],
                           api_visibility="private", queue=False).then(
         lambda *a: translate(*a, replay=False), t_inputs, t_outputs, api_visibility="private",

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import time
 import traceback
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
 from model.decoding import DecodeOptions
 
-from .. import calls, views
-from ..payload import examples_for, parse_link
+from .. import calls, inside, views
+from ..payload import examples_for
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, clean_input, direction_label, is_blank, md_escape,
                        no_model_message, notice_md, output_marks, run_bar, run_notices, source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
-from ..state import Run
-from . import Shell, lazy_values, log
+from ..state import ModelShape, Run, RunInputs, Selection, from_query
+from . import RunContext, Shell, layer_choices, lazy_values, log, subview_values
 
 CHIP_COLORS = {"token": "#dde7f7", "<unk>": "#f4a6a6", "replaced <unk>": "#ffd27f", "special": "#d9d9d9"}
 # The replay shows at most REPLAY_FRAMES moments of the decode: Gradio's processing of a streamed frame
@@ -33,7 +34,12 @@ def opts_from(decoding: str, beam, max_len, pad_to: int = 0) -> DecodeOptions:
                          pad_src_to=max(0, int(pad_to or 0)))
 
 
-def build(shell: Shell) -> None:
+@dataclass
+class TranslateParts:
+    run_status: gr.Markdown  # "✓" and the run's id once its last value is on the page (tests wait on it)
+
+
+def build(shell: Shell) -> TranslateParts:
     reg, names = shell.reg, shell.reg.names
     with gr.Row():
         with gr.Column(scale=3):
@@ -83,7 +89,8 @@ def build(shell: Shell) -> None:
     p["first_example"] = examples[0] if examples else None
     shell.on_run([p["notice"], p["out_text"], p["src_chips"], p["out_chips"], p["watch_step"], p["watch_strip"],
                   p["watch_heads"], shell.run_state, shell.run_bar],
-                 lambda run, sel: _final(shell, run, 0 if sel.get("replay") else None))
+                 lambda run, ctx: _final(shell, run, 0 if ctx.replay else None))
+    return TranslateParts(p["run_status"])
 
 
 def _final(shell: Shell, run: Run, step: int | None = None) -> list:
@@ -125,27 +132,65 @@ def _caption(run: Run, t: int, vocab) -> str:
             if t < len(tr.output_tokens) else "")
 
 
-def translate_values(shell: Shell, text_in, name, decoding_in, beam_in, max_len_in, sel: dict, replay=True) -> dict:
+def read_inputs(text_in, name, decoding_in, beam_in, max_len_in, reference=None) -> tuple[RunInputs, list[str]]:
+    """The run inputs of the controls' values (the text cleaned and capped), and what the user is told."""
+    text, notices = clean_input(text_in)
+    opts = opts_from(decoding_in, beam_in, max_len_in)
+    ref = clean_input(reference)[0] if reference is not None else None
+    return RunInputs(model=name or "", text=text, decoding="beam" if opts.beam > 1 else "greedy", beam=opts.beam,
+                     max_len=opts.max_len, reference=ref), notices
+
+
+def make_run(shell: Shell, inputs: RunInputs, notices: list[str]):
+    """(Run, Forced or None) of ``inputs``: decoded, or teacher-forced on the reference. Raises on failure."""
+    lm = shell.reg.models[inputs.model]
+    if inputs.reference is not None:
+        forced = calls.gpu_force(shell.reg_key, inputs.model, inputs.text, inputs.reference)
+        note = f"Teacher-forced on the reference “{inputs.reference[:80]}” (perplexity {forced.perplexity:.2f})."
+        return Run.of(lm, inputs.model, forced.translation, [*notices, note], forced=True, inputs=inputs,
+                      forced_loss=[round(float(x), 6) for x in forced.loss]), forced
+    opts = opts_from(inputs.decoding, inputs.beam, inputs.max_len)
+    tr = calls.gpu_translate(shell.reg_key, inputs.model, inputs.text, opts)
+    return Run.of(lm, inputs.model, tr, run_notices(tr, notices, lm), inputs=inputs), None
+
+
+def problem_of(shell: Shell, inputs: RunInputs) -> str | None:
+    problem = no_model_message(shell.reg, inputs.model)
+    if problem:
+        return f"⚠️ {problem}"
+    if is_blank(inputs.text) or (inputs.reference is not None and is_blank(inputs.reference)):
+        return "✏️ Type a sentence to translate (the box is empty)."
+    return None
+
+
+def translate_values(shell: Shell, inputs: RunInputs, notices: list[str], ctx: RunContext) -> dict:
     """Every view of the new run, in one message (a streamed event sends its last frame twice); the replay
     follows as its own event. A problem comes back as a notice, never a stack trace."""
     p = shell.parts
-    problem = no_model_message(shell.reg, name)
+    problem = problem_of(shell, inputs)
     if problem:
-        return {p["notice"]: f"⚠️ {problem}", p["run_status"]: "✗ no model"}
-    text_in, notices = clean_input(text_in)
-    if is_blank(text_in):
-        return {p["notice"]: "✏️ Type a sentence to translate (the box is empty).", p["run_status"]: "✗ empty input"}
-    lm = shell.reg.models[name]
+        return {p["notice"]: problem, p["run_status"]: "✗ " + ("no model" if problem[0] == "⚠" else "empty input")}
     try:
-        tr = calls.gpu_translate(shell.reg_key, name, text_in, opts_from(decoding_in, beam_in, max_len_in))
+        run, forced = make_run(shell, inputs, notices)
     except Exception as e:
         log.error("translate failed: %s", traceback.format_exc())
         gr.Warning("The translation failed; please try another sentence.")
         return {p["notice"]: f"⚠️ The translation failed ({md_escape(type(e).__name__)}).", p["run_status"]: "✗ failed"}
-    run = Run.of(lm, name, tr, run_notices(tr, notices, lm))
     # with a replay to follow, the watch views start at the first step
-    sel = dict(sel, replay=replay and len(tr.steps) > 1)
-    return shell.run_values(run, sel) | {p["run_status"]: f"✓ translated · run {run.id}"}
+    ctx = replace(ctx, replay=ctx.replay and run.n_steps > 1)
+    values = shell.run_values(run, ctx) | {p["run_status"]: f"✓ {'forced' if forced else 'translated'} · run {run.id}"}
+    if forced is not None:
+        values |= {shell.computation.forced_md: inside.forced_markdown(forced),
+                   shell.computation.forced_plot: inside.forced_figure(forced)}
+    return values
+
+
+def base_url(request) -> str:
+    """The page's address (the event's referer), for the link; "/" when a client gives none."""
+    try:
+        return request.headers.get("referer") or "/"
+    except Exception:
+        return "/"
 
 
 def replay_event(shell: Shell):
@@ -163,23 +208,28 @@ def replay_event(shell: Shell):
     return chain
 
 
-def wire(shell: Shell) -> None:
-    """The translate event; wired after every section is built (it refreshes them all)."""
+def wire(shell: Shell) -> tuple:
+    """The translate event, wired after every section is built (it refreshes them all): returns
+    (fn, inputs, outputs) for another event that makes a run the same way."""
     p = shell.parts
-    sel_inputs = [shell.kind, p["view"], shell.layer, shell.head, shell.units]
+    sel_inputs = [shell.kind, shell.view, shell.layer, shell.head, shell.units, shell.scale, shell.section,
+                  shell.subviews]
     inputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, *sel_inputs]
     outputs = [p["run_status"], *shell.run_outputs()]
 
-    def on_translate(text_in, name, decoding_in, beam_in, max_len_in, kind, view, layer, head, units="words"):
-        sel = dict(kind=kind, view=view, layer=layer, head=head, units=units)
-        return translate_values(shell, text_in, name, decoding_in, beam_in, max_len_in, sel)
+    def translate_fn(text_in, name, decoding_in, beam_in, max_len_in, kind, view, layer, head, units="words",
+                     scale="shared", section="translate", held=None, request: gr.Request = None, replay=True):
+        run_in, notices = read_inputs(text_in, name, decoding_in, beam_in, max_len_in)
+        # a new run starts at step 0, on each view's own default query
+        sel = shell.selection(kind, layer, head, 0, None, units, view, scale, section, held)
+        return translate_values(shell, run_in, notices, RunContext(sel, replay, base_url(request)))
 
-    def translate_fn(*args, replay=True):
-        *head, kind, view, layer, head_, units = args
-        return translate_values(shell, *head, dict(kind=kind, view=view, layer=layer, head=head_, units=units),
-                                replay=replay)
+    def on_translate(text_in, name, decoding_in, beam_in, max_len_in, kind, view, layer, head, units="words",
+                     scale="shared", section="translate", held=None, request: gr.Request = None):
+        return translate_fn(text_in, name, decoding_in, beam_in, max_len_in, kind, view, layer, head, units, scale,
+                            section, held, request)
 
-    p["translate_event"] = (translate_fn, inputs, outputs)
+    event = (translate_fn, inputs, outputs)
     replay = replay_event(shell)
     replay(gr.on([p["translate_btn"].click, shell.text.submit], on_translate, inputs, outputs,
                  api_name="translate_stream", api_visibility="undocumented", show_progress="minimal",
@@ -191,43 +241,78 @@ def wire(shell: Shell) -> None:
     shell.decoding.change(lambda d: gr.Slider(visible=d == "beam"), shell.decoding, shell.beam,
                           api_visibility="private", queue=False, show_progress="hidden")
     _wire_first_screen(shell, outputs)
+    return event
+
+
+def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, list[str]] | None:
+    """What the page opens on: the link's run and selection, or the first example."""
+    shapes = shell.shapes()
+    restored = from_query(params, shapes, MAX_BEAM, MAX_OUTPUT_TOKENS)
+    first = shell.parts.get("first_example")
+    if restored is None and first is not None:
+        restored = from_query({"text": first[0], "model": first[1]}, shapes)
+    if restored is None:
+        return None
+    sel = restored.sel
+    # a phone, or a link made before views were linked that names a head, opens on one head
+    if "view" not in params and ("layer" in params or "head" in params or 0 < (width or 0) < PHONE_WIDTH):
+        sel = replace(sel, view="head")
+    return restored.inputs, sel, restored.problems
+
+
+def _controls(shell: Shell, inputs: RunInputs, sel: Selection) -> dict:
+    """Every control set to what the link says."""
+    shape = shell.shape(inputs.model)
+    n_layers = shape.layers(sel.kind) if shape else 1
+    values = {shell.text: inputs.text, shell.direction: inputs.model, shell.decoding: inputs.decoding,
+              shell.beam: gr.Slider(value=inputs.beam, visible=inputs.decoding == "beam"),
+              shell.max_len: inputs.max_len, shell.kind: sel.kind, shell.units: sel.units, shell.view: sel.view,
+              shell.scale: sel.scale, shell.layer: gr.Dropdown(choices=layer_choices(n_layers), value=sel.layer),
+              shell.tabs: gr.Tabs(selected=sel.section), shell.section: sel.section,
+              shell.subviews: {sel.section: sel.subview} if sel.subview else {}}
+    if sel.subview and sel.section in shell.subtabs:
+        values[shell.subtabs[sel.section]] = gr.Tabs(selected=sel.subview)
+    if inputs.reference is not None:
+        values[shell.computation.ref_text] = inputs.reference
+    return values
 
 
 def _wire_first_screen(shell: Shell, outputs: list) -> None:
-    """On page load: the shared link's sentence and view, or the first example, translated at once."""
-    p, names = shell.parts, shell.reg.names
-    first = p.get("first_example")
-    lazy = p.get("lazy", {})
+    """On page load: the shared link's run and screen, or the first example, translated at once."""
+    p = shell.parts
+    lazy = shell.lazy
     lazy_outputs = [c for lz in lazy.values() for c in (lz.stamp, *lz.outputs)]
-    head_outputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.kind, shell.layer, shell.head,
-                    shell.step, p["view"], shell.tabs, shell.section]
+    sub_outputs = [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]
+    head_outputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, shell.kind, shell.layer,
+                    shell.head, shell.units, shell.step, shell.view, shell.scale, shell.tabs, shell.section,
+                    shell.subviews, *shell.subtabs.values(), shell.computation.ref_text, shell.computation.forced_md,
+                    shell.computation.forced_plot, *shell.interventions.outputs]
 
     def on_load(width, request: gr.Request):
         params = dict(request.query_params) if request is not None else {}
-        link = parse_link(params, names)
-        if link is None and first is not None:
-            link = parse_link({"text": first[0], "model": first[1]}, names)
-        if link is None:
+        found = _restore(shell, params, width)
+        if found is None:
             return {shell.text: gr.skip()}
-        decoding = "beam" if link.beam > 1 else "greedy"
-        beam = link.beam if link.beam > 1 else 4
-        narrow = 0 < (width or 0) < PHONE_WIDTH
-        view = "head" if ("layer" in params or "head" in params or narrow) else "grid"
-        head = {shell.text: link.text, shell.direction: link.model, shell.decoding: decoding,
-                shell.beam: gr.Slider(value=beam, visible=decoding == "beam"), shell.kind: link.kind,
-                shell.layer: link.layer, shell.head: link.head, shell.step: link.step, p["view"]: view,
-                shell.tabs: gr.Tabs(selected=link.section), shell.section: link.section}
-        sel = dict(kind=link.kind, view=view, layer=link.layer, head=link.head, units="words")
-        values = translate_values(shell, link.text, link.model, decoding, beam, 100, sel,
-                                  replay=link.section == "translate")
+        inputs, sel, problems = found
+        ctx = RunContext(sel, replay=sel.section == "translate", base_url=base_url(request))
+        values = translate_values(shell, inputs, problems, ctx)
         run = values.get(shell.run_state)
-        if run is not None and link.section in lazy:  # the section the link opens, drawn at once
-            extra = (link.step,) if link.section == "generation" else ()
-            values = lazy_values(shell, link.section, run, *extra) | values
-        return head | values
+        if run is None:
+            return _controls(shell, inputs, sel) | values
+        sel = sel.fit(ModelShape.of(shell.lm(run)))
+        shown = replace(sel, step=min(sel.step, max(0, run.n_steps - 1)))
+        if shown.step != sel.step:
+            values[p["notice"]] = (values.get(p["notice"]) or "") + \
+                f"\n\nℹ️ The link's step {sel.step} is past this run's last step; step {shown.step} is shown."
+        if sel.section in lazy:  # the section the link opens, drawn at once (under the run's own values)
+            extra = (shown.step,) if sel.section == "generation" else ()
+            values = lazy_values(shell, sel.section, run, *extra) | values
+        values |= subview_values(shell, run, shown) | shell.interventions.restore(shell, run, inputs, shown)
+        return _controls(shell, inputs, shown) | values | {shell.step: gr.Slider(
+            minimum=0, maximum=max(1, run.n_steps - 1), value=shown.step)}
 
-    # the layer and the step are both set by the link and refreshed by the run: listed once
-    p["load_event"] = (on_load, list(dict.fromkeys([*head_outputs, *lazy_outputs, *outputs])))
+    # controls set by the link are also refreshed by the run: each listed once
+    p["load_event"] = (on_load, list(dict.fromkeys([*head_outputs, *lazy_outputs, *sub_outputs, *outputs])))
 
 
 def wire_load(shell: Shell, demo) -> None:

@@ -1,0 +1,239 @@
+"""A real browser (1440×900) against the launched app: one state that every view is drawn from. No view
+shows an old run, every control offers the current model's layers and heads, a link restores the screen.
+
+Two directions of different depth: de→en has 2 layers, en→de 3 (like the shipped 4 and 6).
+"""
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from tests.app_fixtures import launch, make_checkpoint
+from tests.test_browser import ARTIFACTS, CHROMIUM, _plot, _status, _translate, _wait_done
+
+pytestmark = pytest.mark.browser
+A, B = "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch im Park."
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
+        pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_checkpoint(root / "de-en", "de", "en", seed=0)
+    make_checkpoint(root / "en-de", "en", "de", seed=1, layers=3)
+    demo, url = launch(root)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser(app_url):
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, app_url):
+    """A fresh page for each test: its first run is the first example, translated on load."""
+    pg = browser.new_page(viewport={"width": 1440, "height": 900})
+    pg.goto(app_url)
+    pg.wait_for_selector("#input-text textarea", timeout=60_000)
+    _wait_done(pg)
+    yield pg
+    pg.close()
+
+
+def _tab(page, name):
+    page.get_by_role("tab", name=name, exact=True).click()
+
+
+def _js(page, sel: str, expr: str):
+    """``expr`` evaluated on the plotly div under ``sel`` (as ``gd``)."""
+    return page.evaluate(f"() => {{ const gd = document.querySelector('{sel} .js-plotly-plot'); return {expr}; }}")
+
+
+def _wait_plot_has(page, sel: str, word: str):
+    page.wait_for_function(
+        "([sel, w]) => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
+        " return !!gd && JSON.stringify([gd.data, gd.layout]).includes(w) }", arg=[sel, word], timeout=60_000)
+
+
+def _full_width(page, sel: str):
+    """The plot is drawn at its box's width (not at the width of a hidden tab)."""
+    page.wait_for_function(
+        "(sel) => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
+        " return !!gd && gd._fullLayout && Math.abs(gd._fullLayout.width - gd.clientWidth) <= 2"
+        " && gd.clientWidth > 600 }", arg=sel, timeout=30_000)
+
+
+def _options(page, sel: str) -> list[str]:
+    """The choices a Gradio dropdown offers (opened, read, closed)."""
+    page.locator(f"{sel} input").first.click()
+    page.wait_for_selector(f"{sel} [data-testid=dropdown-option]", timeout=10_000)
+    texts = page.locator(f"{sel} [data-testid=dropdown-option]").all_inner_texts()
+    page.keyboard.press("Escape")
+    return [t.replace("✓", "").strip() for t in texts]
+
+
+def _pick(page, sel: str, label: str):
+    page.locator(f"{sel} input").first.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Backspace")
+    page.keyboard.type(label)
+    page.wait_for_timeout(300)
+    page.keyboard.press("Enter")
+    page.keyboard.press("Escape")
+
+
+def test_a_new_run_refreshes_alignment_and_rollout(page):
+    _translate(page, A)
+    _tab(page, "Attention")
+    _tab(page, "Alignment")
+    _wait_plot_has(page, "#align-plot", "Hunde")
+    _translate(page, B)
+    _tab(page, "Attention")  # the Alignment sub-tab is still the one showing: it draws the new run
+    _wait_plot_has(page, "#align-plot", "Frau")
+    assert "Hunde" not in _js(page, "#align-plot", "JSON.stringify([gd.data, gd.layout])")
+    _full_width(page, "#align-plot")
+    page.screenshot(path=str(ARTIFACTS / "state-alignment-after-new-run.png"), full_page=True)
+    _tab(page, "Rollout")
+    _wait_plot_has(page, "#rollout-plot", "Frau")
+    # a forced run (made in Computation) is the current run too
+    _tab(page, "Computation")
+    _tab(page, "Forced decoding")
+    page.locator("#ref-text textarea").fill("Two dogs are playing in the snow.")
+    before = _status(page)
+    page.locator("#force-btn").click()
+    _wait_done(page, before)
+    _tab(page, "Attention")
+    _wait_plot_has(page, "#rollout-plot", "snow")
+    _full_width(page, "#rollout-plot")
+
+
+def test_the_first_screen_panel_click_opens_the_head(page):
+    # the replay has ended (its last frame is the caption of the last step): the map is the final one
+    page.wait_for_function("() => /Step (\\d+) of \\1/.test((document.querySelector('#watch-step')||{}).innerText||'')",
+                           timeout=60_000)
+    page.wait_for_function("() => !!(document.querySelector('#watch-heads .js-plotly-plot') || {}).__headClick",
+                           timeout=30_000)
+    box = page.locator("#watch-heads .js-plotly-plot .nsewdrag").first.bounding_box()  # every head's panel
+    page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.2)  # inside the second head
+    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=30_000)
+    assert page.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
+    head = page.locator("#attn-head input").first.input_value()
+    layer = page.locator("#attn-layer input").first.input_value()
+    _plot(page, "#attn-plot")
+    page.wait_for_function("(t) => document.querySelector('#attn-plot .js-plotly-plot')?.layout.title.text"
+                           ".includes(t)", arg=f"{layer}, {head}", timeout=30_000)
+
+
+def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
+    page.locator("#input-text textarea").fill("Two dogs are playing in the snow.")
+    page.locator("#direction input").first.click()
+    page.locator("#direction [data-testid=dropdown-option]", has_text="English → German").first.click()
+    before = _status(page)
+    page.locator("#translate-btn").click()
+    _wait_done(page, before)
+    assert "layer 2" in _options(page, "#attn-layer")
+    _tab(page, "Masks & interventions")
+    assert "cross L2 H3" in _options(page, "#tog-heads")
+    _pick(page, "#tog-heads", "cross L2 H3")
+    page.locator("#compare-btn").click()
+    page.wait_for_function("() => (document.querySelector('#cmp-notice')||{}).innerText?.includes('cross L2 H3')",
+                           timeout=90_000)
+    _tab(page, "Analysis & export")
+    page.wait_for_function("() => (document.querySelector('#prof-md')||{}).innerText?.includes('en-de')",
+                           timeout=90_000)  # the profiles of the run's model are in
+    assert "enc L2 H0" in _options(page, "#prof-pick")
+    _pick(page, "#prof-pick", "enc L2 H0")
+    page.wait_for_function("() => document.querySelector('#prof-head-plot .js-plotly-plot')?.layout.title.text"
+                           ".includes('layer 2, head 0')", timeout=30_000)
+    _tab(page, "Two sentences")
+    assert "layer 2" in _options(page, "#pair-layer")
+
+
+def test_a_link_after_forced_decoding_restores_the_forced_run(page, browser):
+    _translate(page, A)
+    _tab(page, "Computation")
+    _tab(page, "Forced decoding")
+    ref = "Two dogs are playing in the snow."
+    page.locator("#ref-text textarea").fill(ref)
+    before = _status(page)
+    page.locator("#force-btn").click()
+    _wait_done(page, before)
+    page.locator("#link-btn").click()
+    page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('ref=')",
+                           timeout=30_000)
+    link = page.locator("#link-box input").input_value()
+    q = dict(parse_qsl(urlsplit(link).query))
+    assert q["ref"] == ref and q["section"] == "computation" and q["subview"] == "forced"
+    forced_bar = page.locator("#run-bar").inner_text()
+    other = browser.new_page(viewport={"width": 1440, "height": 900})
+    other.goto(link)
+    _wait_done(other)
+    assert "forced" in _status(other)
+    assert other.locator("#run-bar").inner_text() == forced_bar  # the same sentence, output and kind of run
+    assert other.get_by_role("tab", name="Forced decoding", exact=True).get_attribute("aria-selected") == "true"
+    assert "perplexity" in other.locator("#forced-md").inner_text()
+    other.screenshot(path=str(ARTIFACTS / "state-forced-link.png"), full_page=True)
+    other.close()
+
+
+def test_a_bad_link_parameter_is_named(page, browser, app_url):
+    other = browser.new_page(viewport={"width": 1440, "height": 900})
+    other.goto(app_url + "?text=Zwei+Hunde.&model=zz&layer=99&head=-1&section=bogus")
+    _wait_done(other)
+    notice = other.locator("#notice").inner_text()
+    for key in ("model", "layer", "head", "section"):
+        assert f"link's {key}" in notice, notice
+    other.close()
+
+
+def test_the_ablate_token_list_follows_the_run(page):
+    _translate(page, A)
+    _tab(page, "Masks & interventions")
+    assert any("Hunde" in o for o in _options(page, "#tog-src"))
+    _translate(page, B)
+    _tab(page, "Masks & interventions")
+    options = _options(page, "#tog-src")
+    assert any("Frau" in o for o in options) and not any("Hunde" in o for o in options)
+
+
+def test_the_step_box_moves_the_view_and_a_new_run_resets_it(page):
+    _translate(page, A)
+    _tab(page, "Generation")
+    page.wait_for_function("() => (document.querySelector('#step-md')||{}).innerText?.includes('Step 0 of')",
+                           timeout=30_000)
+    box = page.locator("#step-slider input[type=number]")
+    box.fill("2")
+    box.press("Enter")
+    page.wait_for_function("() => (document.querySelector('#step-md')||{}).innerText?.includes('Step 2 of')",
+                           timeout=30_000)
+    _full_width(page, "#step-strip")
+    _translate(page, B)
+    _tab(page, "Generation")
+    page.wait_for_function("() => (document.querySelector('#step-md')||{}).innerText?.includes('Step 0 of')",
+                           timeout=30_000)
+    assert page.locator("#step-slider input[type=number]").input_value() == "0"
+
+
+def test_a_head_profile_click_opens_the_map(page):
+    _tab(page, "Attention")
+    _tab(page, "Rollout")  # the last-used sub-tab is not the map
+    _plot(page, "#rollout-plot")
+    _tab(page, "Analysis & export")
+    _plot(page, "#prof-heat")
+    page.wait_for_function("() => !!(document.querySelector('#prof-heat .js-plotly-plot') || {}).__headClick",
+                           timeout=30_000)
+    box = page.locator("#prof-heat .js-plotly-plot .nsewdrag").first.bounding_box()
+    page.mouse.click(box["x"] + box["width"] * 0.9, box["y"] + box["height"] * 0.5)
+    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=30_000)
+    assert page.get_by_role("tab", name="Maps", exact=True).get_attribute("aria-selected") == "true"
+    assert page.locator("#attn-plot").is_visible()
+    _full_width(page, "#attn-plot")

@@ -1,0 +1,81 @@
+"""The session's state and the link that reproduces it: every (run inputs, selection) pair survives a
+link; a bad parameter is named, never silently replaced."""
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlsplit
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from model.transformer import ATTN_KINDS
+from ui.settings import MAX_BEAM, MAX_OUTPUT_TOKENS
+from ui.state import (SCALES, SUBVIEWS, UNITS, VIEWS, ModelShape, RunInputs, Selection, Toggles, from_query,
+                      link_url)
+
+SHAPES = {"de-en": ModelShape(4, 4, 4), "en-de": ModelShape(6, 6, 4)}
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=80).filter(lambda t: t.strip())
+
+
+@st.composite
+def screens(draw):
+    model = draw(st.sampled_from(sorted(SHAPES)))
+    shape = SHAPES[model]
+    heads = draw(st.lists(st.tuples(st.sampled_from(ATTN_KINDS), st.integers(0, 3), st.integers(0, 3)),
+                          max_size=3, unique=True))
+    toggles = Toggles(pad_to=draw(st.integers(0, 64)), padding=draw(st.booleans()), causal=draw(st.booleans()),
+                      positional=draw(st.booleans()), heads=tuple(sorted(heads)),
+                      src=tuple(sorted(draw(st.sets(st.integers(0, 40), max_size=4)))))
+    inputs = RunInputs(model=model, text=draw(TEXT), decoding=draw(st.sampled_from(["greedy", "beam"])),
+                       beam=draw(st.integers(2, MAX_BEAM)), max_len=draw(st.integers(1, MAX_OUTPUT_TOKENS)),
+                       reference=draw(st.none() | TEXT), toggles=toggles)
+    kind = draw(st.sampled_from(ATTN_KINDS))
+    section = draw(st.sampled_from(sorted(SUBVIEWS)))
+    sel = Selection(kind=kind, layer=draw(st.integers(0, shape.layers(kind) - 1)),
+                    head=draw(st.integers(0, shape.n_heads - 1)), step=draw(st.integers(0, 1000)),
+                    query=draw(st.none() | st.integers(0, 1000)), units=draw(st.sampled_from(UNITS)),
+                    view=draw(st.sampled_from(VIEWS)), scale=draw(st.sampled_from(SCALES)), section=section,
+                    subview=draw(st.sampled_from(SUBVIEWS[section])))
+    return inputs, sel
+
+
+@settings(max_examples=300, deadline=None)
+@given(screens())
+def test_a_link_restores_the_run_inputs_and_the_selection(screen):
+    inputs, sel = screen
+    url = link_url("http://h/app/?old=1#x", inputs, sel)
+    assert url.startswith("http://h/app/?")
+    restored = from_query(dict(parse_qsl(urlsplit(url).query, keep_blank_values=True)), SHAPES)
+    assert restored.problems == []
+    assert (restored.inputs, restored.sel) == (inputs, sel)
+
+
+def test_bad_parameters_are_named_not_silently_replaced():
+    r = from_query({"text": "x", "model": "zz", "layer": "99", "head": "-1", "section": "bogus", "view": "v",
+                    "ablate": "cross.9.0", "colour": "red"}, SHAPES)
+    said = " ".join(r.problems)
+    for key in ("model='zz'", "layer='99'", "head='-1'", "section='bogus'", "view='v'", "ablate=", "'colour'"):
+        assert key in said, key
+    assert (r.inputs.model, r.sel.layer, r.sel.head, r.sel.section, r.sel.view) == ("de-en", 0, 0, "translate", "grid")
+    assert r.inputs.toggles.heads == ()
+    assert from_query({"model": "de-en"}, SHAPES) is None
+
+
+def test_layer_bounds_follow_the_linked_model():
+    assert from_query({"text": "x", "model": "en-de", "layer": "5"}, SHAPES).sel.layer == 5
+    r = from_query({"text": "x", "model": "de-en", "layer": "5"}, SHAPES)
+    assert r.sel.layer == 0 and r.problems
+
+
+def test_run_kind_names_what_made_the_run():
+    assert RunInputs("de-en", "x").kind == "greedy"
+    assert RunInputs("de-en", "x", decoding="beam", beam=3).kind == "beam"
+    assert RunInputs("de-en", "x", reference="y").kind == "teacher-forced"
+    assert RunInputs("de-en", "x", toggles=Toggles(causal=False)).kind == "greedy, intervened"
+
+
+def test_selection_of_makes_control_values_valid_and_fits_a_smaller_model():
+    sel = Selection.of("enc", 5.0, "3", None, "", "words", "head", "bogus", "attention", "nope")
+    assert sel == Selection(kind="encoder.self_attn", layer=5, head=3, view="head", section="attention",
+                            subview="maps")
+    assert sel.fit(ModelShape(4, 4, 2)) == Selection(kind="encoder.self_attn", layer=3, head=1, view="head",
+                                                     section="attention", subview="maps")

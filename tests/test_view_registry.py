@@ -1,0 +1,94 @@
+"""The registry of views: every view declares the Selection fields it reads; changing one of them (or the
+run) marks the view for recomputation and, where the view is drawn from (run, selection) alone, changes
+what it draws; a view never reads a field it does not declare."""
+from __future__ import annotations
+
+import json
+from dataclasses import fields, replace
+
+import pytest
+
+from model.decoding import DecodeOptions, translate
+from model.transformer import CROSS, ENC_SELF
+from ui.state import SUBVIEWS, Run, Selection
+from ui.views import REGISTRY, stamp_of
+
+BASE = Selection(kind=CROSS, layer=0, head=0, step=0, query=0, units="words", view="head", scale="shared")
+OTHER = dict(kind=ENC_SELF, layer=1, head=1, step=1, query=1, units="pieces", view="mean", scale="head",
+             section="attention", subview="rollout")
+
+
+class Recording:
+    """A Selection that notes which fields are read."""
+
+    def __init__(self, sel: Selection):
+        self._sel, self.read = sel, set()
+
+    def __getattr__(self, name):
+        self.read.add(name)
+        return getattr(self._sel, name)
+
+
+@pytest.fixture
+def run(tiny_lm):
+    tr = translate(tiny_lm, "haus katze hund", DecodeOptions(max_len=6))
+    return Run.of(tiny_lm, "de-en", tr)
+
+
+def _json(out) -> str:
+    return json.dumps([f.to_plotly_json() if hasattr(f, "to_plotly_json") else f for f in
+                       (out if isinstance(out, list) else [out])], default=str, sort_keys=True)
+
+
+def test_every_section_and_sub_view_is_registered():
+    assert set(REGISTRY) == {f"{s}/{v}" if v else s for s, subs in SUBVIEWS.items() for v in subs}
+    sel_fields = {f.name for f in fields(Selection)}
+    assert all(spec.reads <= sel_fields for spec in REGISTRY.values())
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in REGISTRY.items() if s.draw is not None))
+def test_a_view_reads_only_what_it_declares(name, run, tiny_lm):
+    """Views drawn with a model call (draw None) are covered by their stamps below."""
+    spec = REGISTRY[name]
+    rec = Recording(BASE)
+    spec.draw(run, rec, tiny_lm)
+    assert rec.read <= spec.reads, rec.read - spec.reads
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_a_changed_field_or_run_marks_the_view_stale(name, run, tiny_lm):
+    spec = REGISTRY[name]
+    before = stamp_of(name, run, BASE)
+    for f in fields(Selection):
+        after = stamp_of(name, run, replace(BASE, **{f.name: OTHER[f.name]}))
+        assert (after != before) == (f.name in spec.reads), f.name
+    new_run = Run.of(tiny_lm, "de-en", run.tr)
+    assert stamp_of(name, new_run, BASE) != before
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in REGISTRY.items() if s.draw is not None and s.reads))
+def test_a_changed_field_changes_what_is_drawn(name, run, tiny_lm):
+    spec = REGISTRY[name]
+    before = _json(spec.draw(run, BASE, tiny_lm))
+    for f in sorted(spec.reads):
+        if f == "units" and run.src_spans is None:
+            continue  # a word-level model's words are its tokens: the stamp alone marks the change
+        after = _json(spec.draw(run, replace(BASE, **{f: OTHER[f]}), tiny_lm))
+        assert after != before, f
+
+
+def test_an_export_says_what_kind_of_run_it_holds(tiny_lm):
+    from model.computation import force
+    from ui.sections.analysis import run_settings
+    from ui.state import RunInputs
+    tr = translate(tiny_lm, "haus katze hund", DecodeOptions(max_len=6))
+    assert run_settings(Run.of(tiny_lm, "de-en", tr, inputs=RunInputs("de-en", "haus katze hund")))["run"] == "greedy"
+    beam = translate(tiny_lm, "haus katze hund", DecodeOptions(max_len=6, beam=3))
+    assert run_settings(Run.of(tiny_lm, "de-en", beam))["run"] == "beam"
+    forced = force(tiny_lm, "haus katze hund", "katze hund")
+    inputs = RunInputs("de-en", "haus katze hund", reference="katze hund")
+    s = run_settings(Run.of(tiny_lm, "de-en", forced.translation, forced=True, inputs=inputs,
+                            forced_loss=[float(x) for x in forced.loss]))
+    assert (s["run"], s["decoding"], s["teacher_forced"], s["reference"]) == ("teacher-forced", "teacher-forced", True,
+                                                                             "katze hund")
+    assert s["per_token_loss"] == pytest.approx(forced.loss.tolist()) and len(s["per_token_loss"]) == 3
