@@ -409,7 +409,7 @@ def test_a_new_run_draws_the_map_on_the_colour_scale_shown(client):
     def attn(scale):
         out = client.predict("Zwei Hunde spielen im Schnee.", "de-en", "greedy", 4, 12, "decoder.cross_attn", "head",
                              0, 0, "words", scale, api_name="/translate_stream")
-        return json.dumps(plot_json(named(client, client.src, out)["attn_plot"]))
+        return json.dumps(plot_json(named(client, client.src, out)["attn_plot"]), ensure_ascii=False)
     shared, own = attn("shared"), attn("head")
     assert "the same in every panel" in shared or "0–1" in shared
     assert shared != own and "maximum" in own
