@@ -61,12 +61,13 @@ def build(shell: Shell) -> TranslateParts:
     p["translate_btn"] = translate_btn
     # "✓" plus a fresh id once the last value of a run is on the page: browser tests wait on it
     p["run_status"] = gr.Markdown(elem_id="run-status")
-    p["notice"] = gr.Markdown(elem_id="notice")
     # the browser's width, read once on load: a phone opens on one head instead of the grid of all heads
     p["viewport"] = gr.Number(0, elem_id="viewport", elem_classes="proxy", show_label=False, container=False)
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
             p["out_text"] = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
+            # what the notices say is about this translation: read after it (and a phone shows it first)
+            p["notice"] = gr.Markdown(elem_id="notice")
             p["watch_step"] = gr.Markdown(elem_id="watch-step")
             p["watch_strip"] = gr.HighlightedText(label="Source, shaded by the cross-attention of the step being "
                                                         "generated (last layer, mean of heads)",
