@@ -25,5 +25,5 @@ def test_no_event_lists_an_output_twice(config):
 def test_every_event_that_makes_a_run_refreshes_the_same_outputs(config):
     run_outputs = set(config["translate_stream"]) - {"run-status"}
     assert {"translation", "attn-plot", "watch-heads", "run-bar", "src-chips"} <= run_outputs
-    for name in ("deep_link", "forced_view"):  # the page's first run, and a forced run
+    for name in ("deep_link", "forced_view", "preset_back"):  # the page's first run, a forced run, Back
         assert run_outputs <= set(config[name]), name

@@ -63,6 +63,7 @@ class AttentionParts:
     """What Analysis's figure export reads: the rollout's layer and the alignment's weights."""
     rollout_layer: gr.Dropdown
     align_mode: gr.Radio
+    head_click_event: object = None  # a panel click's event (set by wire): the thumbnails' outline follows it
 
 
 def build(shell: Shell) -> AttentionParts:
@@ -136,7 +137,7 @@ def wire(shell: Shell) -> None:
     gr.on([c.input for c in (shell.kind, p["view"], shell.layer, shell.head, shell.units, p["scale"])],
           on_attention, sel_in, [p["attn_plot"], shell.layer], api_name="attention_view",
           api_visibility="undocumented", **VIEW)
-    _wire_click(shell)
+    shell.attention.head_click_event = _wire_click(shell)
     track_subtabs(shell, "attention", {"maps": p["maps_tab"]})
     sub_view(shell, "attention/alignment", p["align_tab"], [p["align_plot"]], [p["align_mode"]],
              lambda run, sel, mode: [views.alignment_view_figure(run, mode, sel.layer, sel.head, sel.units)],
@@ -160,7 +161,8 @@ def _wire_click(shell: Shell) -> None:
             log.exception("head click failed")
             return (gr.skip(),) * 9
 
-    p["head_click_btn"].click(on_click, [p["head_click"], shell.units, p["scale"], shell.run_state, shell.subviews],
-                              [shell.kind, shell.layer, shell.head, p["view"], p["attn_plot"], shell.tabs,
-                               shell.section, shell.subtabs["attention"], shell.subviews],
-                              js=OPEN_JS, api_name="open_head", api_visibility="undocumented", **VIEW)
+    return p["head_click_btn"].click(
+        on_click, [p["head_click"], shell.units, p["scale"], shell.run_state, shell.subviews],
+        [shell.kind, shell.layer, shell.head, p["view"], p["attn_plot"], shell.tabs, shell.section,
+         shell.subtabs["attention"], shell.subviews], js=OPEN_JS, api_name="open_head", api_visibility="undocumented",
+        **VIEW)

@@ -5,7 +5,7 @@ compare follows the last toggle (causal mask → decoder self-attention, ...); a
 run marks the verdict stale until Compare is pressed again."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import gradio as gr
@@ -17,10 +17,11 @@ from .. import calls, views
 from ..payload import word_order_demo
 from ..present import (describe_interventions, diff_summary, head_choices, head_label, make_interventions,
                        md_escape, notice_md, parse_heads, parse_positions, src_token_choices, token_diff)
-from ..state import CompareRun, RunInputs, Selection, Toggles
-from . import VIEW, Shell, log
+from ..state import CompareRun, ModelShape, Run, RunInputs, Selection, Toggles
+from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log
+from . import head_choices as sel_head_choices
 from .bar import KIND_CHOICES
-from .translate import opts_from
+from .translate import base_url, opts_from
 
 DIFF_COLORS = {"token": "#dde7f7", "differs": "#f4a6a6"}
 EXPLAIN = {
@@ -81,6 +82,7 @@ def build(shell: Shell) -> InterventionsParts:
                                              elem_id="compare-btn")
                 p["preset_btn"] = gr.Button("Try word order: positional encoding off", elem_id="cmp-preset",
                                             size="sm")
+                p["back_btn"] = gr.Button("↩ Back to your sentence", elem_id="cmp-back", size="sm", visible=False)
     p["cmp_stale"] = gr.Markdown(elem_id="cmp-stale")
     p["cmp_notice"] = gr.Markdown(elem_id="cmp-notice")
     with gr.Row():
@@ -93,6 +95,7 @@ def build(shell: Shell) -> InterventionsParts:
     with gr.Accordion("The masks as built for these settings (True = attend)", open=False, elem_id="masks-box"):
         p["masks_plot"] = gr.Plot(label="Masks", elem_id="masks-plot", show_label=False)
     p["cmp_state"] = gr.State(None)
+    p["preset_back"] = gr.State(None)  # PresetBack: what the word-order preset replaced
     # what can be ablated is the run's: its model's heads, its sentence's tokens (a new run starts with none)
     shell.on_run([p["ablate_heads"], p["ablate_src"]], lambda run, ctx: [
         gr.Dropdown(choices=head_choices(shell.lm(run)), value=[]),
@@ -252,18 +255,91 @@ def wire(shell: Shell) -> None:
           api_visibility="undocumented", **VIEW)
 
 
+@dataclass
+class PresetBack:
+    """What the word-order preset replaced, for Back: the run, the sentence and direction in the boxes,
+    the selected map and the toggles it switched."""
+    run: Run
+    text: str
+    direction: str
+    kind: str
+    layer: int
+    head: int
+    padding: bool
+    causal: bool
+    positional: bool
+
+
+def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, causal_on, pos_on, back) -> dict:
+    """The preset's first step: its sentence in the box, the positional encoding off, the selection on the
+    demo's encoder self-attention head, and what it replaces kept for Back (a second press keeps the first
+    press's: the run then is the preset's own)."""
+    p = shell.parts
+    lm = shell.reg.models.get(name)
+    demo = word_order_demo(name, lm.src_lang if lm else "en")
+    own = back is not None and run is not None and run.inputs is not None and run.inputs.text == demo.text
+    if not own:
+        back = None if run is None else PresetBack(
+            run=run, text=text or "", direction=name, kind=Selection.of(kind).kind, layer=int(layer or 0),
+            head=int(head or 0), padding=bool(pad_on), causal=bool(causal_on), positional=bool(pos_on))
+    values = {shell.text: demo.text, p["pos_enc"]: False, p["causal"]: True, p["pad_mask"]: True,
+              p["preset_back"]: back, p["back_btn"]: gr.Button(visible=back is not None), shell.kind: ENC_SELF}
+    if lm is not None:
+        shape = ModelShape.of(lm)
+        n_layers = shape.layers(ENC_SELF)
+        values |= {shell.layer: gr.Dropdown(choices=layer_choices(n_layers), value=min(demo.layer, n_layers - 1)),
+                   shell.head: gr.Dropdown(choices=sel_head_choices(shape.n_heads),
+                                           value=min(demo.head, shape.n_heads - 1))}
+    return values
+
+
+def back_values(shell: Shell, back: PresetBack | None, cmp, *sel_values, base: str = "/") -> dict:
+    """Back: the run the preset replaced, its sentence and direction, its map and toggles, with every
+    view of the run redrawn as a new run would be (no model call), this section's too (the comparison
+    marked stale unless it was of that run)."""
+    p = shell.parts
+    hide = {p["preset_back"]: None, p["back_btn"]: gr.Button(visible=False)}
+    if back is None or shell.lm(back.run) is None:
+        return hide
+    sel = replace(shell.selection(*sel_values), kind=back.kind, layer=back.layer, head=back.head)
+    sel = sel.fit(ModelShape.of(shell.lm(back.run)))
+    values = lazy_values(shell, "interventions", back.run, cmp) | shell.run_values(back.run, RunContext(sel, False, base))
+    return values | hide | {
+        shell.text: back.text, shell.direction: back.direction, shell.kind: sel.kind,
+        p["pad_mask"]: back.padding, p["causal"]: back.causal, p["pos_enc"]: back.positional,
+        shell.translate.run_status: f"✓ back · run {back.run.id}"}
+
+
+def back_outputs(shell: Shell) -> list:
+    """Back's outputs, each once: the run's (as Translate's), the section's own, and the controls it resets."""
+    p = shell.parts
+    lz = shell.lazy.get("interventions")
+    return list(dict.fromkeys([
+        shell.translate.run_status, *shell.run_outputs(), *([lz.stamp, *lz.outputs] if lz else []), shell.text,
+        shell.direction, shell.kind, p["pad_mask"], p["causal"], p["pos_enc"], p["preset_back"],
+        p["back_btn"]]))
+
+
 def wire_preset(shell: Shell, translate_event: tuple) -> None:
-    """A sentence where word order matters, translated, then compared with the positional encoding off."""
+    """A sentence where word order matters, translated, then compared with the positional encoding off;
+    Back returns to the run it replaced."""
     p = shell.parts
     _, cmp_in, outs = compare_io(shell)
-
-    def on_preset(name):
-        lm = shell.reg.models.get(name)
-        return word_order_demo(name, lm.src_lang if lm else "en").text, False, True, True
-
+    preset_in = [shell.run_state, shell.text, shell.direction, shell.kind, shell.layer, shell.head, p["pad_mask"],
+                 p["causal"], p["pos_enc"], p["preset_back"]]
+    preset_out = [shell.text, p["pos_enc"], p["causal"], p["pad_mask"], p["preset_back"], p["back_btn"], shell.kind,
+                  shell.layer, shell.head]
     translate, t_inputs, t_outputs = translate_event
-    p["preset_btn"].click(on_preset, shell.direction, [shell.text, p["pos_enc"], p["causal"], p["pad_mask"]],
-                          api_visibility="private", queue=False).then(
+    p["preset_btn"].click(lambda *a: preset_values(shell, *a), preset_in, preset_out, api_name="word_order_preset",
+                          api_visibility="undocumented", queue=False).then(
         lambda *a: translate(*a, replay=False), t_inputs, t_outputs, api_visibility="private",
         **shell.model_event()).then(
         lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private", **shell.model_event())
+
+    def on_back(back, cmp, kind, layer, head, step, query, units, view, scale, section, subviews,
+                request: gr.Request = None):
+        return back_values(shell, back, cmp, kind, layer, head, step, query, units, view, scale, section, subviews,
+                           base=base_url(request))
+
+    p["back_btn"].click(on_back, [p["preset_back"], p["cmp_state"], *shell.selection_inputs()], back_outputs(shell),
+                        api_name="preset_back", api_visibility="undocumented", **VIEW)

@@ -9,14 +9,15 @@ from dataclasses import dataclass, replace
 import gradio as gr
 
 from model.decoding import DecodeOptions
+from model.transformer import CROSS
 
 from .. import calls, inside, views
 from ..payload import examples_for
-from ..present import (DOMAIN_HINT, TRY_THIS, chips, clean_input, direction_label, is_blank, md_escape,
+from ..present import (DOMAIN_HINT, TRY_THIS, chips, clean_input, direction_hint, direction_label, is_blank, md_escape,
                        no_model_message, notice_md, output_marks, run_bar, run_notices, source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
 from ..state import ModelShape, Run, RunInputs, Selection, from_query
-from . import RunContext, Shell, layer_choices, lazy_values, log, subview_values
+from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log, safe, subview_values
 
 CHIP_COLORS = {"token": "#dde7f7", "<unk>": "#f4a6a6", "replaced <unk>": "#ffd27f", "special": "#d9d9d9"}
 # The replay shows at most REPLAY_FRAMES moments of the decode: Gradio's processing of a streamed frame
@@ -90,21 +91,34 @@ def build(shell: Shell) -> TranslateParts:
     p["first_example"] = examples[0] if examples else None
     shell.on_run([p["notice"], p["out_text"], p["src_chips"], p["out_chips"], p["watch_step"], p["watch_strip"],
                   p["watch_heads"], shell.run_state, shell.run_bar],
-                 lambda run, ctx: _final(shell, run, 0 if ctx.replay else None))
+                 lambda run, ctx: _final(shell, run, 0 if ctx.replay else None,
+                                         outlined(ctx.sel.kind, ctx.sel.layer, ctx.sel.head)))
     return TranslateParts(p["run_status"])
 
 
-def _final(shell: Shell, run: Run, step: int | None = None) -> list:
+def outlined(kind, layer, head) -> tuple[int, int] | None:
+    """The head the thumbnails outline: the selected one, when the selection is a cross-attention head
+    (the thumbnails show only cross-attention)."""
+    sel = Selection.of(kind, layer, head)
+    return (sel.layer, sel.head) if sel.kind == CROSS else None
+
+
+def thumbnails(run: Run | None, kind, layer, head):
+    """The first screen's heads figure with the selected head outlined (no model call)."""
+    return views.watch_heads(run, selected=outlined(kind, layer, head)) if run is not None else gr.skip()
+
+
+def _final(shell: Shell, run: Run, step: int | None = None, selected: tuple[int, int] | None = None) -> list:
     """The run's values; the watch views at ``step`` (a replay follows) or at the end."""
     tr = run.tr
     t = len(tr.steps) - 1 if step is None else step
     strip = views.watch_strip(run, t) if tr.steps else []
     return [notice_md(run.notices), tr.text, chips(source_marks(tr)), chips(output_marks(tr)), "", strip,
-            views.watch_heads(run, None if step is None else t + 1), run,
+            views.watch_heads(run, None if step is None else t + 1, selected), run,
             run_bar(run.model, tr, shell.reg, run.forced)]
 
 
-def replay_frames(shell: Shell, run: Run, animate: bool = True):
+def replay_frames(shell: Shell, run: Run, animate: bool = True, selected: tuple[int, int] | None = None):
     """The recorded decode in a few frames, after the run's own event: the caption grows token by token,
     the source lights up with each step's cross-attention, and the heads' map gains rows. Its own
     event, with three outputs: a streamed frame costs Gradio about 1 ms for every output it leaves
@@ -117,11 +131,11 @@ def replay_frames(shell: Shell, run: Run, animate: bool = True):
     for t in shown:
         frame = {p["watch_step"]: _caption(run, t, vocab), p["watch_strip"]: views.watch_strip(run, t)}
         if t in marks:
-            frame[p["watch_heads"]] = views.watch_heads(run, t + 1)
+            frame[p["watch_heads"]] = views.watch_heads(run, t + 1, selected)
         yield frame
         time.sleep(WATCH_PACE)
     last = len(tr.steps) - 1
-    yield {p["watch_strip"]: views.watch_strip(run, last) if tr.steps else [], p["watch_heads"]: views.watch_heads(run)}
+    yield {p["watch_strip"]: views.watch_strip(run, last) if tr.steps else [], p["watch_heads"]: views.watch_heads(run, selected=selected)}
     # last, a small frame: the end of a streamed event repeats its last frame
     yield {p["watch_step"]: _caption(run, last, vocab) if tr.steps else ""}
 
@@ -198,13 +212,13 @@ def replay_event(shell: Shell):
     """``replay(dep)`` chains the replay after an event that made a new run (animated on Translate & watch)."""
     p = shell.parts
 
-    def on_replay(run, section):
+    def on_replay(run, section, kind, layer, head):
         if run is not None:
-            yield from replay_frames(shell, run, animate=section == "translate")
+            yield from replay_frames(shell, run, animate=section == "translate", selected=outlined(kind, layer, head))
 
     def chain(dep):
-        return dep.then(on_replay, [shell.run_state, shell.section], [p["watch_step"], p["watch_strip"],
-                                                                       p["watch_heads"]],
+        return dep.then(on_replay, [shell.run_state, shell.section, shell.kind, shell.layer, shell.head],
+                        [p["watch_step"], p["watch_strip"], p["watch_heads"]],
                         api_visibility="private", show_progress="hidden", concurrency_limit=16)
     return chain
 
@@ -241,8 +255,33 @@ def wire(shell: Shell) -> tuple:
                                         show_progress="minimal", **shell.model_event()))
     shell.decoding.change(lambda d: gr.Slider(visible=d == "beam"), shell.decoding, shell.beam,
                           api_visibility="private", queue=False, show_progress="hidden")
+    # the user's pick only: an example, a link or Back set the direction with a run of their own, whose
+    # notice must not be overwritten by a hint computed before it lands
+    shell.direction.input(lambda run, name: direction_notice(shell, run, name), [shell.run_state, shell.direction],
+                          p["notice"], api_name="direction_hint", api_visibility="undocumented", **VIEW)
+    _wire_thumbnails(shell)
     _wire_first_screen(shell, outputs)
     return event
+
+
+def direction_notice(shell: Shell, run: Run | None, name: str | None):
+    """The notice once Direction changes: that the views still show the last run (until Translate), above
+    that run's own notices; back on the run's direction, only its notices."""
+    if run is None:
+        return gr.skip()
+    hint = direction_hint(run.model, name, shell.reg)
+    return "\n\n".join(x for x in (hint, notice_md(run.notices)) if x)
+
+
+def _wire_thumbnails(shell: Shell) -> None:
+    """The thumbnails' outline follows the selected head: on a pick, and after a panel click opens one."""
+    p = shell.parts
+    ins = [shell.run_state, shell.kind, shell.layer, shell.head]
+    gr.on([c.input for c in (shell.kind, shell.layer, shell.head)], safe(thumbnails, "heads' overview"), ins,
+          p["watch_heads"], api_name="thumbnails", api_visibility="undocumented", **VIEW)
+    clicked = getattr(shell.attention, "head_click_event", None)
+    if clicked is not None:
+        clicked.then(safe(thumbnails, "heads' overview"), ins, p["watch_heads"], api_visibility="private", **VIEW)
 
 
 def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, list[str]] | None:
