@@ -28,13 +28,17 @@ class Settings:
     # spinning between small ops take the CPU the web server needs (16 users on 2 cores: about 7-8 req/s
     # with 1 thread, 5.4 with 2).
     torch_threads: int = 1
+    # ATTN_CACHE_MB: the result cache's bound (0 = no cache). A greedy run with its trace is about 1 MB.
+    cache_mb: int = 256
+    # ATTN_BATCH: most greedy decodes of one model run together as one padded batch (1 = no batching).
+    batch_max: int = 16
     host: str = "127.0.0.1"         # GRADIO_SERVER_NAME
     port: int = 7860                # GRADIO_SERVER_PORT
 
 
-def _int(env, name: str, default: int) -> int:
+def _int(env, name: str, default: int, least: int = 1) -> int:
     try:
-        return max(1, int(env.get(name) or default))
+        return max(least, int(env.get(name) or default))
     except ValueError:
         return default
 
@@ -46,4 +50,5 @@ def read(env=None) -> Settings:
                     checkpoints=env.get("ATTN_CHECKPOINTS", ""), queue_size=_int(env, "ATTN_QUEUE_SIZE", 64),
                     model_concurrency=_int(env, "ATTN_MODEL_CONCURRENCY", 1),
                     torch_threads=_int(env, "ATTN_TORCH_THREADS", 1),
+                    cache_mb=_int(env, "ATTN_CACHE_MB", 256, least=0), batch_max=_int(env, "ATTN_BATCH", 16),
                     host=env.get("GRADIO_SERVER_NAME") or "127.0.0.1", port=_int(env, "GRADIO_SERVER_PORT", 7860))
