@@ -1,7 +1,7 @@
 """Greedy decodes of several requests run as one padded batch, each result as if it had run alone.
 
 The search (encoder pass and every cached decoder step) runs once for the batch; each request's
-Translation is then finished by :func:`model.decoding.translate` itself (its own teacher-forced trace,
+Translation is then finished by :func:`model.decoding.translate` itself (looked up on its module at each call) (its own teacher-forced trace,
 step records and text), so only the step probabilities come from batched arithmetic, equal to a lone
 run's to float rounding. Beam search and runs whose rows must be recorded during the decode are not
 batched: :func:`batchable` says which requests may share a batch.
@@ -18,10 +18,11 @@ from typing import Any, Callable, Hashable
 
 import torch
 
+from . import decoding
 from .checkpoint import LoadedModel
 from .data import pad_batch
 from .decoding import (BeamSearchTrace, BeamStep, DecodeOptions, FinishedHypothesis, Translation, _decoder_step,
-                       _hides_nothing, _StepData, generable, length_penalty, prepare_source, translate)
+                       _hides_nothing, _StepData, generable, length_penalty, prepare_source)
 from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, Interventions, KVCache
 
 
@@ -108,10 +109,10 @@ def translate_many(lm: LoadedModel, texts: list[str], opts: DecodeOptions = Deco
     :func:`batchable`, else one by one."""
     lm.model.validate_interventions(iv)
     if len(texts) < 2 or not batchable(opts, iv):
-        return [translate(lm, t, opts, iv) for t in texts]
+        return [decoding.translate(lm, t, opts, iv) for t in texts]
     searches = [_source(lm, t, opts) for t in texts]
     _greedy_search(lm, searches, opts.length_penalty, iv)
-    return [translate(lm, t, opts, iv, search=_replay(sr)) for t, sr in zip(texts, searches)]
+    return [decoding.translate(lm, t, opts, iv, search=_replay(sr)) for t, sr in zip(texts, searches)]
 
 
 def _replay(sr: _Search):

@@ -68,11 +68,11 @@ def test_the_emulation_isolates_memory(tmp_path, monkeypatch):
 
 def test_every_view_works_across_the_boundary(served):
     client, calls = served
-    before = logged(calls).count("gpu_translate")  # the warm-up translates too
+    before = logged(calls).count("gpu_translate_one")  # the warm-up translates too
     out = named(client, client.src, client.predict(DE, "de-en", "greedy", 4, 12, "decoder.cross_attn", "grid", 0,
                                                    0, "words", api_name="/translate_stream"))
     assert out["run_status"].startswith("✓") and out["translation"].strip()
-    assert logged(calls).count("gpu_translate") > before  # the decode really ran in a forked worker
+    assert logged(calls).count("gpu_translate_one") > before  # the decode really ran in a forked worker
     client.predict(0, api_name="/open_generation")  # the Generation section opened: slider sized to the run
     t, md, prefix, *_ = client.predict(2, api_name="/step_view")
     assert t["value"] == 2 and "Step 2" in md

@@ -7,11 +7,14 @@ torch; this module only looks it up.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 import threading
 from pathlib import Path
 
 from model import decoding
+from model.batching import MicroBatcher, batchable, translate_many
 from model.analysis import average_head_profiles
 from model.attribution import Attribution, attribute
 from model.checkpoint import Registry, load_all
@@ -21,6 +24,7 @@ from model.hooks import Trace
 from model.transformer import NO_INTERVENTION, Interventions
 
 from . import settings
+from .cache import ResultCache
 from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
 
 
@@ -65,11 +69,22 @@ DATA_DIRS = [HERE / "data" / "multi30k", HERE.parent / "shared" / "multi30k"]
 # lock covers the start-up warm-up and anything called outside the queue (hooks are registered on
 # the shared model while a capture runs).
 MODEL_LOCK = threading.RLock()
+# Results are pure functions of their arguments, so one process-wide cache serves every visitor; the
+# cache sits outside the GPU calls (on ZeroGPU a hit costs no GPU time). Sized by load_registry.
+RESULTS = ResultCache(settings.read().cache_mb * 2**20)
+
+
+def configure() -> None:
+    """The result cache's bound and the batch size, from the settings (read when an app is built)."""
+    s = settings.read()
+    RESULTS.max_bytes = s.cache_mb * 2**20
+    BATCHER.max_batch = s.batch_max
 
 
 def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
     root = Path(root or settings.read().checkpoints or DEFAULT_ROOT)
     reg = load_all(root, device or pick_device())
+    configure()
     key = f"reg{len(REGISTRIES)}"
     REGISTRIES[key] = reg
     for name, lm in reg.models.items():
@@ -92,13 +107,72 @@ def gpu_stream(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Inte
     yield from stream(_lm(reg_key, name), text, opts, iv, lock=MODEL_LOCK)
 
 
+def _freeze(value):
+    """A hashable stand-in for a call's argument: a Translation by everything a call reads of it."""
+    if isinstance(value, Translation):
+        return ("Translation", value.src_text, tuple(value.src_tokens), tuple(value.src_ids),
+                tuple(value.output_tokens), tuple(value.output_ids), value.interventions, value.truncated,
+                value.src_lang, value.tgt_lang, value.trace is not None)
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    hash(value)  # a TypeError sends the call past the cache
+    return value
+
+
+def cached(gpu_fn):
+    """``gpu_fn`` behind RESULTS, keyed by its name and every argument (defaults filled in).
+    ``.uncached`` is the GPU call itself."""
+    sig = inspect.signature(gpu_fn)
+
+    @functools.wraps(gpu_fn)
+    def call(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        try:
+            key = (gpu_fn.__name__,) + tuple(_freeze(v) for v in bound.arguments.values())
+        except TypeError:
+            return gpu_fn(*args, **kwargs)
+        return RESULTS.get(key, lambda: gpu_fn(*args, **kwargs))
+    call.uncached = gpu_fn
+    return call
+
+
 @GPU(duration=60)
-def gpu_translate(reg_key: str, name: str, text: str, opts: DecodeOptions,
-                  iv: Interventions = NO_INTERVENTION) -> Translation:
+def gpu_translate_one(reg_key: str, name: str, text: str, opts: DecodeOptions,
+                      iv: Interventions = NO_INTERVENTION) -> Translation:
     with MODEL_LOCK:
         return decoding.translate(_lm(reg_key, name), text, opts, iv)
 
 
+@GPU(duration=60)
+def gpu_translate_many(reg_key: str, name: str, texts: list[str], opts: DecodeOptions,
+                       iv: Interventions = NO_INTERVENTION) -> list[Translation]:
+    """Greedy decodes of several visitors' sentences as one batch (model.batching)."""
+    with MODEL_LOCK:
+        return translate_many(_lm(reg_key, name), texts, opts, iv)
+
+
+def _run_batch(group: tuple, texts: list[str]) -> list[Translation]:
+    reg_key, name, opts, iv = group
+    if len(texts) == 1:  # alone: today's lean path, unchanged
+        return [gpu_translate_one(reg_key, name, texts[0], opts, iv)]
+    return gpu_translate_many(reg_key, name, texts, opts, iv)
+
+
+# Translations of one model with the same options, waiting while the model is busy, run as one batch.
+BATCHER = MicroBatcher(_run_batch, MODEL_LOCK, settings.read().batch_max)
+
+
+@cached
+def gpu_translate(reg_key: str, name: str, text: str, opts: DecodeOptions,
+                  iv: Interventions = NO_INTERVENTION) -> Translation:
+    """One decode: cached, and batched with other visitors' where model.batching allows."""
+    if BATCHER.max_batch > 1 and batchable(opts, iv):
+        return BATCHER.submit((reg_key, name, opts, iv), text)
+    return gpu_translate_one(reg_key, name, text, opts, iv)
+
+
+@cached
 @GPU(duration=60)
 def gpu_compare(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Interventions):
     """Baseline and modified runs, plus the modified model teacher-forced on the baseline output."""
@@ -110,6 +184,7 @@ def gpu_compare(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Int
     return base, mod, mod_on_base
 
 
+@cached
 @GPU(duration=60)
 def gpu_beam(reg_key: str, name: str, text: str, beam: int, max_len: int = 100) -> Translation:
     opts = DecodeOptions(beam=max(2, min(int(beam), MAX_BEAM)), max_len=max(1, min(int(max_len or 100), MAX_OUTPUT_TOKENS)),
@@ -118,12 +193,14 @@ def gpu_beam(reg_key: str, name: str, text: str, beam: int, max_len: int = 100) 
         return decoding.translate(_lm(reg_key, name), text, opts)
 
 
+@cached
 @GPU(duration=60)
 def gpu_hypothesis(reg_key: str, name: str, tr: Translation, ids: list[int]) -> Translation:
     with MODEL_LOCK:
         return hypothesis(_lm(reg_key, name), tr, ids)
 
 
+@cached
 @GPU(duration=60)
 def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
     opts = DecodeOptions(record=False, replace_unk=False)
@@ -132,6 +209,7 @@ def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
         return decoding.translate(lm, text_a, opts), decoding.translate(lm, text_b, opts)
 
 
+@cached
 @GPU(duration=60)
 def gpu_force(reg_key: str, name: str, text: str, reference: str) -> Forced:
     """The model teacher-forced on ``reference`` after ``text``."""
@@ -139,6 +217,7 @@ def gpu_force(reg_key: str, name: str, text: str, reference: str) -> Forced:
         return force(_lm(reg_key, name), text, reference)
 
 
+@cached
 @GPU(duration=60)
 def gpu_attribute(reg_key: str, name: str, tr: Translation, position: int, ig_steps: int = 64) -> Attribution:
     """Every attribution method for output ``position`` of ``tr`` (gradients need the model)."""
@@ -146,6 +225,7 @@ def gpu_attribute(reg_key: str, name: str, tr: Translation, position: int, ig_st
         return attribute(_lm(reg_key, name).model, tr, position, ig_steps=ig_steps)
 
 
+@cached
 @GPU(duration=60)
 def gpu_full_trace(reg_key: str, name: str, tr: Translation) -> Trace:
     """``tr`` teacher-forced again with every hook point, the opt-in ones (logits, per-head results, FFN) too."""
