@@ -21,8 +21,10 @@ class Settings:
     zero_gpu: bool = False          # SPACES_ZERO_GPU, set by Hugging Face on ZeroGPU Spaces
     checkpoints: str = ""           # ATTN_CHECKPOINTS: the checkpoint root ("" = checkpoints/)
     queue_size: int = 64            # ATTN_QUEUE_SIZE: waiting requests before "busy, try again"
-    # ATTN_MODEL_CONCURRENCY: model events in flight. 1 measured best: with 2 or 3, 16-user throughput
-    # fell (GIL contention), and the model runs one call at a time either way.
+    # ATTN_MODEL_CONCURRENCY: model events in flight. On the CPU 1 measured best: with 2 or 3, 16-user
+    # throughput fell (GIL contention), and with 4 or 8 batching the decodes did not win it back on 2 cores
+    # (bench.serving). With the models on a GPU (ATTN_DEVICE=cuda) set it to 8: the greedy decodes of the
+    # events in flight then share one batch, and on ZeroGPU one GPU call.
     model_concurrency: int = 1
     # ATTN_TORCH_THREADS: torch threads on the CPU. Model calls run one at a time, and idle OpenMP workers
     # spinning between small ops take the CPU the web server needs (16 users on 2 cores: about 7-8 req/s
