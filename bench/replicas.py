@@ -141,16 +141,46 @@ def wait_ready(url: str, procs: list, timeout: float = 180) -> None:
     raise TimeoutError(f"{url} did not answer within {timeout} s")
 
 
+def run(cfg) -> dict:
+    """16 gradio_client users, /translate and /compare on different test sentences (bench.serving's
+    load), against 1 and then 2 replicas behind the same nginx."""
+    from gradio_client import Client
+
+    from .common import entry, figure, sentences
+    from .serving import Fresh, api_request, drive
+    duration = 8.0 if cfg.quick else 25.0
+    pool = {"de-en": sentences(cfg, "de", 1000), "en-de": sentences(cfg, "en", 1000)}
+    out = {}
+    for n in (1, 2):
+        with Replicas(n, env={"ATTN_CHECKPOINTS": str(cfg.app_root), "ATTN_DEVICE": "cpu"}) as r:
+            clients = [Client(r.url, verbose=False, download_files=False, httpx_kwargs={"timeout": 300})
+                       for _ in range(16)]
+            for u in range(16):  # warm-up: every client (and so every replica) once
+                api_request(clients[u], {d: t[-5:] for d, t in pool.items()}, u, 0)
+            time.sleep(2)
+            fresh = Fresh({d: t[:-5] for d, t in pool.items()})
+            out[n] = drive(16, duration, lambda u, k: api_request(clients[u], fresh, u, k))
+            print(f"  {n} replica(s), 16 users: {out[n]}", flush=True)
+    figures = [figure(f"replicas.r{n}.rps", f"{n} replica(s) behind nginx, 16 users: throughput", out[n]["rps"],
+                      "req/s") for n in out]
+    figures += [figure(f"replicas.r{n}.p95_s", f"{n} replica(s) behind nginx, 16 users: latency p95",
+                       out[n]["p95_s"], "s") for n in out]
+    figures.append(figure("replicas.gain", "2 replicas / 1 replica, throughput", out[2]["rps"] / out[1]["rps"], "x"))
+    return entry(figures, model=f"`python app.py` x N serving {cfg.app_root.name}/ behind nginx (hashed route "
+                 f"cookie)", method=f"16 gradio_client users, {duration:.0f} s, different sentences", results=out)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--checkpoints", default="", help="checkpoint root (default: checkpoints/)")
-    p.add_argument("--measure", action="store_true", help="time one replica against two, then exit")
-    args = p.parse_args(argv)
+    p.add_argument("--measure", action="store_true", help="time one replica against two, then exit "
+                   "(the options after it are the benchmarks', e.g. --quick)")
+    args, rest = p.parse_known_args(argv)
     if args.measure:
-        from .replicas_measure import measure
-        return measure()
+        from .common import standalone
+        return standalone("replicas", run, rest)
     env = {"ATTN_CHECKPOINTS": args.checkpoints} if args.checkpoints else {}
     with Replicas(args.replicas, args.port, env) as r:
         print(f"{args.replicas} replicas on ports {r.app_ports} behind nginx at {r.url} (logs in {r.work})",
