@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,27 @@ def test_head_profile_cache_lives_outside_the_gpu_call(served):
     second = client.predict("de-en", "average", 4, "entropy", api_name="/head_profiles")
     assert n == 1 and logged(calls).count("gpu_profiles") == 1
     assert first[2]["data"] and first[2]["data"] == second[2]["data"]
+
+
+def _take_the_lock_on_a_new_thread(out) -> None:
+    """In a forked worker, as the real package runs a GPU call: on a thread of its own."""
+    from ui import calls
+    got = []
+    t = threading.Thread(target=lambda: got.append(calls.MODEL_LOCK.acquire(timeout=5)))
+    t.start()
+    t.join(10)
+    out.put(bool(got and got[0]))
+
+
+def test_a_forked_gpu_worker_gets_a_free_model_lock():
+    """The server (or the batcher asking for the GPU call) may hold the model lock when the worker forks;
+    the worker must not inherit it held by a thread that does not exist there."""
+    import multiprocessing as mp
+    from ui import calls
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    with calls.MODEL_LOCK:  # held by this thread across the fork
+        proc = ctx.Process(target=_take_the_lock_on_a_new_thread, args=(out,))
+        proc.start()
+        assert out.get(timeout=30) is True
+        proc.join(10)

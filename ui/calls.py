@@ -11,6 +11,7 @@ import copy
 import functools
 import inspect
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
@@ -84,6 +85,17 @@ DATA_DIRS = [HERE / "data" / "multi30k", HERE.parent / "shared" / "multi30k"]
 # lock covers the start-up warm-up and anything called outside the queue (hooks are registered on
 # the shared model while a capture runs).
 MODEL_LOCK = threading.RLock()
+
+
+def _fresh_lock_in_child() -> None:
+    """A forked GPU worker (ZeroGPU) inherits MODEL_LOCK as it was at the fork: held, if another thread of
+    the server (or the batcher that asked for the call) had it, by a thread that does not exist there, and
+    the real package runs the call on a new thread. The child's memory is its own: it needs a free lock."""
+    global MODEL_LOCK
+    MODEL_LOCK = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
 # Results are pure functions of their arguments, so one process-wide cache serves every visitor; the
 # cache sits outside the GPU calls (on ZeroGPU a hit costs no GPU time). Sized by load_registry.
 RESULTS = ResultCache(settings.read().cache_mb * 2**20)
