@@ -1,9 +1,9 @@
 """Greedy decodes of several requests run as one padded batch, each result as if it had run alone.
 
 The search (encoder pass and every cached decoder step) runs once for the batch; each request's
-Translation is then finished by :func:`model.decoding.translate` itself (looked up on its module at each call) (its own teacher-forced trace,
-step records and text), so only the step probabilities come from batched arithmetic, equal to a lone
-run's to float rounding. Beam search and runs whose rows must be recorded during the decode are not
+Translation is then finished by :func:`model.decoding.translate` itself (its own teacher-forced trace,
+step records and text; looked up on its module at each call), so only the step probabilities come from
+batched arithmetic, equal to a lone run's to float rounding. Beam search and runs whose rows must be recorded during the decode are not
 batched: :func:`batchable` says which requests may share a batch.
 
 :class:`MicroBatcher` puts concurrent requests together: while one batch runs, the requests that

@@ -12,7 +12,8 @@ from model.decoding import DecodeOptions, translate
 from model.transformer import NO_INTERVENTION, Interventions
 
 TEXTS = ["katze", "hund baum rot blau gross klein haus", "auto ball", "rot rot blau", "haus katze hund baum auto"]
-IVS = [NO_INTERVENTION, Interventions(ablate_heads=frozenset({("decoder.cross_attn", 1, 2), ("encoder.self_attn", 0, 0)})),
+IVS = [NO_INTERVENTION,
+       Interventions(ablate_heads=frozenset({("decoder.cross_attn", 1, 2), ("encoder.self_attn", 0, 0)})),
        Interventions(ablate_src_tokens=frozenset({1, 3})), Interventions(positional_encoding=False)]
 
 
