@@ -3,8 +3,8 @@
 The search (encoder pass and every cached decoder step) runs once for the batch; each request's
 Translation is then finished by :func:`model.decoding.translate` itself (its own teacher-forced trace,
 step records and text; looked up on its module at each call), so only the step probabilities come from
-batched arithmetic, equal to a lone run's to float rounding. Beam search and runs whose rows must be recorded during the decode are not
-batched: :func:`batchable` says which requests may share a batch.
+batched arithmetic, equal to a lone run's to float rounding. Beam search and runs whose rows must be
+recorded during the decode are not batched: :func:`batchable` says which requests may share a batch.
 
 :class:`MicroBatcher` puts concurrent requests together: while one batch runs, the requests that
 arrive wait, and the next of them to get the model takes every waiting request of its group.
