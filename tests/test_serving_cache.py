@@ -155,7 +155,7 @@ def test_the_default_intervention_is_the_same_key_as_none_given(reg, fresh_cache
 def test_the_cache_and_batch_settings():
     from ui import settings
     s = settings.read({})
-    assert (s.cache_mb, s.batch_max, s.model_concurrency) == (256, 16, 1)
+    assert (s.cache_mb, s.batch_max, s.model_concurrency) == (128, 16, 1)
     s = settings.read({"ATTN_CACHE_MB": "0", "ATTN_BATCH": "1", "ATTN_DEVICE": "cuda"})
     assert (s.cache_mb, s.batch_max) == (0, 1)  # 0 turns the cache off
     assert settings.read({"ATTN_CACHE_MB": "-5", "ATTN_BATCH": "x"}).cache_mb == 0

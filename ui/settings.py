@@ -31,7 +31,7 @@ class Settings:
     # with 1 thread, 5.4 with 2).
     torch_threads: int = 1
     # ATTN_CACHE_MB: the result cache's bound (0 = no cache). A greedy run with its trace is about 1 MB.
-    cache_mb: int = 256
+    cache_mb: int = 128
     # ATTN_BATCH: most greedy decodes of one model run together as one padded batch (1 = no batching).
     batch_max: int = 16
     host: str = "127.0.0.1"         # GRADIO_SERVER_NAME
@@ -52,5 +52,5 @@ def read(env=None) -> Settings:
                     checkpoints=env.get("ATTN_CHECKPOINTS", ""), queue_size=_int(env, "ATTN_QUEUE_SIZE", 64),
                     model_concurrency=_int(env, "ATTN_MODEL_CONCURRENCY", 1),
                     torch_threads=_int(env, "ATTN_TORCH_THREADS", 1),
-                    cache_mb=_int(env, "ATTN_CACHE_MB", 256, least=0), batch_max=_int(env, "ATTN_BATCH", 16),
+                    cache_mb=_int(env, "ATTN_CACHE_MB", 128, least=0), batch_max=_int(env, "ATTN_BATCH", 16),
                     host=env.get("GRADIO_SERVER_NAME") or "127.0.0.1", port=_int(env, "GRADIO_SERVER_PORT", 7860))
