@@ -22,5 +22,7 @@ BENCHES = [
     Bench("payload", "bytes the browser receives per interaction, over SSE from a launched app"),
     Bench("cold_start", "from `python app.py` to the server answering and to the first translation answered"),
     Bench("load", "concurrent gradio_client users: throughput, latency, errors, memory, leak check"),
+    Bench("serving", "old serving against new side by side: load, the UI's Translate event, a classroom, busy"),
+    Bench("replicas", "one app process against two behind nginx (needs nginx)"),
     Bench("zerogpu_boundary", "what ZeroGPU's fork-and-pickle boundary adds to a model call"),
 ]

@@ -10,6 +10,9 @@
    over the first 20 test sentences of each. Latency is from submit to the parsed answer; throughput
    is answers / elapsed. Target: p95 ≤ 3 s at 16 users, no errors, peak memory ≤ 2 GB.
 
+With the result cache (ui/cache.py) these 20 sentences are decoded once each and then answered from the
+cache, as for visitors using the examples; bench.serving times new sentences, old serving against new.
+
 Memory is read from ``/proc/PID/status`` (VmRSS sampled every 0.25 s; VmHWM at the end). The clients
 run on the same 2 cores as the server.
 """

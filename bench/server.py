@@ -124,7 +124,7 @@ def run(cfg) -> dict:
              "ref-text": refs[i]}
         rounds = []
         for _ in range(reps):
-            d = ms(lambda: calls.gpu_translate(key, name, text, opts))
+            d = ms(lambda: calls.gpu_translate_one(key, name, text, opts))
             h = ms(lambda: [None for _ in fns["translate_stream"].fn(*inputs("translate_stream", v))])
             t0 = time.perf_counter()
             state = SessionState(demo)

@@ -1,6 +1,6 @@
 """What ZeroGPU's process boundary costs per model call, on this machine's CPU.
 
-The app's own ``calls.gpu_translate``, plain and through the fork-and-pickle emulation of
+The app's own ``calls.gpu_translate_one`` (the uncached decode), plain and through the fork-and-pickle emulation of
 ``spaces.GPU`` (tests/zerogpu_emulation), on the first test sentence of each model's source language:
 p50 of 20 calls each, and the pickled size of a result. A real ZeroGPU call also waits for a GPU to
 be attached; that is not measurable here.
@@ -34,7 +34,7 @@ def run(cfg) -> dict:
     emu = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(emu)
     key, reg = calls.load_registry(cfg.app_root, "cpu")
-    fn = getattr(calls.gpu_translate, "__wrapped__", calls.gpu_translate)
+    fn = getattr(calls.gpu_translate_one, "__wrapped__", calls.gpu_translate_one)  # uncached, alone
     wrapped, n, figures = emu.GPU(fn, duration=60), 5 if cfg.quick else 20, []
     for name, lm in reg.models.items():
         text = sentences(cfg, lm.src_lang, 1)[0]

@@ -223,8 +223,10 @@ def _step_rows(s: int, b: int, sd: _StepData, self_all, cross_all) -> tuple:
 
 
 def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
-              iv: Interventions = NO_INTERVENTION, on_step=None) -> Translation:
-    """Decode ``text``; ``on_step`` is passed to :func:`beam_search` (progress)."""
+              iv: Interventions = NO_INTERVENTION, on_step=None, search=None) -> Translation:
+    """Decode ``text``; ``on_step`` is passed to :func:`beam_search` (progress for streaming UIs).
+    ``search`` replaces beam_search (same arguments and result): model.batching hands in a search
+    already run as part of a batch."""
     model, device = lm.model, lm.device
     model.validate_interventions(iv)
     src_tokens, truncated = prepare_source(lm, text, opts.pad_src_to)
@@ -241,8 +243,9 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     # would record (tested), so the decode runs uncaptured (the lean step) and the rows come from it.
     # With it off, step s saw only its s+1 inputs, unlike the trace: record them during the decode.
     rows_from_trace = want_rows and opts.trace and iv.causal_mask
-    best, steps, beam_trace = beam_search(model, src, max(1, opts.beam), max_len, opts.length_penalty,
-                                          iv, want_rows and not rows_from_trace, on_step=on_step)
+    search = search or beam_search
+    best, steps, beam_trace = search(model, src, max(1, opts.beam), max_len, opts.length_penalty,
+                                     iv, want_rows and not rows_from_trace, on_step=on_step)
     path = lineage(best, steps)
     trace = full_trace(lm, src_ids, best.ids, iv) if opts.trace else None
     if rows_from_trace:

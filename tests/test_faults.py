@@ -176,6 +176,7 @@ def test_fault_inside_model_call_does_not_poison_later_requests(server, client, 
     model = lm.model
     assert _hooks_left(model) == []
     before = client.predict(DE, "de-en", 1, 8, api_name="/translate")
+    calls.RESULTS.clear()  # the same requests must reach the model again, not the result cache
 
     state = _inject(monkeypatch, model, hook)
     if call == "stream":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -68,11 +69,11 @@ def test_the_emulation_isolates_memory(tmp_path, monkeypatch):
 
 def test_every_view_works_across_the_boundary(served):
     client, calls = served
-    before = logged(calls).count("gpu_translate")  # the warm-up translates too
+    before = logged(calls).count("gpu_translate_one")  # the warm-up translates too
     out = named(client, client.src, client.predict(DE, "de-en", "greedy", 4, 12, "decoder.cross_attn", "grid", 0,
                                                    0, "words", "shared", api_name="/translate_stream"))
     assert out["run_status"].startswith("✓") and out["translation"].strip()
-    assert logged(calls).count("gpu_translate") > before  # the decode really ran in a forked worker
+    assert logged(calls).count("gpu_translate_one") > before  # the decode really ran in a forked worker
     client.predict(0, api_name="/open_generation")  # the Generation section opened: slider sized to the run
     t, md, prefix, *_ = client.predict(2, api_name="/step_view")
     assert t["value"] == 2 and "Step 2" in md
@@ -96,3 +97,27 @@ def test_head_profile_cache_lives_outside_the_gpu_call(served):
     second = client.predict(*SEL, "de-en", "average", 4, "entropy", "cross L0 H1", api_name="/head_profiles")
     assert n == 1 and logged(calls).count("gpu_profiles") == 1
     assert first[2]["data"] and first[2]["data"] == second[2]["data"]
+
+
+def _take_the_lock_on_a_new_thread(out) -> None:
+    """In a forked worker, as the real package runs a GPU call: on a thread of its own."""
+    from ui import calls
+    got = []
+    t = threading.Thread(target=lambda: got.append(calls.MODEL_LOCK.acquire(timeout=5)))
+    t.start()
+    t.join(10)
+    out.put(bool(got and got[0]))
+
+
+def test_a_forked_gpu_worker_gets_a_free_model_lock():
+    """The server (or the batcher asking for the GPU call) may hold the model lock when the worker forks;
+    the worker must not inherit it held by a thread that does not exist there."""
+    import multiprocessing as mp
+    from ui import calls
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    with calls.MODEL_LOCK:  # held by this thread across the fork
+        proc = ctx.Process(target=_take_the_lock_on_a_new_thread, args=(out,))
+        proc.start()
+        assert out.get(timeout=30) is True
+        proc.join(10)

@@ -7,12 +7,18 @@ torch; this module only looks it up.
 """
 from __future__ import annotations
 
+import copy
+import functools
+import inspect
+import logging
+import os
 import sys
 import threading
 from pathlib import Path
 
 from model import decoding
 from model.analysis import ProfileRow
+from model.batching import MicroBatcher, batchable, translate_many
 from model.readouts import average_head_profiles
 from model.attribution import Attribution, attribute
 from model.checkpoint import Registry, load_all
@@ -22,6 +28,7 @@ from model.hooks import Trace
 from model.transformer import NO_INTERVENTION, Interventions
 
 from . import settings
+from .cache import ResultCache
 from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
 
 
@@ -43,7 +50,18 @@ def _no_gpu(fn=None, **_kwargs):
     return (lambda f: f) if fn is None else fn
 
 
+def zero_gpu_work() -> bool:
+    """On ZeroGPU, with the models on the Space's CPU, attribution still runs in a GPU call. ZeroGPU stops a
+    Space that registers no GPU function at start-up, and of this app's work, integrated gradients (64
+    path points, forward and backward, in one batch) is what a GPU speeds up most: bench.gpu_work
+    measured 137 ms on a CPU thread against 49 ms on an H100 for de-en, a gap that grows with the model."""
+    s = settings.read()
+    return sys.modules.get("spaces") is not None and s.zero_gpu and s.gpu_calls != "off"
+
+
 GPU = sys.modules["spaces"].GPU if gpu_calls_wrapped() else _no_gpu
+# the work that takes a GPU call on ZeroGPU even when the per-visitor calls stay on the CPU
+GPU_WORK = sys.modules["spaces"].GPU if gpu_calls_wrapped() or zero_gpu_work() else _no_gpu
 
 
 def pick_device() -> str:
@@ -57,6 +75,8 @@ def pick_device() -> str:
     return "cuda" if torch.cuda.is_available() and not on_zero_gpu() else "cpu"
 
 
+log = logging.getLogger(__name__)
+
 # Registries live here, found by key: a GPU call gets the key (a string), never the models.
 REGISTRIES: dict[str, Registry] = {}
 HERE = Path(__file__).resolve().parents[1]
@@ -68,9 +88,31 @@ DATA_DIRS = [HERE / "data" / "multi30k", HERE.parent / "shared" / "multi30k"]
 MODEL_LOCK = threading.RLock()
 
 
+def _fresh_lock_in_child() -> None:
+    """A forked GPU worker (ZeroGPU) inherits MODEL_LOCK as it was at the fork: held, if another thread of
+    the server (or the batcher that asked for the call) had it, by a thread that does not exist there, and
+    the real package runs the call on a new thread. The child's memory is its own: it needs a free lock."""
+    global MODEL_LOCK
+    MODEL_LOCK = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
+# Results are pure functions of their arguments, so one process-wide cache serves every visitor; the
+# cache sits outside the GPU calls (on ZeroGPU a hit costs no GPU time). Sized by load_registry.
+RESULTS = ResultCache(settings.read().cache_mb * 2**20)
+
+
+def configure() -> None:
+    """The result cache's bound and the batch size, from the settings (read when an app is built)."""
+    s = settings.read()
+    RESULTS.max_bytes = s.cache_mb * 2**20
+    BATCHER.max_batch = s.batch_max
+
+
 def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
     root = Path(root or settings.read().checkpoints or DEFAULT_ROOT)
     reg = load_all(root, device or pick_device())
+    configure()
     key = f"reg{len(REGISTRIES)}"
     REGISTRIES[key] = reg
     for name, lm in reg.models.items():
@@ -88,12 +130,78 @@ def _lm(reg_key: str, name: str):
 
 
 @GPU(duration=60)
-def gpu_translate(reg_key: str, name: str, text: str, opts: DecodeOptions,
-                  iv: Interventions = NO_INTERVENTION) -> Translation:
+def _freeze(value):
+    """A hashable stand-in for a call's argument: a Translation by everything a call reads of it."""
+    if isinstance(value, Translation):
+        return ("Translation", value.src_text, tuple(value.src_tokens), tuple(value.src_ids),
+                tuple(value.output_tokens), tuple(value.output_ids), value.interventions, value.truncated,
+                value.src_lang, value.tgt_lang, value.start_token, value.trace is not None)
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    hash(value)  # a TypeError sends the call past the cache
+    return value
+
+
+def _computed(gpu_fn, args, kwargs):
+    log.info("cache miss: %s runs", gpu_fn.__name__)  # benchmarks count the model calls by it
+    return gpu_fn(*args, **kwargs)
+
+
+def cached(gpu_fn):
+    """``gpu_fn`` behind RESULTS, keyed by its name and every argument (defaults filled in).
+    ``.uncached`` is the GPU call itself."""
+    sig = inspect.signature(gpu_fn)
+
+    @functools.wraps(gpu_fn)
+    def call(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        try:
+            key = (gpu_fn.__name__,) + tuple(_freeze(v) for v in bound.arguments.values())
+        except TypeError:
+            return gpu_fn(*args, **kwargs)
+        return RESULTS.get(key, lambda: _computed(gpu_fn, args, kwargs))
+    call.uncached = gpu_fn
+    return call
+
+
+@GPU(duration=60)
+def gpu_translate_one(reg_key: str, name: str, text: str, opts: DecodeOptions,
+                      iv: Interventions = NO_INTERVENTION) -> Translation:
     with MODEL_LOCK:
         return decoding.translate(_lm(reg_key, name), text, opts, iv)
 
 
+@GPU(duration=60)
+def gpu_translate_many(reg_key: str, name: str, texts: list[str], opts: DecodeOptions,
+                       iv: Interventions = NO_INTERVENTION) -> list[Translation]:
+    """Greedy decodes of several visitors' sentences as one batch (model.batching)."""
+    with MODEL_LOCK:
+        return translate_many(_lm(reg_key, name), texts, opts, iv)
+
+
+def _run_batch(group: tuple, texts: list[str]) -> list[Translation]:
+    reg_key, name, opts, iv = group
+    log.info("decoding a batch of %d sentence(s) with %s", len(texts), name)
+    if len(texts) == 1:  # alone: today's lean path, unchanged
+        return [gpu_translate_one(reg_key, name, texts[0], opts, iv)]
+    return gpu_translate_many(reg_key, name, texts, opts, iv)
+
+
+# Translations of one model with the same options, waiting while the model is busy, run as one batch.
+BATCHER = MicroBatcher(_run_batch, MODEL_LOCK, settings.read().batch_max)
+
+
+@cached
+def gpu_translate(reg_key: str, name: str, text: str, opts: DecodeOptions,
+                  iv: Interventions = NO_INTERVENTION) -> Translation:
+    """One decode: cached, and batched with other visitors' where model.batching allows."""
+    if BATCHER.max_batch > 1 and batchable(opts, iv):
+        return BATCHER.submit((reg_key, name, opts, iv), text)
+    return gpu_translate_one(reg_key, name, text, opts, iv)
+
+
+@cached
 @GPU(duration=60)
 def gpu_compare(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Interventions):
     """Baseline and modified runs, plus the modified model teacher-forced on the baseline output."""
@@ -105,6 +213,7 @@ def gpu_compare(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Int
     return base, mod, mod_on_base
 
 
+@cached
 @GPU(duration=60)
 def gpu_beam(reg_key: str, name: str, text: str, beam: int, max_len: int = 100) -> Translation:
     opts = DecodeOptions(beam=max(2, min(int(beam), MAX_BEAM)), max_len=max(1, min(int(max_len or 100), MAX_OUTPUT_TOKENS)),
@@ -113,12 +222,14 @@ def gpu_beam(reg_key: str, name: str, text: str, beam: int, max_len: int = 100) 
         return decoding.translate(_lm(reg_key, name), text, opts)
 
 
+@cached
 @GPU(duration=60)
 def gpu_hypothesis(reg_key: str, name: str, tr: Translation, ids: list[int]) -> Translation:
     with MODEL_LOCK:
         return hypothesis(_lm(reg_key, name), tr, ids)
 
 
+@cached
 @GPU(duration=60)
 def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
     opts = DecodeOptions(record=False, replace_unk=False)
@@ -127,6 +238,7 @@ def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
         return decoding.translate(lm, text_a, opts), decoding.translate(lm, text_b, opts)
 
 
+@cached
 @GPU(duration=60)
 def gpu_force(reg_key: str, name: str, text: str, reference: str) -> Forced:
     """The model teacher-forced on ``reference`` after ``text``."""
@@ -134,13 +246,24 @@ def gpu_force(reg_key: str, name: str, text: str, reference: str) -> Forced:
         return force(_lm(reg_key, name), text, reference)
 
 
-@GPU(duration=60)
+def _on_cuda(model):
+    """Inside a ZeroGPU call the GPU is there but the models stayed on the CPU: a CUDA copy for this call
+    (de-en's weights: about 40 ms). Elsewhere the model itself."""
+    import torch
+    if zero_gpu_work() and next(model.parameters()).device.type == "cpu" and torch.cuda.is_available():
+        return copy.deepcopy(model).to("cuda")
+    return model
+
+
+@cached
+@GPU_WORK(duration=60)
 def gpu_attribute(reg_key: str, name: str, tr: Translation, position: int, ig_steps: int = 64) -> Attribution:
     """Every attribution method for output ``position`` of ``tr`` (gradients need the model)."""
     with MODEL_LOCK:
-        return attribute(_lm(reg_key, name).model, tr, position, ig_steps=ig_steps)
+        return attribute(_on_cuda(_lm(reg_key, name).model), tr, position, ig_steps=ig_steps)
 
 
+@cached
 @GPU(duration=60)
 def gpu_full_trace(reg_key: str, name: str, tr: Translation) -> Trace:
     """``tr`` teacher-forced again with every hook point, the opt-in ones (logits, per-head results, FFN) too."""

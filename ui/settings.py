@@ -21,20 +21,26 @@ class Settings:
     zero_gpu: bool = False          # SPACES_ZERO_GPU, set by Hugging Face on ZeroGPU Spaces
     checkpoints: str = ""           # ATTN_CHECKPOINTS: the checkpoint root ("" = checkpoints/)
     queue_size: int = 64            # ATTN_QUEUE_SIZE: waiting requests before "busy, try again"
-    # ATTN_MODEL_CONCURRENCY: model events in flight. 1 measured best: with 2 or 3, 16-user throughput
-    # fell (GIL contention), and the model runs one call at a time either way.
+    # ATTN_MODEL_CONCURRENCY: model events in flight. On the CPU 1 measured best: with 2 or 3, 16-user
+    # throughput fell (GIL contention), and with 4 or 8 batching the decodes did not win it back on 2 cores
+    # (bench.serving). With the models on a GPU (ATTN_DEVICE=cuda) set it to 8: the greedy decodes of the
+    # events in flight then share one batch, and on ZeroGPU one GPU call.
     model_concurrency: int = 1
     # ATTN_TORCH_THREADS: torch threads on the CPU. Model calls run one at a time, and idle OpenMP workers
     # spinning between small ops take the CPU the web server needs (16 users on 2 cores: about 7-8 req/s
     # with 1 thread, 5.4 with 2).
     torch_threads: int = 1
+    # ATTN_CACHE_MB: the result cache's bound (0 = no cache). A greedy run with its trace is about 1 MB.
+    cache_mb: int = 128
+    # ATTN_BATCH: most greedy decodes of one model run together as one padded batch (1 = no batching).
+    batch_max: int = 16
     host: str = "127.0.0.1"         # GRADIO_SERVER_NAME
     port: int = 7860                # GRADIO_SERVER_PORT
 
 
-def _int(env, name: str, default: int) -> int:
+def _int(env, name: str, default: int, least: int = 1) -> int:
     try:
-        return max(1, int(env.get(name) or default))
+        return max(least, int(env.get(name) or default))
     except ValueError:
         return default
 
@@ -46,4 +52,5 @@ def read(env=None) -> Settings:
                     checkpoints=env.get("ATTN_CHECKPOINTS", ""), queue_size=_int(env, "ATTN_QUEUE_SIZE", 64),
                     model_concurrency=_int(env, "ATTN_MODEL_CONCURRENCY", 1),
                     torch_threads=_int(env, "ATTN_TORCH_THREADS", 1),
+                    cache_mb=_int(env, "ATTN_CACHE_MB", 128, least=0), batch_max=_int(env, "ATTN_BATCH", 16),
                     host=env.get("GRADIO_SERVER_NAME") or "127.0.0.1", port=_int(env, "GRADIO_SERVER_PORT", 7860))
