@@ -28,7 +28,7 @@ from .common import AppServer, entry, figure, percentile, rss_kb, sentences, sta
 
 VARIANTS = {"old": {"ATTN_CACHE_MB": "0", "ATTN_BATCH": "1", "ATTN_MODEL_CONCURRENCY": "1"}, "new": {}}
 MIX = ("translate", "translate", "translate", "compare")
-UI_ARGS = ("greedy", 4, 100, "decoder.cross_attn", "grid", 0, 0, "words")
+UI_ARGS = ("greedy", 4, 100, "decoder.cross_attn", "grid", 0, 0, "words", "shared")
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@ pickled arguments and results (tests/zerogpu_emulation). The app is started the 
 (``python app.py``) and driven through gradio_client."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -45,11 +46,10 @@ def logged(calls: Path) -> list[str]:
 
 def test_the_emulation_isolates_memory(tmp_path, monkeypatch):
     """What a GPU function changes stays in its process; arguments and results are copies."""
-    sys.path.insert(0, str(EMULATION))
-    try:
-        import spaces
-    finally:
-        sys.path.remove(str(EMULATION))
+    # by its path: the real `spaces` package may already be imported (or installed) in this process
+    spec = importlib.util.spec_from_file_location("spaces_emulation", EMULATION / "spaces" / "__init__.py")
+    spaces = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(spaces)
     monkeypatch.setenv("SPACES_EMU_LOG", str(tmp_path / "calls.txt"))
     box = {"n": 0}
 

@@ -129,7 +129,6 @@ def _lm(reg_key: str, name: str):
     return REGISTRIES[reg_key].models[name]
 
 
-@GPU(duration=60)
 def _freeze(value):
     """A hashable stand-in for a call's argument: a Translation by everything a call reads of it."""
     if isinstance(value, Translation):
