@@ -27,18 +27,22 @@ MIX = ("translate", "translate", "translate", "compare")
 TARGET_P95_S, TARGET_USERS, TARGET_GB, TARGET_LEAK = 3.0, 16, 2.0, 5.0
 
 
-def request(client, sents: dict, u: int, k: int) -> None:
-    direction = list(sents)[u % len(sents)]
-    kind, text = MIX[(u + k) % len(MIX)], sents[direction][(u * 7 + k) % len(sents[direction])]
+def ask(client, kind: str, text: str, direction: str, timeout: float = 120) -> None:
+    """One API request of the mix ("translate" or "compare"); a wrong answer raises."""
     if kind == "translate":
-        out = client.submit(text, direction, 1, 100, api_name="/translate").result(timeout=120)
+        out = client.submit(text, direction, 1, 100, api_name="/translate").result(timeout=timeout)
         ok = isinstance(out, dict) and out.get("output_tokens")
     else:
         out = client.submit(text=text, direction=direction, positional_encoding=False,
-                            api_name="/compare").result(timeout=120)
+                            api_name="/compare").result(timeout=timeout)
         ok = isinstance(out, dict) and isinstance(out.get("modified"), dict)
     if not ok:
         raise ValueError(f"unexpected answer: {str(out)[:200]}")
+
+
+def request(client, sents: dict, u: int, k: int) -> None:
+    direction = list(sents)[u % len(sents)]
+    ask(client, MIX[(u + k) % len(MIX)], sents[direction][(u * 7 + k) % len(sents[direction])], direction)
 
 
 def timed(log: list, *args) -> None:

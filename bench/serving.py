@@ -25,9 +25,9 @@ import threading
 import time
 
 from .common import AppServer, entry, figure, percentile, rss_kb, sentences, standalone
+from .load import MIX, ask
 
 VARIANTS = {"old": {"ATTN_CACHE_MB": "0", "ATTN_BATCH": "1", "ATTN_MODEL_CONCURRENCY": "1"}, "new": {}}
-MIX = ("translate", "translate", "translate", "compare")
 UI_ARGS = ("greedy", 4, 100, "decoder.cross_attn", "grid", 0, 0, "words", "shared")
 
 
@@ -65,15 +65,7 @@ def api_request(client, pool, u: int, k: int) -> None:
         text = pool.take(direction)
     else:
         text = pool[direction][(u * 7 + k) % len(pool[direction])]
-    if MIX[(u + k) % len(MIX)] == "translate":
-        out = client.submit(text, direction, 1, 100, api_name="/translate").result(timeout=300)
-        ok = isinstance(out, dict) and out.get("output_tokens")
-    else:
-        out = client.submit(text=text, direction=direction, positional_encoding=False,
-                            api_name="/compare").result(timeout=300)
-        ok = isinstance(out, dict) and isinstance(out.get("modified"), dict)
-    if not ok:
-        raise ValueError(f"unexpected answer: {str(out)[:200]}")
+    ask(client, MIX[(u + k) % len(MIX)], text, direction, timeout=300)
 
 
 def ui_request(client, text: str, direction: str) -> None:

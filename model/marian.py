@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .transformer import Transformer, TransformerConfig, tied_keys
-from .vocab import WORD_START, SubwordVocab
+from .vocab import WORD_START, SubwordVocab, piece_word_spans
 
 CONFIG, SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB = ("config.json", "source.spm", "target.spm", "vocab.json",
                                                        "target_vocab.json")
@@ -91,16 +91,7 @@ class MarianVocab(SubwordVocab):
     def word_spans(self, tokens: list[str]) -> list[list[int]]:
         """Token indices of each word: a word starts at a piece marked ``▁``; a special is its own word.
         Text without spaces (Chinese) has one ``▁`` per run of characters: that run is the "word"."""
-        spans: list[list[int]] = []
-        after_special = True
-        for i, t in enumerate(tokens):
-            special = t in self.specials or bool(LANG_CODE.match(t))
-            if special or after_special or t.startswith(WORD_START):
-                spans.append([i])
-            else:
-                spans[-1].append(i)
-            after_special = special
-        return spans
+        return piece_word_spans(tokens, lambda t: t in self.specials or bool(LANG_CODE.match(t)))
 
     def _text(self, pieces: list[str]) -> str:
         # as MarianTokenizer: a piece this side's model does not know (the shared vocabulary holds the

@@ -121,6 +121,21 @@ class Vocab:
 WORD_START = "\u2581"  # SentencePiece's mark for a piece that begins a word
 
 
+def piece_word_spans(tokens: list[str], is_special) -> list[list[int]]:
+    """Token indices of each word of a piece sequence: a word starts at a piece marked ``▁`` (or after a
+    special), and a special (``is_special(token)``) is its own word."""
+    spans: list[list[int]] = []
+    after_special = True
+    for i, t in enumerate(tokens):
+        special = is_special(t)
+        if special or after_special or t.startswith(WORD_START):
+            spans.append([i])
+        else:
+            spans[-1].append(i)
+        after_special = special
+    return spans
+
+
 class SubwordVocab(Vocab):
     """A joint SentencePiece vocabulary (BPE or unigram); tokens are pieces such as ``▁Fahr`` ``rad``."""
 
@@ -154,16 +169,7 @@ class SubwordVocab(Vocab):
 
     def word_spans(self, tokens: list[str]) -> list[list[int]]:
         """Token indices of each word: a word starts at a piece marked ``▁``; a special is its own word."""
-        spans: list[list[int]] = []
-        after_special = True
-        for i, t in enumerate(tokens):
-            special = t in SPECIALS
-            if special or after_special or t.startswith(WORD_START):
-                spans.append([i])
-            else:
-                spans[-1].append(i)
-            after_special = special
-        return spans
+        return piece_word_spans(tokens, lambda t: t in SPECIALS)
 
     def join(self, tokens: list[str]) -> list[str]:
         return [tokens[s[0]] if tokens[s[0]] in SPECIALS else self.sp.decode_pieces([tokens[i] for i in s]).strip()
