@@ -22,8 +22,8 @@ from . import decoding
 from .checkpoint import LoadedModel
 from .data import pad_batch
 from .decoding import (BeamSearchTrace, BeamStep, DecodeOptions, FinishedHypothesis, Translation, _decoder_step,
-                       _hides_nothing, _StepData, generable, length_penalty, prepare_source)
-from .transformer import BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, Interventions, KVCache
+                       _hides_nothing, _StepData, generable, length_penalty, source_ids)
+from .transformer import NO_INTERVENTION, Interventions, KVCache
 
 
 def batchable(opts: DecodeOptions, iv: Interventions) -> bool:
@@ -45,11 +45,8 @@ class _Search:
 
 def _source(lm: LoadedModel, text: str, opts: DecodeOptions) -> _Search:
     """The source ids and step budget translate computes for ``text`` (checked again when it runs)."""
-    src_tokens, _ = prepare_source(lm, text, opts.pad_src_to)
-    body = lm.src_vocab.encode(src_tokens[1:src_tokens.index("<eos>")])
-    src_ids = [BOS_ID] + body + [EOS_ID] + [PAD_ID] * (len(src_tokens) - len(body) - 2)
-    n_real = len(body) + 2
-    return _Search(src_ids, max(1, min(opts.max_len, lm.model.cfg.max_len - 1, 2 * n_real + 10)))
+    _, _, src_ids, max_len = source_ids(lm, text, opts)
+    return _Search(src_ids, max_len)
 
 
 @torch.inference_mode()
@@ -57,26 +54,27 @@ def _greedy_search(lm: LoadedModel, searches: list[_Search], alpha: float, iv: I
     """beam_search(beam=1) for every request at once; fills each _Search. Row b's arithmetic is
     beam_search's: score + log-probabilities, the best two candidates, finish on <eos> or at its budget."""
     model, device = lm.model, lm.device
-    src = pad_batch([s.src_ids for s in searches]).to(device)
+    cfg = model.cfg
+    src = pad_batch([s.src_ids for s in searches], pad_id=cfg.pad_id).to(device)
     src_mask = model.src_mask(src, iv)
     src_mask = None if _hides_nothing(src_mask) else src_mask
     memory = model.encode(src, src_mask, iv)
     B = len(searches)
-    ys = torch.full((B, 1), BOS_ID, dtype=torch.long, device=device)
+    ys = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=device)
     scores = torch.zeros(B, device=device)
     cache = KVCache(len(model.decoder.layers))
     for t in range(max(s.max_len for s in searches)):
         logp = _decoder_step(model, ys, memory, src_mask, iv, cache).log_softmax(-1).float()
-        cand = scores[:, None] + generable(logp)
+        cand = scores[:, None] + generable(logp, cfg.never_generated)
         top_scores, top_idx = cand.topk(min(2, cand.size(1)), dim=-1)
         nxt = []
         for b, sr in enumerate(searches):
             if sr.best is not None:  # finished: it reads <pad> from now on
-                nxt.append(PAD_ID)
+                nxt.append(cfg.pad_id)
                 continue
             sr.steps.append(_StepData(logp[b:b + 1].cpu(), None, None, [0]))
-            _greedy_choice(sr, t, ys[b, 1:].tolist(), top_scores[b].tolist(), top_idx[b].tolist(), alpha)
-            nxt.append(PAD_ID if sr.best is not None else sr.history[-1].tokens[0])
+            _greedy_choice(sr, t, ys[b, 1:].tolist(), top_scores[b].tolist(), top_idx[b].tolist(), alpha, cfg.eos_id)
+            nxt.append(cfg.pad_id if sr.best is not None else sr.history[-1].tokens[0])
         if all(sr.best is not None for sr in searches):
             break
         ys = torch.cat([ys, torch.tensor(nxt, device=device)[:, None]], 1)
@@ -85,12 +83,12 @@ def _greedy_search(lm: LoadedModel, searches: list[_Search], alpha: float, iv: I
 
 
 def _greedy_choice(sr: _Search, t: int, prefix: list[int], top_scores: list[float], top_idx: list[int],
-                   alpha: float) -> None:
+                   alpha: float, eos_id: int) -> None:
     """One greedy step of beam_search's candidate loop, for one request."""
     last = t == sr.max_len - 1
     keep_tok, keep_score = [], []
     for rank, (s, tok) in enumerate(zip(top_scores, top_idx)):
-        if tok == EOS_ID or last:
+        if tok == eos_id or last:
             if rank < 1:
                 ids = prefix + [tok]
                 sr.best = FinishedHypothesis(ids, s, s / length_penalty(len(ids), alpha), t, 0)
@@ -117,7 +115,7 @@ def translate_many(lm: LoadedModel, texts: list[str], opts: DecodeOptions = Deco
 
 def _replay(sr: _Search):
     """A stand-in for beam_search that hands back the batched search's result for this request."""
-    def search(model, src, beam, max_len, alpha, iv, record, on_step=None):
+    def search(model, src, beam, max_len, alpha, iv, record):
         if src[0].tolist() != sr.src_ids or max_len != sr.max_len or beam != 1 or record:
             raise RuntimeError("the batched search does not match the request")  # a bug, never silent
         return sr.best, sr.steps, BeamSearchTrace(sr.history, [sr.best], alpha)

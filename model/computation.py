@@ -203,14 +203,14 @@ def force_ids(lm: LoadedModel, src_text: str, out_ids: list[int], ref_text: str 
     loss = -logp.gather(1, target[:, None])[:, 0]
     out_tokens = lm.tgt_vocab.decode(out_ids)
     top = generable(logits, model.cfg.never_generated).argmax(-1).tolist()  # what decoding would pick
-    steps = _forced_steps(trace, logp, out_ids, out_tokens, lm, model, top_k)
+    steps = _forced_steps(trace, logp, out_ids, out_tokens, lm, top_k)
     tr = Translation(src_text, src_tokens, src_ids, out_tokens, out_ids, ref_text, float(-loss.sum()), steps,
                      trace=trace, interventions=iv, truncated=truncated, src_lang=lm.src_lang, tgt_lang=lm.tgt_lang,
                      start_token=start_token(lm))
     return Forced(tr, out_tokens, loss.neg().exp().numpy(), loss.numpy(), top, lm.tgt_vocab.decode(top))
 
 
-def _forced_steps(trace, logp, out_ids, out_tokens, lm, model, top_k) -> list[StepRecord]:
+def _forced_steps(trace, logp, out_ids, out_tokens, lm, top_k) -> list[StepRecord]:
     """StepRecords as a decode would give them, the rows read from the teacher-forced trace."""
     self_all = trace.stack("pattern", DEC_SELF).float().numpy()
     cross_all = trace.stack("pattern", CROSS).float().numpy()

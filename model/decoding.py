@@ -116,11 +116,8 @@ def _rows(trace: Trace, pattern: str, n_layers: int) -> torch.Tensor:
 @torch.inference_mode()
 def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: int = 100,
                 alpha: float = 0.6, iv: Interventions = NO_INTERVENTION, record: bool = True,
-                use_cache: bool = True, on_step=None) -> tuple[FinishedHypothesis, list[_StepData], BeamSearchTrace]:
-    """Beam search for one source (1, S). Beam 1 is greedy decoding.
-
-    ``on_step(t, kept_tokens)``, when given, is called after each step with the ids of the
-    hypotheses kept (for greedy: the one token committed, or [] when it finished)."""
+                use_cache: bool = True) -> tuple[FinishedHypothesis, list[_StepData], BeamSearchTrace]:
+    """Beam search for one source (1, S). Beam 1 is greedy decoding."""
     device, L = src.device, len(model.decoder.layers)
     src_mask = model.src_mask(src, iv)
     src_mask = None if _hides_nothing(src_mask) else src_mask  # None: no mask work in any step
@@ -163,8 +160,6 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
                 if len(keep_tok) == beam:
                     break
             history.append(BeamStep(keep_parent, keep_tok, keep_score))
-            if on_step is not None:
-                on_step(t, keep_tok)
             if len(finished) >= beam or not keep_tok or last:
                 break
             same_rows = keep_parent == list(range(n))  # always so for greedy: nothing to reorder
@@ -222,22 +217,26 @@ def _step_rows(s: int, b: int, sd: _StepData, self_all, cross_all) -> tuple:
     return sd.rows_self[b].float().numpy(), sd.rows_cross[b].float().numpy()
 
 
-def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
-              iv: Interventions = NO_INTERVENTION, on_step=None, search=None) -> Translation:
-    """Decode ``text``; ``on_step`` is passed to :func:`beam_search` (progress for streaming UIs).
-    ``search`` replaces beam_search (same arguments and result): model.batching hands in a search
-    already run as part of a batch."""
-    model, device = lm.model, lm.device
-    model.validate_interventions(iv)
+def source_ids(lm: LoadedModel, text: str, opts: DecodeOptions) -> tuple[list[str], bool, list[int], int]:
+    """(source tokens, whether they were cut, their ids, the decode's step budget) for ``text``."""
     src_tokens, truncated = prepare_source(lm, text, opts.pad_src_to)
     head, tail = source_frame(lm)
     n_real = len(src_tokens)
     while opts.pad_src_to and src_tokens[n_real - 1] != lm.src_vocab.itos[tail[-1]]:
         n_real -= 1  # the padding prepare_source added after the closing token
-    src_ids = head + lm.src_vocab.encode(src_tokens[len(head):n_real - len(tail)]) + tail
-    src_ids += [model.cfg.pad_id] * (len(src_tokens) - n_real)
+    ids = head + lm.src_vocab.encode(src_tokens[len(head):n_real - len(tail)]) + tail
+    ids += [lm.model.cfg.pad_id] * (len(src_tokens) - n_real)
+    return src_tokens, truncated, ids, max(1, min(opts.max_len, lm.model.cfg.max_len - 1, 2 * n_real + 10))
+
+
+def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
+              iv: Interventions = NO_INTERVENTION, search=None) -> Translation:
+    """Decode ``text``. ``search`` replaces beam_search (same arguments and result): model.batching
+    hands in a search already run as part of a batch."""
+    model, device = lm.model, lm.device
+    model.validate_interventions(iv)
+    src_tokens, truncated, src_ids, max_len = source_ids(lm, text, opts)
     src = torch.tensor([src_ids], device=device)
-    max_len = max(1, min(opts.max_len, model.cfg.max_len - 1, 2 * n_real + 10))
     want_rows = opts.record or opts.replace_unk
     # With the causal mask on, the teacher-forced trace holds exactly the rows the cached decode
     # would record (tested), so the decode runs uncaptured (the lean step) and the rows come from it.
@@ -245,7 +244,7 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     rows_from_trace = want_rows and opts.trace and iv.causal_mask
     search = search or beam_search
     best, steps, beam_trace = search(model, src, max(1, opts.beam), max_len, opts.length_penalty,
-                                     iv, want_rows and not rows_from_trace, on_step=on_step)
+                                     iv, want_rows and not rows_from_trace)
     path = lineage(best, steps)
     trace = full_trace(lm, src_ids, best.ids, iv) if opts.trace else None
     if rows_from_trace:
