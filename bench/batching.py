@@ -9,11 +9,16 @@
    (what the app did before) against one batch (``translate_many``), interleaved group by group.
    Sentences per second from wall-clock time; the speed-up from the timing thread's CPU time (one torch
    thread), which other processes on the machine do not inflate.
+3. The same through the app's micro-batcher: 8 threads, each one visitor, submit at the same moment
+   (a barrier); a batcher of at most 8 against one of at most 1 (every request alone, in turn, as
+   before), interleaved group by group. The batch sizes formed are reported; the speed-up is by the
+   process's CPU time (every thread's).
 """
 from __future__ import annotations
 
 import statistics
 import threading
+import time
 
 import torch
 
@@ -136,16 +141,60 @@ def eight(lm, texts: list[str], reps: int) -> tuple[list[dict], dict]:
     return figures, details
 
 
+def _visitors(lm, batcher: MicroBatcher, group: list[str], opts: DecodeOptions) -> tuple[float, float]:
+    """(wall ms, process CPU ms) for len(group) threads submitting at once."""
+    gate = threading.Barrier(len(group) + 1)
+
+    def visitor(text):
+        gate.wait()
+        batcher.submit(opts, text)
+    threads = [threading.Thread(target=visitor, args=(t,)) for t in group]
+    for t in threads:
+        t.start()
+    c0, t0 = time.process_time(), time.perf_counter()
+    gate.wait()
+    for t in threads:
+        t.join()
+    return (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3
+
+
+def through_batcher(lm, texts: list[str], reps: int) -> tuple[list[dict], dict]:
+    """Part 3: GROUP concurrent visitors through a MicroBatcher of at most GROUP, and of at most 1."""
+    o = OPTIONS["translate event"]
+    groups = [texts[g:g + GROUP] for g in range(0, len(texts) - GROUP + 1, GROUP)]
+    run_group = lambda opts, items: translate_many(lm, items, opts)  # noqa: E731
+    batchers = {k: MicroBatcher(run_group, threading.RLock(), n) for k, n in (("batched", GROUP), ("alone", 1))}
+    for b in batchers.values():  # warm-up: thread start, first allocations
+        _visitors(lm, b, groups[0], o)
+        b.batches.clear()
+    wall, cpu = {k: [] for k in batchers}, {k: [] for k in batchers}
+    for r in range(reps * len(groups)):
+        g = groups[r % len(groups)]
+        for k in list(batchers)[r % 2:] + list(batchers)[:r % 2]:
+            w, c = _visitors(lm, batchers[k], g, o)
+            wall[k].append(w)
+            cpu[k].append(c)
+    rate = {k: GROUP * 1e3 / statistics.median(v) for k, v in wall.items()}
+    sizes = sorted(batchers["batched"].batches)
+    return [figure("batching.batcher.alone_per_s", f"{GROUP} threads, beam {BEAM}, translate event, through the "
+                   "batcher: each alone", rate["alone"], "sentences/s"),
+            figure("batching.batcher.batched_per_s", f"{GROUP} threads, beam {BEAM}, translate event, through the "
+                   "batcher: batched", rate["batched"], "sentences/s"),
+            figure("batching.batcher.speedup", f"{GROUP} threads through the batcher: speed-up (process CPU time)",
+                   paired_ratio(cpu["alone"], cpu["batched"]), "x")], {"batch sizes formed": sizes}
+
+
 def run(cfg) -> dict:
     lm = model(cfg)
     texts = sentences(cfg, lm.src_lang, GROUP * GROUPS)
     reps = cfg.reps or (1 if cfg.quick else 3)
     f1, d1 = lone(lm, texts[:10 if cfg.quick else 20], reps)
     f2, d2 = eight(lm, texts[:GROUP * (2 if cfg.quick else GROUPS)], reps)
-    return entry(f1 + f2, model=cfg.checkpoint, data=f"first {len(texts)} lines of test_2016_flickr.{lm.src_lang}",
+    f3, d3 = through_batcher(lm, texts[:GROUP * (2 if cfg.quick else GROUPS)], 1 if cfg.quick else 2)
+    return entry(f1 + f2 + f3, model=cfg.checkpoint, data=f"first {len(texts)} lines of test_2016_flickr.{lm.src_lang}",
                  method=f"variants interleaved, {reps} rep(s); lone: median per sentence, p50 over sentences; "
                         f"eight: median wall time per group of {GROUP}; ratios by the timing thread's CPU time",
-                 wall_ms={"lone": d1, "eight": d2})
+                 wall_ms={"lone": d1, "eight": d2}, batcher=d3)
 
 
 if __name__ == "__main__":
