@@ -3,8 +3,9 @@
 Each request's hypotheses are a block of consecutive rows of the batch: one row at the first step, up
 to ``beam`` after. Every step runs the decoder once for all rows; then each block makes its own choice
 with :func:`model.decoding.choose`, the very code :func:`model.decoding.beam_search` runs, over its own
-candidates, with its own finished list, step budget and length penalty. A request that is done leaves
-the batch (its rows are dropped from the cache). The sources are padded to the longest and the padding
+candidates, with its own finished list and step budget (the beam size and length penalty are the
+batch's: requests share a batch only with the same options). A request that is done leaves the batch
+(its rows are dropped from the cache). The sources are padded to the longest and the padding
 hidden, so a request's numbers equal a lone run's to float rounding; its recorded cross-attention rows
 are cut back to its own source length.
 """
