@@ -14,6 +14,7 @@ Bench = namedtuple("Bench", "name description")
 
 BENCHES = [
     Bench("decode", "CPU decode latency, greedy / beam 5, with and without capture; KV cache vs recomputation"),
+    Bench("batching", "beam search batched across visitors: one visitor's latency before/after, 8 visitors' throughput"),
     Bench("forward", "teacher-forced forward vs torch.nn.Transformer of the same shape; capture overhead"),
     Bench("computation", "each computation view of the engine: time and payload"),
     Bench("attribution_agreement", "rank agreement of raw attention with ALTI+, integrated gradients, ..."),

@@ -1,10 +1,12 @@
-"""Greedy decodes of several requests run as one padded batch, each result as if it had run alone.
+"""Decodes of several requests (greedy or beam) run as one padded batch, each result as if it had run alone.
 
-The search (encoder pass and every cached decoder step) runs once for the batch; each request's
-Translation is then finished by :func:`model.decoding.translate` itself (its own teacher-forced trace,
-step records and text; looked up on its module at each call), so only the step probabilities come from
-batched arithmetic, equal to a lone run's to float rounding. Beam search and runs whose rows must be
-recorded during the decode are not batched: :func:`batchable` says which requests may share a batch.
+The search (encoder pass and every cached decoder step) runs once for the batch
+(:func:`model.beam_batch.beam_search_many`: each request's hypotheses a block of rows, with its own
+finished list and step budget); each request's Translation is then finished by
+:func:`model.decoding.translate` itself (its own teacher-forced trace, step records, beam trace and
+text; looked up on its module at each call), so only the step probabilities (and the rows recorded
+during a decode) come from batched arithmetic, equal to a lone run's to float rounding. Runs that show
+source padding to the model are not batched: :func:`batchable` says which requests may share a batch.
 
 :class:`MicroBatcher` puts concurrent requests together: while one batch runs, the requests that
 arrive wait, and the next of them to get the model takes every waiting request of its group.
@@ -16,89 +18,29 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
-import torch
-
 from . import decoding
+from .beam_batch import Search, beam_search_many
 from .checkpoint import LoadedModel
-from .data import pad_batch
-from .decoding import (BeamSearchTrace, BeamStep, DecodeOptions, FinishedHypothesis, Translation, _decoder_step,
-                       _hides_nothing, _StepData, generable, length_penalty, source_ids)
-from .transformer import NO_INTERVENTION, Interventions, KVCache
+from .decoding import DecodeOptions, Translation, records_during_decode, source_ids
+from .transformer import NO_INTERVENTION, Interventions
 
 
 def batchable(opts: DecodeOptions, iv: Interventions) -> bool:
-    """Greedy, with the causal mask on (the step rows then come from the trace, not the decode) and
-    source padding hidden (a batch adds padding a lone run does not have)."""
-    wants_rows = opts.record or opts.replace_unk
-    return opts.beam <= 1 and iv.causal_mask and iv.src_padding_mask and (opts.trace or not wants_rows)
+    """Any decode whose source padding is hidden (a batch adds padding a lone run does not have);
+    requests share a batch only with the same options and interventions (the batcher's group)."""
+    return iv.src_padding_mask
 
 
-@dataclass
-class _Search:
-    """What beam_search returns, for one request, taken from the batched search."""
-    src_ids: list[int]
-    max_len: int
-    best: FinishedHypothesis | None = None
-    steps: list[_StepData] = field(default_factory=list)
-    history: list[BeamStep] = field(default_factory=list)
-
-
-def _source(lm: LoadedModel, text: str, opts: DecodeOptions) -> _Search:
+def _source(lm: LoadedModel, text: str, opts: DecodeOptions) -> Search:
     """The source ids and step budget translate computes for ``text`` (checked again when it runs)."""
     _, _, src_ids, max_len = source_ids(lm, text, opts)
-    return _Search(src_ids, max_len)
+    return Search(src_ids, max_len)
 
 
-@torch.inference_mode()
-def _greedy_search(lm: LoadedModel, searches: list[_Search], alpha: float, iv: Interventions) -> None:
-    """beam_search(beam=1) for every request at once; fills each _Search. Row b's arithmetic is
-    beam_search's: score + log-probabilities, the best two candidates, finish on <eos> or at its budget."""
-    model, device = lm.model, lm.device
-    cfg = model.cfg
-    src = pad_batch([s.src_ids for s in searches], pad_id=cfg.pad_id).to(device)
-    src_mask = model.src_mask(src, iv)
-    src_mask = None if _hides_nothing(src_mask) else src_mask
-    memory = model.encode(src, src_mask, iv)
-    B = len(searches)
-    ys = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=device)
-    scores = torch.zeros(B, device=device)
-    cache = KVCache(len(model.decoder.layers))
-    for t in range(max(s.max_len for s in searches)):
-        logp = _decoder_step(model, ys, memory, src_mask, iv, cache).log_softmax(-1).float()
-        cand = scores[:, None] + generable(logp, cfg.never_generated)
-        top_scores, top_idx = cand.topk(min(2, cand.size(1)), dim=-1)
-        nxt = []
-        for b, sr in enumerate(searches):
-            if sr.best is not None:  # finished: it reads <pad> from now on
-                nxt.append(cfg.pad_id)
-                continue
-            sr.steps.append(_StepData(logp[b:b + 1].cpu(), None, None, [0]))
-            _greedy_choice(sr, t, ys[b, 1:].tolist(), top_scores[b].tolist(), top_idx[b].tolist(), alpha, cfg.eos_id)
-            nxt.append(cfg.pad_id if sr.best is not None else sr.history[-1].tokens[0])
-        if all(sr.best is not None for sr in searches):
-            break
-        ys = torch.cat([ys, torch.tensor(nxt, device=device)[:, None]], 1)
-        scores = torch.tensor([sr.history[-1].scores[0] if sr.history[-1].scores else 0.0 for sr in searches],
-                              device=device)
-
-
-def _greedy_choice(sr: _Search, t: int, prefix: list[int], top_scores: list[float], top_idx: list[int],
-                   alpha: float, eos_id: int) -> None:
-    """One greedy step of beam_search's candidate loop, for one request."""
-    last = t == sr.max_len - 1
-    keep_tok, keep_score = [], []
-    for rank, (s, tok) in enumerate(zip(top_scores, top_idx)):
-        if tok == eos_id or last:
-            if rank < 1:
-                ids = prefix + [tok]
-                sr.best = FinishedHypothesis(ids, s, s / length_penalty(len(ids), alpha), t, 0)
-            continue
-        keep_tok.append(tok)
-        keep_score.append(s)
-        break
-    sr.history.append(BeamStep([0] * len(keep_tok), keep_tok, keep_score))
-    if not keep_tok and sr.best is None:  # nothing left to extend (a one-token vocabulary)
-        raise RuntimeError("greedy search found no token to continue with")
+def _all_hidden(sr: Search, pad_id: int, iv: Interventions) -> bool:
+    """Every source position hidden: a lone run spreads attention evenly over its own keys, a padded
+    batch over more."""
+    return all(i in iv.ablate_src_tokens or tok == pad_id for i, tok in enumerate(sr.src_ids))
 
 
 def translate_many(lm: LoadedModel, texts: list[str], opts: DecodeOptions = DecodeOptions(),
@@ -106,19 +48,20 @@ def translate_many(lm: LoadedModel, texts: list[str], opts: DecodeOptions = Deco
     """``[translate(lm, t, opts, iv) for t in texts]``, the searches run as one batch when
     :func:`batchable`, else one by one."""
     lm.model.validate_interventions(iv)
-    if len(texts) < 2 or not batchable(opts, iv):
+    searches = [_source(lm, t, opts) for t in texts] if len(texts) > 1 and batchable(opts, iv) else []
+    if not searches or any(_all_hidden(sr, lm.model.cfg.pad_id, iv) for sr in searches):
         return [decoding.translate(lm, t, opts, iv) for t in texts]
-    searches = [_source(lm, t, opts) for t in texts]
-    _greedy_search(lm, searches, opts.length_penalty, iv)
-    return [decoding.translate(lm, t, opts, iv, search=_replay(sr)) for t, sr in zip(texts, searches)]
+    beam, record = max(1, opts.beam), records_during_decode(opts, iv)
+    beam_search_many(lm.model, searches, beam, opts.length_penalty, iv, record, lm.device)
+    return [decoding.translate(lm, t, opts, iv, search=_replay(sr, beam, record)) for t, sr in zip(texts, searches)]
 
 
-def _replay(sr: _Search):
+def _replay(sr: Search, beam: int, record: bool):
     """A stand-in for beam_search that hands back the batched search's result for this request."""
-    def search(model, src, beam, max_len, alpha, iv, record):
-        if src[0].tolist() != sr.src_ids or max_len != sr.max_len or beam != 1 or record:
+    def search(model, src, beam_, max_len, alpha, iv, record_):
+        if src[0].tolist() != sr.src_ids or (max_len, beam_, record_) != (sr.max_len, beam, record):
             raise RuntimeError("the batched search does not match the request")  # a bug, never silent
-        return sr.best, sr.steps, BeamSearchTrace(sr.history, [sr.best], alpha)
+        return sr.result(alpha)
     return search
 
 

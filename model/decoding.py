@@ -145,21 +145,10 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
             last = t == max_len - 1
             cand = (scores[:, None] + generable(logp, never)).view(-1)
             top_scores, top_idx = cand.topk(min(2 * beam, cand.numel()))
-            V = logp.size(1)
-            keep_parent, keep_tok, keep_score = [], [], []
-            for rank, (s, i) in enumerate(zip(top_scores.tolist(), top_idx.tolist())):
-                parent, tok = divmod(i, V)
-                if tok == eos or last:
-                    if rank < beam:  # only candidates that would have made the beam may finish
-                        ids = ys[parent, 1:].tolist() + [tok]
-                        finished.append(FinishedHypothesis(ids, s, s / length_penalty(len(ids), alpha), t, parent))
-                    continue
-                keep_parent.append(parent)
-                keep_tok.append(tok)
-                keep_score.append(s)
-                if len(keep_tok) == beam:
-                    break
-            history.append(BeamStep(keep_parent, keep_tok, keep_score))
+            kept = choose(top_scores.tolist(), top_idx.tolist(), logp.size(1), beam, eos, last,
+                          lambda parent: ys[parent, 1:].tolist(), t, alpha, finished)
+            keep_parent, keep_tok, keep_score = kept.parents, kept.tokens, kept.scores
+            history.append(kept)
             if len(finished) >= beam or not keep_tok or last:
                 break
             same_rows = keep_parent == list(range(n))  # always so for greedy: nothing to reorder
@@ -172,6 +161,36 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
             parents_in = keep_parent
     best = max(finished, key=lambda h: h.normalized)
     return best, steps, BeamSearchTrace(history, finished, alpha)
+
+
+def choose(top_scores: list[float], top_idx: list[int], vocab: int, beam: int, eos: int, last: bool,
+           prefix, t: int, alpha: float, finished: list[FinishedHypothesis]) -> BeamStep:
+    """One beam step's choice among its best ``2 * beam`` candidates (score, parent * vocab + token), best
+    first: up to ``beam`` kept hypotheses; <eos> (any token at the last step) finishes one into ``finished``
+    instead, if it ranks within the beam. ``prefix(parent)`` is that parent's output ids so far."""
+    keep_parent, keep_tok, keep_score = [], [], []
+    for rank, (s, i) in enumerate(zip(top_scores, top_idx)):
+        parent, tok = divmod(i, vocab)
+        if tok == eos or last:
+            if rank < beam:  # only candidates that would have made the beam may finish
+                ids = prefix(parent) + [tok]
+                finished.append(FinishedHypothesis(ids, s, s / length_penalty(len(ids), alpha), t, parent))
+            continue
+        keep_parent.append(parent)
+        keep_tok.append(tok)
+        keep_score.append(s)
+        if len(keep_tok) == beam:
+            break
+    return BeamStep(keep_parent, keep_tok, keep_score)
+
+
+def records_during_decode(opts: DecodeOptions, iv: Interventions) -> bool:
+    """Whether the step rows are recorded during the decode. With the causal mask on, the teacher-forced
+    trace holds exactly the rows the cached decode would record (tested), so the decode runs uncaptured
+    (the lean step) and the rows come from the trace. With it off, step s saw only its s+1 inputs, unlike
+    the trace: they are recorded during the decode."""
+    want_rows = opts.record or opts.replace_unk
+    return want_rows and not (opts.trace and iv.causal_mask)
 
 
 def lineage(hyp: FinishedHypothesis, steps: list[_StepData]) -> list[int]:
@@ -238,13 +257,10 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     src_tokens, truncated, src_ids, max_len = source_ids(lm, text, opts)
     src = torch.tensor([src_ids], device=device)
     want_rows = opts.record or opts.replace_unk
-    # With the causal mask on, the teacher-forced trace holds exactly the rows the cached decode
-    # would record (tested), so the decode runs uncaptured (the lean step) and the rows come from it.
-    # With it off, step s saw only its s+1 inputs, unlike the trace: record them during the decode.
-    rows_from_trace = want_rows and opts.trace and iv.causal_mask
+    rows_from_trace = want_rows and not records_during_decode(opts, iv)
     search = search or beam_search
     best, steps, beam_trace = search(model, src, max(1, opts.beam), max_len, opts.length_penalty,
-                                     iv, want_rows and not rows_from_trace)
+                                     iv, records_during_decode(opts, iv))
     path = lineage(best, steps)
     trace = full_trace(lm, src_ids, best.ids, iv) if opts.trace else None
     if rows_from_trace:

@@ -174,7 +174,7 @@ def gpu_translate_one(reg_key: str, name: str, text: str, opts: DecodeOptions,
 @GPU(duration=60)
 def gpu_translate_many(reg_key: str, name: str, texts: list[str], opts: DecodeOptions,
                        iv: Interventions = NO_INTERVENTION) -> list[Translation]:
-    """Greedy decodes of several visitors' sentences as one batch (model.batching)."""
+    """Decodes (greedy or beam) of several visitors' sentences as one batch (model.batching)."""
     with MODEL_LOCK:
         return translate_many(_lm(reg_key, name), texts, opts, iv)
 
@@ -187,17 +187,22 @@ def _run_batch(group: tuple, texts: list[str]) -> list[Translation]:
     return gpu_translate_many(reg_key, name, texts, opts, iv)
 
 
-# Translations of one model with the same options, waiting while the model is busy, run as one batch.
+# Translations of one model with the same options (beam size included), waiting while the model is busy,
+# run as one batch.
 BATCHER = MicroBatcher(_run_batch, MODEL_LOCK, settings.read().batch_max)
+
+
+def _decode(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Interventions) -> Translation:
+    if BATCHER.max_batch > 1 and batchable(opts, iv):
+        return BATCHER.submit((reg_key, name, opts, iv), text)
+    return gpu_translate_one(reg_key, name, text, opts, iv)
 
 
 @cached
 def gpu_translate(reg_key: str, name: str, text: str, opts: DecodeOptions,
                   iv: Interventions = NO_INTERVENTION) -> Translation:
-    """One decode: cached, and batched with other visitors' where model.batching allows."""
-    if BATCHER.max_batch > 1 and batchable(opts, iv):
-        return BATCHER.submit((reg_key, name, opts, iv), text)
-    return gpu_translate_one(reg_key, name, text, opts, iv)
+    """One decode (greedy or beam): cached, and batched with other visitors' where model.batching allows."""
+    return _decode(reg_key, name, text, opts, iv)
 
 
 @cached
@@ -213,12 +218,11 @@ def gpu_compare(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Int
 
 
 @cached
-@GPU(duration=60)
 def gpu_beam(reg_key: str, name: str, text: str, beam: int, max_len: int = 100) -> Translation:
+    """The beam tree's search: batched with other visitors' of the same beam size."""
     opts = DecodeOptions(beam=max(2, min(int(beam), MAX_BEAM)), max_len=max(1, min(int(max_len or 100), MAX_OUTPUT_TOKENS)),
                          record=False, replace_unk=False, trace=False)
-    with MODEL_LOCK:
-        return decoding.translate(_lm(reg_key, name), text, opts)
+    return _decode(reg_key, name, text, opts, NO_INTERVENTION)
 
 
 @cached

@@ -23,8 +23,8 @@ class Settings:
     queue_size: int = 64            # ATTN_QUEUE_SIZE: waiting requests before "busy, try again"
     # ATTN_MODEL_CONCURRENCY: model events in flight. On the CPU 1 measured best: with 2 or 3, 16-user
     # throughput fell (GIL contention), and with 4 or 8 batching the decodes did not win it back on 2 cores
-    # (bench.serving). With the models on a GPU (ATTN_DEVICE=cuda) set it to 8: the greedy decodes of the
-    # events in flight then share one batch, and on ZeroGPU one GPU call.
+    # (bench.serving). With the models on a GPU (ATTN_DEVICE=cuda) set it to 8: the decodes (greedy or beam) of
+    # the events in flight then share one batch, and on ZeroGPU one GPU call.
     model_concurrency: int = 1
     # ATTN_TORCH_THREADS: torch threads on the CPU. Model calls run one at a time, and idle OpenMP workers
     # spinning between small ops take the CPU the web server needs (16 users on 2 cores: about 7-8 req/s
@@ -32,7 +32,8 @@ class Settings:
     torch_threads: int = 1
     # ATTN_CACHE_MB: the result cache's bound (0 = no cache). A greedy run with its trace is about 1 MB.
     cache_mb: int = 128
-    # ATTN_BATCH: most greedy decodes of one model run together as one padded batch (1 = no batching).
+    # ATTN_BATCH: most decodes (greedy or beam, same options) of one model run together as one padded batch
+    # (1 = no batching).
     batch_max: int = 16
     host: str = "127.0.0.1"         # GRADIO_SERVER_NAME
     port: int = 7860                # GRADIO_SERVER_PORT
