@@ -30,7 +30,8 @@ def batchable(opts: DecodeOptions, iv: Interventions) -> bool:
     """Greedy, with the causal mask on (the step rows then come from the trace, not the decode) and
     source padding hidden (a batch adds padding a lone run does not have)."""
     wants_rows = opts.record or opts.replace_unk
-    return opts.beam <= 1 and iv.causal_mask and iv.src_padding_mask and (opts.trace or not wants_rows)
+    return (opts.beam <= 1 and iv.causal_mask and iv.src_padding_mask and (opts.trace or not wants_rows)
+            and not opts.prefix)  # a branch's forced steps are its own
 
 
 @dataclass
