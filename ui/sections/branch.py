@@ -7,6 +7,7 @@ beside the run bar walk through (no model call: the runs are kept).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import gradio as gr
@@ -133,13 +134,15 @@ def history_values(shell: Shell, run, hist, delta: int, sel_values, base: str = 
 
 # --------------------------------------------------------------------------- continue from here
 
-def candidates(run, step):
-    """The pick list of a step: the model's top-k there (with probabilities), its own choice marked."""
-    if run is None or not run.tr.steps:
+def candidates(shell: Shell, run, step):
+    """The pick list of a step: the model's top-k there (with probabilities, its own choice marked), less
+    the tokens decoding never produces (an untrained model may rank <bos> first)."""
+    if run is None or not run.tr.steps or shell.lm(run) is None:
         return gr.Dropdown(choices=[], value=None)
-    sv = run.tr.step_view(int(step or 0))
-    choices = [(f"{tok}  ·  {p:.1%}" + ("  (chosen)" if i == sv.chosen else ""), tok)
-               for i, (tok, p) in enumerate(zip(sv.topk_tokens, sv.topk_probs))]
+    rec = run.tr.steps[max(0, min(int(step or 0), run.n_steps - 1))]
+    never = set(shell.lm(run).model.cfg.never_generated)
+    choices = [(f"{tok}  ·  {p:.1%}" + ("  (chosen)" if i == rec.token_id else ""), tok)
+               for i, tok, p in zip(rec.topk_ids, rec.topk_tokens, rec.topk_probs) if i not in never]
     return gr.Dropdown(choices=choices, value=None)
 
 
@@ -212,7 +215,9 @@ def node_branch(shell: Shell, run, view, node, hist, sel_values, base: str = "/"
 
 
 def _guarded(fn, note_key: str, shell: Shell):
-    """A handler whose failure is a sentence beside its button, never a stack trace."""
+    """A handler whose failure is a sentence beside its button, never a stack trace (its signature kept:
+    Gradio hands the request to a parameter typed gr.Request)."""
+    @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
@@ -230,14 +235,20 @@ def wire(shell: Shell) -> None:
     gen = shell.generation
     fill = dict(api_visibility="private", **VIEW)
     gr.on([shell.step.change, p["branch_pick"].focus, p["steps_tab"].select, shell.section_tabs["generation"].select],
-          candidates, [shell.run_state, shell.step], p["branch_pick"], api_name="branch_candidates", **fill)
+          lambda run, step: candidates(shell, run, step), [shell.run_state, shell.step], p["branch_pick"],
+          api_name="branch_candidates", **fill)
     p["node_pick"].focus(lambda v: nodes(shell, v), gen.beam_state, p["node_pick"], api_name="beam_nodes", **fill)
 
-    def on_step(run, step, pick, hist, *rest, request: gr.Request = None):
-        return step_branch(shell, run, step, pick, hist, rest, base_url(request))
+    # the selection's ten values named one by one: Gradio hands a gr.Request only to a positional parameter
+    def on_step(run, step, pick, hist, kind, layer, head, step_, query, units, view, scale, section, subviews,
+                request: gr.Request = None):
+        sel = (kind, layer, head, step_, query, units, view, scale, section, subviews)
+        return step_branch(shell, run, step, pick, hist, sel, base_url(request))
 
-    def on_node(run, view, node, hist, *rest, request: gr.Request = None):
-        return node_branch(shell, run, view, node, hist, rest, base_url(request))
+    def on_node(run, tree, node, hist, kind, layer, head, step, query, units, view, scale, section, subviews,
+                request: gr.Request = None):
+        sel = (kind, layer, head, step, query, units, view, scale, section, subviews)
+        return node_branch(shell, run, tree, node, hist, sel, base_url(request))
 
     p["branch_btn"].click(_guarded(on_step, "branch_md", shell),
                           [shell.run_state, shell.step, p["branch_pick"], p["hist_state"], *sel_in],
@@ -254,6 +265,8 @@ def wire(shell: Shell) -> None:
 
 
 def _go(shell: Shell, delta: int):
-    def on_go(run, hist, *rest, request: gr.Request = None):
-        return history_values(shell, run, hist, delta, rest, base_url(request))
+    def on_go(run, hist, kind, layer, head, step, query, units, view, scale, section, subviews,
+              request: gr.Request = None):
+        sel = (kind, layer, head, step, query, units, view, scale, section, subviews)
+        return history_values(shell, run, hist, delta, sel, base_url(request))
     return on_go
