@@ -37,8 +37,10 @@ CSS = """
   padding: 2px 0 4px 0; border-bottom: 1px solid var(--border-color-primary);}
 #run-bar {padding: 0 !important; border: 0 !important;}
 #run-bar-row {flex-wrap: nowrap !important; align-items: center; gap: 4px;}
-#run-bar-row > #run-bar {flex: 1 1 auto; min-width: 0;}
-#hist-md {flex: 0 0 auto; font-size: 0.8em; white-space: nowrap; padding: 0 !important;}
+#run-bar-row > #run-bar {flex: 1 1 0% !important; min-width: 0 !important; overflow: hidden !important;}
+#run-bar-row > #hist-md {flex: 0 0 auto !important; width: auto !important; padding: 0 !important; border: 0 !important;}
+#hist-md p {margin: 0; font-size: 0.8em; white-space: nowrap;}
+#run-bar-row > button {flex: 0 0 auto !important; padding: 0 8px;}
 #run-bar p {margin: 0; font-size: 0.85em; white-space: nowrap; overflow: hidden; text-overflow: ellipsis;}
 /* the selection bar: one compact row; each control says what it is by its values (labels kept for readers) */
 #selection-bar {flex-wrap: nowrap !important; align-items: center; gap: 6px; overflow-x: auto;}
