@@ -31,6 +31,28 @@ def ms(fn) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def branch_figures(st: dict, per: dict, cpu: dict) -> list[dict]:
+    """The table's lines: server time (wall and CPU), the decode alone, the JSON sent; and ◀ back's."""
+    return [
+        figure("branch.continue.p50_ms", "continue from here (greedy), the whole event: server time p50",
+               st["continue_step"][0]["p50"], "ms", "<=", TARGET_MS),
+        figure("branch.continue_cpu.p50_ms", "continue from here in CPU time of the process (others' load aside): "
+               "p50", statistics.median(cpu["continue_step"]), "ms"),
+        figure("branch.continue.p95_ms", "continue from here: p95", st["continue_step"][0]["p95"], "ms"),
+        figure("branch.decode.p50_ms", "of which the branch's decode (forced prefix, greedy, full trace): p50",
+               st["decode"][0]["p50"], "ms"),
+        figure("branch.continue.max_kb", "continue from here: JSON sent, max over sentences",
+               st["continue_step"][1]["max"], "kB", "<=", TARGET_KB),
+        figure("branch.interaction.max_kb", "one interaction (candidates' list + continue): max",
+               max(a + b for a, b in zip(per["branch_candidates"][1], per["continue_step"][1])), "kB", "<=",
+               TARGET_KB),
+        figure("branch.history_back.p50_ms", "◀ back to the previous run (no model call): server time p50",
+               st["history_back"][0]["p50"], "ms"),
+        figure("branch.history_back.max_kb", "◀ back: JSON sent, max", st["history_back"][1]["max"], "kB", "<=",
+               TARGET_KB),
+    ]
+
+
 def run(cfg) -> dict:
     import app
     from gradio.state_holder import SessionState
@@ -86,24 +108,7 @@ def run(cfg) -> dict:
               f"{per['history_back'][1][-1]:6.1f} kB", flush=True)
     loop.close()
     st = {a: (stats(t), stats(kb) if kb else None) for a, (t, kb) in per.items()}
-    figures = [
-        figure("branch.continue.p50_ms", "continue from here (greedy), the whole event: server time p50",
-               st["continue_step"][0]["p50"], "ms", "<=", TARGET_MS),
-        figure("branch.continue_cpu.p50_ms", "continue from here in CPU time of the process (others' load aside): "
-               "p50", statistics.median(cpu["continue_step"]), "ms"),
-        figure("branch.continue.p95_ms", "continue from here: p95", st["continue_step"][0]["p95"], "ms"),
-        figure("branch.decode.p50_ms", "of which the branch's decode (forced prefix, greedy, full trace): p50",
-               st["decode"][0]["p50"], "ms"),
-        figure("branch.continue.max_kb", "continue from here: JSON sent, max over sentences",
-               st["continue_step"][1]["max"], "kB", "<=", TARGET_KB),
-        figure("branch.interaction.max_kb", "one interaction (candidates' list + continue): max",
-               max(a + b for a, b in zip(per["branch_candidates"][1], per["continue_step"][1])), "kB", "<=",
-               TARGET_KB),
-        figure("branch.history_back.p50_ms", "◀ back to the previous run (no model call): server time p50",
-               st["history_back"][0]["p50"], "ms"),
-        figure("branch.history_back.max_kb", "◀ back: JSON sent, max", st["history_back"][1]["max"], "kB", "<=",
-               TARGET_KB),
-    ]
+    figures = branch_figures(st, per, cpu)
     return entry(figures, model=f"{cfg.checkpoint}, in the app with every model of {cfg.app_root.name}/",
                  data=f"first {len(texts)} lines of Multi30k test_2016_flickr.{name.split('-')[0]}",
                  method="in process, Blocks.process_api per event, one session per sentence; the branch at step "

@@ -129,7 +129,10 @@ def test_continue_from_a_beam_tree_node_and_the_export(server):
     node = next(n for n in view.tree.nodes if n.step == 2 and n.status == "pruned")
     values = handler(demo, "continue_node")(run, view, node.id, None, *_sel("generation", "beam-tree"))
     new = values["Run"]
-    ids = [n.token_id for n in (node, view.tree.nodes[node.parent], view.tree.nodes[view.tree.nodes[node.parent].parent])]
+    ids, n = [], node
+    while n.parent is not None:  # up to the root by hand
+        ids.append(n.token_id)
+        n = view.tree.nodes[n.parent]
     assert new.tr.output_ids[:3] == ids[::-1] and new.tr.prefix_len == 3
     assert new.tr.beam is not None and "forced prefix up to step 2, then beam 4" in values["run-bar"]
     assert values["beam-md"].startswith("**Chosen:**")  # the tree on screen is redrawn for the branch

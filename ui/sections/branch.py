@@ -97,9 +97,10 @@ def _record(run, hist):
     return _nav((hist or History()).push(run))
 
 
-def _screen(shell: Shell, run: Run, sel, base: str, step: int) -> dict:
-    """Every view of ``run`` as a new run's, plus the section and sub-view on screen drawn at once."""
-    values = shell.run_values(run, RunContext(sel, False, base))
+def _screen(shell: Shell, run: Run, sel, base: str, step: int, run_views: bool = True) -> dict:
+    """Every view of ``run`` as a new run's (unless ``run_views`` is False: already drawn), plus the section
+    and sub-view on screen drawn at once."""
+    values = shell.run_values(run, RunContext(sel, False, base)) if run_views else {}
     if sel.section == "generation":
         values |= lazy_values(shell, "generation", run, step)
     elif sel.section in shell.lazy:
@@ -168,7 +169,7 @@ def continue_values(shell: Shell, run, inputs: RunInputs, step: int, hist, sel_v
     notice = values.get(shell.parts["notice"], "")
     if new is None:  # the problem goes beside the button too (the notice sits on the first screen)
         return values | {note: notice or "⚠️ The branch could not be decoded."}
-    values |= _screen(shell, new, sel.fit(shell.shape(new.model)), base, step)
+    values |= _screen(shell, new, sel.fit(shell.shape(new.model)), base, step, run_views=False)
     # the branch's step, where Generation opens (its top-k: what the model would have chosen there)
     values[shell.step] = gr.Slider(minimum=0, maximum=max(1, new.n_steps - 1), value=min(step, new.n_steps - 1))
     values |= dict(zip(_nav_outputs(shell), _nav((hist or History()).push(run).push(new))))
