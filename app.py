@@ -18,9 +18,9 @@ import gradio as gr
 import torch
 
 from ui import calls, settings
-from ui.api import make_api
+from ui.api import make_api, make_continue_api
 from ui.sections import Shell, bar, lazy_section
-from ui.sections import analysis, attention, computation, generation, interventions, translate
+from ui.sections import analysis, attention, branch, computation, generation, interventions, translate
 from ui.views import warm_up
 
 SECTIONS = [("Translate & watch", "translate", translate), ("Attention", "attention", attention),
@@ -36,6 +36,11 @@ CSS = """
 #run-bar-box {position: sticky; top: 0; z-index: 20; background: var(--background-fill-primary); gap: 2px;
   padding: 2px 0 4px 0; border-bottom: 1px solid var(--border-color-primary);}
 #run-bar {padding: 0 !important; border: 0 !important;}
+#run-bar-row {flex-wrap: nowrap !important; align-items: center; gap: 4px;}
+#run-bar-row > #run-bar {flex: 1 1 0% !important; min-width: 0 !important; overflow: hidden !important;}
+#run-bar-row > #hist-md {flex: 0 0 auto !important; width: auto !important; padding: 0 !important; border: 0 !important;}
+#hist-md p {margin: 0; font-size: 0.8em; white-space: nowrap;}
+#run-bar-row > button {flex: 0 0 auto !important; padding: 0 8px;}
 #run-bar p {margin: 0; font-size: 0.85em; white-space: nowrap; overflow: hidden; text-overflow: ellipsis;}
 /* the selection bar: one compact row; each control says what it is by its values (labels kept for readers) */
 #selection-bar {flex-wrap: nowrap !important; align-items: center; gap: 6px; overflow-x: auto;}
@@ -100,12 +105,14 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             section.wire(shell)
         translate_event = translate.wire(shell)  # last: a new run refreshes every section
         interventions.wire_preset(shell, translate_event)
+        branch.wire(shell)  # continue from here, and the run history
         translate.wire_load(shell, demo)
         api_translate, api_compare, api_attribution, api_models = make_api(reg_key)
         gr.api(api_translate, api_name="translate", **shell.model_event())
         gr.api(api_compare, api_name="compare", **shell.model_event())
         gr.api(api_attribution, api_name="attribution", **shell.model_event())
         gr.api(api_models, api_name="models")
+        gr.api(make_continue_api(reg_key), api_name="continue_from", **shell.model_event())
         demo.load(None, None, None, js=attention.CLICK_JS)
     demo.queue(default_concurrency_limit=1,
                max_size=max(1, int(max_queue or env.queue_size)))

@@ -20,6 +20,7 @@ BENCHES = [
     Bench("attribution_agreement", "rank agreement of raw attention with ALTI+, integrated gradients, ..."),
     Bench("attribution_exact", "checked integrated gradients: server time, steps, completeness before/after; API bytes"),
     Bench("server", "in process, through Gradio's own processing: the first screen and every other view"),
+    Bench("branch", "continue from here: server time and JSON of a branch (greedy), and of ◀ back"),
     Bench("payload", "bytes the browser receives per interaction, over SSE from a launched app"),
     Bench("cold_start", "from `python app.py` to the server answering and to the first translation answered"),
     Bench("load", "concurrent gradio_client users: throughput, latency, errors, memory, leak check"),

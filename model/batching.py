@@ -26,9 +26,10 @@ from .transformer import NO_INTERVENTION, Interventions
 
 
 def batchable(opts: DecodeOptions, iv: Interventions) -> bool:
-    """Any decode whose source padding is hidden (a batch adds padding a lone run does not have);
-    requests share a batch only with the same options and interventions (the batcher's group)."""
-    return iv.src_padding_mask
+    """Any decode whose source padding is hidden (a batch adds padding a lone run does not have) and
+    that forces no prefix (a branch's forced steps are its own); requests share a batch only with the
+    same options and interventions (the batcher's group)."""
+    return iv.src_padding_mask and not opts.prefix
 
 
 def _source(lm: LoadedModel, text: str, opts: DecodeOptions) -> Search:

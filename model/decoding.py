@@ -33,6 +33,7 @@ class DecodeOptions:
     record: bool = True            # per-step attention rows (explicit attention path)
     trace: bool = True             # full teacher-forced capture of every hook afterwards
     pad_src_to: int = 0            # pad the source with <pad> to this many tokens, as in a batch
+    prefix: tuple[int, ...] = ()   # output ids forced token for token before the search goes on (a branch)
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -116,8 +117,11 @@ def _rows(trace: Trace, pattern: str, n_layers: int) -> torch.Tensor:
 @torch.inference_mode()
 def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: int = 100,
                 alpha: float = 0.6, iv: Interventions = NO_INTERVENTION, record: bool = True,
-                use_cache: bool = True) -> tuple[FinishedHypothesis, list[_StepData], BeamSearchTrace]:
-    """Beam search for one source (1, S). Beam 1 is greedy decoding."""
+                use_cache: bool = True, prefix: tuple[int, ...] = ()
+                ) -> tuple[FinishedHypothesis, list[_StepData], BeamSearchTrace]:
+    """Beam search for one source (1, S). Beam 1 is greedy decoding. The first len(prefix) steps keep
+    one hypothesis and take the prefix's token whatever the model prefers (their log-probabilities, the
+    model's own, are recorded and scored as usual)."""
     device, L = src.device, len(model.decoder.layers)
     src_mask = model.src_mask(src, iv)
     src_mask = None if _hides_nothing(src_mask) else src_mask  # None: no mask work in any step
@@ -143,8 +147,12 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
                 parents_in))
             trace.records.clear()
             last = t == max_len - 1
-            cand = (scores[:, None] + generable(logp, never)).view(-1)
-            top_scores, top_idx = cand.topk(min(2 * beam, cand.numel()))
+            if t < len(prefix):  # a forced step: one hypothesis (n is 1), one candidate
+                top_idx = torch.tensor([prefix[t]], device=device)
+                top_scores = scores[:1] + logp[0, prefix[t]]
+            else:
+                cand = (scores[:, None] + generable(logp, never)).view(-1)
+                top_scores, top_idx = cand.topk(min(2 * beam, cand.numel()))
             kept = choose(top_scores.tolist(), top_idx.tolist(), logp.size(1), beam, eos, last,
                           lambda parent: ys[parent, 1:].tolist(), t, alpha, finished)
             keep_parent, keep_tok, keep_score = kept.parents, kept.tokens, kept.scores
@@ -248,6 +256,21 @@ def source_ids(lm: LoadedModel, text: str, opts: DecodeOptions) -> tuple[list[st
     return src_tokens, truncated, ids, max(1, min(opts.max_len, lm.model.cfg.max_len - 1, 2 * n_real + 10))
 
 
+def check_prefix(model: Transformer, prefix: tuple[int, ...]) -> tuple[int, ...]:
+    """The forced prefix as ints, cut after its first <eos>; a ValueError names a token no decode produces."""
+    cfg, out = model.cfg, []
+    for i in prefix:
+        i = int(i)
+        if not 0 <= i < cfg.tgt_vocab_size or i in cfg.never_generated:
+            raise ValueError(f"the forced prefix holds token id {i}, which decoding never produces")
+        out.append(i)
+        if i == cfg.eos_id:
+            break
+    if len(out) > cfg.max_len - 1:
+        raise ValueError(f"the forced prefix is {len(out)} tokens long; this model writes at most {cfg.max_len - 1}")
+    return tuple(out)
+
+
 def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
               iv: Interventions = NO_INTERVENTION, search=None) -> Translation:
     """Decode ``text``. ``search`` replaces beam_search (same arguments and result): model.batching
@@ -255,12 +278,16 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     model, device = lm.model, lm.device
     model.validate_interventions(iv)
     src_tokens, truncated, src_ids, max_len = source_ids(lm, text, opts)
+    prefix = check_prefix(model, opts.prefix)
+    if prefix:  # room for the forced tokens, and for at least one of the model's own after them
+        max_len = min(max(max_len, len(prefix) + 1), model.cfg.max_len - 1)
     src = torch.tensor([src_ids], device=device)
     want_rows = opts.record or opts.replace_unk
     rows_from_trace = want_rows and not records_during_decode(opts, iv)
     search = search or beam_search
+    extra = {"prefix": prefix} if prefix else {}  # model.batching's search takes no prefix (never batched)
     best, steps, beam_trace = search(model, src, max(1, opts.beam), max_len, opts.length_penalty,
-                                     iv, records_during_decode(opts, iv))
+                                     iv, records_during_decode(opts, iv), **extra)
     path = lineage(best, steps)
     trace = full_trace(lm, src_ids, best.ids, iv) if opts.trace else None
     if rows_from_trace:
@@ -293,7 +320,7 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     return Translation(text, src_tokens, src_ids, out_tokens, best.ids, text_out, best.score,
                        records if want_rows else [], replaced, trace,
                        beam_trace if opts.beam > 1 else None, iv, truncated, lm.src_lang, lm.tgt_lang,
-                       start_token=start_token(lm))
+                       start_token=start_token(lm), prefix_len=len(prefix))
 
 
 @torch.inference_mode()

@@ -77,6 +77,7 @@ class Translation:
     src_lang: str = ""
     tgt_lang: str = ""
     start_token: str = "<bos>"     # the decoder's first input (Marian models start with <pad>)
+    prefix_len: int = 0            # a branch: its first prefix_len output tokens were forced, not chosen
 
     @property
     def decoder_input_tokens(self) -> list[str]:

@@ -6,6 +6,7 @@ from dataclasses import asdict
 
 import gradio as gr
 
+from model.branching import branch_of, parse_prefix
 from model.checkpoint import Registry, summarize
 from model.decoding import DecodeOptions
 from model.names import CROSS, Kind
@@ -140,6 +141,31 @@ class Api:
         return {"model": name, "translation": tr.text, "output_tokens": list(tr.output_tokens)} | \
             attribution_payload(attr)
 
+    def continue_from(self, text: str, direction: str = "", prefix: list[int | str] | str | None = None,
+                      beam: int = 1, max_len: int = 100, decimals: int | None = None) -> dict:
+        """Continue from here: decode `text` with its output forced to start with `prefix` (target token ids,
+        or the target vocabulary's tokens, as a list or one comma-separated string), token for token, then
+        greedy (`beam` 1) or beam search on from there. The same JSON as /translate, plus `branch`: the
+        forced ids and tokens, how many steps were forced, and a description ("forced prefix up to step 2,
+        then greedy"). The top-k of a forced step is still the model's own: what it would have chosen."""
+        name = _api_model(self.reg, direction)
+        decimals = _decimals(decimals)
+        text, notices = clean_input(text)
+        if is_blank(text):
+            raise gr.Error("The input is empty: type a sentence.")
+        lm = self.reg.models[name]
+        try:
+            ids = parse_prefix(lm, prefix)
+        except ValueError as e:
+            raise gr.Error(str(e)[:300]) from None
+        beam = _api_int(beam, "beam", 1, MAX_BEAM)
+        opts = DecodeOptions(beam=beam, max_len=_api_int(max_len, "max_len", 1, MAX_OUTPUT_TOKENS), prefix=ids)
+        tr = _run("translation", calls.gpu_translate, self.reg_key, name, text, opts)
+        b = branch_of(lm, tr, beam)
+        return to_json(tr, run_notices(tr, notices, lm), name, lm=lm, decimals=decimals) | {"branch": {
+            "prefix_ids": list(b.prefix_ids), "prefix_tokens": list(b.prefix_tokens), "prefix_len": tr.prefix_len,
+            "forced_steps": list(range(tr.prefix_len)), "then": b.then, "description": b.description}}
+
     def models(self) -> list:
         """The loaded translation directions and their sizes and metrics."""
         out = []
@@ -155,3 +181,8 @@ def make_api(reg_key: str):
     """(translate, compare, attribution, models) for ``gr.api``."""
     api = Api(reg_key)
     return api.translate, api.compare, api.attribution, api.models
+
+
+def make_continue_api(reg_key: str):
+    """/continue_from for ``gr.api``."""
+    return Api(reg_key).continue_from

@@ -296,6 +296,8 @@ def run_bar(model: str, tr: Translation, reg: Registry, forced: bool = False) ->
     arrow = f"{lm.src_lang}→{lm.tgt_lang}" if lm else model
     decoding = "greedy" if tr.beam is None else f"beam {max(len(s.tokens) for s in tr.beam.steps)}"
     decoding = "teacher-forced on a reference" if forced else decoding
+    if tr.prefix_len and not forced:  # a branch: the start was forced, the model went on
+        decoding = f"forced prefix up to step {tr.prefix_len - 1}, then {decoding}"
     changed = describe_interventions(tr.interventions)
     extra = f" · {md_escape('; '.join(changed))}" if changed else ""
     return (f"**Current run** · {arrow} · {md_escape(_clip(tr.src_text, 60))} → "

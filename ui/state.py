@@ -83,15 +83,19 @@ class RunInputs:
     max_len: int = 100
     reference: str | None = None
     toggles: Toggles = Toggles()
+    prefix: tuple[int, ...] = ()   # a branch: output ids forced before the decoding goes on
 
     def __post_init__(self):  # a greedy run has no beam size: one spelling per run
         if self.decoding != "beam":
             object.__setattr__(self, "beam", 4)
+        object.__setattr__(self, "prefix", tuple(int(i) for i in self.prefix))
 
     @property
     def kind(self) -> str:
-        """greedy, beam, teacher-forced (and intervened, where Compare's toggles are set)."""
+        """greedy, beam, teacher-forced, a branch (and intervened, where Compare's toggles are set)."""
         base = "teacher-forced" if self.reference is not None else self.decoding
+        if self.prefix and self.reference is None:
+            base = f"forced prefix up to step {len(self.prefix) - 1}, then {base}"
         return base + (", intervened" if self.toggles.changed else "")
 
 
@@ -152,6 +156,8 @@ def to_query(inputs: RunInputs, sel: Selection) -> dict[str, str]:
         q["max_len"] = str(inputs.max_len)
     if inputs.reference is not None:
         q["ref"] = inputs.reference
+    if inputs.prefix:
+        q["prefix"] = ",".join(map(str, inputs.prefix))
     t = inputs.toggles
     for key, on in (("padding", t.padding), ("causal", t.causal), ("positional", t.positional)):
         if not on:
@@ -255,6 +261,15 @@ def _selection(r: _Reader, shape: ModelShape | None) -> Selection:
                      subview=r.choice("subview", SUBVIEWS[section][0], SUBVIEWS[section]))
 
 
+def _prefix(r: _Reader) -> tuple[int, ...]:
+    """A branch's forced prefix: comma-separated token ids (whether the model has them is checked on load)."""
+    items = [x.strip() for x in str(r.params.get("prefix", "")).split(",") if x.strip()]
+    if len(items) > MAX_STEP or not all(x.isdigit() and int(x) < 10**7 for x in items):
+        r.bad("prefix", "is not a list of token ids (whole numbers, comma-separated)")
+        return ()
+    return tuple(int(x) for x in items)
+
+
 def from_query(params, shapes: dict[str, ModelShape], max_beam: int = 8, max_len: int = 250) -> Restored | None:
     """Query parameters -> what the link restores (None without a text). ``shapes``: the loaded models."""
     params = {k: v for k, v in dict(params or {}).items()}
@@ -273,8 +288,10 @@ def from_query(params, shapes: dict[str, ModelShape], max_beam: int = 8, max_len
     ref = params.get("ref")
     inputs = RunInputs(model=model, text=str(text), decoding="beam" if beam else "greedy", beam=beam or 4,
                        max_len=r.int("max_len", 100, 1, max_len),
-                       reference=str(ref) if ref not in (None, "") else None, toggles=_toggles(r, shape))
+                       reference=str(ref) if ref not in (None, "") else None, toggles=_toggles(r, shape),
+                       prefix=_prefix(r))
     known = {"text", "model", "beam", "max_len", "ref", "pad", "padding", "causal", "positional", "ablate", "hide",
+             "prefix",
              *(f.name for f in fields(Selection))}
     sel = _selection(r, shape)
     r.problems += [f"The link's parameter {k[:20]!r} is unknown; it was ignored." for k in params if k not in known]

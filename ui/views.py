@@ -134,6 +134,11 @@ def step_figures(run: Run | None, t, head=None):
     prefix.append((sv.token, "new"))
     md = (f"**Step {sv.t} of {sv.n - 1}.** The decoder reads the {len(sv.prefix)} token(s) on the left and "
           f"produces **{sv.token}** with probability {sv.prob:.1%}.")
+    if sv.t < tr.prefix_len:  # a branch's forced step: the bars are what the model would have chosen
+        own = next((tok for tok in sv.topk_tokens if tok not in ("<bos>", "<pad>")), sv.topk_tokens[0])
+        steps = "step 0" if tr.prefix_len == 1 else f"steps 0–{tr.prefix_len - 1}"
+        md += (f" This token was **forced** (the branch's prefix, {steps}); the bars show what the model itself "
+               f"preferred: it would have written **{own}**.")
     row_label = step_row_labels(tr.decoder_input_tokens, tr.output_tokens)[sv.t]
     topk = vs.topk_bars(sv.topk_tokens, sv.topk_probs, sv.chosen,
                         title=f"Top-{len(sv.topk_tokens)} next tokens at step {sv.t}")

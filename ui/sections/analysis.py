@@ -11,6 +11,7 @@ import gradio as gr
 
 from model import analysis as an
 from model import readouts
+from model.branching import describe
 from model.transformer import ENC_SELF
 from viz import export as v_export
 from viz import profiles as v_prof
@@ -248,6 +249,14 @@ def run_settings(run) -> dict:
     if inputs is not None:
         out["inputs"] = {"text": inputs.text, "model": inputs.model, "decoding": inputs.decoding,
                          "beam": inputs.beam if inputs.decoding == "beam" else 1, "max_len": inputs.max_len}
+        if inputs.prefix:
+            out["inputs"]["prefix"] = list(inputs.prefix)
+    if tr.prefix_len and not run.forced:  # a branch: which output tokens were forced, and what followed
+        beam = max(len(st.tokens) for st in tr.beam.steps) if tr.beam is not None else 1
+        out["branch"] = {"prefix_ids": [int(i) for i in tr.output_ids[:tr.prefix_len]],
+                         "prefix_tokens": list(tr.output_tokens[:tr.prefix_len]), "prefix_len": tr.prefix_len,
+                         "description": describe(tr.prefix_len, beam)}
+        out["run"] = out["branch"]["description"] + out["run"][len(kind):]
     if run.forced:
         out["reference"] = inputs.reference if inputs is not None else tr.text
         out["per_token_loss"] = list(run.forced_loss or [])

@@ -10,7 +10,7 @@ from model.transformer import CROSS
 
 from ..present import KIND_LABELS, header_markdown
 from ..state import ModelShape, link_url
-from . import RunContext, Shell, head_choices, layer_choices
+from . import RunContext, Shell, branch, head_choices, layer_choices
 
 KIND_CHOICES = [(label, kind) for kind, label in KIND_LABELS.items()]
 UNIT_CHOICES = [("Words", "words"), ("Pieces", "pieces")]
@@ -28,7 +28,9 @@ def build(shell: Shell) -> BarParts:
     n_heads = lm.model.cfg.n_heads if lm else 1
     gr.Markdown(header_markdown(shell.reg), elem_id="header")
     with gr.Column(elem_id="run-bar-box"):
-        shell.run_bar = gr.Markdown("**Current run** · translating the first example…", elem_id="run-bar")
+        with gr.Row(elem_id="run-bar-row"):
+            shell.run_bar = gr.Markdown("**Current run** · translating the first example…", elem_id="run-bar")
+            branch.build_nav(shell)  # ◀ ▶ through the session's runs
         with gr.Row(elem_id="selection-bar"):
             shell.kind = gr.Radio(KIND_CHOICES, value=CROSS, label="Attention", elem_id="attn-kind",
                                   scale=4)

@@ -12,7 +12,7 @@ from viz import beam as v_beam
 from .. import calls, views
 from ..present import md_escape
 from ..state import BeamView
-from . import VIEW, Shell, log, sub_view, track_subtabs
+from . import VIEW, Shell, branch, log, sub_view, track_subtabs
 
 PREFIX_COLORS = {"token": "#dde7f7", "special": "#d9d9d9", "input": "#b8cff0", "new": "#ffb347"}
 
@@ -42,6 +42,7 @@ def build(shell: Shell) -> GenerationParts:
             with gr.Row():
                 p["topk_plot"] = gr.Plot(label="Next-token probabilities", elem_id="step-topk", show_label=False)
                 p["self_plot"] = gr.Plot(label="Decoder self-attention row", elem_id="step-self", show_label=False)
+            branch.build_step_picker(shell)  # continue from a candidate of the step shown
             p["cross_plot"] = gr.Plot(label="Cross-attention row", elem_id="step-cross", show_label=False)
         with gr.Tab("Beam tree", id="beam-tree") as beam_tab:
             gr.Markdown("Every hypothesis the beam kept, with its cumulative log-probability. Grey branches were "
@@ -63,6 +64,7 @@ def build(shell: Shell) -> GenerationParts:
             p["beam_attn"] = gr.Plot(views.message_figure("Pick a finished hypothesis above to see its "
                                                           "cross-attention."), label="Its cross-attention",
                                      elem_id="beam-attn", show_label=False)
+            branch.build_node_picker(shell)  # continue from any node of the tree
             p["beam_state"] = gr.State(None)
     p["beam_tab"], p["steps_tab"] = beam_tab, steps_tab
     shell.subtabs["generation"] = tabs

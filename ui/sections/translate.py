@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from model.decoding import DecodeOptions
+from model.branching import describe
+from model.decoding import DecodeOptions, check_prefix
 from model.transformer import CROSS
 
 from .. import calls, inside, views
@@ -164,9 +165,18 @@ def make_run(shell: Shell, inputs: RunInputs, notices: list[str]):
         note = f"Teacher-forced on the reference “{inputs.reference[:80]}” (perplexity {forced.perplexity:.2f})."
         return Run.of(lm, inputs.model, forced.translation, [*notices, note], forced=True, inputs=inputs,
                       forced_loss=[round(float(x), 6) for x in forced.loss]), forced
-    opts = opts_from(inputs.decoding, inputs.beam, inputs.max_len)
+    opts = replace(opts_from(inputs.decoding, inputs.beam, inputs.max_len), prefix=inputs.prefix)
     tr = calls.gpu_translate(shell.reg_key, inputs.model, inputs.text, opts)
+    if inputs.prefix:
+        notices = [*notices, branch_notice(lm, tr, opts.beam)]
     return Run.of(lm, inputs.model, tr, run_notices(tr, notices, lm), inputs=inputs), None
+
+
+def branch_notice(lm, tr, beam: int) -> str:
+    """What a branch is, in the run's notices: which tokens were forced, and how the model went on."""
+    forced = lm.tgt_vocab.to_text(tr.output_tokens[:tr.prefix_len], tr.tgt_lang)
+    return (f"Branch: {describe(tr.prefix_len, beam)}. The first {tr.prefix_len} token(s) (“{forced[:80]}”) "
+            "were forced; the model wrote the rest. Generation shows what it would have chosen at every step.")
 
 
 def problem_of(shell: Shell, inputs: RunInputs) -> str | None:
@@ -188,6 +198,8 @@ def translate_values(shell: Shell, inputs: RunInputs, notices: list[str], ctx: R
     try:
         run, forced = make_run(shell, inputs, notices)
     except Exception as e:
+        if isinstance(e, ValueError) and inputs.prefix:  # a forced prefix the model cannot take: say why
+            return {p["notice"]: f"⚠️ {md_escape(str(e)[:200])}", p["run_status"]: "✗ bad prefix"}
         log.error("translate failed: %s", traceback.format_exc())
         gr.Warning("The translation failed; please try another sentence.")
         return {p["notice"]: f"⚠️ The translation failed ({md_escape(type(e).__name__)}).", p["run_status"]: "✗ failed"}
@@ -217,6 +229,8 @@ def replay_event(shell: Shell):
             yield from replay_frames(shell, run, animate=section == "translate", selected=outlined(kind, layer, head))
 
     def chain(dep):
+        for then in p.get("after_run", ()):  # e.g. the run history records the new run
+            then(dep)
         return dep.then(on_replay, [shell.run_state, shell.section, shell.kind, shell.layer, shell.head],
                         [p["watch_step"], p["watch_strip"], p["watch_heads"]],
                         api_visibility="private", show_progress="hidden", concurrency_limit=16)
@@ -293,7 +307,14 @@ def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, l
         restored = from_query({"text": first[0], "model": first[1]}, shapes)
     if restored is None:
         return None
-    sel = restored.sel
+    sel, inputs = restored.sel, restored.inputs
+    lm = shell.reg.models.get(inputs.model)
+    if inputs.prefix and lm is not None:
+        try:
+            check_prefix(lm.model, inputs.prefix)
+        except ValueError as e:
+            restored.problems.append(f"The link's prefix cannot be forced ({e}); the run is decoded from the start.")
+            restored.inputs = replace(inputs, prefix=())
     # a phone, or a link made before views were linked that names a head, opens on one head
     if "view" not in params and ("layer" in params or "head" in params or 0 < (width or 0) < PHONE_WIDTH):
         sel = replace(sel, view="head")
