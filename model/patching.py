@@ -305,18 +305,27 @@ def _replacement(source: str, name: str, shape: tuple, pos_map: dict[int, int],
     return a.index_select(pos_dim - 1, index)
 
 
-def _row_masks(patches: Sequence[Patch], setup: PatchSetup, src_len: int, tgt_len: int) -> dict:
+Row = "Patch | Sequence[Patch]"  # one patched run: one patch, or several applied together
+
+
+def _row_patches(row) -> tuple[Patch, ...]:
+    return (row,) if isinstance(row, Patch) else tuple(row)
+
+
+def _plan(rows: Sequence, setup: PatchSetup) -> dict:
     """Per module: [(batch row, head or None, {B pos: A pos})] of the rows that replace it."""
     plan: dict[str, list] = {}
-    for row, patch in enumerate(patches, start=1):  # row 0 is B unpatched
-        pos_map = _position_map(setup, patch, src_len if patch.encoder_side else tgt_len)
-        for name, head in patch.targets():
-            plan.setdefault(name, []).append((row, head, pos_map))
+    for r, row in enumerate(rows, start=1):  # batch row 0 is B unpatched
+        for patch in _row_patches(row):
+            pos_map = _position_map(setup, patch, len(setup.src_b) if patch.encoder_side else len(setup.output))
+            for name, head in patch.targets():
+                plan.setdefault(name, []).append((r, head, pos_map))
     return plan
 
 
 def _hooks_for(plan: dict, source: str, clean: dict, means) -> dict:
-    """Per module: a forward hook that writes each planned row's replacement into B's output."""
+    """Per module: a forward hook that writes each planned row's replacement into B's output, only at the
+    planned heads and positions (several patches of one row may share a module)."""
     def make(name, entries):
         head_dim, pos_dim = _dims(name)
 
@@ -324,14 +333,17 @@ def _hooks_for(plan: dict, source: str, clean: dict, means) -> dict:
             mask = torch.zeros(out.shape[:pos_dim + 1], dtype=torch.bool, device=out.device)
             new = torch.zeros_like(out)
             for row, head, pos_map in entries:
+                here = torch.zeros(out.shape[1:pos_dim + 1], dtype=torch.bool, device=out.device)
                 idx = torch.tensor(sorted(pos_map), dtype=torch.long, device=out.device)
-                if head_dim is not None and head is not None:
-                    mask[row, head, idx] = True
-                elif head_dim is not None:
-                    mask[row, :, idx] = True
+                if head_dim is None:
+                    here[idx] = True
+                elif head is None:
+                    here[:, idx] = True
                 else:
-                    mask[row, idx] = True
-                new[row] = _replacement(source, name, tuple(out.shape), pos_map, clean, means, out)
+                    here[head, idx] = True
+                rep = _replacement(source, name, tuple(out.shape), pos_map, clean, means, out)
+                new[row] = torch.where(here[..., None], rep, new[row])
+                mask[row] |= here
             return torch.where(mask[..., None], new, out)
         return hook
     return {name: make(name, entries) for name, entries in plan.items()}
@@ -371,27 +383,33 @@ class PatchRuns:
 
 
 @torch.inference_mode()
-def run_patches(model: Transformer, setup: PatchSetup, patches: Sequence[Patch], ablation: str = "patch",
-                means: ActivationMeans | None = None) -> PatchRuns:
-    """Run A once, then B with each patch, ``MAX_BATCH`` patched rows (plus B unpatched) per forward."""
+def patched_logits(model: Transformer, setup: PatchSetup, rows: Sequence, ablation: str = "patch",
+                   means: ActivationMeans | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(run A's logits (1, T, V), logits of B unpatched then B under each row (1 + rows, T, V)), one forward
+    each. A row is a Patch or several patches applied together (an empty one patches nothing)."""
+    patches = [p for row in rows for p in _row_patches(row)]
     _check(model, setup, patches, ablation, means)
-    names = {name for p in patches for name, _ in p.targets()}
+    plan = _plan(rows, setup)
     src_a, _, dec_a, _ = _tensors(model, setup, 1)
-    logits_a, clean_acts = _forward_recording(model, src_a, dec_a, names if ablation == "patch" else set())
-    clean = float(_metric(logits_a, setup)[0])
-    corrupted, patched = float("nan"), []
-    chunks = [patches[i:i + MAX_BATCH] for i in range(0, len(patches), MAX_BATCH)] or [[]]
-    for chunk in chunks:
-        plan = _row_masks(chunk, setup, len(setup.src_b), len(setup.output))
-        hooks = _hooks_for(plan, ablation, clean_acts, means)
-        _, src_b, _, dec_b = _tensors(model, setup, 1 + len(chunk))
-        handles = [_module(model, name).register_forward_hook(h) for name, h in hooks.items()]
-        try:
-            values = _metric(model(src_b, dec_b), setup).tolist()
-        finally:
-            for h in handles:
-                h.remove()
-        corrupted, patched = values[0], patched + values[1:]
+    logits_a, clean_acts = _forward_recording(model, src_a, dec_a, set(plan) if ablation == "patch" else set())
+    _, src_b, _, dec_b = _tensors(model, setup, 1 + len(rows))
+    handles = [_module(model, name).register_forward_hook(h)
+               for name, h in _hooks_for(plan, ablation, clean_acts, means).items()]
+    try:
+        return logits_a, model(src_b, dec_b)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def run_patches(model: Transformer, setup: PatchSetup, rows: Sequence, ablation: str = "patch",
+                means: ActivationMeans | None = None) -> PatchRuns:
+    """The metric of A, of B and of B under each row, ``MAX_BATCH`` rows (plus B unpatched) per forward."""
+    clean, corrupted, patched = float("nan"), float("nan"), []
+    for i in range(0, max(len(rows), 1), MAX_BATCH):
+        logits_a, logits_b = patched_logits(model, setup, rows[i:i + MAX_BATCH], ablation, means)
+        values = _metric(logits_b, setup).tolist()
+        clean, corrupted, patched = float(_metric(logits_a, setup)[0]), values[0], patched + values[1:]
     return PatchRuns(clean, corrupted, tuple(patched))
 
 
@@ -532,7 +550,8 @@ class PatchRequest:
 
     def patch(self) -> Patch:
         kind = self.kind if self.site in ("z", "attn_out") else None
-        return Patch(self.site, int(self.layer), kind=kind, head=None if self.head is None else int(self.head),
+        head = int(self.head) if self.site in ("z", "cross_kv") and self.head is not None else None
+        return Patch(self.site, int(self.layer), kind=kind, head=head,
                      part=self.part if self.site == "resid" else None, point=self.point, positions=self.positions)
 
 
