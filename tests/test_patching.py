@@ -241,3 +241,33 @@ def test_patch_bench_from_texts(tiny_lm):
     assert bench.setup.target == bench.setup.output[0]
     with pytest.raises(P.PatchError, match="not a single token"):
         P.patch_bench(tiny_lm, P.PatchRequest("hund", "katze", foil="zebra"))
+
+
+# ---------------------------------------------------------------------------- figures (viz.patching)
+
+def test_effect_map_draws_the_effect_centred_at_zero():
+    import plotly.graph_objects as go
+    from viz import patching as vp
+    values = np.array([[0.2, 0.5], [0.1, 0.9]])
+    fig = vp.effect_map(values, clean=0.9, corrupted=0.1, row_labels=["L0", "L1"], col_labels=["H0", "<b>H1"],
+                        title="hook_z of every decoder.cross_attn head", direction="patch A → B",
+                        metric_label="p('cat') at step 1", col_title="head")
+    go.Figure(fig.to_plotly_json())  # Plotly's full validation
+    (trace,) = fig.data
+    np.testing.assert_allclose(np.asarray(trace.z), values - 0.1)
+    assert trace.zmid == 0 and trace.zmin == pytest.approx(-0.8) and trace.zmax == pytest.approx(0.8)
+    np.testing.assert_allclose(np.asarray(trace.customdata)[..., 1], (values - 0.1) / 0.8)  # restored fraction
+    assert list(fig.layout.xaxis.ticktext) == ["H0", "&lt;b&gt;H1"]  # labels are escaped
+    note = fig.layout.title.subtitle.text
+    assert "patch A → B" in note and "metric: p(&#39;cat&#39;) at step 1" in note  # escaped, as every label
+    assert "A (clean) = 0.9" in note and "B (corrupted) = 0.1" in note
+    with pytest.raises(ValueError, match="do not match"):
+        vp.effect_map(values, 1, 0, ["L0"], ["H0", "H1"], title="t", direction="d", metric_label="m")
+
+
+def test_result_bars_show_a_b_and_patched():
+    import plotly.graph_objects as go
+    from viz import patching as vp
+    fig = vp.result_bars(0.9, 0.1, 0.4, title="one head", direction="zero ablation", metric_label="p(x)")
+    go.Figure(fig.to_plotly_json())
+    assert list(fig.data[0].x) == [0.9, 0.1, 0.4] and "zero ablation" in fig.layout.title.subtitle.text
