@@ -565,6 +565,8 @@ class PatchBench:
     translation_a: str
     translation_b: str
     setup: PatchSetup
+    target_token: str = ""
+    foil_token: str | None = None
     result: PatchResult | None = None
     scan: PatchScan | None = None
 
@@ -615,7 +617,7 @@ def patch_bench(lm, req: PatchRequest, means: ActivationMeans | None = None) -> 
     else:
         raise PatchError(f"unknown scan {req.scan!r}; expected none, heads or positions")
     return PatchBench(tuple(tr_a.src_tokens), tuple(tr_b.src_tokens), tuple(out_tokens), tr_a.text, tr_b.text,
-                      setup, result, scan)
+                      setup, itos[setup.target], None if setup.foil is None else itos[setup.foil], result, scan)
 
 
 def validation_means(lm, sentences: Sequence[str], source: str) -> ActivationMeans:

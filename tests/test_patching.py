@@ -271,3 +271,51 @@ def test_result_bars_show_a_b_and_patched():
     fig = vp.result_bars(0.9, 0.1, 0.4, title="one head", direction="zero ablation", metric_label="p(x)")
     go.Figure(fig.to_plotly_json())
     assert list(fig.data[0].x) == [0.9, 0.1, 0.4] and "zero ablation" in fig.layout.title.subtitle.text
+
+
+# ---------------------------------------------------------------------------- /patch through the launched app
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    from gradio_client import Client
+
+    from tests.app_fixtures import launch, make_checkpoint
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_checkpoint(root / "de-en", "de", "en", seed=0)
+    demo, url = launch(root)
+    yield Client(url, verbose=False), root / "de-en"
+    demo.close()
+
+
+A_TEXT, B_TEXT = "Ein Mann liest ein Buch.", "Ein Buch liest ein Mann."
+
+
+def test_api_patch_matches_the_engine(app):
+    from model.checkpoint import load_checkpoint
+    client, path = app
+    out = client.predict(A_TEXT, B_TEXT, "de-en", "z", "cross", 1, 2, api_name="/patch")
+    lm = load_checkpoint(path)
+    want = P.patch_bench(lm, P.PatchRequest(A_TEXT, B_TEXT, site="z", kind="decoder.cross_attn", layer=1, head=2))
+    assert out["ablation"] == "patch" and "run A" in out["ablation_note"] and out["metric"] == "prob"
+    assert out["result"]["patched_where"] == want.result.patch.describe()
+    for key in ("clean", "corrupted"):
+        assert out[key] == pytest.approx(getattr(want.result, key), abs=1e-6)
+    assert out["result"]["patched"] == pytest.approx(want.result.patched, abs=1e-6)
+    assert out["output_tokens"] == list(want.output_tokens) and out["target"] == want.output_tokens[0]
+
+    scan = client.predict(A_TEXT, B_TEXT, "de-en", "z", "enc", 0, 0, "decoder", "post", None, "heads", 1, "", "A",
+                          "", "mean", api_name="/patch")
+    assert scan["ablation"] == "mean" and "mean ablation" in scan["ablation_note"]
+    assert "mean over 16 sentences of " in scan["ablation_note"]
+    assert scan["metric"] == "logit_diff" and scan["foil"] == "A"
+    assert len(scan["scan"]["patched"]) == 2 and len(scan["scan"]["patched"][0]) == 4
+    assert scan["scan"]["rows"] == ["L0", "L1"] and scan["result"] is None
+
+
+def test_api_patch_refuses_mismatched_lengths_clearly(app):
+    from gradio_client.exceptions import AppError
+    client, _ = app
+    with pytest.raises(AppError, match="equal source lengths or an explicit alignment"):
+        client.predict("Ein Mann liest.", B_TEXT, "de-en", "resid", "cross", 0, 0, "encoder", api_name="/patch")
+    with pytest.raises(AppError, match="unknown ablation"):
+        client.predict(A_TEXT, B_TEXT, "de-en", "z", "cross", 0, 0, ablation="random", api_name="/patch")
