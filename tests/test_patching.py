@@ -256,7 +256,9 @@ def test_effect_map_draws_the_effect_centred_at_zero():
     (trace,) = fig.data
     np.testing.assert_allclose(np.asarray(trace.z), values - 0.1)
     assert trace.zmid == 0 and trace.zmin == pytest.approx(-0.8) and trace.zmax == pytest.approx(0.8)
-    np.testing.assert_allclose(np.asarray(trace.customdata)[..., 1], (values - 0.1) / 0.8)  # restored fraction
+    cells = np.asarray(trace.customdata, dtype=object)
+    np.testing.assert_allclose(cells[..., 1].astype(float), (values - 0.1) / 0.8)  # restored fraction
+    assert list(cells[1, 1, 2:]) == ["L1", "&lt;b&gt;H1"]  # the hover's cell labels
     assert list(fig.layout.xaxis.ticktext) == ["H0", "&lt;b&gt;H1"]  # labels are escaped
     note = fig.layout.title.subtitle.text
     assert "patch A → B" in note and "metric: p(&#39;cat&#39;) at step 1" in note  # escaped, as every label

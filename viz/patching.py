@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from .common import DIVERGING, base_layout, esc, figure, label_font_size, set_title
 
-HOVER = ("%{text}<br>patched: %{customdata[0]:.4~g}<br>effect (patched − B): %{z:+.4~g}"
+HOVER = ("%{customdata[2]}, %{customdata[3]}<br>patched: %{customdata[0]:.4~g}<br>effect (patched − B): %{z:+.4~g}"
          "<br>restored (patched − B) / (A − B): %{customdata[1]:.3~g}<extra></extra>")
 
 
@@ -32,13 +32,15 @@ def effect_map(values, clean: float, corrupted: float, row_labels: Sequence[str]
     lim = float(np.nanmax(np.abs(effect))) if np.isfinite(effect).any() else 0.0
     lim = lim if lim > 0 else 1e-9
     rows, cols = [esc(r) for r in row_labels], [esc(c) for c in col_labels]
-    trace = dict(type="heatmap", z=effect, x=list(range(len(cols))), y=list(range(len(rows))),
-                 customdata=np.stack([v, restored], -1), colorscale=DIVERGING, zmid=0.0, zmin=-lim, zmax=lim,
+    # nested lists, not arrays: a grid of at most a few hundred cells, readable as is by any client
+    cells = [[[pv, rv, r, c] for (pv, rv), c in zip(row, cols)]  # the hover names a cell by its labels
+             for row, r in zip(_lists(np.stack([v, restored], -1)), rows)]
+    trace = dict(type="heatmap", z=_lists(effect), x=list(range(len(cols))), y=list(range(len(rows))),
+                 customdata=cells, colorscale=DIVERGING, zmid=0.0, zmin=-lim, zmax=lim,
                  hoverongaps=False, colorbar=dict(title=dict(text="patched − B"), thickness=12),
-                 # the hover names a cell by its labels (integer axes keep repeated tokens apart)
-                 text=[[f"{r}, {c}" for c in cols] for r in rows], hovertemplate=HOVER)
+                 hovertemplate=HOVER)
     if effect.size <= 200:
-        trace.update(texttemplate="%{z:+.2f}", textfont=dict(size=10))
+        trace.update(texttemplate="%{z:+.3~g}", textfont=dict(size=10))
     fs = label_font_size(max(len(cols), len(rows)))
     layout = base_layout(
         min(700, 170 + 34 * len(rows)),
@@ -49,6 +51,11 @@ def effect_map(values, clean: float, corrupted: float, row_labels: Sequence[str]
     layout["margin"] = dict(l=70, r=40, b=100 if len(cols) > 8 else 60)
     set_title(layout, title, [" · ".join(note_line(direction, metric_label, clean, corrupted))], top_extra=10)
     return figure([trace], layout)
+
+
+def _lists(a: np.ndarray) -> list:
+    """Rounded to 6 significant digits, NaN as None (JSON null: a gap)."""
+    return np.vectorize(lambda x: None if not np.isfinite(x) else float(f"{x:.6g}"), otypes=[object])(a).tolist()
 
 
 def result_bars(clean: float, corrupted: float, patched: float, *, title: str, direction: str,
