@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from .data import pad_batch
-from .decoding import DecodeOptions, greedy_batch, source_ids, translate
+from .decoding import DecodeOptions, greedy_batch, source_ids
 from .names import ATTN_KINDS, CROSS, Kind, hook_name
 from .results import decoder_input
 from .transformer import Transformer
@@ -579,22 +579,46 @@ def _token_id(lm, token: str, what: str) -> int:
     return ids[0]
 
 
-def setup_from_texts(lm, req: PatchRequest):
-    """(setup, A's and B's translations, source tokens, forced target tokens) for ``req``."""
+@dataclass(frozen=True)
+class SourceRun:
+    """One source as the bench runs it: its tokens and ids, and its greedy translation."""
+
+    src_tokens: tuple[str, ...]
+    src_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+    text: str
+
+
+@torch.inference_mode()
+def decode_pair(lm, text_a: str, text_b: str) -> tuple[SourceRun, SourceRun]:
+    """Both sources framed as decoding frames them, and greedily decoded together in one batch."""
     opts = DecodeOptions(record=False, replace_unk=False, trace=False)
-    tr_a, tr_b = translate(lm, req.text_a, opts), translate(lm, req.text_b, opts)
+    framed = [source_ids(lm, t, opts) for t in (text_a, text_b)]
+    srcs = [ids for _, _, ids, _ in framed]
+    outs = greedy_batch(lm.model, pad_batch(srcs, lm.model.cfg.pad_id).to(lm.device),
+                        max(budget for *_, budget in framed))
+    # each row's own step budget, as a decode of that source alone would stop
+    outs = [out[:budget] for out, (*_, budget) in zip(outs, framed)]
+    return tuple(SourceRun(tuple(toks), tuple(ids), tuple(out), lm.tgt_vocab.to_text(lm.tgt_vocab.decode(out),
+                                                                                     lm.tgt_lang))
+                 for (toks, _, ids, _), out in zip(framed, outs))
+
+
+def setup_from_texts(lm, req: PatchRequest):
+    """(setup, run A, run B, the forced target's tokens) for ``req``."""
+    run_a, run_b = decode_pair(lm, req.text_a, req.text_b)
     if req.output.strip():
         out_ids = lm.tgt_vocab.encode(lm.tgt_vocab.tokens(req.output, lm.tgt_lang)) + [lm.model.cfg.eos_id]
     else:
-        out_ids = list(tr_b.output_ids)
+        out_ids = list(run_b.output_ids)
     out_tokens = lm.tgt_vocab.decode(out_ids)
     if not 0 <= int(req.step) < len(out_ids):
         raise PatchError(f"step {req.step} is outside the target (0 to {len(out_ids) - 1})")
     target = _token_id(lm, req.target, "target") if req.target.strip() else out_ids[int(req.step)]
     foil = _token_id(lm, req.foil, "foil") if req.foil.strip() else None
-    setup = PatchSetup(src_a=tr_a.src_ids, src_b=tr_b.src_ids, output=out_ids, step=int(req.step),
+    setup = PatchSetup(src_a=run_a.src_ids, src_b=run_b.src_ids, output=out_ids, step=int(req.step),
                        target=target, foil=foil, align=req.align)
-    return setup, tr_a, tr_b, out_tokens
+    return setup, run_a, run_b, out_tokens
 
 
 def patch_bench(lm, req: PatchRequest, means: ActivationMeans | None = None) -> PatchBench:

@@ -321,3 +321,11 @@ def test_api_patch_refuses_mismatched_lengths_clearly(app):
         client.predict("Ein Mann liest.", B_TEXT, "de-en", "resid", "cross", 0, 0, "encoder", api_name="/patch")
     with pytest.raises(AppError, match="unknown ablation"):
         client.predict(A_TEXT, B_TEXT, "de-en", "z", "cross", 0, 0, ablation="random", api_name="/patch")
+
+
+def test_the_pair_decoded_in_one_batch_equals_two_greedy_decodes(tiny_lm):
+    from model.decoding import DecodeOptions, translate
+    a, b = P.decode_pair(tiny_lm, "hund ball katze rot", "katze")
+    for run, text in ((a, "hund ball katze rot"), (b, "katze")):
+        tr = translate(tiny_lm, text, DecodeOptions(record=False, replace_unk=False, trace=False))
+        assert run.output_ids == tuple(tr.output_ids) and run.src_ids == tuple(tr.src_ids) and run.text == tr.text
