@@ -11,7 +11,9 @@ from model.checkpoint import Registry, summarize
 from model.decoding import DecodeOptions
 from model.names import CROSS, Kind
 
-from . import calls
+from model.patching import PatchRequest
+
+from . import calls, patching
 from .inside import attribution_payload
 from .payload import attention_mask, numbers, to_json
 from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
@@ -165,6 +167,38 @@ class Api:
         return to_json(tr, run_notices(tr, notices, lm), name, lm=lm, decimals=decimals) | {"branch": {
             "prefix_ids": list(b.prefix_ids), "prefix_tokens": list(b.prefix_tokens), "prefix_len": tr.prefix_len,
             "forced_steps": list(range(tr.prefix_len)), "then": b.then, "description": b.description}}
+
+    def patch(self, text_a: str, text_b: str, direction: str = "", site: str = "z", kind: str = "cross",
+              layer: int = 0, head: int | None = 0, part: str = "decoder", point: str = "post",
+              positions: list[int] | None = None, scan: str = "none", step: int = 0, target: str = "",
+              foil: str = "", output: str = "", ablation: str = "patch", align: list | None = None) -> dict:
+        """Activation patching from source A (clean) into source B (corrupted), both teacher-forced on
+        `output` (empty: B's greedy translation). `site`: z (one head's output, `kind`/`layer`/`head`),
+        attn_out (an attention module's output), resid (the `part`'s residual stream at `point`: pre, mid,
+        mid_cross, post), cross_kv (cross-attention K/V). `positions`: B's positions (empty: all); encoder
+        positions need equal source lengths or `align` ([[B position, A position], ...]). `scan`: none,
+        heads (every head of `kind`) or positions (every layer x position of `site`). `ablation`: patch
+        (A's activation), zero, or mean (over validation sentences). Measures step `step`: p(`target`)
+        (empty: B's token there), or logit(target) - logit(`foil`). Returns A, B and patched values."""
+        name = _api_model(self.reg, direction)
+        texts = [clean_input(t)[0] for t in (text_a, text_b)]
+        if any(is_blank(t) for t in texts):
+            raise gr.Error("Both sources are needed: type sentence A and sentence B.")
+        try:
+            req = PatchRequest(texts[0], texts[1], site=str(site), kind=str(Kind.of(kind or "cross")),
+                               part=str(part), point=str(point), layer=_api_int(layer, "layer", 0, 255),
+                               head=None if head is None or head == "" else _api_int(head, "head", 0, 255),
+                               positions=patching.parse_positions(positions), scan=str(scan),
+                               step=_api_int(step, "step", 0, 1023), target=str(target or ""), foil=str(foil or ""),
+                               output=str(output or "")[:patching.MAX_TEXT], ablation=str(ablation),
+                               align=patching.parse_align(align))
+            bench = patching.run_bench(self.reg_key, name, req)
+        except ValueError as e:  # PatchError, PositionMismatch, an unknown kind: the reason, not a traceback
+            raise gr.Error(str(e)[:400]) from None
+        except Exception as e:
+            log.exception("patching failed")
+            raise gr.Error(f"The patching failed ({type(e).__name__}).") from None
+        return patching.payload(bench, name)
 
     def models(self) -> list:
         """The loaded translation directions and their sizes and metrics."""

@@ -25,6 +25,7 @@ from model.checkpoint import Registry, load_all
 from model.computation import Forced, force
 from model.decoding import DecodeOptions, Translation, full_trace, hypothesis
 from model.hooks import Trace
+from model.patching import ActivationMeans, PatchBench, PatchRequest, patch_bench, validation_means
 from model.transformer import NO_INTERVENTION, Interventions
 
 from . import settings
@@ -278,3 +279,19 @@ def gpu_full_trace(reg_key: str, name: str, tr: Translation) -> Trace:
 def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[ProfileRow]:
     """Averaged head profiles of ``sentences``. No progress callback: a GPU call's arguments are pickled."""
     return average_head_profiles(_lm(reg_key, name), sentences, None, MODEL_LOCK)
+
+
+@cached
+@GPU(duration=60)
+def gpu_patch_means(reg_key: str, name: str, sentences: tuple[str, ...], source: str) -> ActivationMeans:
+    """Mean activations of ``sentences`` for mean ablation (model.patching.validation_means)."""
+    with MODEL_LOCK:
+        return validation_means(_lm(reg_key, name), list(sentences), source)
+
+
+@cached
+@GPU(duration=60)
+def gpu_patch(reg_key: str, name: str, req: PatchRequest, means: ActivationMeans | None = None) -> PatchBench:
+    """One activation-patching request: one patch, or a scan in batched runs."""
+    with MODEL_LOCK:
+        return patch_bench(_lm(reg_key, name), req, means)

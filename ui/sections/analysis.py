@@ -24,7 +24,7 @@ from ..state import ModelShape, PairRun, link_url
 from . import VIEW, Shell, layer_choices, head_choices as head_numbers, log, safe, sub_view, track_subtabs
 from .bar import KIND_CHOICES
 from .about import about_markdown
-from . import interventions
+from . import interventions, patching
 from .interventions import toggles_of
 
 STAT_CHOICES = [(v_prof.STAT_LABELS[s], s) for s in an.STATS]
@@ -106,6 +106,7 @@ def build(shell: Shell) -> None:
             p["pair_text"] = gr.Markdown(elem_id="pair-md")
             p["pair_plot"] = gr.Plot(label="Side by side", elem_id="pair-plot", show_label=False)
             p["pair_state"] = gr.State(None)
+            patching.build(shell)  # the clean/corrupted bench on the same two sentences
         with gr.Tab("Export & share", id="export") as _t:
             sub_tabs["export"] = _t
             gr.Markdown("Everything captured for the current run: an `.npz` with every hook's tensor (keyed by hook "
@@ -201,6 +202,7 @@ def wire(shell: Shell) -> None:
     p["prof_pick"].input(head_map, [shell.run_state, p["prof_pick"]], p["prof_head_plot"], api_name="head_map",
                          api_visibility="undocumented", **VIEW)
     _wire_pair(shell)
+    patching.wire(shell)
     _wire_export(shell)
 
 

@@ -1,0 +1,62 @@
+"""A real browser runs a head scan on the clean/corrupted bench (Analysis → Two sentences) and sees the
+effect map: one cell per layer × head, the patch direction and the metric in its note line."""
+from __future__ import annotations
+
+import pytest
+
+from tests.app_fixtures import launch, make_checkpoint
+from tests.test_browser import ARTIFACTS, CHROMIUM, _plot, _wait_done
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
+        pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
+    from playwright.sync_api import sync_playwright
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_checkpoint(root / "de-en", "de", "en", seed=0, layers=3)
+    demo, url = launch(root)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        pg = browser.new_page(viewport={"width": 1440, "height": 900})
+        pg.goto(url)
+        pg.wait_for_selector("#input-text textarea", timeout=60_000)
+        _wait_done(pg)
+        yield pg
+        browser.close()
+    demo.close()
+
+
+def test_a_head_scan_draws_the_effect_map(page):
+    page.get_by_role("tab", name="Analysis & export", exact=True).click()
+    page.get_by_role("tab", name="Two sentences", exact=True).click()
+    page.locator("#pair-a textarea").fill("Ein Mann liest ein Buch.")
+    page.locator("#pair-b textarea").fill("Ein Buch liest ein Mann.")
+    page.locator("#patch-btn").click()
+    # opening Analysis computes the head profiles first, in the same model queue: allow for both
+    page.wait_for_function(
+        "() => { const gd = document.querySelector('#patch-plot .js-plotly-plot');"
+        " return !!gd && !!gd.data && gd.data.length === 1 && gd.data[0].type === 'heatmap' }", timeout=240_000)
+    _plot(page, "#patch-plot")
+    shape = page.evaluate("() => { const z = document.querySelector('#patch-plot .js-plotly-plot').data[0].z;"
+                          " return [z.length, z[0].length] }")
+    assert shape == [3, 4]  # 3 decoder layers × 4 heads of cross-attention
+    layout = page.evaluate("() => { const l = document.querySelector('#patch-plot .js-plotly-plot').layout;"
+                           " return [l.title.text, l.title.subtitle.text, l.yaxis.ticktext, l.xaxis.ticktext] }")
+    title, note, rows, cols = layout
+    assert "decoder.cross_attn" in title and "activation patching" in note and "metric: p(" in note
+    assert rows == ["L0", "L1", "L2"] and cols == ["H0", "H1", "H2", "H3"]
+    md = page.locator("#patch-md").inner_text()
+    assert "A (clean)" in md and "B (corrupted)" in md and "largest effect" in md
+    page.screenshot(path=str(ARTIFACTS / "patching-head-scan.png"), full_page=False)
+
+    # encoder positions of sources with different lengths: refused with the reason, no traceback
+    page.locator("#pair-a textarea").fill("Ein Mann liest.")
+    page.get_by_label("Residual stream").check()
+    page.get_by_label("Scan every layer × position").check()
+    page.locator("#patch-btn").click()
+    page.wait_for_function("() => (document.querySelector('#patch-md')||{}).innerText?.includes('equal source')",
+                           timeout=90_000)
