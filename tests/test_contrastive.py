@@ -208,3 +208,45 @@ def test_attribution_api_with_a_foil(url):
 def test_attribution_api_refuses_an_unknown_foil(url):
     with pytest.raises(Exception, match="not a word of the target vocabulary"):
         Client(url, verbose=False).predict(SRC, "de-en", 1, 16, "Xylophonzz", api_name="/attribution")
+
+
+def test_attribution_view_with_a_foil_from_the_steps_candidates(url):
+    """The Attribution view: a foil picked from the step's top-k makes the gradient rows contrastive, and the
+    figure shows the source and the target prefix on either side of a divider."""
+    import json
+    c = Client(url, verbose=False)
+    c.predict(SRC, "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0, "pieces", "shared",
+              api_name="/translate_stream")
+    # opening the section offers the first step's candidates (the choices a picked foil must be one of)
+    opened = c.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", "pieces",
+                       api_name="/open_computation")
+    md, fig, table = c.predict(0, 16, "pieces", api_name="/attribution_view")
+    assert "log p(token)" in md and "rather than" not in md
+    plain = json.loads(fig["plot"])
+    api = c.predict(SRC, "de-en", 0, 16, api_name="/attribution")
+    foil = next(t for t in api["top_k"] if t != api["token"] and not t.startswith("<"))
+    assert any(choice[1] == foil for o in opened if isinstance(o, dict) for choice in o.get("choices", [])
+               if "p = " in str(choice[0]))
+    md, fig, table = c.predict(0, 16, "pieces", foil, "", api_name="/attribution_foil")
+    f = json.loads(fig["plot"])
+    assert f"rather than the foil **{foil}**" in md and "p(token) − p(foil)" in md and "same for any foil" in md
+    assert f"rather than “{foil}”" in f["layout"]["title"]["text"]
+    S, P = len(api["src_tokens"]), len(api["prefix_tokens"])
+    ticks = f["layout"]["xaxis"]["ticktext"]
+    assert len(ticks) == S + 1 + P and ticks[S] == "" and f["layout"]["shapes"][0]["x0"] == S
+    assert {a["text"] for a in f["layout"]["annotations"]} >= {"source", "target prefix"}
+    assert plain["data"][0]["customdata"] != f["data"][0]["customdata"]  # the gradient rows changed
+    md, *_ = c.predict(0, 16, "pieces", foil, "Xylophonzz", api_name="/attribution_foil")  # typed wins
+    assert "not a word of the target vocabulary" in md
+
+
+def test_strip_figure_blanks_methods_without_prefix_scores():
+    from viz.contrast import source_prefix_attribution
+    fig = source_prefix_attribution(["a", "b"], ["<bos>", "x", "y"], {"attn": ([0.2, 0.8], None),
+                                                                       "ig": ([1.0, -2.0], [0.5, 4.0, 0.0])},
+                                    np.eye(2), title="t")
+    z = np.array(fig.data[0].z, dtype=float)
+    assert z.shape == (2, 6) and np.isnan(z[0, 2:]).all() and np.isnan(z[1, 2])
+    np.testing.assert_allclose(z[1, [0, 1, 3, 4, 5]], [0.25, -0.5, 0.125, 1.0, 0.0])  # ÷ max |.| over both sides
+    with pytest.raises(ValueError, match="prefix scores"):
+        source_prefix_attribution(["a"], ["<bos>"], {"ig": ([1.0], [1.0, 2.0])})
