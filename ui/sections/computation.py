@@ -234,7 +234,7 @@ def _wire_attribution(shell: Shell) -> None:
 
     def foil_reset(run, position):
         n = 0 if run is None else len(run.tr.output_ids)
-        return gr.Dropdown(choices=contrast.foil_choices(run, inside.clamp(position, n)), value=None), ""
+        return gr.update(choices=contrast.foil_choices(run, inside.clamp(position, n)), value=None), ""
 
     ins = [shell.run_state, p["attr_pos"], p["attr_steps"], shell.units]
     p["attr_tab"].select(on_position, ins, outs, api_name="attribution_view", api_visibility="undocumented",
