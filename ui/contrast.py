@@ -66,9 +66,10 @@ def figure(c: Contrast):
                                      notes=notes)
 
 
-def _top(tokens, values, k: int = 3) -> str:
+def _top(tokens, values, k: int = 3, share: bool = False) -> str:
     order = np.argsort(-np.asarray(values))[:k]
-    return ", ".join(f"{md_escape(tokens[i])} {values[i]:+.3g}" for i in order)
+    return ", ".join(f"{md_escape(tokens[i])} {values[i]:.0%}" if share else f"{md_escape(tokens[i])} {values[i]:+.3g}"
+                     for i in order)
 
 
 def completeness(delta: float, total: float, gap: float, tolerance: float, steps: int) -> str:
@@ -93,7 +94,7 @@ def markdown(c: Contrast) -> str:
     fmt = lambda v: "n/a" if np.isnan(v) else f"{v:+.2f}"  # noqa: E731
     return (f"{head} Integrated gradients, top source: {_top(a.src_tokens, a.integrated_gradients)}; top prefix: "
             f"{_top(pre.tokens, ig.values)}. ALTI+: source **{a.source_share:.0%}**, target prefix "
-            f"**{a.target_share:.0%}** (most: {_top(pre.tokens, pre.alti)}). Rank correlation (Spearman, over the "
+            f"**{a.target_share:.0%}** (most: {_top(pre.tokens, pre.alti, share=True)}). Rank correlation (Spearman, over the "
             f"source) of raw attention with ALTI+ {fmt(rho[i, j])}, with integrated gradients {fmt(rho[i, k])}.\n\n"
             f"Completeness (each side from its own zero baseline, the other held): source "
             f"{completeness(a.ig_delta, a.ig_sum(), a.ig_gap, a.ig_tolerance, a.ig_steps)}; prefix "
