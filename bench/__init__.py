@@ -19,6 +19,7 @@ BENCHES = [
     Bench("computation", "each computation view of the engine: time and payload"),
     Bench("attribution_agreement", "rank agreement of raw attention with ALTI+, integrated gradients, ..."),
     Bench("attribution_exact", "checked integrated gradients: server time, steps, completeness before/after; API bytes"),
+    Bench("contrastive", "contrastive attribution (p(token) − p(foil)) over source and target prefix: server time"),
     Bench("server", "in process, through Gradio's own processing: the first screen and every other view"),
     Bench("branch", "continue from here: server time and JSON of a branch (greedy), and of ◀ back"),
     Bench("payload", "bytes the browser receives per interaction, over SSE from a launched app"),

@@ -182,15 +182,21 @@ def _log_prob(model: Transformer, emb: torch.Tensor, src: torch.Tensor, dec_in: 
               position: int, token: int) -> torch.Tensor:
     """log p(token | position) for a batch of scaled source embeddings ``emb`` (B, S, D). The decoder
     reads only inputs 0..position (causal), so the rest is not run."""
-    enc, B = model.encoder, emb.size(0)
-    src_mask = model.src_mask(src).expand(B, -1, -1, -1)
+    memory, src_mask = encode_embedded(model, emb, src)
+    tgt = dec_in[:, : position + 1].expand(emb.size(0), -1)
+    h = model.decode(tgt, memory, src_mask, model.tgt_mask(tgt))
+    return model.generator(h[:, position]).log_softmax(-1)[:, token]
+
+
+def encode_embedded(model: Transformer, emb: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(memory, source mask) of the encoder run on scaled source token embeddings ``emb`` (B, S, D)
+    instead of looking them up: what gradients with respect to the source embeddings need."""
+    enc = model.encoder
+    src_mask = model.src_mask(src).expand(emb.size(0), -1, -1, -1)
     x = emb + enc.pe[: src.size(1)][None].to(emb.dtype)
     for layer in enc.layers:
         x = layer(x, src_mask)
-    memory = enc.norm(x)
-    tgt = dec_in[:, : position + 1].expand(B, -1)
-    h = model.decode(tgt, memory, src_mask, model.tgt_mask(tgt))
-    return model.generator(h[:, position]).log_softmax(-1)[:, token]
+    return enc.norm(x), src_mask
 
 
 def _path_terms(f, emb: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
@@ -247,14 +253,15 @@ def _halve(f, emb: torch.Tensor, panels: list[_Panel], split: list[_Panel]) -> l
 
 
 def integrated_gradients(f, emb: torch.Tensor, delta: float, start: int = IG_START,
-                         max_steps: int = IG_MAX_STEPS) -> IntegratedGradients:
+                         max_steps: int = IG_MAX_STEPS, atol: float = IG_ATOL) -> IntegratedGradients:
     """IG of ``f`` from the zero baseline to ``emb`` (1, S, D): a composite Gauss-Legendre rule whose
     panels are halved where the integrand is rough, until the values add up to ``delta`` within
-    max(IG_RTOL * |delta|, IG_ATOL), or until a rule has ``max_steps`` points (then not converged)."""
+    max(IG_RTOL * |delta|, atol), or until a rule has ``max_steps`` points (then not converged).
+    ``atol`` is in the units of ``f`` (nats for a log-probability)."""
     n = max(1, min(start, max_steps) // IG_PANEL)
     bounds = [(i / n, (i + 1) / n) for i in range(n)]
     panels = [_Panel(a, b, v) for (a, b), v in zip(bounds, _integrate(f, emb, bounds))]
-    evaluations, tolerance = n * IG_PANEL, max(IG_RTOL * abs(delta), IG_ATOL)
+    evaluations, tolerance = n * IG_PANEL, max(IG_RTOL * abs(delta), atol)
     while True:
         values = torch.stack([p.values for p in panels]).sum(0)
         gap = abs(float(values.sum()) - delta)
@@ -302,9 +309,11 @@ def cross_norms(comp: Computation, layer: int, position: int) -> np.ndarray:
 
 
 def attribute(model: Transformer, tr: Translation, position: int, layer: int = -1,
-              ig_steps: int = IG_START, ig_max_steps: int = IG_MAX_STEPS) -> Attribution:
+              ig_steps: int = IG_START, ig_max_steps: int = IG_MAX_STEPS,
+              grads: Gradients | None = None) -> Attribution:
     """Every method for output ``position`` of ``tr`` (decoded or forced; its trace must be full).
-    Integrated gradients start at ``ig_steps`` path points and take more until they add up."""
+    Integrated gradients start at ``ig_steps`` path points and take more until they add up. ``grads``:
+    source gradients computed by the caller for another target function (then none are computed here)."""
     if tr.trace is None:
         raise ValueError("this run has no trace to attribute")
     T = len(tr.output_ids)
@@ -320,7 +329,8 @@ def attribute(model: Transformer, tr: Translation, position: int, layer: int = -
     _, r = alti_matrices(comp)
     S = len(tr.src_ids)
     dec_in = decoder_input(model.cfg.decoder_start_id, tr.output_ids)
-    grads = gradients(model, tr.src_ids, dec_in, position, tr.output_ids[position], ig_steps, ig_max_steps)
+    grads = grads if grads is not None else gradients(model, tr.src_ids, dec_in, position, tr.output_ids[position],
+                                                      ig_steps, ig_max_steps)
     ig = grads.integrated
     return Attribution(
         src_tokens=list(tr.src_tokens), position=position, token=tr.output_tokens[position],

@@ -8,12 +8,13 @@ import gradio as gr
 
 from model.branching import branch_of, parse_prefix
 from model.checkpoint import Registry, summarize
+from model.contrast import resolve_foil
 from model.decoding import DecodeOptions
 from model.names import CROSS, Kind
 
 from model.patching import PatchRequest
 
-from . import calls, patching
+from . import calls, contrast, patching
 from .inside import attribution_payload
 from .payload import attention_mask, numbers, to_json
 from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
@@ -124,13 +125,20 @@ class Api:
                     "modified_mask": attention_mask(base.mask(kind_c, mod_on_base), a_mod.shape)},
         }
 
-    def attribution(self, text: str, direction: str = "", position: int = 0, ig_steps: int = 64) -> dict:
+    def attribution(self, text: str, direction: str = "", position: int = 0, ig_steps: int = 64,
+                    foil: str | None = None) -> dict:
         """For output `position` of the greedy translation of `text`: its scores over the source tokens by six
         methods (raw cross-attention, rollout, norm-based ||sum_h alpha_h f_h(x)||, ALTI+, gradient x input,
         integrated gradients), their Spearman correlations, and the ALTI+ source and target shares.
         Integrated gradients start from `ig_steps` path points (8-256) and take more, to at most 2048, until
         they add up to f(x) - f(baseline) within 1 % (or 0.001 nats): `ig_steps` in the answer is the number
-        used, `ig_gap` the |sum - ig_delta| reached, `ig_converged` whether it is within `ig_tolerance`."""
+        used, `ig_gap` the |sum - ig_delta| reached, `ig_converged` whether it is within `ig_tolerance`.
+        `foil` (optional): a target token or word to contrast with ("why this token rather than the foil?"); the
+        gradient methods then explain p(token) - p(foil) (Yin & Neubig 2022) instead of log p(token), with a
+        completeness floor of 0.0001; the other methods are not output-specific and stay the same. `target`
+        names the function explained, `top_k` the step's candidates, and `prefix_tokens` with `prefix_scores`
+        (ALTI+, gradient x input, integrated gradients) and `prefix_ig` (its own check) score the target prefix
+        (the source held; the source scores hold the prefix)."""
         name = _api_model(self.reg, direction)
         text, _ = clean_input(text)
         if is_blank(text):
@@ -138,10 +146,15 @@ class Api:
         tr = _run("translation", calls.gpu_translate, self.reg_key, name, text, DecodeOptions())
         n = len(tr.output_ids)
         position = _api_int(position, "position", -n, n - 1) % n
-        attr = _run("attribution", calls.gpu_attribute, self.reg_key, name, tr, position,
-                    _api_int(ig_steps, "ig_steps", 8, 256))
+        lm = self.reg.models[name]
+        try:
+            foil = resolve_foil(lm.tgt_vocab, foil, lm.tgt_lang)
+        except ValueError as e:
+            raise gr.Error(str(e)[:300]) from None
+        c = _run("attribution", calls.gpu_contrast, self.reg_key, name, tr, position,
+                 _api_int(ig_steps, "ig_steps", 8, 256), foil)
         return {"model": name, "translation": tr.text, "output_tokens": list(tr.output_tokens)} | \
-            attribution_payload(attr)
+            attribution_payload(c.attribution) | contrast.payload(c, tr.steps[position] if tr.steps else None)
 
     def continue_from(self, text: str, direction: str = "", prefix: list[int | str] | str | None = None,
                       beam: int = 1, max_len: int = 100, decimals: int | None = None) -> dict:

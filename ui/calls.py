@@ -23,6 +23,7 @@ from model.readouts import average_head_profiles
 from model.attribution import Attribution, attribute
 from model.checkpoint import Registry, load_all
 from model.computation import Forced, force
+from model.contrast import Contrast, Foil, attribute_contrast
 from model.decoding import DecodeOptions, Translation, full_trace, hypothesis
 from model.hooks import Trace
 from model.patching import ActivationMeans, PatchBench, PatchRequest, patch_bench, validation_means
@@ -265,6 +266,16 @@ def gpu_attribute(reg_key: str, name: str, tr: Translation, position: int, ig_st
     """Every attribution method for output ``position`` of ``tr`` (gradients need the model)."""
     with MODEL_LOCK:
         return attribute(_on_cuda(_lm(reg_key, name).model), tr, position, ig_steps=ig_steps)
+
+
+@cached
+@GPU_WORK(duration=60)
+def gpu_contrast(reg_key: str, name: str, tr: Translation, position: int, ig_steps: int = 64,
+                 foil: Foil | None = None) -> Contrast:
+    """Attribution of output ``position`` over the source and the target prefix: for log p(token), or for
+    p(token) − p(foil) with a foil."""
+    with MODEL_LOCK:
+        return attribute_contrast(_on_cuda(_lm(reg_key, name).model), tr, position, foil, ig_steps=ig_steps)
 
 
 @cached

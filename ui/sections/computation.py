@@ -9,8 +9,9 @@ from dataclasses import dataclass
 import gradio as gr
 
 from model.attribution import IG_START, METHODS
+from model.contrast import resolve_foil
 
-from .. import calls, inside, views
+from .. import calls, contrast, inside, views
 from ..payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
 from ..state import Run
@@ -78,11 +79,19 @@ def build(shell: Shell) -> ComputationParts:
                         "below and take more (Gauss–Legendre, refined where the path is rough) until they add up to "
                         "f(x) − f(baseline) within 1 %; the line above the chart says how many they needed. The right "
                         "panel ranks how far the methods agree (Spearman). With Units on words, a word's score is the "
-                        "sum over its pieces.", elem_classes="explain")
+                        "sum over its pieces. Right of the divider, the target prefix (the decoder's inputs up to this "
+                        "step): ALTI+ per prefix token, and the gradients with respect to the prefix embeddings (the "
+                        "source held). Pick or type a **foil** to ask why this token rather than the foil: the "
+                        "gradient methods then explain p(token) − p(foil) (Yin & Neubig 2022).", elem_classes="explain")
             with gr.Row():
                 p["attr_pos"] = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
                 p["attr_steps"] = gr.Slider(8, 128, value=IG_STEPS, step=8, elem_id="attr-steps",
                                             label="Integrated gradients: path points to start from")
+            with gr.Row():
+                p["attr_foil"] = gr.Dropdown([], value=None, label="Foil: why this token rather than … (the step's "
+                                             "top candidates)", elem_id="attr-foil")
+                p["attr_foil_text"] = gr.Textbox(label="… or type a foil (a target word or piece; Enter)", lines=1,
+                                                 max_lines=1, elem_id="attr-foil-text")
             p["attr_md"] = gr.Markdown(elem_id="attr-md")
             p["attr_plot"] = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
             p["attr_table"] = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
@@ -110,7 +119,8 @@ def lazy_io(shell: Shell) -> tuple[list, list, callable]:
     p = shell.parts
     enc_out, enc_in = encodings.lazy_io(shell)
     outs = [p["head_query"], p["head_plot"], p["resid_plot"], p["normw_plot"], p["lens_plot"], p["attr_pos"],
-            p["attr_md"], p["attr_plot"], p["attr_table"], p["ref_example"], p["forced_md"], p["forced_plot"]]
+            p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_foil"], p["attr_foil_text"], p["ref_example"],
+            p["forced_md"], p["forced_plot"]]
     ins = [shell.kind, shell.layer, shell.head, p["head_query"], p["resid_part"], shell.units]
     k = len(enc_in)
     return ([*enc_out, *outs], [*enc_in, *ins],
@@ -125,7 +135,8 @@ def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words
     pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
     positions = inside.position_choices(run)
     # attribution needs the model (gradients): drawn when its tab opens or a token is picked, never stale
-    attr = [ATTR_HINT, views.message_figure(ATTR_HINT), None]
+    attr = [ATTR_HINT, views.message_figure(ATTR_HINT), None,
+            gr.Dropdown(choices=contrast.foil_choices(run, 0), value=None), ""]
     forced = [gr.skip(), gr.skip()] if run.forced else [FORCED_HINT, views.message_figure(FORCED_HINT)]
     return [gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
             inside.head_figure(run, lm, kind, layer, head, query), inside.residual_figure(run, lm, part),
@@ -181,35 +192,60 @@ def _wire_head(shell: Shell) -> None:
           api_name="head_computation", api_visibility="undocumented", **VIEW)
 
 
-def _attribution_values(run: Run, attr, units) -> tuple:
-    """(markdown, figure, table) of a piece-level attribution, pooled into words where the Units say so."""
-    shown = attr.by_word(run.src_spans, run.src_words) if run.by_word(units) else attr
-    return inside.attribution_markdown(shown), inside.attribution_figure(shown), inside.attribution_table(shown)
+def _attribution_values(run: Run, c, units) -> tuple:
+    """(markdown, figure, table) of a piece-level attribution over source and prefix, pooled into words where
+    the Units say so."""
+    shown = contrast.shown(run, c, units)
+    return contrast.markdown(shown), contrast.figure(shown), inside.attribution_table(shown.attribution)
+
+
+def _attribution(shell: Shell, run, position, steps, units, foil=None, foil_text=None) -> tuple:
+    """(markdown, figure, table, held) for one output step, contrasted with the foil asked (if any)."""
+    if run is None:
+        return inside.FIRST, views.message_figure(inside.FIRST), None, None
+    try:
+        position = inside.clamp(position, len(run.tr.output_ids))
+        steps = max(8, min(int(steps or IG_STEPS), 256))
+        lm = shell.lm(run)
+        foil = resolve_foil(lm.tgt_vocab, contrast.foil_asked(foil, foil_text), lm.tgt_lang)
+    except ValueError as e:  # a foil that names no target token: say so, keep what is shown
+        return f"⚠️ {md_escape(str(e))}", gr.skip(), gr.skip(), gr.skip()
+    try:
+        c = calls.gpu_contrast(shell.reg_key, run.model, run.tr, position, steps, foil)
+        return (*_attribution_values(run, c, units), (run.id, c))
+    except Exception as e:
+        log.exception("attribution failed")
+        return (f"⚠️ The attribution failed ({md_escape(type(e).__name__)}).",
+                views.message_figure("The attribution could not be drawn."), None, None)
 
 
 def _wire_attribution(shell: Shell) -> None:
     p = shell.parts
     outs = [p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"]]
+    foils = [p["attr_foil"], p["attr_foil_text"]]
 
-    def on_attribution(run, position, steps, units="words"):
-        if run is None:
-            return inside.FIRST, views.message_figure(inside.FIRST), None, None
-        try:
-            n = len(run.tr.output_ids)
-            position = inside.clamp(position, n)
-            steps = max(8, min(int(steps or IG_STEPS), 256))
-            attr = calls.gpu_attribute(shell.reg_key, run.model, run.tr, position, steps)
-            return (*_attribution_values(run, attr, units), (run.id, attr))
-        except Exception as e:
-            log.exception("attribution failed")
-            return (f"⚠️ The attribution failed ({md_escape(type(e).__name__)}).",
-                    views.message_figure("The attribution could not be drawn."), None, None)
+    def on_attribution(run, position, steps, units="words", foil=None, foil_text=None):
+        return _attribution(shell, run, position, steps, units, foil, foil_text)
+
+    def on_position(run, position, steps, units="words"):
+        """The tab opened or another step: the step's own top candidates to pick a foil from, and no foil
+        until one is picked."""
+        return _attribution(shell, run, position, steps, units)
+
+    def foil_reset(run, position):
+        n = 0 if run is None else len(run.tr.output_ids)
+        return gr.update(choices=contrast.foil_choices(run, inside.clamp(position, n)), value=None), ""
 
     ins = [shell.run_state, p["attr_pos"], p["attr_steps"], shell.units]
-    p["attr_tab"].select(on_attribution, ins, outs, api_name="attribution_view", api_visibility="undocumented",
+    p["attr_tab"].select(on_position, ins, outs, api_name="attribution_view", api_visibility="undocumented",
                          **shell.model_event())
-    p["attr_pos"].input(on_attribution, ins, outs, api_visibility="private", **shell.model_event())
-    p["attr_steps"].release(on_attribution, ins, outs, api_visibility="private", **shell.model_event())
+    p["attr_pos"].input(on_position, ins, outs, api_visibility="private", **shell.model_event())
+    for start in (p["attr_tab"].select, p["attr_pos"].input):
+        start(foil_reset, [shell.run_state, p["attr_pos"]], foils, api_visibility="private", **VIEW)
+    p["attr_steps"].release(on_attribution, ins + foils, outs, api_visibility="private", **shell.model_event())
+    p["attr_foil"].input(on_attribution, ins + foils, outs, api_name="attribution_foil",
+                         api_visibility="undocumented", **shell.model_event())
+    p["attr_foil_text"].submit(on_attribution, ins + foils, outs, api_visibility="private", **shell.model_event())
 
     def on_units(run, held, units):
         """Words or pieces: the attribution already computed for this run, pooled again (no model call)."""
