@@ -77,8 +77,10 @@ def residual_figure(run: Run | None, lm, part: str):
     r = computation(run, lm).residual_norms(part)
     tokens = run.tr.src_tokens if part == "encoder" else step_row_labels(run.tr.decoder_input_tokens,
                                                                           run.tr.output_tokens)
-    return vc.residual_norms(r.resid, r.attn, r.ffn, r.cross, tokens,
-                             title=f"{PARTS[part]}: the residual stream's norm, and what each sublayer adds")
+    title = (f"{PARTS[part]}: the residual stream's norm, and what each sublayer adds" if not r.post_norm else
+             f"{PARTS[part]} (post-norm): the stream's norm, and each sublayer's share of it through the "
+             "LayerNorm after its residual add (the token's σ fixed)")
+    return vc.residual_norms(r.resid, r.attn, r.ffn, r.cross, tokens, title=title)
 
 
 def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str = "words"):
@@ -98,8 +100,9 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str =
         outputs, unit = run.out_words, "words"
     if kind != ENC_SELF:
         q = decoder_rows(q, outputs)[0]
-    return vc.norm_vs_attention(pattern, norm, q, k,
-                                title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}: α beside ‖α·f(x)‖ ({unit})")
+    only = "" if lm.model.cfg.norm_first else "; post-norm: the attention term alone, before the residual and LayerNorm"
+    return vc.norm_vs_attention(pattern, norm, q, k, title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}: "
+                                                           f"α beside ‖α·f(x)‖ ({unit}{only})")
 
 
 def lens_figure(run: Run | None, lm, k: int = 5):
@@ -111,7 +114,15 @@ def lens_figure(run: Run | None, lm, k: int = 5):
     tokens = [[vocab.decode(list(map(int, row))) for row in layer] for layer in lens.top_ids]
     steps = step_row_labels(run.tr.decoder_input_tokens, run.tr.output_tokens)
     return vc.logit_lens(tokens, lens.top_probs, steps, notes=[TIED_NOTE if lm.model.cfg.tie_embeddings else ""],
-                         title="Logit lens: the final norm and the generator applied after each decoder layer")
+                         title=lens_title(lm.model.cfg))
+
+
+def lens_title(cfg) -> str:
+    """The mapping the lens applies is the model's own: its final norm if it has one, its logits bias if any."""
+    steps = (["the final norm"] if cfg.final_norm else []) + \
+        ["the generator" + (" and its logits bias" if cfg.logits_bias else "")]
+    tail = "" if cfg.final_norm or cfg.norm_first else " (post-norm: each layer's output is already normalised)"
+    return f"Logit lens: {' and '.join(steps)} applied after each decoder layer{tail}"
 
 
 # Early layers read through tied embeddings name their own input token: the generator is the input
@@ -120,10 +131,17 @@ TIED_NOTE = ("after layer 0 the top token is often the step's own input, with p�
              "embedding matrix (tied), and the stream still mostly holds that token's embedding")
 
 
+POST_NORM_LABELS = {"norm": "norm-based ‖LN(Σₕ αₕ·fₕ(x))‖", "alti": "ALTI+ (post-LN)"}
+
+
+def method_label(attr: Attribution, method: str) -> str:
+    return POST_NORM_LABELS.get(method, METHOD_LABELS[method]) if attr.post_norm else METHOD_LABELS[method]
+
+
 def attribution_figure(attr: Attribution | None):
     if attr is None:
         return message_figure(FIRST)
-    scores = {METHOD_LABELS[m]: attr.scores(m) for m in METHODS}
+    scores = {method_label(attr, m): attr.scores(m) for m in METHODS}
     return vc.attribution_comparison(attr.src_tokens, scores, attr.correlations(), list(scores), attr.token,
                                      attr.source_share,
                                      title=f"Where output {attr.position} “{attr.token}” came from, six ways")
@@ -151,7 +169,12 @@ def attribution_markdown(attr: Attribution) -> str:
     return (f"Output {attr.position} **{md_escape(attr.token)}**. ALTI+: the source gives "
             f"**{attr.source_share:.0%}** of this prediction, the target prefix {attr.target_share:.0%}. "
             f"Rank correlation (Spearman) of raw attention with ALTI+ {fmt(rho[i, j])}, with integrated "
-            f"gradients {fmt(rho[i, k])}. {ig_sentence(attr)}")
+            f"gradients {fmt(rho[i, k])}. {ig_sentence(attr)}{POST_NORM_NOTE if attr.post_norm else ''}")
+
+
+POST_NORM_NOTE = (" This model normalises after each residual add (post-norm): ALTI+ and the norm-based scores "
+                  "read each token's term through that LayerNorm with the token's σ fixed (Ferrando et al. 2022; "
+                  "Kobayashi et al. 2021); the biases and the norm's β belong to no token.")
 
 
 def attribution_payload(attr: Attribution) -> dict:
