@@ -12,7 +12,7 @@ from model.transformer import ENC_SELF
 from viz import computation as vc
 from viz.common import message_figure, step_row_labels
 
-from .present import KIND_LABELS, decoder_rows, kind_of, md_escape
+from .present import KIND_LABELS, decoder_rows, kind_of, md_escape, unspaced_caption
 from .state import Run
 
 FIRST = "Translate a sentence first."
@@ -97,7 +97,7 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str =
     if run.by_word(units):
         words, q, k = run.tr.attention_by_word(lm, kind)
         pattern, norm = words[layer, head], an.pool_words(norm, *run.tr.word_spans(lm, kind))
-        outputs, unit = run.out_words, "words"
+        outputs, unit = run.out_words, "words" + unspaced_caption(q, k)
     if kind != ENC_SELF:
         q = decoder_rows(q, outputs)[0]
     only = "" if lm.model.cfg.norm_first else "; post-norm: the attention term alone, before the residual and LayerNorm"

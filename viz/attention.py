@@ -12,11 +12,12 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .common import (ATTN_SCALE, DIVERGING, MASKED_NOTE, MAX_TICK_LABELS, MIN_LABEL_FONT, apply_mask, axis_ids, base_layout,
-                     blank_rows, esc, figure, finite_absmax, finite_max, grid_domains, label_font_size,
+                     blank_rows, esc, figure, full_hover, finite_absmax, finite_max, grid_domains, label_font_size,
                      mask_array, masked_layer, masked_trace, max_colorbar, scale_note, set_title, subplot_title, thin_axes,
                      thin_note, token_axis, token_labels)
 
 HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>weight: %%{z:.4~g}<extra></extra>"
+HOVER_WHOLE = "%s<br>query: %%{customdata[0]}<br>key: %%{customdata[1]}<br>weight: %%{z:.4~g}<extra></extra>"
 KEY_TITLE = "key (attended to)"
 # One head's colour bar lies above the map, not beside it: on a phone the map keeps the width.
 HEAD_COLORBAR = dict(title=dict(text="weight", side="right"), orientation="h", thickness=8, len=0.4,
@@ -199,6 +200,9 @@ def single_head(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[st
     trace = dict(type="heatmap", z=z, colorscale=ATTN_SCALE, zmin=0.0, zmax=top, meta=meta,
                  hoverongaps=False, hovertemplate=HOVER % (esc(label) or "attention"),
                  colorbar=HEAD_COLORBAR)
+    whole = full_hover(q_tokens, k_tokens)
+    if whole is not None:  # a label was cut: the hover names both tokens whole
+        trace.update(customdata=whole, hovertemplate=HOVER_WHOLE % (esc(label) or "attention"))
     if show_values:
         trace.update(texttemplate="%{z:.2f}", textfont=dict(size=max(7, fs - 3)))
     data = [trace] + ([masked_trace(zm, label, meta=meta)] if masked else [])
