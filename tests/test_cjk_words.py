@@ -97,6 +97,7 @@ def test_a_chinese_run_says_its_words_are_pieces(tmp_path, monkeypatch):
     assert UNSPACED_NOTE in present.run_notices(tr, [], lm)
     kv = views.kind_view(run, "encoder.self_attn", "words", lm)
     assert "Chinese has no spaces" in kv.caption
-    title = views.attention_figure(run, "encoder.self_attn", "grid", 0, 0, "words", lm).layout.title.text
-    assert "words are SentencePiece pieces" in title
+    for view in ("grid", "head", "mean"):
+        title = views.attention_figure(run, "encoder.self_attn", view, 0, 0, "words", lm).layout.title
+        assert "words are SentencePiece pieces" in title.subtitle.text and "Chinese" not in title.text
     assert views.kind_view(run, "encoder.self_attn", "pieces", lm).caption == ""

@@ -55,9 +55,9 @@ def test_thumbnails_keep_a_layers_height_and_thin_their_labels():
     assert _panels(fig) == {(l, h) for l in range(L) for h in range(H)}
     assert small.layout.height == 260 + 70  # our own 3-layer models keep their figure
     assert (fig.layout.height - 70 - 90) / L >= vs.MINI_LAYER_PX
-    xs = _visible_ticks(fig, "x")  # source labels at least 11 px apart on the width they are laid out for
+    xs = _visible_ticks(fig, "x")  # source labels at least 12 px apart on the width they are laid out for
     col_px = vs.MINI_WIDTH_PX / (H * (len(SRC) + 1))
-    assert min(np.diff(xs)) * col_px >= 11 and "every 2nd label" in fig.layout.title.subtitle.text
+    assert min(np.diff(xs)) * col_px >= 12 and "label shown" in fig.layout.title.subtitle.text
     twin = [ax for k, ax in fig.to_plotly_json()["layout"].items() if k.startswith("xaxis") and ax.get("overlaying")]
     assert twin and twin[0]["tickfont"]["size"] >= MIN_LABEL_FONT
 

@@ -88,16 +88,17 @@ def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: 
     label = KIND_LABELS[kind]
     L, H = attn.shape[:2]
     l, h = clamp(layer, L), clamp(head, H)
-    axes = f"rows: query {unit}, columns: key {unit}{kv.caption}"
+    axes = f"rows: query {unit}, columns: key {unit}"
+    words = [kv.caption.removeprefix("; ")] if kv.caption else []  # a subtitle: the title keeps one line
     if view == "head":
         return va.single_head(attn[l, h], q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, layer=l,
                               head=h, query_title=q_title, label=f"layer {l}, head {h}",
-                              title=f"{label}: layer {l}, head {h}", notes=[axes])
+                              title=f"{label}: layer {l}, head {h}", notes=[axes, *words])
     if view == "mean":
         return va.layer_means(attn, q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, query_title=q_title,
-                              title=f"{label}: mean over heads per layer ({axes})")
+                              title=f"{label}: mean over heads per layer ({axes})", notes=words)
     return va.head_grid(attn, q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, query_title=q_title,
-                        title=f"{label}: every layer × head; click a panel to open that head ({axes})")
+                        title=f"{label}: every layer × head; click a panel to open that head ({axes})", notes=words)
 
 
 def unmasked_title(kind: str, mask) -> str | None:

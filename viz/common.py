@@ -54,10 +54,15 @@ def _columns(ch: str) -> int:
     return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
 
 
+def display_width(text) -> int:
+    """Display columns of ``text`` (an East Asian wide or full-width character takes two)."""
+    return sum(map(_columns, str(text)))
+
+
 def short(token, n: int = MAX_LABEL) -> str:
     """``token`` cut to ``n`` display columns with an ellipsis (a CJK character counts two)."""
     s = str(token)
-    if sum(map(_columns, s)) <= n:
+    if display_width(s) <= n:
         return s
     out, width = [], 0
     for ch in s:

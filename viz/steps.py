@@ -150,7 +150,7 @@ def source_strip(weights: Sequence[float], src_tokens: Sequence[str], *, title: 
 
 
 MINI_LAYER_PX = 48    # the height of one layer's row of thumbnails, however many layers there are
-MINI_WIDTH_PX = 900   # the width the source labels are thinned for
+MINI_WIDTH_PX = 600   # the width the source labels are thinned for (the half-page column beside the text)
 
 
 def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence[str], *,
@@ -195,8 +195,8 @@ def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence
         + [dict(text=f"L{l + layer_offset}", x=0, xref="paper", xanchor="right", xshift=-4,
                 y=l * (Q + 1) + (Q - 1) / 2, yref="y", showarrow=False, font=dict(size=10)) for l in range(L)])
     layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0, cmax=100, showscale=False)
-    # source labels at least ~11 px apart on a figure about MINI_WIDTH_PX wide (many heads: narrow panels)
-    k = thin_axes(layout, data, step={"xaxis": -(-11 * H * (S + 1) // MINI_WIDTH_PX), "yaxis": 1}, block={"xaxis": S})
+    # source labels at least ~12 px apart on a figure about MINI_WIDTH_PX wide (many heads: narrow panels)
+    k = thin_axes(layout, data, step={"xaxis": -(-12 * H * (S + 1) // MINI_WIDTH_PX), "yaxis": 1}, block={"xaxis": S})
     notes = [f"{t} of {Q} rows decoded; colour 0–100 %",
              f"outlined: L{selected[0]} H{selected[1]}, the selected head" if selected else "",
              thin_note(k) if k > 1 else ""]
