@@ -189,3 +189,18 @@ def test_logit_lens_is_the_models_own_mapping_layer_by_layer(lm, marian_dir, for
     from ui.inside import lens_title
     title = lens_title(lm.model.cfg)
     assert "final norm" not in title and "logits bias" in title and "post-norm" in title
+
+
+def test_the_positional_views_name_marians_sin_then_cos_halves(lm):
+    from model.checkpoint import Registry
+    from ui import views
+    reg = Registry(models={"de-en": lm}, pe={"de-en": lm.model.encoder.pe.detach().numpy().copy()})
+    heat, curves, _, compared = views.positional_figures(reg, "de-en", 16, "0, 1, 20")
+    assert heat.layout.xaxis.title.text == "dimension (first half sin, second half cos)"
+    D = lm.model.cfg.d_model
+    assert [t.name for t in curves.data] == ["dim 0 (sin)", "dim 1 (sin)", f"dim 20 ({'cos' if 20 >= D // 2 else 'sin'})"]
+    # the model's own table: sin of every frequency in the first half, cos in the second
+    pe = reg.pe["de-en"][:16]
+    np.testing.assert_allclose(pe[:, 0], np.sin(np.arange(16)), atol=1e-6)
+    np.testing.assert_allclose(pe[:, D // 2], np.cos(np.arange(16)), atol=1e-6)
+    assert compared.layout.annotations[0].text.startswith("sin | cos halves (the model&#39;s)")

@@ -289,13 +289,17 @@ def positional_figures(reg: Registry, model: str, n_pos, dims_text: str):
     dims = [int(d) for d in re.findall(r"\d+", dims_text or "")][:12] or [0, 1, 4, 5, 10, 11]
     variants = an.pe_variants(n, pe.shape[1])
     d_show = min(pe.shape[1], 64)
+    layout = reg.models[model].model.cfg.pos_layout
+    compared = "Interleaved sin/cos (the model's) vs sin-only vs cos-only"
+    if layout == "halves":  # Marian: every sine, then every cosine; the paper's layout beside it
+        variants = {"sin | cos halves (the model's)": sub, **variants}
+        compared = "The model's sin | cos halves vs the paper's interleaved sin/cos, sin-only and cos-only"
     return (vp.encoding_heatmap(sub, title=f"The model's positional encoding: first {n} positions × "
-                                           f"{pe.shape[1]} dimensions"),
-            vp.encoding_curves(sub, dims, title="Chosen dimensions over positions"),
+                                           f"{pe.shape[1]} dimensions", layout=layout),
+            vp.encoding_curves(sub, dims, title="Chosen dimensions over positions", layout=layout),
             vp.similarity_matrix(sub, title="Cosine similarity between positions"),
             vp.scheme_comparison({k: v[:, :d_show] for k, v in variants.items()},
-                                 title=f"Interleaved sin/cos (the model's) vs sin-only vs cos-only "
-                                       f"(first {d_show} dimensions)"))
+                                 title=f"{compared} (first {d_show} dimensions)"))
 
 
 # --------------------------------------------------------------------------- analysis views
