@@ -204,3 +204,16 @@ def test_the_positional_views_name_marians_sin_then_cos_halves(lm):
     np.testing.assert_allclose(pe[:, 0], np.sin(np.arange(16)), atol=1e-6)
     np.testing.assert_allclose(pe[:, D // 2], np.cos(np.arange(16)), atol=1e-6)
     assert compared.layout.annotations[0].text.startswith("sin | cos halves (the model&#39;s)")
+
+
+def test_one_heads_norm_view_says_it_is_the_attention_term_alone(lm, forced):
+    from ui import inside
+    from ui.state import Run
+    run = Run.of(lm, "de-en", forced.translation, forced=True)
+    fig = inside.norm_weight_figure(run, lm, "cross", 1, 2, "pieces")
+    assert "before the residual add and the LayerNorm" in fig.layout.title.subtitle.text
+    comp = Computation(forced.translation.trace, lm.model)
+    z = [d.customdata for d in fig.data if d.type == "heatmap"][1]  # the raw values: the head's own term
+    np.testing.assert_allclose(np.asarray(z, float), comp.norm_weights("cross", 1)[2], rtol=1e-3, atol=1e-4)
+    title = inside.residual_figure(run, lm, "decoder").layout.title.text
+    assert "post-norm" in title and "σ fixed" in title

@@ -94,15 +94,22 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str =
     head = clamp(head, lm.model.cfg.n_heads)
     pattern, norm = run.tr.attention(kind)[layer, head], comp.norm_weights(kind, layer)[head]
     (q, k), outputs, unit = run.tr.axes(kind), run.tr.output_tokens, "tokens"
+    notes = [] if lm.model.cfg.norm_first else [POST_NORM_HEAD_NOTE]
     if run.by_word(units):
         words, q, k = run.tr.attention_by_word(lm, kind)
         pattern, norm = words[layer, head], an.pool_words(norm, *run.tr.word_spans(lm, kind))
-        outputs, unit = run.out_words, "words" + unspaced_caption(q, k)
+        outputs, unit = run.out_words, "words"
+        notes.append(unspaced_caption(q, k).removeprefix("; "))
     if kind != ENC_SELF:
         q = decoder_rows(q, outputs)[0]
-    only = "" if lm.model.cfg.norm_first else "; post-norm: the attention term alone, before the residual and LayerNorm"
-    return vc.norm_vs_attention(pattern, norm, q, k, title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}: "
-                                                           f"α beside ‖α·f(x)‖ ({unit}{only})")
+    return vc.norm_vs_attention(pattern, norm, q, k, notes=notes, title=f"{KIND_LABELS[kind]}, layer {layer}, "
+                                                                        f"head {head}: α beside ‖α·f(x)‖ ({unit})")
+
+
+# one head's term cannot be put through the LayerNorm of a sum over every head and the residual; the
+# whole block's post-LN norms are the attribution's norm-based scores
+POST_NORM_HEAD_NOTE = ("post-norm model: ‖α·f(x)‖ is this head's attention term alone, before the residual add "
+                       "and the LayerNorm after it")
 
 
 def lens_figure(run: Run | None, lm, k: int = 5):
