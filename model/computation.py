@@ -7,7 +7,7 @@ steps) and never assemble hook-name strings themselves.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -123,10 +123,13 @@ class Computation:
         resid = np.stack([norm(r("resid_pre", 0))] + [norm(r("resid_post", i)) for i in range(L)])
         subs = list(SUBLAYERS[part])
         if not self.model.cfg.norm_first:
-            share = {s: np.stack([self.sublayer_shares(part, i, s).norms()[:, 1].float().numpy()
-                                  for i in range(L)]) for s in subs}
-            raw = {s: np.stack([self.sublayer_output(part, i, s).norm(dim=-1).float().numpy()
-                                for i in range(L)]) for s in subs}
+            share, raw = {s: [] for s in subs}, {s: [] for s in subs}
+            for i in range(L):
+                for s in subs:
+                    d = self.sublayer_shares(part, i, s)
+                    share[s].append(d.norms()[:, 1].float().numpy())
+                    raw[s].append(d.raw.norm(dim=-1).float().numpy())
+            share, raw = ({s: np.stack(v) for s, v in x.items()} for x in (share, raw))
             return ResidualNorms(resid, share["attn"], share.get("cross"), share["ffn"], post_norm=True,
                                  attn_raw=raw["attn"], cross_raw=raw.get("cross"), ffn_raw=raw["ffn"])
         added = {s: np.stack([norm(r(SUBLAYERS[part][s][2], i) - r(SUBLAYERS[part][s][1], i)) for i in range(L)])
@@ -158,9 +161,9 @@ class Computation:
         f = self.sublayer_output(part, layer, sub)
         terms = torch.stack([x, f], 1)
         if self.model.cfg.norm_first:
-            zero = torch.zeros_like(x)
-            return Decomposed(terms, zero, x + f)
-        return ln_linear(terms, torch.zeros_like(x), getattr(getattr(self.model, part).layers[layer], norm_name))
+            return Decomposed(terms, torch.zeros_like(x), x + f, raw=f)
+        d = ln_linear(terms, torch.zeros_like(x), getattr(getattr(self.model, part).layers[layer], norm_name))
+        return replace(d, raw=f)
 
     def norm_weights(self, kind: Kind | str, layer: int) -> np.ndarray:
         """(H, Tq, Tk) ||alpha_ij f(x_j)|| with f(x_j) = v_j W_O^h (Kobayashi et al. 2020)."""

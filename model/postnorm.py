@@ -24,6 +24,7 @@ class Decomposed:
     terms: torch.Tensor   # (Tq, K, D)
     rest: torch.Tensor    # (Tq, D) what belongs to no contributor (biases, LN's beta)
     output: torch.Tensor  # (Tq, D) the sublayer's output: terms summed over k, plus rest
+    raw: torch.Tensor | None = None  # (Tq, D) what the sublayer computed before the add and norm, where known
 
     def norms(self) -> torch.Tensor:
         """(Tq, K) ‖terms‖: Kobayashi et al.'s norm of each contributor's share."""
