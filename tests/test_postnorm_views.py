@@ -198,7 +198,8 @@ def test_the_positional_views_name_marians_sin_then_cos_halves(lm):
     heat, curves, _, compared = views.positional_figures(reg, "de-en", 16, "0, 1, 20")
     assert heat.layout.xaxis.title.text == "dimension (first half sin, second half cos)"
     D = lm.model.cfg.d_model
-    assert [t.name for t in curves.data] == ["dim 0 (sin)", "dim 1 (sin)", f"dim 20 ({'cos' if 20 >= D // 2 else 'sin'})"]
+    wave = "cos" if 20 >= D // 2 else "sin"
+    assert [t.name for t in curves.data] == ["dim 0 (sin)", "dim 1 (sin)", f"dim 20 ({wave})"]
     # the model's own table: sin of every frequency in the first half, cos in the second
     pe = reg.pe["de-en"][:16]
     np.testing.assert_allclose(pe[:, 0], np.sin(np.arange(16)), atol=1e-6)

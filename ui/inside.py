@@ -102,8 +102,8 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str =
         notes.append(unspaced_caption(q, k).removeprefix("; "))
     if kind != ENC_SELF:
         q = decoder_rows(q, outputs)[0]
-    return vc.norm_vs_attention(pattern, norm, q, k, notes=notes, title=f"{KIND_LABELS[kind]}, layer {layer}, "
-                                                                        f"head {head}: α beside ‖α·f(x)‖ ({unit})")
+    title = f"{KIND_LABELS[kind]}, layer {layer}, head {head}: α beside ‖α·f(x)‖ ({unit})"
+    return vc.norm_vs_attention(pattern, norm, q, k, notes=notes, title=title)
 
 
 # one head's term cannot be put through the LayerNorm of a sum over every head and the residual; the

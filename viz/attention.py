@@ -11,10 +11,10 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import (ATTN_SCALE, DIVERGING, MASKED_NOTE, MAX_TICK_LABELS, MIN_LABEL_FONT, apply_mask, axis_ids, base_layout,
-                     blank_rows, display_width, esc, figure, full_hover, finite_absmax, finite_max, grid_domains, label_font_size,
-                     mask_array, masked_layer, masked_trace, max_colorbar, scale_note, set_title, subplot_title, thin_axes,
-                     short, thin_note, token_axis, token_labels)
+from .common import (ATTN_SCALE, DIVERGING, MASKED_NOTE, MAX_TICK_LABELS, MIN_LABEL_FONT, apply_mask, axis_ids,
+                     base_layout, blank_rows, display_width, esc, figure, finite_absmax, finite_max, full_hover,
+                     grid_domains, label_font_size, mask_array, masked_layer, masked_trace, max_colorbar, scale_note,
+                     set_title, short, subplot_title, thin_axes, thin_note, token_axis, token_labels)
 
 HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>weight: %%{z:.4~g}<extra></extra>"
 HOVER_WHOLE = "%s<br>query: %%{customdata[0]}<br>key: %%{customdata[1]}<br>weight: %%{z:.4~g}<extra></extra>"
