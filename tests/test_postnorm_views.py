@@ -165,6 +165,7 @@ def test_attribution_runs_on_a_post_norm_model_and_says_so(lm, forced):
     assert "post-norm" in md and "σ fixed" in md
     labels = [inside.method_label(a, m) for m in ("norm", "alti")]
     assert labels == ["norm-based ‖LN(Σₕ αₕ·fₕ(x))‖", "ALTI+ (post-LN)"]
+    assert inside.attribution_payload(a)["post_norm"] is True
 
 
 def test_logit_lens_is_the_models_own_mapping_layer_by_layer(lm, marian_dir, forced, comp):

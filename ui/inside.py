@@ -192,7 +192,8 @@ def attribution_payload(attr: Attribution) -> dict:
             "source_share": attr.source_share, "target_share": attr.target_share,
             "target_alti": [float(v) for v in attr.target_alti], "ig_delta": attr.ig_delta,
             "ig_sum": attr.ig_sum(), "ig_steps": attr.ig_steps, "ig_evaluations": attr.ig_evaluations,
-            "ig_gap": attr.ig_gap, "ig_tolerance": attr.ig_tolerance, "ig_converged": attr.ig_adds_up()}
+            "ig_gap": attr.ig_gap, "ig_tolerance": attr.ig_tolerance, "ig_converged": attr.ig_adds_up(),
+            "post_norm": attr.post_norm}
 
 
 def position_choices(run: Run | None) -> list[tuple[str, int]]:
