@@ -110,7 +110,12 @@ def _token_terms(comp: Computation, kind: str, layer: int) -> tuple[torch.Tensor
     v = comp.get("v", kind, layer)[0].double()                                   # (H, Tk, d_k)
     w = attn.w_o.weight.detach().double().cpu().view(-1, attn.n_heads, attn.d_k)  # (D, H, d_k)
     fx = torch.einsum("hjk,dhk->hjd", v, w)                                        # (H, Tk, D)
-    terms = torch.einsum("hij,hjd->ijd", comp.get("pattern", kind, layer)[0].double(), fx)
+    pattern = comp.get("pattern", kind, layer)[0].double()
+    ablated = list(comp.interventions.heads(Kind.of(kind), layer))
+    if ablated:  # the pattern is captured before the ablation zeroes the head's output
+        pattern = pattern.clone()
+        pattern[ablated] = 0
+    terms = torch.einsum("hij,hjd->ijd", pattern, fx)
     return terms, terms.sum(1) + attn.w_o.bias.detach().double().cpu()
 
 
@@ -333,7 +338,7 @@ def attribute(model: Transformer, tr: Translation, position: int, layer: int = -
     T = len(tr.output_ids)
     if not 0 <= position < T:
         raise ValueError(f"output position {position} outside 0..{T - 1}")
-    comp = Computation(tr.trace, model)
+    comp = Computation(tr.trace, model, tr.interventions)
     L = comp.n_layers("decoder")
     layer = layer % L
     cross = np.stack([comp.get("pattern", "cross", i)[0].double().numpy() for i in range(L)])

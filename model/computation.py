@@ -87,6 +87,7 @@ class Computation:
     """A full (teacher-forced) trace read with the model that produced it."""
     trace: Trace
     model: Transformer
+    interventions: Interventions = NO_INTERVENTION  # the run's: ablated heads add nothing to any sum
 
     def get(self, point: str, where: str | None = None, layer: int | None = None, call: int = -1) -> torch.Tensor:
         name = hook_name(point, where, layer)

@@ -219,3 +219,16 @@ def test_one_heads_norm_view_says_it_is_the_attention_term_alone(lm, forced):
     np.testing.assert_allclose(np.asarray(z, float), comp.norm_weights("cross", 1)[2], rtol=1e-3, atol=1e-4)
     title = inside.residual_figure(run, lm, "decoder").layout.title.text
     assert "post-norm" in title and "σ fixed" in title
+
+
+def test_ablated_heads_add_nothing_to_the_decompositions(lm):
+    from model.transformer import Interventions
+    iv = Interventions(ablate_heads=frozenset({("encoder.self_attn", 0, 1), ("decoder.cross_attn", 1, 0)}))
+    tr = force(lm, PROBES[1], EN[1], iv).translation
+    comp = Computation(tr.trace, lm.model, tr.interventions)
+    for kind, part, after, layer in (("encoder.self_attn", "encoder", "resid_mid", 0),
+                                     ("decoder.cross_attn", "decoder", "resid_mid_cross", 1)):
+        d = attention_block(comp, kind, layer)
+        torch.testing.assert_close(d.output, comp.get(after, part, layer)[0].double(), atol=2e-5, rtol=0)
+    a = attribute(lm.model, tr, 1, ig_steps=16)
+    assert abs(a.alti.sum() + a.target_alti.sum() - 1) < 1e-9

@@ -24,7 +24,7 @@ PARTS = {"encoder": "Encoder", "decoder": "Decoder"}
 def computation(run: Run, lm) -> Computation:
     if run.tr.trace is None:
         raise ValueError("this run holds no trace")
-    return Computation(run.tr.trace, lm.model)
+    return Computation(run.tr.trace, lm.model, run.tr.interventions)
 
 
 def query_labels(run: Run, kind: str) -> list[str]:
