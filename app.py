@@ -27,6 +27,9 @@ SECTIONS = [("Translate & watch", "translate", translate), ("Attention", "attent
             ("Generation", "generation", generation), ("Masks & interventions", "interventions", interventions),
             ("Computation", "computation", computation), ("Analysis & export", "analysis", analysis)]
 CSS = """
+/* Chinese renders wherever one of these CJK fonts is installed (the theme's own font has no such glyphs) */
+.gradio-container {--font: 'Montserrat', ui-sans-serif, system-ui, 'Noto Sans CJK SC', 'Noto Sans SC', 'PingFang SC',
+  'Hiragino Sans GB', 'Microsoft YaHei', 'Source Han Sans SC', sans-serif; font-family: var(--font);}
 #header h1 {margin: 0 0 0.1em 0; font-size: 1.5em;}
 .explain {color: #555; font-size: 0.9em;}
 .proxy {display: none !important;}

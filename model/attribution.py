@@ -6,7 +6,9 @@
   f_h(x_j) the value vector of head h through its slice of W_O;
 - ALTI+ (Ferrando et al. 2022): each attention sublayer's output y_i = sum_j T_i(x_j) (+ residual,
   + bias); token j's share is max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1), normalised over j. Shares are
-  rolled through the encoder, then through the decoder over source and target-prefix tokens;
+  rolled through the encoder, then through the decoder over source and target-prefix tokens. In a
+  post-norm model y_i is LN(x_i + attention), decomposed with the token's sigma fixed as ALTI does for
+  post-LN encoders (model/postnorm.py); the biases and LN's beta belong to no token;
 - gradient x input and integrated gradients (Sundararajan et al. 2017) on the scaled source token
   embeddings, for the log-probability of the output token, summed over the embedding dimension.
   Integrated gradients are checked as Sundararajan et al. prescribe: a composite Gauss-Legendre rule
@@ -26,8 +28,10 @@ import torch
 from .analysis import rollout_views
 from .computation import Computation
 from .decoding import Translation
+from .names import Kind
 from .results import decoder_input
-from .transformer import Transformer, require_pre_norm
+from .postnorm import Decomposed, ln_linear
+from .transformer import Transformer
 
 METHODS = ("attention", "rollout", "norm", "alti", "grad_input", "integrated_gradients")
 
@@ -53,6 +57,8 @@ class Attribution:
     ig_gap: float = math.nan          # |sum(integrated_gradients) - ig_delta| reached
     ig_tolerance: float = math.nan    # the gap allowed: max(1 % of |ig_delta|, IG_ATOL)
     ig_converged: bool = False        # the gap is within the tolerance (False: the cap came first)
+    post_norm: bool = False           # the model normalises after each residual add: ALTI+ and the norm
+                                      # method read each term through that LayerNorm (model/postnorm.py)
 
     def ig_sum(self) -> float:
         return float(np.sum(self.integrated_gradients))
@@ -104,7 +110,12 @@ def _token_terms(comp: Computation, kind: str, layer: int) -> tuple[torch.Tensor
     v = comp.get("v", kind, layer)[0].double()                                   # (H, Tk, d_k)
     w = attn.w_o.weight.detach().double().cpu().view(-1, attn.n_heads, attn.d_k)  # (D, H, d_k)
     fx = torch.einsum("hjk,dhk->hjd", v, w)                                        # (H, Tk, D)
-    terms = torch.einsum("hij,hjd->ijd", comp.get("pattern", kind, layer)[0].double(), fx)
+    pattern = comp.get("pattern", kind, layer)[0].double()
+    ablated = list(comp.interventions.heads(Kind.of(kind), layer))
+    if ablated:  # the pattern is captured before the ablation zeroes the head's output
+        pattern = pattern.clone()
+        pattern[ablated] = 0
+    terms = torch.einsum("hij,hjd->ijd", pattern, fx)
     return terms, terms.sum(1) + attn.w_o.bias.detach().double().cpu()
 
 
@@ -115,28 +126,40 @@ def _shares(terms: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, c / total.clamp(min=1e-30), torch.full_like(c, 1.0 / c.size(1)))
 
 
+def attention_block(comp: Computation, kind: str, layer: int) -> Decomposed:
+    """One attention sublayer's output with the residual: per key token for self-attention (the residual
+    belongs to the query's own token), per source token plus a last column for the residual for
+    cross-attention. Pre-norm: x + attention; post-norm: LN(x + attention) decomposed."""
+    terms, y = _token_terms(comp, kind, layer)
+    cross, part = comp.attn_module(kind, layer).cross, Kind.of(kind).stack
+    x = comp.get("resid_mid" if cross else "resid_pre", part, layer)[0].double()
+    if cross:
+        terms = torch.cat([terms, x[:, None, :]], 1)
+    else:
+        terms[torch.arange(len(x)), torch.arange(len(x))] += x
+    bias = comp.attn_module(kind, layer).w_o.bias.detach().double().cpu()
+    if comp.model.cfg.norm_first:
+        return Decomposed(terms, bias.expand_as(x), y + x)
+    block = getattr(comp.model, part).layers[layer]
+    return ln_linear(terms, bias.expand_as(x), block.norm_2 if cross else block.norm_1)
+
+
 def alti_matrices(comp: Computation) -> tuple[np.ndarray, np.ndarray]:
     """(S, S) encoder ALTI rollout and (T, S + T) decoder contributions over [source; target prefix]."""
-    require_pre_norm(comp.model.cfg, "ALTI+ as implemented here (no LayerNorm after the residual add)")
     enc, dec = comp.n_layers("encoder"), comp.n_layers("decoder")
     r_enc = None
     for i in range(enc):
-        terms, y = _token_terms(comp, "encoder.self_attn", i)
-        x = comp.get("resid_pre", "encoder", i)[0].double()
-        terms[torch.arange(len(x)), torch.arange(len(x))] += x       # the residual belongs to token i
-        c = _shares(terms, y + x)
+        d = attention_block(comp, "encoder.self_attn", i)
+        c = _shares(d.terms, d.output)
         r_enc = c if r_enc is None else c @ r_enc
     S = r_enc.size(0)
     T = comp.get("resid_pre", "decoder", 0).size(1)
     r = torch.cat([torch.zeros(T, S, dtype=torch.float64), torch.eye(T, dtype=torch.float64)], 1)
     for i in range(dec):
-        terms, y = _token_terms(comp, "decoder.self_attn", i)
-        x = comp.get("resid_pre", "decoder", i)[0].double()
-        terms[torch.arange(T), torch.arange(T)] += x
-        r = _shares(terms, y + x) @ r
-        terms, y = _token_terms(comp, "decoder.cross_attn", i)      # (T, S, D)
-        x = comp.get("resid_mid", "decoder", i)[0].double()
-        c = _shares(torch.cat([terms, x[:, None, :]], 1), y + x)     # last column: the residual
+        d = attention_block(comp, "decoder.self_attn", i)
+        r = _shares(d.terms, d.output) @ r
+        d = attention_block(comp, "decoder.cross_attn", i)             # (T, S + 1, D): last, the residual
+        c = _shares(d.terms, d.output)
         src = torch.cat([r_enc, torch.zeros(S, T, dtype=torch.float64)], 1)
         r = c[:, :S] @ src + c[:, S:] * r
     return r_enc.numpy(), r.numpy()
@@ -303,7 +326,12 @@ def gradients(model: Transformer, src_ids: list[int], dec_in: list[int], positio
 def cross_norms(comp: Computation, layer: int, position: int) -> np.ndarray:
     """Norm-based attribution (Kobayashi et al. 2020), multi-head: ||sum_h alpha^h_ij f_h(x_j)|| for
     query ``position`` of one cross-attention layer, f_h(x_j) = v^h_j through head h's slice of W_O
-    (the output bias is added once to the sum over j, so it belongs to no token)."""
+    (the output bias is added once to the sum over j, so it belongs to no token). In a post-norm model,
+    Kobayashi et al. 2021's form: the norm of that term through the LayerNorm after the residual add,
+    the query's sigma fixed (the residual is the decoder's own, no source token's)."""
+    if not comp.model.cfg.norm_first:
+        S = comp.get("v", "decoder.cross_attn", layer).size(2)
+        return attention_block(comp, "decoder.cross_attn", layer).norms()[position, :S].numpy()
     terms, _ = _token_terms(comp, "decoder.cross_attn", layer)                      # (T, S, D), heads summed
     return terms[position].norm(dim=-1).numpy()
 
@@ -319,7 +347,7 @@ def attribute(model: Transformer, tr: Translation, position: int, layer: int = -
     T = len(tr.output_ids)
     if not 0 <= position < T:
         raise ValueError(f"output position {position} outside 0..{T - 1}")
-    comp = Computation(tr.trace, model)
+    comp = Computation(tr.trace, model, tr.interventions)
     L = comp.n_layers("decoder")
     layer = layer % L
     cross = np.stack([comp.get("pattern", "cross", i)[0].double().numpy() for i in range(L)])
@@ -339,4 +367,4 @@ def attribute(model: Transformer, tr: Translation, position: int, layer: int = -
         integrated_gradients=ig.values, source_share=float(r[position, :S].sum()),
         target_share=float(r[position, S:].sum()), target_alti=r[position, S:S + position + 1],
         ig_delta=ig.delta, ig_steps=ig.steps, ig_evaluations=ig.evaluations, ig_gap=ig.gap,
-        ig_tolerance=ig.tolerance, ig_converged=ig.converged)
+        ig_tolerance=ig.tolerance, ig_converged=ig.converged, post_norm=not model.cfg.norm_first)

@@ -7,7 +7,7 @@ steps) and never assemble hook-name strings themselves.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -17,9 +17,10 @@ from torch import nn
 from .checkpoint import LoadedModel
 from .decoding import full_trace, generable, prepare_source, start_token
 from .hooks import Trace
-from .names import CROSS, DEC_SELF, Kind, hook_name
+from .names import CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
+from .postnorm import SUBLAYERS, Decomposed, ln_linear
 from .results import StepRecord, Translation
-from .transformer import NO_INTERVENTION, Interventions, Transformer, require_pre_norm
+from .transformer import NO_INTERVENTION, Interventions, Transformer
 
 @dataclass
 class HeadComputation:
@@ -42,6 +43,12 @@ class ResidualNorms:
     attn: np.ndarray                # (L, T) self-attention contribution
     cross: np.ndarray | None        # (L, T) cross-attention contribution (decoder only)
     ffn: np.ndarray                 # (L, T) FFN contribution
+    # post-norm models: attn/cross/ffn above are each sublayer's share of the normalised stream (its output
+    # through the LayerNorm that follows, the token's sigma fixed); these are its output before that norm
+    post_norm: bool = False
+    attn_raw: np.ndarray | None = None
+    cross_raw: np.ndarray | None = None
+    ffn_raw: np.ndarray | None = None
 
 
 @dataclass
@@ -80,6 +87,7 @@ class Computation:
     """A full (teacher-forced) trace read with the model that produced it."""
     trace: Trace
     model: Transformer
+    interventions: Interventions = NO_INTERVENTION  # the run's: ablated heads add nothing to any sum
 
     def get(self, point: str, where: str | None = None, layer: int | None = None, call: int = -1) -> torch.Tensor:
         name = hook_name(point, where, layer)
@@ -108,18 +116,55 @@ class Computation:
         return getattr(getattr(self.model, kind.stack).layers[layer], kind.module)
 
     def residual_norms(self, part: str) -> ResidualNorms:
-        """What each sublayer adds to the residual stream. Pre-norm only: in a post-norm model every
-        add is followed by a LayerNorm, so differences of the stream are not what a sublayer added."""
-        require_pre_norm(self.model.cfg, "'What each sublayer adds' to the residual stream")
+        """What each sublayer adds to the residual stream. Pre-norm: differences of the stream. Post-norm
+        (every add followed by a LayerNorm): each sublayer's share of the normalised output, LN(x + f(x))
+        decomposed with the token's sigma fixed (:mod:`model.postnorm`), and its raw output f(x)."""
         L, norm = self.n_layers(part), lambda t: t[0].float().norm(dim=-1).numpy()  # noqa: E731
         r = lambda p, i: self.get(p, part, i)  # noqa: E731
-        resid = [norm(r("resid_pre", 0))] + [norm(r("resid_post", i)) for i in range(L)]
-        mid_last = "resid_mid_cross" if part == "decoder" else "resid_mid"
-        attn = [norm(r("resid_mid", i) - r("resid_pre", i)) for i in range(L)]
-        cross = [norm(r("resid_mid_cross", i) - r("resid_mid", i)) for i in range(L)] if part == "decoder" else None
-        ffn = [norm(r("resid_post", i) - r(mid_last, i)) for i in range(L)]
-        return ResidualNorms(np.stack(resid), np.stack(attn), None if cross is None else np.stack(cross),
-                             np.stack(ffn))
+        resid = np.stack([norm(r("resid_pre", 0))] + [norm(r("resid_post", i)) for i in range(L)])
+        subs = list(SUBLAYERS[part])
+        if not self.model.cfg.norm_first:
+            share, raw = {s: [] for s in subs}, {s: [] for s in subs}
+            for i in range(L):
+                for s in subs:
+                    d = self.sublayer_shares(part, i, s)
+                    share[s].append(d.norms()[:, 1].float().numpy())
+                    raw[s].append(d.raw.norm(dim=-1).float().numpy())
+            share, raw = ({s: np.stack(v) for s, v in x.items()} for x in (share, raw))
+            return ResidualNorms(resid, share["attn"], share.get("cross"), share["ffn"], post_norm=True,
+                                 attn_raw=raw["attn"], cross_raw=raw.get("cross"), ffn_raw=raw["ffn"])
+        added = {s: np.stack([norm(r(SUBLAYERS[part][s][2], i) - r(SUBLAYERS[part][s][1], i)) for i in range(L)])
+                 for s in subs}
+        return ResidualNorms(resid, added["attn"], added.get("cross"), added["ffn"])
+
+    def sublayer_output(self, part: str, layer: int, sub: str) -> torch.Tensor:
+        """(T, D) float64: what sublayer ``sub`` ("attn", "cross", "ffn") computed from the stream, before
+        the residual add, recomputed from the captured z (heads ablated as in the run) or stream."""
+        block = getattr(self.model, part).layers[layer]
+        with torch.no_grad():
+            if sub == "ffn":
+                ff = block.ff
+                x = self.get(SUBLAYERS[part]["ffn"][1], part, layer)[0].double()
+                w1, w2 = (m.weight.detach().double().cpu() for m in (ff.w_1, ff.w_2))
+                b1, b2 = (m.bias.detach().double().cpu() for m in (ff.w_1, ff.w_2))
+                return F.linear(ff.act(F.linear(x, w1, b1)), w2, b2)
+            kind = CROSS if sub == "cross" else (ENC_SELF if part == "encoder" else DEC_SELF)
+            attn = self.attn_module(kind, layer)
+            z = self.get("z", kind, layer)[0].double()                                  # (H, T, d_k)
+            merged = z.transpose(0, 1).reshape(z.size(1), -1)
+            return F.linear(merged, attn.w_o.weight.detach().double().cpu(), attn.w_o.bias.detach().double().cpu())
+
+    def sublayer_shares(self, part: str, layer: int, sub: str) -> Decomposed:
+        """The stream after sublayer ``sub`` as [the stream before it, what the sublayer added] (+ rest):
+        pre-norm x + f(x); post-norm LN(x + f(x)) with the token's sigma fixed, LN's beta in ``rest``."""
+        norm_name, before, _ = SUBLAYERS[part][sub]
+        x = self.get(before, part, layer)[0].double()
+        f = self.sublayer_output(part, layer, sub)
+        terms = torch.stack([x, f], 1)
+        if self.model.cfg.norm_first:
+            return Decomposed(terms, torch.zeros_like(x), x + f, raw=f)
+        d = ln_linear(terms, torch.zeros_like(x), getattr(getattr(self.model, part).layers[layer], norm_name))
+        return replace(d, raw=f)
 
     def norm_weights(self, kind: Kind | str, layer: int) -> np.ndarray:
         """(H, Tq, Tk) ||alpha_ij f(x_j)|| with f(x_j) = v_j W_O^h (Kobayashi et al. 2020)."""

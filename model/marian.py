@@ -90,7 +90,7 @@ class MarianVocab(SubwordVocab):
 
     def word_spans(self, tokens: list[str]) -> list[list[int]]:
         """Token indices of each word: a word starts at a piece marked ``▁``; a special is its own word.
-        Text without spaces (Chinese) has one ``▁`` per run of characters: that run is the "word"."""
+        Text without spaces (Chinese) has no ``▁`` inside a run of characters: there a word is a piece."""
         return piece_word_spans(tokens, lambda t: t in self.specials or bool(LANG_CODE.match(t)))
 
     def _text(self, pieces: list[str]) -> str:

@@ -83,9 +83,9 @@ class TransformerConfig:
 
     @property
     def pre_norm(self) -> bool:
-        """Whether the residual stream is a plain sum of what each sublayer adds (pre-norm). Readouts
-        that take differences of the stream as "what a sublayer added" (the residual decomposition,
-        ALTI+ as implemented) are only valid when this is True; they call :func:`require_pre_norm`."""
+        """Whether the residual stream is a plain sum of what each sublayer adds (pre-norm). When False,
+        the residual decomposition, ALTI+ and the norm-based attribution read each term through the
+        LayerNorm after the add (model/postnorm.py)."""
         return self.norm_first
 
     @property

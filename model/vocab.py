@@ -121,18 +121,45 @@ class Vocab:
 WORD_START = "\u2581"  # SentencePiece's mark for a piece that begins a word
 
 
+# Scripts written without spaces between words (Han, kana, Thai, Lao, Khmer, Myanmar, Tibetan), with
+# their punctuation and full-width forms. Hangul is written with spaces and is not among them.
+UNSPACED_RANGES = ((0x0E00, 0x0EFF), (0x0F00, 0x0FFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x2E80, 0x2FDF),
+                   (0x3000, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),
+                   (0xFE30, 0xFE4F), (0xFF00, 0xFF9F), (0x20000, 0x3134F))
+UNSPACED_NOTE = ("Chinese (like Japanese or Thai) has no spaces between words: in it a “word” is one "
+                 "SentencePiece piece (a piece after a space keeps that space's ▁).")
+
+
+def is_unspaced(ch: str) -> bool:
+    """Whether character ``ch`` belongs to a script written without spaces between words."""
+    c = ord(ch)
+    return any(lo <= c <= hi for lo, hi in UNSPACED_RANGES)
+
+
+def has_unspaced(tokens: Iterable[str]) -> bool:
+    """Whether any token holds a character of a script written without spaces (then words are pieces)."""
+    return any(is_unspaced(ch) for t in tokens for ch in t)
+
+
 def piece_word_spans(tokens: list[str], is_special) -> list[list[int]]:
     """Token indices of each word of a piece sequence: a word starts at a piece marked ``▁`` (or after a
-    special), and a special (``is_special(token)``) is its own word."""
+    special), and a special (``is_special(token)``) is its own word.
+
+    Text without spaces (Chinese) carries no ``▁`` inside a run of characters, which would make a whole
+    clause one "word": there a word is a piece. A piece that begins with such a character, or follows a
+    piece that ends with one, starts a word; a bare ``▁`` piece joins the piece after it."""
     spans: list[list[int]] = []
-    after_special = True
+    after_special, prev = True, ""
     for i, t in enumerate(tokens):
         special = is_special(t)
-        if special or after_special or t.startswith(WORD_START):
+        body = t.lstrip(WORD_START)
+        unspaced = not special and prev != WORD_START and (
+            (body[:1] != "" and is_unspaced(body[0])) or (prev[-1:] != "" and is_unspaced(prev[-1])))
+        if special or after_special or t.startswith(WORD_START) or unspaced:
             spans.append([i])
         else:
             spans[-1].append(i)
-        after_special = special
+        after_special, prev = special, ("" if special else t)
     return spans
 
 

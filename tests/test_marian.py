@@ -318,18 +318,16 @@ def test_hub_id_loads_from_a_prefilled_cache_offline(marian_dir, lm, tmp_path):
 
 # --------------------------------------------------------------------------- the views on a post-norm model
 
-def test_views_that_assume_pre_norm_say_so_and_the_others_stay_true(lm):
+def test_views_derived_for_pre_norm_use_their_post_norm_forms_and_the_others_stay_true(lm):
     from model.attribution import alti_matrices
     from model.computation import Computation, force
-    from model.transformer import PreNormOnly
     fo = force(lm, PROBES[0], EN[0])
     tr = fo.translation
     assert tr.src_ids[-1] == lm.model.cfg.eos_id and tr.decoder_input_tokens[0] == "<pad>"
     comp = Computation(tr.trace, lm.model)
-    with pytest.raises(PreNormOnly, match="post-norm"):
-        comp.residual_norms("decoder")
-    with pytest.raises(PreNormOnly, match="ALTI"):
-        alti_matrices(comp)
+    assert comp.residual_norms("decoder").post_norm  # checked against the model in test_postnorm_views
+    r_enc, r = alti_matrices(comp)
+    assert r.shape == (len(tr.output_ids), len(tr.src_ids) + len(tr.output_ids))
     # the logit lens needs no final norm here: the last layer's lens is the model's own distribution
     lens = comp.logit_lens()
     np_probs = torch.from_numpy(fo.loss).neg().exp()

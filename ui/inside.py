@@ -12,7 +12,7 @@ from model.transformer import ENC_SELF
 from viz import computation as vc
 from viz.common import message_figure, step_row_labels
 
-from .present import KIND_LABELS, decoder_rows, kind_of, md_escape
+from .present import KIND_LABELS, decoder_rows, kind_of, md_escape, unspaced_caption
 from .state import Run
 
 FIRST = "Translate a sentence first."
@@ -24,7 +24,7 @@ PARTS = {"encoder": "Encoder", "decoder": "Decoder"}
 def computation(run: Run, lm) -> Computation:
     if run.tr.trace is None:
         raise ValueError("this run holds no trace")
-    return Computation(run.tr.trace, lm.model)
+    return Computation(run.tr.trace, lm.model, run.tr.interventions)
 
 
 def query_labels(run: Run, kind: str) -> list[str]:
@@ -77,8 +77,10 @@ def residual_figure(run: Run | None, lm, part: str):
     r = computation(run, lm).residual_norms(part)
     tokens = run.tr.src_tokens if part == "encoder" else step_row_labels(run.tr.decoder_input_tokens,
                                                                           run.tr.output_tokens)
-    return vc.residual_norms(r.resid, r.attn, r.ffn, r.cross, tokens,
-                             title=f"{PARTS[part]}: the residual stream's norm, and what each sublayer adds")
+    title = (f"{PARTS[part]}: the residual stream's norm, and what each sublayer adds" if not r.post_norm else
+             f"{PARTS[part]} (post-norm): the stream's norm, and each sublayer's share of it through the "
+             "LayerNorm after its residual add (the token's σ fixed)")
+    return vc.residual_norms(r.resid, r.attn, r.ffn, r.cross, tokens, title=title)
 
 
 def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str = "words"):
@@ -92,14 +94,22 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str =
     head = clamp(head, lm.model.cfg.n_heads)
     pattern, norm = run.tr.attention(kind)[layer, head], comp.norm_weights(kind, layer)[head]
     (q, k), outputs, unit = run.tr.axes(kind), run.tr.output_tokens, "tokens"
+    notes = [] if lm.model.cfg.norm_first else [POST_NORM_HEAD_NOTE]
     if run.by_word(units):
         words, q, k = run.tr.attention_by_word(lm, kind)
         pattern, norm = words[layer, head], an.pool_words(norm, *run.tr.word_spans(lm, kind))
         outputs, unit = run.out_words, "words"
+        notes.append(unspaced_caption(q, k).removeprefix("; "))
     if kind != ENC_SELF:
         q = decoder_rows(q, outputs)[0]
-    return vc.norm_vs_attention(pattern, norm, q, k,
-                                title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}: α beside ‖α·f(x)‖ ({unit})")
+    title = f"{KIND_LABELS[kind]}, layer {layer}, head {head}: α beside ‖α·f(x)‖ ({unit})"
+    return vc.norm_vs_attention(pattern, norm, q, k, notes=notes, title=title)
+
+
+# one head's term cannot be put through the LayerNorm of a sum over every head and the residual; the
+# whole block's post-LN norms are the attribution's norm-based scores
+POST_NORM_HEAD_NOTE = ("post-norm model: ‖α·f(x)‖ is this head's attention term alone, before the residual add "
+                       "and the LayerNorm after it")
 
 
 def lens_figure(run: Run | None, lm, k: int = 5):
@@ -111,7 +121,15 @@ def lens_figure(run: Run | None, lm, k: int = 5):
     tokens = [[vocab.decode(list(map(int, row))) for row in layer] for layer in lens.top_ids]
     steps = step_row_labels(run.tr.decoder_input_tokens, run.tr.output_tokens)
     return vc.logit_lens(tokens, lens.top_probs, steps, notes=[TIED_NOTE if lm.model.cfg.tie_embeddings else ""],
-                         title="Logit lens: the final norm and the generator applied after each decoder layer")
+                         title=lens_title(lm.model.cfg))
+
+
+def lens_title(cfg) -> str:
+    """The mapping the lens applies is the model's own: its final norm if it has one, its logits bias if any."""
+    steps = (["the final norm"] if cfg.final_norm else []) + \
+        ["the generator" + (" and its logits bias" if cfg.logits_bias else "")]
+    tail = "" if cfg.final_norm or cfg.norm_first else " (post-norm: each layer's output is already normalised)"
+    return f"Logit lens: {' and '.join(steps)} applied after each decoder layer{tail}"
 
 
 # Early layers read through tied embeddings name their own input token: the generator is the input
@@ -120,10 +138,17 @@ TIED_NOTE = ("after layer 0 the top token is often the step's own input, with p�
              "embedding matrix (tied), and the stream still mostly holds that token's embedding")
 
 
+POST_NORM_LABELS = {"norm": "norm-based ‖LN(Σₕ αₕ·fₕ(x))‖", "alti": "ALTI+ (post-LN)"}
+
+
+def method_label(attr: Attribution, method: str) -> str:
+    return POST_NORM_LABELS.get(method, METHOD_LABELS[method]) if attr.post_norm else METHOD_LABELS[method]
+
+
 def attribution_figure(attr: Attribution | None):
     if attr is None:
         return message_figure(FIRST)
-    scores = {METHOD_LABELS[m]: attr.scores(m) for m in METHODS}
+    scores = {method_label(attr, m): attr.scores(m) for m in METHODS}
     return vc.attribution_comparison(attr.src_tokens, scores, attr.correlations(), list(scores), attr.token,
                                      attr.source_share,
                                      title=f"Where output {attr.position} “{attr.token}” came from, six ways")
@@ -151,7 +176,12 @@ def attribution_markdown(attr: Attribution) -> str:
     return (f"Output {attr.position} **{md_escape(attr.token)}**. ALTI+: the source gives "
             f"**{attr.source_share:.0%}** of this prediction, the target prefix {attr.target_share:.0%}. "
             f"Rank correlation (Spearman) of raw attention with ALTI+ {fmt(rho[i, j])}, with integrated "
-            f"gradients {fmt(rho[i, k])}. {ig_sentence(attr)}")
+            f"gradients {fmt(rho[i, k])}. {ig_sentence(attr)}{POST_NORM_NOTE if attr.post_norm else ''}")
+
+
+POST_NORM_NOTE = (" This model normalises after each residual add (post-norm): ALTI+ and the norm-based scores "
+                  "read each token's term through that LayerNorm with the token's σ fixed (Ferrando et al. 2022; "
+                  "Kobayashi et al. 2021); the biases and the norm's β belong to no token.")
 
 
 def attribution_payload(attr: Attribution) -> dict:
@@ -162,7 +192,8 @@ def attribution_payload(attr: Attribution) -> dict:
             "source_share": attr.source_share, "target_share": attr.target_share,
             "target_alti": [float(v) for v in attr.target_alti], "ig_delta": attr.ig_delta,
             "ig_sum": attr.ig_sum(), "ig_steps": attr.ig_steps, "ig_evaluations": attr.ig_evaluations,
-            "ig_gap": attr.ig_gap, "ig_tolerance": attr.ig_tolerance, "ig_converged": attr.ig_adds_up()}
+            "ig_gap": attr.ig_gap, "ig_tolerance": attr.ig_tolerance, "ig_converged": attr.ig_adds_up(),
+            "post_norm": attr.post_norm}
 
 
 def position_choices(run: Run | None) -> list[tuple[str, int]]:

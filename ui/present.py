@@ -14,7 +14,7 @@ from model.guardrails import check_run
 from model.decoding import Translation
 from model.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
 from model.transformer import Interventions
-from model.vocab import DROPPED_CATEGORIES, SPACED_CATEGORIES, SPECIALS
+from model.vocab import DROPPED_CATEGORIES, SPACED_CATEGORIES, SPECIALS, UNSPACED_NOTE, has_unspaced
 
 from viz.common import STEP_ROW_TITLE, step_row_labels
 
@@ -257,8 +257,18 @@ def no_model_message(reg: Registry, name) -> str | None:
     return None
 
 
+UNSPACED_CAPTION = "; Chinese has no spaces: its words are SentencePiece pieces"
+
+
+def unspaced_caption(*token_lists) -> str:
+    """A caption's tail where pooled "words" of a text without spaces are its pieces (else "")."""
+    return UNSPACED_CAPTION if any(has_unspaced(tokens) for tokens in token_lists) else ""
+
+
 def run_notices(tr: Translation, notices: list[str], lm: LoadedModel) -> list[str]:
     notices = list(notices)
+    if lm.src_vocab.kind != "word" and has_unspaced(tr.src_tokens + tr.output_tokens):
+        notices.append(UNSPACED_NOTE)
     check = check_run(lm, tr)
     if tr.truncated:
         notices.append(f"The sentence is longer than the model's maximum of {lm.model.cfg.max_len - 2} tokens; "

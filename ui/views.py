@@ -30,7 +30,7 @@ from viz import steps as vs
 from viz.common import STEP_ROW_TITLE, message_figure, step_row_labels
 
 from . import inside
-from .present import KIND_LABELS, decoder_rows, kind_of, parse_heads
+from .present import KIND_LABELS, decoder_rows, kind_of, parse_heads, unspaced_caption
 from .state import BeamView, CompareRun, PairRun, Run, Selection
 
 FIRST = "Translate a sentence first."
@@ -55,6 +55,7 @@ class KindView:
     mask: np.ndarray
     row_title: str | None
     unit: str
+    caption: str = ""   # what the unit means where it is not obvious (the words of text without spaces)
 
 
 def kind_view(run: Run, kind: str, units: str, lm, trace=None) -> KindView:
@@ -66,11 +67,13 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None) -> KindView:
         full = np.broadcast_to(tr.mask(kind, trace), (len(q_tok), len(k_tok))).astype(float)
         mask = an.pool_words(full, *tr.word_spans(lm, kind)) > 0
         outputs, unit = run.out_words, "words"
+        caption = unspaced_caption(q, k)
     else:
         attn, (q, k), mask = tr.attention(kind, trace), tr.axes(kind), tr.mask(kind, trace)
-        outputs, unit = tr.output_tokens, "tokens"
+        outputs, unit, caption = tr.output_tokens, "tokens", ""
     rows, title = (q, None) if kind == ENC_SELF else decoder_rows(q, outputs)
-    return KindView(attn=attn, rows=rows, keys=k, valid=not_padding(q), mask=mask, row_title=title, unit=unit)
+    return KindView(attn=attn, rows=rows, keys=k, valid=not_padding(q), mask=mask, row_title=title, unit=unit,
+                    caption=caption)
 
 
 def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: str = "words", lm=None,
@@ -86,15 +89,16 @@ def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: 
     L, H = attn.shape[:2]
     l, h = clamp(layer, L), clamp(head, H)
     axes = f"rows: query {unit}, columns: key {unit}"
+    words = [kv.caption.removeprefix("; ")] if kv.caption else []  # a subtitle: the title keeps one line
     if view == "head":
         return va.single_head(attn[l, h], q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, layer=l,
                               head=h, query_title=q_title, label=f"layer {l}, head {h}",
-                              title=f"{label}: layer {l}, head {h}", notes=[axes])
+                              title=f"{label}: layer {l}, head {h}", notes=[axes, *words])
     if view == "mean":
         return va.layer_means(attn, q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, query_title=q_title,
-                              title=f"{label}: mean over heads per layer ({axes})")
+                              title=f"{label}: mean over heads per layer ({axes})", notes=words)
     return va.head_grid(attn, q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, query_title=q_title,
-                        title=f"{label}: every layer × head; click a panel to open that head ({axes})")
+                        title=f"{label}: every layer × head; click a panel to open that head ({axes})", notes=words)
 
 
 def unmasked_title(kind: str, mask) -> str | None:
@@ -290,13 +294,17 @@ def positional_figures(reg: Registry, model: str, n_pos, dims_text: str):
     dims = [int(d) for d in re.findall(r"\d+", dims_text or "")][:12] or [0, 1, 4, 5, 10, 11]
     variants = an.pe_variants(n, pe.shape[1])
     d_show = min(pe.shape[1], 64)
+    layout = reg.models[model].model.cfg.pos_layout
+    compared = "Interleaved sin/cos (the model's) vs sin-only vs cos-only"
+    if layout == "halves":  # Marian: every sine, then every cosine; the paper's layout beside it
+        variants = {"sin | cos halves (the model's)": sub, **variants}
+        compared = "The model's sin | cos halves vs the paper's interleaved sin/cos, sin-only and cos-only"
     return (vp.encoding_heatmap(sub, title=f"The model's positional encoding: first {n} positions × "
-                                           f"{pe.shape[1]} dimensions"),
-            vp.encoding_curves(sub, dims, title="Chosen dimensions over positions"),
+                                           f"{pe.shape[1]} dimensions", layout=layout),
+            vp.encoding_curves(sub, dims, title="Chosen dimensions over positions", layout=layout),
             vp.similarity_matrix(sub, title="Cosine similarity between positions"),
             vp.scheme_comparison({k: v[:, :d_show] for k, v in variants.items()},
-                                 title=f"Interleaved sin/cos (the model's) vs sin-only vs cos-only "
-                                       f"(first {d_show} dimensions)"))
+                                 title=f"{compared} (first {d_show} dimensions)"))
 
 
 # --------------------------------------------------------------------------- analysis views
@@ -315,7 +323,7 @@ def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
         roll = an.pool_words(roll, run.src_spans, run.src_spans)
         attr = an.pool_words(attr, run.out_spans, run.src_spans)
         src, out, dec_in = run.src_words, run.out_words, decoder_input("<bos>", run.out_words)
-        which += "; pieces pooled into words"
+        which += "; pieces pooled into words" + unspaced_caption(src)
     rows, title = decoder_rows(dec_in, out)
     return v_roll.rollout_figure(roll, attr, src, rows, formula=an.ROLLOUT_FORMULA, src_valid=not_padding(src).tolist(),
                                  out_title=title, title=f"Attention rollout; cross-attention c_t: {which}")
@@ -338,7 +346,7 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
     if run.by_word(units):  # keys summed, queries averaged over a word's pieces
         w = an.pool_words(w, run.out_spans, run.src_spans)
         src, out, dec_in = run.src_words, run.out_words, decoder_input("<bos>", run.out_words)
-        what += "; pieces pooled into words"
+        what += "; pieces pooled into words" + unspaced_caption(src, out)
     rows, title = decoder_rows(dec_in, out)
     # rollout spreads every row over the whole source: only its strongest lines stay readable
     return v_align.alignment_lines(w, src, rows, what="weight", out_title=title or "output",

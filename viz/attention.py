@@ -11,12 +11,13 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import (ATTN_SCALE, DIVERGING, MASKED_NOTE, MAX_TICK_LABELS, MIN_LABEL_FONT, apply_mask, axis_ids, base_layout,
-                     blank_rows, esc, figure, finite_absmax, finite_max, grid_domains, label_font_size,
-                     mask_array, masked_layer, masked_trace, max_colorbar, scale_note, set_title, subplot_title, thin_axes,
-                     thin_note, token_axis, token_labels)
+from .common import (ATTN_SCALE, DIVERGING, MASKED_NOTE, MAX_TICK_LABELS, MIN_LABEL_FONT, apply_mask, axis_ids,
+                     base_layout, blank_rows, display_width, esc, figure, finite_absmax, finite_max, full_hover,
+                     grid_domains, label_font_size, mask_array, masked_layer, masked_trace, max_colorbar, scale_note,
+                     set_title, short, subplot_title, thin_axes, thin_note, token_axis, token_labels)
 
 HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>weight: %%{z:.4~g}<extra></extra>"
+HOVER_WHOLE = "%s<br>query: %%{customdata[0]}<br>key: %%{customdata[1]}<br>weight: %%{z:.4~g}<extra></extra>"
 KEY_TITLE = "key (attended to)"
 # One head's colour bar lies above the map, not beside it: on a phone the map keeps the width.
 HEAD_COLORBAR = dict(title=dict(text="weight", side="right"), orientation="h", thickness=8, len=0.4,
@@ -92,7 +93,7 @@ def _notes(scale: str, zmax: float | None, masked: bool, thinned: int, panels: i
 def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *,
               title: str | None = None, query_valid=None, layer_offset: int = 0, mask=None,
               scale: str = "shared", kind: str | None = None, query_title: str | None = None,
-              width_px: int = 1000) -> go.Figure:
+              width_px: int = 1000, notes: Sequence[str] = ()) -> go.Figure:
     """All layers x heads as a mosaic on one axis pair.
 
     Row block l is layer l, column block h is head h, one blank row/column apart. Each block is
@@ -108,7 +109,7 @@ def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
     ``meta = {"kind": kind, "layer": l + layer_offset, "head": h}``; in a ``plotly_click``
     handler read it as ``event.points[0].data.meta`` (``.kind``, ``.layer``, ``.head``).
     """
-    attn = _check(attn, q_tokens, k_tokens, 4)
+    attn, extra = _check(attn, q_tokens, k_tokens, 4), list(notes)
     scale_note(scale)  # rejects an unknown mode early
     attn, q_tokens, k_tokens, query_valid, mask, f = downsample_grid(attn, q_tokens, k_tokens, query_valid, mask)
     L, H, Q, K = attn.shape
@@ -136,7 +137,7 @@ def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
     col_px = max(1.0, width_px / max(1, H * (K + 1)))
     top, bottom = 50, 90
     layout = base_layout(L * (Q + 1) * row_px + top + bottom + 40)
-    layout["margin"] = dict(l=90, r=90, t=top, b=bottom)
+    layout["margin"] = dict(l=label_margin(q_tokens), r=90, t=top, b=bottom)
     fs = 10
     xvals = [h * (K + 1) + j for h in range(H) for j in range(K)]
     yvals = [l * (Q + 1) + i for l in range(L) for i in range(Q)]
@@ -158,12 +159,19 @@ def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
     notes = [scale_note(scale, panels=L * H) if scale == "shared"
              else "colour: each head 0 to its own maximum (its corner)",
              MASKED_NOTE if masked else "", thin_note(k) if k > 1 else "",
-             f"long input: each cell is the maximum of {f}×{f}; one head shows every cell" if f > 1 else ""]
+             f"long input: each cell is the maximum of {f}×{f}; one head shows every cell" if f > 1 else "",
+             *extra]
     set_title(layout, title, notes, top_extra=30)
     if scale == "shared":
         layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
                                    colorbar=dict(title=dict(text="weight"), thickness=12, len=0.6, x=1.04))
     return figure(data, layout)
+
+
+def label_margin(tokens: Sequence[str], font_size: int = 10, least: int = 90, most: int = 220) -> int:
+    """A left margin (px) wide enough for the longest row label (a CJK character takes two columns)."""
+    cols = max((display_width(short(t)) for t in tokens), default=0)
+    return int(max(least, min(most, 12 + 0.62 * font_size * cols)))
 
 
 def _token_axes(layout: dict, q_tokens, k_tokens, fs: int, query_title: str | None, key_title: str | None,
@@ -199,6 +207,9 @@ def single_head(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[st
     trace = dict(type="heatmap", z=z, colorscale=ATTN_SCALE, zmin=0.0, zmax=top, meta=meta,
                  hoverongaps=False, hovertemplate=HOVER % (esc(label) or "attention"),
                  colorbar=HEAD_COLORBAR)
+    whole = full_hover(q_tokens, k_tokens)
+    if whole is not None:  # a label was cut: the hover names both tokens whole
+        trace.update(customdata=whole, hovertemplate=HOVER_WHOLE % (esc(label) or "attention"))
     if show_values:
         trace.update(texttemplate="%{z:.2f}", textfont=dict(size=max(7, fs - 3)))
     data = [trace] + ([masked_trace(zm, label, meta=meta)] if masked else [])
@@ -214,8 +225,8 @@ def single_head(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[st
 def layer_means(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *,
                 title: str | None = None, query_valid=None, layer_offset: int = 0, mask=None,
                 scale: str = "shared", kind: str | None = None, query_title: str | None = None,
-                max_labels: int = MAX_TICK_LABELS) -> go.Figure:
-    """The mean over heads of every layer, side by side.
+                max_labels: int = MAX_TICK_LABELS, notes: Sequence[str] = ()) -> go.Figure:
+    """The mean over heads of every layer, side by side (``notes`` join the subtitle).
 
     ``scale``: "shared" (one colour axis 0–1) or "head" (each layer's panel 0 to its own maximum).
     ``mask`` as in head_grid (masked cells dark grey). Each panel's traces carry
@@ -256,10 +267,10 @@ def layer_means(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[st
         layout["yaxis"]["title"] = dict(text=esc(query_title), font=dict(size=11))
     k = thin_axes(layout, data, max_labels)  # rotated 10 px labels: 24 fit a panel a quarter of 1440 px wide
     layout["annotations"] = annotations
-    notes = _notes(scale, None, masked, k, panels=L)
+    extra, notes = list(notes), _notes(scale, None, masked, k, panels=L)
     if scale == "head":
         notes[0] = "colour: each layer 0 to its own maximum"
-    set_title(layout, title, notes, top_extra=10)
+    set_title(layout, title, notes + extra, top_extra=10)
     if scale == "shared":
         layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
                                    colorbar=dict(title=dict(text="mean weight"), thickness=12, x=0.95))

@@ -11,6 +11,7 @@ without sending a string per cell.
 from __future__ import annotations
 
 import html
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 
@@ -31,7 +32,11 @@ DIVERGING = _scale(pcolors.diverging.RdBu)       # differences: red < 0 < blue, 
 BLANK_COLOR = "#e6e6e6"       # plot background: blanked (NaN) cells show as grey
 CHOSEN_COLOR = "#d62728"
 OTHER_COLOR = "#9ecae1"
-MAX_LABEL = 24                # characters of a token shown in a label
+MAX_LABEL = 24                # display columns of a token shown in a label (a CJK character takes two)
+# Plotly draws text with the browser's fonts: the first that has a glyph wins, so Chinese renders
+# wherever one of the CJK fonts is installed (Linux, macOS, Windows, in that order)
+FONT_FAMILY = ("'Open Sans', ui-sans-serif, system-ui, 'Noto Sans CJK SC', 'Noto Sans SC', 'PingFang SC', "
+               "'Hiragino Sans GB', 'Microsoft YaHei', 'Source Han Sans SC', sans-serif")
 MASKED_COLOR = "#4d4d4d"      # masked cells (the mask forbids attending): dark grey, unlike weight 0 (white)
 MAX_TICK_LABELS = 24          # more tokens than this: label every k-th tick instead of shrinking the font
 MIN_LABEL_FONT = 10
@@ -45,9 +50,36 @@ def esc(token) -> str:
     return s.replace('"', "&#34;").replace("'", "&#39;")
 
 
+def _columns(ch: str) -> int:
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def display_width(text) -> int:
+    """Display columns of ``text`` (an East Asian wide or full-width character takes two)."""
+    return sum(map(_columns, str(text)))
+
+
 def short(token, n: int = MAX_LABEL) -> str:
+    """``token`` cut to ``n`` display columns with an ellipsis (a CJK character counts two)."""
     s = str(token)
-    return s if len(s) <= n else s[: n - 1] + "…"
+    if display_width(s) <= n:
+        return s
+    out, width = [], 0
+    for ch in s:
+        width += _columns(ch)
+        if width > n - 1:
+            break
+        out.append(ch)
+    return "".join(out) + "…"
+
+
+def full_hover(q_tokens: Sequence[str], k_tokens: Sequence[str], n: int = MAX_LABEL) -> list | None:
+    """Per cell [query, key] as whole escaped tokens, where some label was cut (hovers then show them
+    whole); None when every label is whole, so that no string per cell is sent."""
+    if all(short(t, n) == str(t) for t in (*q_tokens, *k_tokens)):
+        return None
+    q, k = [esc(t) for t in q_tokens], [esc(t) for t in k_tokens]
+    return [[[a, b] for b in k] for a in q]
 
 
 def subscript(i: int) -> str:
@@ -299,12 +331,17 @@ def finite_absmax(z: np.ndarray, default: float = 1e-6) -> float:
     return float(m) if m > 0 else default
 
 
+def _with_font(layout: dict) -> dict:
+    layout.setdefault("font", {}).setdefault("family", FONT_FAMILY)
+    return layout
+
+
 def figure(data: list, layout: dict) -> go.Figure:
     """A Figure from plain dicts, without Plotly's per-property validation (it costs ~50 ms per grid).
 
     The tests rebuild every figure with validation on, so a wrong property still fails there.
     """
-    return go.Figure(data=data, layout=layout, _validate=False)
+    return go.Figure(data=data, layout=_with_font(layout), _validate=False)
 
 
 def message_figure(text: str, height: int = 160) -> go.Figure:
@@ -313,4 +350,4 @@ def message_figure(text: str, height: int = 160) -> go.Figure:
     layout.update(xaxis=dict(visible=False), yaxis=dict(visible=False),
                   annotations=[dict(text=esc(text), x=0.5, y=0.5, xref="paper", yref="paper",
                                     showarrow=False, font=dict(size=14, color="#666"))])
-    return go.Figure(layout=layout, _validate=False)
+    return go.Figure(layout=_with_font(layout), _validate=False)

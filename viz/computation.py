@@ -250,8 +250,9 @@ def row_normalised(a) -> np.ndarray:
 
 
 def norm_vs_attention(pattern, norm_weights, q_tokens: Sequence[str], k_tokens: Sequence[str],
-                      title: str | None = None) -> go.Figure:
-    """One head's attention α beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. 2020).
+                      title: str | None = None, notes: Sequence[str] = ()) -> go.Figure:
+    """One head's attention α beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. 2020); ``notes``
+    join the subtitle.
 
     Both are row-normalised (each query row sums to 1) and share one colour axis; the hover shows
     the share and the raw value. A key with a large weight but a small transformed value f(x)
@@ -285,8 +286,8 @@ def norm_vs_attention(pattern, norm_weights, q_tokens: Sequence[str], k_tokens: 
                                colorbar=dict(title=dict(text="share"), thickness=10, x=0.96))
     k = thin_axes(layout, data)
     layout["annotations"] = annotations
-    set_title(layout, title, ["each row normalised to sum 1, one colour scale", thin_note(k) if k > 1 else ""],
-              top_extra=10)
+    set_title(layout, title, ["each row normalised to sum 1, one colour scale", thin_note(k) if k > 1 else "",
+                              *notes], top_extra=10)
     return figure(data, layout)
 
 

@@ -17,37 +17,51 @@ def cosine_similarity(pe: np.ndarray) -> np.ndarray:
     return unit @ unit.T
 
 
-def encoding_heatmap(pe: np.ndarray, *, title: str | None = None) -> go.Figure:
-    """(positions, dimensions) encoding values on a diverging scale (they lie in [-1, 1])."""
+DIM_TITLES = {"interleaved": "dimension (even = sin, odd = cos)",
+              "halves": "dimension (first half sin, second half cos)"}
+
+
+def wave(d: int, d_model: int, layout: str = "interleaved") -> str:
+    """Whether dimension ``d`` of an encoding laid out as ``layout`` is a sine or a cosine."""
+    if layout == "halves":
+        return "sin" if d < d_model // 2 else "cos"
+    return "sin" if d % 2 == 0 else "cos"
+
+
+def encoding_heatmap(pe: np.ndarray, *, title: str | None = None, layout: str = "interleaved") -> go.Figure:
+    """(positions, dimensions) encoding values on a diverging scale (they lie in [-1, 1]); ``layout``:
+    "interleaved" (sin, cos, sin, ...) or "halves" (every sin, then every cos: Marian's)."""
     pe = np.asarray(pe)
     if pe.ndim != 2:
         raise ValueError(f"expected (positions, dims), got {pe.shape}")
     trace = dict(type="heatmap", z=pe.astype(np.float32), colorscale=DIVERGING, zmid=0.0, zmin=-1.0, zmax=1.0,
                        hovertemplate="position %{y}<br>dimension %{x}<br>value %{z:.4f}<extra></extra>",
                        colorbar=dict(title=dict(text="value"), thickness=12))
+    dim_title = DIM_TITLES[layout]
     layout = base_layout(min(620, 160 + 5 * pe.shape[0]), title,
-                         xaxis=dict(title=dict(text="dimension (even = sin, odd = cos)"), showgrid=False,
-                                    zeroline=False),
+                         xaxis=dict(title=dict(text=dim_title), showgrid=False, zeroline=False),
                          yaxis=dict(title=dict(text="position"), autorange="reversed", showgrid=False,
                                     zeroline=False))
     return figure([trace], layout)
 
 
-def encoding_curves(pe: np.ndarray, dims: Sequence[int], *, title: str | None = None) -> go.Figure:
-    """Chosen dimensions as curves over positions."""
+def encoding_curves(pe: np.ndarray, dims: Sequence[int], *, title: str | None = None,
+                    layout: str = "interleaved") -> go.Figure:
+    """Chosen dimensions as curves over positions, each named sin or cos by the encoding's ``layout``."""
     pe = np.asarray(pe)
     data = []
     for d in dims:
         if not 0 <= int(d) < pe.shape[1]:
             continue
-        kind = "sin" if int(d) % 2 == 0 else "cos"
+        kind = wave(int(d), pe.shape[1], layout)
         data.append(dict(type="scatter", x=np.arange(pe.shape[0]), y=pe[:, int(d)].astype(np.float32), mode="lines",
                                name=f"dim {int(d)} ({kind})",
                                hovertemplate=f"dim {int(d)}<br>position %{{x}}<br>%{{y:.4f}}<extra></extra>"))
-    layout = base_layout(320, title, plot_bgcolor="white",
+    fig_layout = base_layout(320, title, plot_bgcolor="white",
                          xaxis=dict(title=dict(text="position"), showgrid=True, gridcolor="#eee"),
-                         yaxis=dict(title=dict(text="value"), range=[-1.1, 1.1], showgrid=True, gridcolor="#eee"))
-    return figure(data, layout)
+                             yaxis=dict(title=dict(text="value"), range=[-1.1, 1.1], showgrid=True,
+                                        gridcolor="#eee"))
+    return figure(data, fig_layout)
 
 
 def similarity_matrix(pe: np.ndarray, *, title: str | None = None) -> go.Figure:

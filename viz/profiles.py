@@ -8,6 +8,9 @@ import plotly.graph_objects as go
 
 from .common import ATTN_SCALE, base_layout, blank_rows, esc, figure, finite_max, grid_domains, subplot_title
 
+ROW_PX = 30      # height of one layer's row of cells (more layers: a taller figure, never squeezed rows)
+CELL_FONT = 12   # the value in each cell; two points smaller from eight heads on, so that "0.37" fits its cell
+
 STAT_LABELS = {"entropy": "entropy (nats)", "mean_distance": "mean distance |i − j|",
                "prev_token": "weight on the previous token", "same_token": "weight on the same token",
                "special_tokens": "weight on <bos>/<eos>", "max_weight": "maximum weight"}
@@ -34,7 +37,8 @@ def profile_heatmaps(grids: Sequence[tuple[str, np.ndarray]], stat: str, *, titl
         cells = [[[l + layer_offset, h] for h in range(H)] for l in range(L)]
         data.append(dict(type="heatmap", z=z, xaxis="x" + sfx, yaxis="y" + sfx, coloraxis="coloraxis",
                          customdata=cells, meta={"kind": kinds[i] if kinds else None},
-                         texttemplate="%{z:.2f}", hoverongaps=False,
+                         texttemplate="%{z:.2f}", textfont=dict(size=CELL_FONT if H < 8 else CELL_FONT - 2),
+                         hoverongaps=False,
                          hovertemplate=esc(label) + "<br>layer %{customdata[0]}, head %{customdata[1]}<br>"
                                        + esc(STAT_LABELS.get(stat, stat)) + ": %{z:.4f}<extra></extra>"))
         layout_axes["xaxis" + sfx] = dict(domain=list(xd), anchor="y" + sfx, tickmode="array",
@@ -44,7 +48,8 @@ def profile_heatmaps(grids: Sequence[tuple[str, np.ndarray]], stat: str, *, titl
                                           tickvals=list(range(L)), ticktext=[f"L{l + layer_offset}" for l in range(L)],
                                           autorange="reversed", showgrid=False, zeroline=False)
         notes.append(subplot_title(esc(label), xd, yd))
-    layout = base_layout(330, title, **layout_axes)
+    rows = max(np.asarray(g).shape[0] for _, g in grids)
+    layout = base_layout(120 + max(210, ROW_PX * rows), title, **layout_axes)  # a layer's row keeps its height
     layout["annotations"] = notes
     layout["margin"] = dict(l=50, r=40, t=80 if title else 40, b=40)
     layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=zmax,

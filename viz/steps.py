@@ -149,6 +149,10 @@ def source_strip(weights: Sequence[float], src_tokens: Sequence[str], *, title: 
     return figure([trace], layout)
 
 
+MINI_LAYER_PX = 48    # the height of one layer's row of thumbnails, however many layers there are
+MINI_WIDTH_PX = 600   # the width the source labels are thinned for (the half-page column beside the text)
+
+
 def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence[str], *,
                n_rows: int | None = None, kind: str = "cross", layer_offset: int = 0,
                title: str | None = None, height: int = 240, selected: tuple[int, int] | None = None
@@ -179,6 +183,7 @@ def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence
                  hovertemplate=f"L{l + layer_offset} H{h}<br>row: %{{y}}<br>source: %{{x}}<br>"
                                "weight ≈ %{z} %<extra></extra>")
             for l in range(L) for h in range(H)]
+    height = max(height, 90 + MINI_LAYER_PX * L)  # six layers of eight heads stay as tall as three
     layout = base_layout(height + 70, plot_bgcolor="white")  # rows not decoded yet stay white, inside an outline
     layout["shapes"] = [_panel_outline(l, h, S, Q, (l + layer_offset, h) == tuple(selected or ()))
                         for l in range(L) for h in range(H)]
@@ -190,8 +195,11 @@ def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence
         + [dict(text=f"L{l + layer_offset}", x=0, xref="paper", xanchor="right", xshift=-4,
                 y=l * (Q + 1) + (Q - 1) / 2, yref="y", showarrow=False, font=dict(size=10)) for l in range(L)])
     layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0, cmax=100, showscale=False)
+    # source labels at least ~12 px apart on a figure about MINI_WIDTH_PX wide (many heads: narrow panels)
+    k = thin_axes(layout, data, step={"xaxis": -(-12 * H * (S + 1) // MINI_WIDTH_PX), "yaxis": 1}, block={"xaxis": S})
     notes = [f"{t} of {Q} rows decoded; colour 0–100 %",
-             f"outlined: L{selected[0]} H{selected[1]}, the selected head" if selected else ""]
+             f"outlined: L{selected[0]} H{selected[1]}, the selected head" if selected else "",
+             thin_note(k) if k > 1 else ""]
     set_title(layout, title, notes, top_extra=4)
     return figure(data, layout)
 

@@ -64,9 +64,10 @@ def build(shell: Shell) -> ComputationParts:
                                       show_label=False)
         with gr.Tab("Logit lens", id="lens") as _t:
             sub_tabs["lens"] = _t
-            gr.Markdown("What the decoder would say if it stopped after each layer: the final layer norm and the "
-                        "generator applied to the residual stream, at every step. The last layer is the model's own "
-                        "output distribution. One column per token: a subword model's steps are pieces.",
+            gr.Markdown("What the decoder would say if it stopped after each layer: the model's own last step "
+                        "(its final layer norm, where it has one, and the generator with its bias, if any; the chart's "
+                        "title says which) applied to the residual stream, at every step. The last layer is the "
+                        "model's own output distribution. One column per token: a subword model's steps are pieces.",
                         elem_classes="explain")
             p["lens_plot"] = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
         with gr.Tab("Attribution", id="attribution") as attr_tab:
