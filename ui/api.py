@@ -6,7 +6,10 @@ from dataclasses import asdict
 
 import gradio as gr
 
-from model.checkpoint import Registry, summarize
+from pathlib import Path
+
+from model import catalog
+from model.checkpoint import CheckpointError
 from model.decoding import DecodeOptions
 from model.names import CROSS, Kind
 
@@ -14,19 +17,30 @@ from . import calls
 from .inside import attribution_payload
 from .payload import attention_mask, numbers, to_json
 from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
-from .present import clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
+from .present import choice_label, clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
 
 log = logging.getLogger("attention-explorer")
 
 
-def _api_model(reg: Registry, direction: str) -> str:
+def _api_model(reg_key: str, direction) -> str:
+    """The model a request names, loaded: a listed name (a path or Hub id only where the owner allows any
+    model); anything else, or a model that cannot be loaded, is a short message."""
+    reg = calls.REGISTRIES[reg_key]
     if not reg.models:
         raise gr.Error("No model is loaded on this server.")
     if direction is None or direction == "":
-        return reg.names[0]
-    if isinstance(direction, str) and direction in reg.models:  # only a discovered name, never a path
-        return direction
-    raise gr.Error(f"Unknown direction {str(direction)[:60]!r}; available: {', '.join(reg.names)}")
+        direction = reg.names[0]
+    if not isinstance(direction, str):
+        raise gr.Error(f"Unknown direction {str(direction)[:60]!r}; available: {', '.join(reg.names)[:200]}")
+    try:
+        name = calls.request_model(reg_key, direction)
+    except calls.NotOffered as e:
+        raise gr.Error(f"Unknown direction {direction[:60]!r}. {str(e)[:300]}") from None
+    try:
+        calls.ensure_loaded(reg_key, name)
+    except CheckpointError as e:
+        raise gr.Error(f"The model {name[:60]!r} could not be loaded: {str(e)[:300]}") from None
+    return name
 
 
 def _api_int(value, name: str, lo: int, hi: int) -> int:
@@ -64,7 +78,7 @@ class Api:
         precision (`decimals`: round every number to that many places instead, 0-9, for a smaller answer).
         `attention_mask` gives, per kind, queries x keys booleans (True = attended, the same for every layer
         and head): a masked cell has weight 0 and False there, a weight that is or rounds to 0 has True."""
-        name = _api_model(self.reg, direction)
+        name = _api_model(self.reg_key, direction)
         decimals = _decimals(decimals)
         text, notices = clean_input(text)
         if is_blank(text):
@@ -84,7 +98,7 @@ class Api:
         per-step chosen-token probabilities and, for one layer and head of `kind`, both attention maps
         (the modified model fed the baseline's output) and their difference, at float32 precision unless
         `decimals` rounds them; `baseline_mask` and `modified_mask` (True = attended) mark masked cells."""
-        name = _api_model(self.reg, direction)
+        name = _api_model(self.reg_key, direction)
         decimals = _decimals(decimals)
         text, notices = clean_input(text)
         if is_blank(text):
@@ -128,7 +142,7 @@ class Api:
         Integrated gradients start from `ig_steps` path points (8-256) and take more, to at most 2048, until
         they add up to f(x) - f(baseline) within 1 % (or 0.001 nats): `ig_steps` in the answer is the number
         used, `ig_gap` the |sum - ig_delta| reached, `ig_converged` whether it is within `ig_tolerance`."""
-        name = _api_model(self.reg, direction)
+        name = _api_model(self.reg_key, direction)
         text, _ = clean_input(text)
         if is_blank(text):
             raise gr.Error("The input is empty: type a sentence.")
@@ -143,10 +157,13 @@ class Api:
     def models(self) -> list:
         """The loaded translation directions and their sizes and metrics."""
         out = []
-        for name, lm in self.reg.models.items():
-            s = asdict(summarize(lm))
-            s.pop("path")  # the client would take a "path" key for a file to download
-            out.append(dict(s, direction=name, checkpoint=lm.path.name if lm.path else None))
+        for name, summary in catalog.summaries(self.reg).items():
+            s = asdict(summary)
+            path = s.pop("path")  # the client would take a "path" key for a file to download
+            info = catalog.infos(self.reg)[name]
+            folder = Path(path).name if path and info.family == "ours" else name if path else None
+            out.append(dict(s, direction=name, checkpoint=folder, family=info.family,
+                            label=choice_label(name, self.reg), loaded=catalog.is_loaded(self.reg, name)))
         return out
 
 
