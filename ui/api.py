@@ -12,6 +12,7 @@ from model import catalog
 from model.checkpoint import CheckpointError
 from model.decoding import DecodeOptions
 from model.names import CROSS, Kind
+from model.transformer import PreNormOnly
 
 from . import calls
 from .inside import attribution_payload
@@ -60,6 +61,8 @@ def _run(what: str, fn, *args):
     """A model call whose failure reaches the client as a short message, never a traceback."""
     try:
         return fn(*args)
+    except PreNormOnly as e:  # an analysis that does not apply to this model (post-norm): say why
+        raise gr.Error(str(e)[:400]) from None
     except Exception as e:
         log.exception("%s failed", what)
         raise gr.Error(f"The {what} failed ({type(e).__name__}).") from None

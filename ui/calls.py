@@ -151,11 +151,11 @@ def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
     configure()
     key = f"reg{len(REGISTRIES)}"
     REGISTRIES[key] = reg
-    for name, lm in reg.models.items():
+    for name, lm in catalog.loaded(reg).items():
         print(f"[attention-explorer] loaded {name} from {lm.path} on {reg.device}", file=sys.stderr, flush=True)
     for name, info in catalog.infos(reg).items():
         if not info.pinned:
-            print(f"[attention-explorer] offering {name} ({info.parameters / 1e6:.0f} M parameters, loaded on first "
+            print(f"[attention-explorer] offering {name} ({info.parameters / 1e6:.1f} M parameters, loaded on first "
                   f"use) from {info.source}", file=sys.stderr, flush=True)
     for problem in reg.problems:
         print(f"[attention-explorer] WARNING: {problem}", file=sys.stderr, flush=True)

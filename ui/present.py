@@ -224,7 +224,9 @@ def choice_label(name: str, reg: Registry) -> str:
     if info.family == "ours":
         return direction_label(name, reg)
     langs = f"{LANG_NAMES.get(info.src_lang, info.src_lang)} → {LANG_NAMES.get(info.tgt_lang, info.tgt_lang)}"
-    return f"{langs} · {info.family} · {info.parameters / 1e6:.0f} M"
+    n = info.parameters
+    size = f"{n / 1e6:.0f} M" if n >= 1e7 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} k"
+    return f"{langs} · {info.family} · {size}"
 
 
 def model_choices(reg: Registry) -> list[tuple[str, str]]:
