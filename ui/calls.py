@@ -181,8 +181,7 @@ def ensure_loaded(reg_key: str, name: str) -> float | None:
     if catalog.is_loaded(reg, name):
         return None
     t0 = time.perf_counter()
-    with MODEL_LOCK:
-        reg.models[name]  # noqa: B018  loads it
+    reg.models[name]  # noqa: B018  loads it (under the store's own lock: other models' calls go on meanwhile)
     took = time.perf_counter() - t0
     print(f"[attention-explorer] loaded {name} on first use in {took:.1f} s", file=sys.stderr, flush=True)
     return took
