@@ -21,7 +21,9 @@ from viz.common import STEP_ROW_TITLE, step_row_labels
 
 from .settings import MAX_INPUT_CHARS
 
-LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech", "zh": "Chinese"}
+LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech", "zh": "Chinese",
+              # the three-letter codes some OPUS-MT tokenizer configs give
+              "deu": "German", "eng": "English", "fra": "French", "ces": "Czech", "zho": "Chinese"}
 KINDS = {"enc": ENC_SELF, "dec": DEC_SELF, "cross": CROSS}  # short name -> module kind
 KIND_LABELS = {ENC_SELF: "Encoder self-attention", DEC_SELF: "Decoder masked self-attention",
                CROSS: "Decoder cross-attention"}
