@@ -16,7 +16,8 @@ from model.transformer import CROSS
 from .. import calls, inside, views
 from ..payload import examples_for
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, direction_hint, is_blank,
-                       md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar, run_notices, source_marks)
+                       md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar, run_notices,
+                       source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
 from ..state import ModelShape, Run, RunInputs, Selection, from_query
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log, safe, subview_values
@@ -183,7 +184,7 @@ def load_notice(shell: Shell, name: str) -> list[str]:
     label = choice_label(name, shell.reg)
     gr.Info(f"Loading {label} (first use: a large model takes a few seconds)…")
     took = calls.ensure_loaded(shell.reg_key, name)
-    return [f"{label} was loaded for this run ({took:.1f} s); it stays loaded while it is in use."] if took else []
+    return [f"{label} was loaded for this run ({took:.1f} s, on first use)."] if took else []
 
 
 def problem_of(shell: Shell, inputs: RunInputs) -> str | None:
