@@ -153,3 +153,18 @@ def test_a_model_that_breaks_after_start_up_gets_a_message_and_the_others_keep_s
     assert "Traceback" not in out["notice"]
     for name in ("de-en", "opus-mt-de-en"):
         assert client.predict(DE, name, 1, 4, api_name="/translate")["model"] == name
+
+
+def test_a_link_keeps_a_listed_model_and_refuses_an_unlisted_one_by_name(served):
+    from types import SimpleNamespace
+
+    from ui import calls
+    from ui.sections import translate as section
+    demo, _, _, models, _ = served
+    key = next(k for k, r in calls.REGISTRIES.items() if r is demo.registry)
+    shell = SimpleNamespace(reg=demo.registry, reg_key=key)
+    params = {"text": DE, "model": "opus-mt-second"}
+    assert section._linked_model(shell, params) == (params, None)
+    other = str(models / "opus-mt-unlisted-too")
+    kept, refused = section._linked_model(shell, {"text": DE, "model": other})
+    assert kept == {"text": DE} and "is not offered here" in refused and "ATTN_ALLOW_ANY_MODEL" in refused
