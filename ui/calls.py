@@ -97,6 +97,11 @@ def model_call(duration: int = 60, work: bool = False):
     return deco
 
 
+# the decorators' earlier names, for calls written against them
+GPU = model_call
+GPU_WORK = functools.partial(model_call, work=True)
+
+
 def pick_device() -> str:
     """``ATTN_DEVICE`` (auto, cpu, cuda). Auto means CUDA where present, except on ZeroGPU: there a
     sentence costs about 35 ms of CPU, while every GPU call pays for acquiring a GPU and counts against
