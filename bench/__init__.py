@@ -29,4 +29,7 @@ BENCHES = [
     Bench("replicas", "one app process against two behind nginx (needs nginx)"),
     Bench("patching", "activation patching: one head, a scan of every head, a layer × position scan; bytes"),
     Bench("zerogpu_boundary", "what ZeroGPU's fork-and-pickle boundary adds to a model call"),
+    Bench("gpu_threshold", "CPU time of one translation, our 4 M model against an OPUS-MT-sized Marian (sets "
+                           "ATTN_GPU_THRESHOLD_M)"),
+    Bench("marian_app", "an OPUS-MT-sized Marian added with ATTN_MODELS: cold start, server time, bytes per event"),
 ]

@@ -7,10 +7,14 @@ from dataclasses import asdict
 import gradio as gr
 
 from model.branching import branch_of, parse_prefix
-from model.checkpoint import Registry, summarize
 from model.contrast import resolve_foil
+from pathlib import Path
+
+from model import catalog
+from model.checkpoint import CheckpointError
 from model.decoding import DecodeOptions
 from model.names import CROSS, Kind
+from model.transformer import PreNormOnly
 
 from model.patching import PatchRequest
 
@@ -18,19 +22,30 @@ from . import calls, contrast, patching
 from .inside import attribution_payload
 from .payload import attention_mask, numbers, to_json
 from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
-from .present import clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
+from .present import choice_label, clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
 
 log = logging.getLogger("attention-explorer")
 
 
-def _api_model(reg: Registry, direction: str) -> str:
+def _api_model(reg_key: str, direction) -> str:
+    """The model a request names, loaded: a listed name (a path or Hub id only where the owner allows any
+    model); anything else, or a model that cannot be loaded, is a short message."""
+    reg = calls.REGISTRIES[reg_key]
     if not reg.models:
         raise gr.Error("No model is loaded on this server.")
     if direction is None or direction == "":
-        return reg.names[0]
-    if isinstance(direction, str) and direction in reg.models:  # only a discovered name, never a path
-        return direction
-    raise gr.Error(f"Unknown direction {str(direction)[:60]!r}; available: {', '.join(reg.names)}")
+        direction = reg.names[0]
+    if not isinstance(direction, str):
+        raise gr.Error(f"Unknown direction {str(direction)[:60]!r}; available: {', '.join(reg.names)[:200]}")
+    try:
+        name = calls.request_model(reg_key, direction)
+    except calls.NotOffered as e:
+        raise gr.Error(f"Unknown direction {direction[:60]!r}. {str(e)[:300]}") from None
+    try:
+        calls.ensure_loaded(reg_key, name)
+    except CheckpointError as e:
+        raise gr.Error(f"The model {name[:60]!r} could not be loaded: {str(e)[:300]}") from None
+    return name
 
 
 def _api_int(value, name: str, lo: int, hi: int) -> int:
@@ -50,6 +65,8 @@ def _run(what: str, fn, *args):
     """A model call whose failure reaches the client as a short message, never a traceback."""
     try:
         return fn(*args)
+    except PreNormOnly as e:  # an analysis that does not apply to this model (post-norm): say why
+        raise gr.Error(str(e)[:400]) from None
     except Exception as e:
         log.exception("%s failed", what)
         raise gr.Error(f"The {what} failed ({type(e).__name__}).") from None
@@ -68,7 +85,7 @@ class Api:
         precision (`decimals`: round every number to that many places instead, 0-9, for a smaller answer).
         `attention_mask` gives, per kind, queries x keys booleans (True = attended, the same for every layer
         and head): a masked cell has weight 0 and False there, a weight that is or rounds to 0 has True."""
-        name = _api_model(self.reg, direction)
+        name = _api_model(self.reg_key, direction)
         decimals = _decimals(decimals)
         text, notices = clean_input(text)
         if is_blank(text):
@@ -88,7 +105,7 @@ class Api:
         per-step chosen-token probabilities and, for one layer and head of `kind`, both attention maps
         (the modified model fed the baseline's output) and their difference, at float32 precision unless
         `decimals` rounds them; `baseline_mask` and `modified_mask` (True = attended) mark masked cells."""
-        name = _api_model(self.reg, direction)
+        name = _api_model(self.reg_key, direction)
         decimals = _decimals(decimals)
         text, notices = clean_input(text)
         if is_blank(text):
@@ -139,7 +156,7 @@ class Api:
         names the function explained, `top_k` the step's candidates, and `prefix_tokens` with `prefix_scores`
         (ALTI+, gradient x input, integrated gradients) and `prefix_ig` (its own check) score the target prefix
         (the source held; the source scores hold the prefix)."""
-        name = _api_model(self.reg, direction)
+        name = _api_model(self.reg_key, direction)
         text, _ = clean_input(text)
         if is_blank(text):
             raise gr.Error("The input is empty: type a sentence.")
@@ -163,7 +180,7 @@ class Api:
         greedy (`beam` 1) or beam search on from there. The same JSON as /translate, plus `branch`: the
         forced ids and tokens, how many steps were forced, and a description ("forced prefix up to step 2,
         then greedy"). The top-k of a forced step is still the model's own: what it would have chosen."""
-        name = _api_model(self.reg, direction)
+        name = _api_model(self.reg_key, direction)
         decimals = _decimals(decimals)
         text, notices = clean_input(text)
         if is_blank(text):
@@ -193,7 +210,7 @@ class Api:
         heads (every head of `kind`) or positions (every layer x position of `site`). `ablation`: patch
         (A's activation), zero, or mean (over validation sentences). Measures step `step`: p(`target`)
         (empty: B's token there), or logit(target) - logit(`foil`). Returns A, B and patched values."""
-        name = _api_model(self.reg, direction)
+        name = _api_model(self.reg_key, direction)
         texts = [clean_input(t)[0] for t in (text_a, text_b)]
         if any(is_blank(t) for t in texts):
             raise gr.Error("Both sources are needed: type sentence A and sentence B.")
@@ -216,10 +233,13 @@ class Api:
     def models(self) -> list:
         """The loaded translation directions and their sizes and metrics."""
         out = []
-        for name, lm in self.reg.models.items():
-            s = asdict(summarize(lm))
-            s.pop("path")  # the client would take a "path" key for a file to download
-            out.append(dict(s, direction=name, checkpoint=lm.path.name if lm.path else None))
+        for name, summary in catalog.summaries(self.reg).items():
+            s = asdict(summary)
+            path = s.pop("path")  # the client would take a "path" key for a file to download
+            info = catalog.infos(self.reg)[name]
+            folder = Path(path).name if path and info.family == "ours" else name if path else None
+            out.append(dict(s, direction=name, checkpoint=folder, family=info.family,
+                            label=choice_label(name, self.reg), loaded=catalog.is_loaded(self.reg, name)))
         return out
 
 

@@ -8,12 +8,14 @@ torch; this module only looks it up.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import inspect
 import logging
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 from model import decoding
@@ -21,7 +23,8 @@ from model.analysis import ProfileRow
 from model.batching import MicroBatcher, batchable, translate_many
 from model.readouts import average_head_profiles
 from model.attribution import Attribution, attribute
-from model.checkpoint import Registry, load_all
+from model import catalog
+from model.checkpoint import CheckpointError, Registry, load_all
 from model.computation import Forced, force
 from model.contrast import Contrast, Foil, attribute_contrast
 from model.decoding import DecodeOptions, Translation, full_trace, hypothesis
@@ -48,10 +51,6 @@ def gpu_calls_wrapped() -> bool:
     return s.gpu_calls == "on" or s.device == "cuda"
 
 
-def _no_gpu(fn=None, **_kwargs):
-    return (lambda f: f) if fn is None else fn
-
-
 def zero_gpu_work() -> bool:
     """On ZeroGPU, with the models on the Space's CPU, attribution still runs in a GPU call. ZeroGPU stops a
     Space that registers no GPU function at start-up, and of this app's work, integrated gradients (64
@@ -61,9 +60,43 @@ def zero_gpu_work() -> bool:
     return sys.modules.get("spaces") is not None and s.zero_gpu and s.gpu_calls != "off"
 
 
-GPU = sys.modules["spaces"].GPU if gpu_calls_wrapped() else _no_gpu
-# the work that takes a GPU call on ZeroGPU even when the per-visitor calls stay on the CPU
-GPU_WORK = sys.modules["spaces"].GPU if gpu_calls_wrapped() or zero_gpu_work() else _no_gpu
+_ON_GPU = threading.local()  # set inside a GPU-wrapped call (in its own worker on ZeroGPU)
+
+
+def large_model(reg_key: str, name: str) -> bool:
+    """At least ATTN_GPU_THRESHOLD_M million parameters, where ATTN_DEVICE leaves the choice to the app
+    (auto): on ZeroGPU such a model's calls go to the GPU. ATTN_DEVICE=cpu keeps them on the CPU."""
+    s = settings.read()
+    info = catalog.infos(REGISTRIES[reg_key]).get(name)
+    return s.device == "auto" and info is not None and info.parameters >= s.gpu_threshold_m * 1e6
+
+
+def model_call(duration: int = 60, work: bool = False):
+    """A model call ``fn(reg_key, name, ...)``, GPU-wrapped where it pays. The model is loaded here, in
+    the caller's process, before the call: a ZeroGPU worker is forked from it and gets the key, never the
+    model. Through ``spaces.GPU`` go every call where the models live on CUDA (gpu_calls_wrapped), and on
+    ZeroGPU the calls of large models (large_model) and ``work`` (attribution: see zero_gpu_work); the
+    small ones stay on the Space's CPU."""
+    def deco(fn):
+        @functools.wraps(fn)
+        def on_gpu(*args, **kwargs):
+            _ON_GPU.active = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _ON_GPU.active = False
+        wrapped = sys.modules["spaces"].GPU(duration=duration)(on_gpu) if gpu_calls_wrapped() or zero_gpu_work() \
+            else None
+
+        @functools.wraps(fn)
+        def call(reg_key: str, name: str, *args, **kwargs):
+            REGISTRIES[reg_key].models[name]  # noqa: B018  loaded (or reloaded after eviction) here
+            if wrapped is not None and (work or gpu_calls_wrapped() or large_model(reg_key, name)):
+                return wrapped(reg_key, name, *args, **kwargs)
+            return fn(reg_key, name, *args, **kwargs)
+        call.gpu = wrapped
+        return call
+    return deco
 
 
 def pick_device() -> str:
@@ -112,13 +145,20 @@ def configure() -> None:
 
 
 def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
-    root = Path(root or settings.read().checkpoints or DEFAULT_ROOT)
-    reg = load_all(root, device or pick_device())
+    """Our checkpoints under ``root`` (loaded now) and the ATTN_MODELS models (described now, loaded on
+    first use, at most ATTN_MAX_MODELS of them at once)."""
+    s = settings.read()
+    root = Path(root or s.checkpoints or DEFAULT_ROOT)
+    reg = catalog.with_added_models(load_all(root, device or pick_device()), s.models, s.max_models)
     configure()
     key = f"reg{len(REGISTRIES)}"
     REGISTRIES[key] = reg
-    for name, lm in reg.models.items():
+    for name, lm in catalog.loaded(reg).items():
         print(f"[attention-explorer] loaded {name} from {lm.path} on {reg.device}", file=sys.stderr, flush=True)
+    for name, info in catalog.infos(reg).items():
+        if not info.pinned:
+            print(f"[attention-explorer] offering {name} ({info.parameters / 1e6:.1f} M parameters, loaded on first "
+                  f"use) from {info.source}", file=sys.stderr, flush=True)
     for problem in reg.problems:
         print(f"[attention-explorer] WARNING: {problem}", file=sys.stderr, flush=True)
     if not reg.models:
@@ -128,7 +168,45 @@ def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
 
 
 def _lm(reg_key: str, name: str):
-    return REGISTRIES[reg_key].models[name]
+    """The model; inside a ZeroGPU call with the models on the CPU, a CUDA copy for this call."""
+    lm = REGISTRIES[reg_key].models[name]
+    if getattr(_ON_GPU, "active", False) and zero_gpu_work():
+        cuda = _on_cuda(lm.model)
+        return lm if cuda is lm.model else dataclasses.replace(lm, model=cuda)
+    return lm
+
+
+def ensure_loaded(reg_key: str, name: str) -> float | None:
+    """Load ``name`` now if it is not in memory: the seconds it took, or None if it was loaded.
+    Raises CheckpointError (with the reason) when it cannot be loaded."""
+    reg = REGISTRIES[reg_key]
+    if catalog.is_loaded(reg, name):
+        return None
+    t0 = time.perf_counter()
+    reg.models[name]  # noqa: B018  loads it (under the store's own lock: other models' calls go on meanwhile)
+    took = time.perf_counter() - t0
+    print(f"[attention-explorer] loaded {name} on first use in {took:.1f} s", file=sys.stderr, flush=True)
+    return took
+
+
+class NotOffered(Exception):
+    """A request named a model this server does not offer (and may not load)."""
+
+
+def request_model(reg_key: str, name: str) -> str:
+    """The key of the model a link or an API request names: a listed model as it is; any other Hub id
+    or folder only where ATTN_ALLOW_ANY_MODEL is on (then described and offered from now on)."""
+    reg = REGISTRIES[reg_key]
+    if name in reg.models:
+        return name
+    listed = ", ".join(reg.names)
+    if not settings.read().allow_any_model:
+        raise NotOffered(f"This server offers only its listed models ({listed}); loading any other model by name "
+                         "is off here (its owner can allow it with ATTN_ALLOW_ANY_MODEL=1).")
+    try:
+        return catalog.add_model(reg, name, listed=False).key
+    except CheckpointError as e:
+        raise NotOffered(str(e)) from None
 
 
 def _freeze(value):
@@ -166,14 +244,14 @@ def cached(gpu_fn):
     return call
 
 
-@GPU(duration=60)
+@model_call(duration=60)
 def gpu_translate_one(reg_key: str, name: str, text: str, opts: DecodeOptions,
                       iv: Interventions = NO_INTERVENTION) -> Translation:
     with MODEL_LOCK:
         return decoding.translate(_lm(reg_key, name), text, opts, iv)
 
 
-@GPU(duration=60)
+@model_call(duration=60)
 def gpu_translate_many(reg_key: str, name: str, texts: list[str], opts: DecodeOptions,
                        iv: Interventions = NO_INTERVENTION) -> list[Translation]:
     """Decodes (greedy or beam) of several visitors' sentences as one batch (model.batching)."""
@@ -208,7 +286,7 @@ def gpu_translate(reg_key: str, name: str, text: str, opts: DecodeOptions,
 
 
 @cached
-@GPU(duration=60)
+@model_call(duration=60)
 def gpu_compare(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Interventions):
     """Baseline and modified runs, plus the modified model teacher-forced on the baseline output."""
     lm = _lm(reg_key, name)
@@ -228,14 +306,14 @@ def gpu_beam(reg_key: str, name: str, text: str, beam: int, max_len: int = 100) 
 
 
 @cached
-@GPU(duration=60)
+@model_call(duration=60)
 def gpu_hypothesis(reg_key: str, name: str, tr: Translation, ids: list[int]) -> Translation:
     with MODEL_LOCK:
         return hypothesis(_lm(reg_key, name), tr, ids)
 
 
 @cached
-@GPU(duration=60)
+@model_call(duration=60)
 def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
     opts = DecodeOptions(record=False, replace_unk=False)
     lm = _lm(reg_key, name)
@@ -244,7 +322,7 @@ def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
 
 
 @cached
-@GPU(duration=60)
+@model_call(duration=60)
 def gpu_force(reg_key: str, name: str, text: str, reference: str) -> Forced:
     """The model teacher-forced on ``reference`` after ``text``."""
     with MODEL_LOCK:
@@ -261,7 +339,7 @@ def _on_cuda(model):
 
 
 @cached
-@GPU_WORK(duration=60)
+@model_call(duration=60, work=True)
 def gpu_attribute(reg_key: str, name: str, tr: Translation, position: int, ig_steps: int = 64) -> Attribution:
     """Every attribution method for output ``position`` of ``tr`` (gradients need the model)."""
     with MODEL_LOCK:
@@ -269,7 +347,7 @@ def gpu_attribute(reg_key: str, name: str, tr: Translation, position: int, ig_st
 
 
 @cached
-@GPU_WORK(duration=60)
+@model_call(duration=60, work=True)
 def gpu_contrast(reg_key: str, name: str, tr: Translation, position: int, ig_steps: int = 64,
                  foil: Foil | None = None) -> Contrast:
     """Attribution of output ``position`` over the source and the target prefix: for log p(token), or for
@@ -279,21 +357,21 @@ def gpu_contrast(reg_key: str, name: str, tr: Translation, position: int, ig_ste
 
 
 @cached
-@GPU(duration=60)
+@model_call(duration=60)
 def gpu_full_trace(reg_key: str, name: str, tr: Translation) -> Trace:
     """``tr`` teacher-forced again with every hook point, the opt-in ones (logits, per-head results, FFN) too."""
     with MODEL_LOCK:
         return full_trace(_lm(reg_key, name), tr.src_ids, tr.output_ids, tr.interventions, names=lambda _n: True)
 
 
-@GPU(duration=120)
+@model_call(duration=120)
 def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[ProfileRow]:
     """Averaged head profiles of ``sentences``. No progress callback: a GPU call's arguments are pickled."""
     return average_head_profiles(_lm(reg_key, name), sentences, None, MODEL_LOCK)
 
 
 @cached
-@GPU(duration=60)
+@model_call(duration=60)
 def gpu_patch_means(reg_key: str, name: str, sentences: tuple[str, ...], source: str) -> ActivationMeans:
     """Mean activations of ``sentences`` for mean ablation (model.patching.validation_means)."""
     with MODEL_LOCK:
@@ -301,7 +379,7 @@ def gpu_patch_means(reg_key: str, name: str, sentences: tuple[str, ...], source:
 
 
 @cached
-@GPU(duration=60)
+@model_call(duration=60)
 def gpu_patch(reg_key: str, name: str, req: PatchRequest, means: ActivationMeans | None = None) -> PatchBench:
     """One activation-patching request: one patch, or a scan in batched runs."""
     with MODEL_LOCK:

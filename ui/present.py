@@ -9,7 +9,8 @@ import unicodedata
 
 import numpy as np
 
-from model.checkpoint import LoadedModel, Registry, device_label, summarize
+from model import catalog
+from model.checkpoint import LoadedModel, Registry, device_label
 from model.guardrails import check_run
 from model.decoding import Translation
 from model.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
@@ -20,7 +21,9 @@ from viz.common import STEP_ROW_TITLE, step_row_labels
 
 from .settings import MAX_INPUT_CHARS
 
-LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech"}
+LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech", "zh": "Chinese",
+              # the three-letter codes some OPUS-MT tokenizer configs give
+              "deu": "German", "eng": "English", "fra": "French", "ces": "Czech", "zho": "Chinese"}
 KINDS = {"enc": ENC_SELF, "dec": DEC_SELF, "cross": CROSS}  # short name -> module kind
 KIND_LABELS = {ENC_SELF: "Encoder self-attention", DEC_SELF: "Decoder masked self-attention",
                CROSS: "Decoder cross-attention"}
@@ -211,9 +214,25 @@ def notice_md(notices: list[str]) -> str:
 
 
 def direction_label(name: str, reg: Registry) -> str:
-    lm = reg.models[name]
-    base = f"{LANG_NAMES.get(lm.src_lang, lm.src_lang)} → {LANG_NAMES.get(lm.tgt_lang, lm.tgt_lang)}"
-    return base if name == lm.name else f"{base} ({name})"
+    info = catalog.infos(reg)[name]
+    base = f"{LANG_NAMES.get(info.src_lang, info.src_lang)} → {LANG_NAMES.get(info.tgt_lang, info.tgt_lang)}"
+    return base if name == f"{info.src_lang}-{info.tgt_lang}" else f"{base} ({name})"
+
+
+def choice_label(name: str, reg: Registry) -> str:
+    """The model list's entry: the languages, and for an added model its family and size
+    ("German → English · OPUS-MT · 74 M"); the key stays the link's."""
+    info = catalog.infos(reg)[name]
+    if info.family == "ours":
+        return direction_label(name, reg)
+    langs = f"{LANG_NAMES.get(info.src_lang, info.src_lang)} → {LANG_NAMES.get(info.tgt_lang, info.tgt_lang)}"
+    n = info.parameters
+    size = f"{n / 1e6:.0f} M" if n >= 1e7 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} k"
+    return f"{langs} · {info.family} · {size}"
+
+
+def model_choices(reg: Registry) -> list[tuple[str, str]]:
+    return [(choice_label(n, reg), n) for n in reg.names]
 
 
 def direction_hint(run_model: str | None, name: str | None, reg: Registry) -> str:
@@ -231,8 +250,7 @@ def fmt_params(n: int) -> str:
 def header_markdown(reg: Registry) -> str:
     lines = ["# Attention Explorer"]
     parts = [f"**Device:** {md_escape(device_label(reg.device))}"]
-    for name, lm in reg.models.items():
-        s = summarize(lm)
+    for name, s in catalog.summaries(reg).items():
         bleu = f", BLEU {s.bleu:.1f} ({md_escape(s.bleu_source)})" if s.bleu is not None else ", BLEU n/a"
         parts.append(f"**{md_escape(direction_label(name, reg))}:** {fmt_params(s.parameters)} parameters, "
                      f"{s.encoder_layers}+{s.decoder_layers} layers × {s.n_heads} heads{bleu}")

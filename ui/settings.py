@@ -35,6 +35,22 @@ class Settings:
     # ATTN_BATCH: most decodes (greedy or beam, same options) of one model run together as one padded batch
     # (1 = no batching).
     batch_max: int = 16
+    # ATTN_MODELS: comma-separated Hugging Face Marian (OPUS-MT) folders or Hub ids served beside checkpoints/
+    models: tuple[str, ...] = ()
+    # ATTN_ALLOW_ANY_MODEL: a link or API request may name any Hub id or folder (off: a stranger's model can
+    # fill the disk and the memory of a public server)
+    allow_any_model: bool = False
+    # ATTN_MAX_MODELS: models from ATTN_MODELS (or requests) kept loaded at once, least recently used evicted
+    # first; the checkpoints/ models are small and stay loaded beside them
+    max_models: int = 2
+    # ATTN_GPU_THRESHOLD_M: on ZeroGPU (ATTN_DEVICE unset or auto), a model of at least this many million
+    # parameters runs inside spaces.GPU calls; smaller ones stay on the Space's CPU. Measured (bench.gpu_threshold,
+    # a 20-token source, 20 output tokens, everything captured, one CPU thread): 59 ms for our 4.2 M de-en,
+    # 539 ms for an OPUS-MT-sized 74 M Marian, about 7.3 ms per million parameters for the large one. A GPU
+    # call costs about 150 ms of fork and pickle (bench.zerogpu_boundary), about 70 ms for that Marian on an
+    # H100 (bench/gpu_h100.json) and some 40 ms to copy its 300 MB of weights to the GPU, plus ZeroGPU's own
+    # wait for a GPU (not measurable here): the CPU loses from about 36 M on; 40 M leaves a little margin.
+    gpu_threshold_m: float = 40.0
     host: str = "127.0.0.1"         # GRADIO_SERVER_NAME
     port: int = 7860                # GRADIO_SERVER_PORT
 
@@ -46,6 +62,21 @@ def _int(env, name: str, default: int, least: int = 1) -> int:
         return default
 
 
+def _flag(env, name: str) -> bool:
+    return (env.get(name) or "").strip().lower() in ("1", "t", "true", "yes", "on")
+
+
+def _float(env, name: str, default: float) -> float:
+    try:
+        return max(0.0, float(env.get(name) or default))
+    except ValueError:
+        return default
+
+
+def _list(env, name: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(x.strip() for x in (env.get(name) or "").split(",") if x.strip()))
+
+
 def read(env=None) -> Settings:
     env = os.environ if env is None else env
     return Settings(device=env.get("ATTN_DEVICE") or "auto", gpu_calls=env.get("ATTN_GPU_CALLS", ""),
@@ -54,4 +85,6 @@ def read(env=None) -> Settings:
                     model_concurrency=_int(env, "ATTN_MODEL_CONCURRENCY", 1),
                     torch_threads=_int(env, "ATTN_TORCH_THREADS", 1),
                     cache_mb=_int(env, "ATTN_CACHE_MB", 128, least=0), batch_max=_int(env, "ATTN_BATCH", 16),
+                    models=_list(env, "ATTN_MODELS"), allow_any_model=_flag(env, "ATTN_ALLOW_ANY_MODEL"),
+                    max_models=_int(env, "ATTN_MAX_MODELS", 2), gpu_threshold_m=_float(env, "ATTN_GPU_THRESHOLD_M", 40.0),
                     host=env.get("GRADIO_SERVER_NAME") or "127.0.0.1", port=_int(env, "GRADIO_SERVER_PORT", 7860))

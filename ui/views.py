@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from model import analysis as an
-from model import readouts
+from model import catalog, readouts
 from model.checkpoint import Registry
 from model.decoding import mask_preview, not_padding
 from model.results import decoder_input
@@ -288,6 +288,8 @@ def positional_figures(reg: Registry, model: str, n_pos, dims_text: str):
     if model not in reg.models:
         msg = message_figure("No model loaded.")
         return msg, msg, msg, msg
+    if model not in reg.pe:
+        reg.models[model]  # noqa: B018  an added model's table comes with its first load
     pe = reg.pe[model]
     n = max(2, min(int(n_pos or PE_POSITIONS), pe.shape[0]))
     sub = pe[:n]
@@ -483,7 +485,7 @@ def warm_up(reg_key: str) -> None:
     from .payload import EVERYDAY
     reg = calls.REGISTRIES[reg_key]
     try:
-        for name, lm in reg.models.items():
+        for name, lm in catalog.loaded(reg).items():  # an added model loads on first use, not here
             text = EVERYDAY.get(lm.src_lang, ["a b"])[0]
             run = Run(name, calls.gpu_translate(reg_key, name, text, DecodeOptions(max_len=3)))
             figs = [attention_figure(run, k, v, 0, 0) for k in ATTN_KINDS for v in ("grid", "head", "mean", "scores")]

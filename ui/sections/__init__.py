@@ -10,6 +10,7 @@ from typing import Callable
 
 import gradio as gr
 
+from model import catalog
 from model.checkpoint import Registry
 from viz.common import message_figure
 
@@ -89,11 +90,12 @@ class Shell:
         return self.reg.models.get(run.model) if run is not None else None
 
     def shape(self, model: str | None) -> ModelShape | None:
-        lm = self.reg.models.get(model)
-        return ModelShape.of(lm) if lm is not None else None
+        return self.shapes().get(model)
 
     def shapes(self) -> dict[str, ModelShape]:
-        return {name: ModelShape.of(lm) for name, lm in self.reg.models.items()}
+        """Every offered model's layers and heads, read from its config (an added model need not be loaded)."""
+        return {name: ModelShape(i.cfg.n_encoder_layers, i.cfg.n_decoder_layers, i.cfg.n_heads)
+                for name, i in catalog.infos(self.reg).items()}
 
     def sel_controls(self) -> dict:
         """The component behind each Selection field (the section and its sub-view are states)."""

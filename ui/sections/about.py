@@ -5,7 +5,8 @@ import html
 import json
 from dataclasses import asdict
 
-from model.checkpoint import Registry, summarize
+from model import catalog
+from model.checkpoint import Registry
 from model.hooks import hook_names
 
 from ..present import direction_label, md_escape
@@ -27,7 +28,7 @@ def about_markdown(reg: Registry) -> str:
            "default), the step view's per-step rows come from that teacher-forced pass (equal to what the cached "
            "decode computed at each step, which a test checks); with it off they are recorded during the decode."]
     if reg.models:
-        sums = {name: asdict(summarize(lm)) for name, lm in reg.models.items()}
+        sums = {name: asdict(s) for name, s in catalog.summaries(reg).items()}
         rows = [("parameters", lambda s: f"{s['parameters']:,}"), ("d_model", lambda s: s["d_model"]),
                 ("heads per layer", lambda s: s["n_heads"]), ("encoder layers", lambda s: s["encoder_layers"]),
                 ("decoder layers", lambda s: s["decoder_layers"]), ("feed-forward size", lambda s: s["d_ff"]),
@@ -40,13 +41,16 @@ def about_markdown(reg: Registry) -> str:
                    "---|" * len(sums) + "\n" + "\n".join(
                        f"| {label} | " + " | ".join(md_escape(f(s)) for s in sums.values()) + " |"
                        for label, f in rows))
-        for name, lm in reg.models.items():
+        for name, lm in catalog.loaded(reg).items():
             if lm.metrics:
                 out.append(f"<details><summary>Metrics from the {html.escape(name)} model card</summary>\n\n```json\n" +
                            json.dumps(lm.metrics, indent=1, ensure_ascii=False)[:6000] + "\n```\n</details>")
-        names = hook_names(next(iter(reg.models.values())).model)
-        out.append(f"<details><summary>The {len(names)} hook points (same names in every model)</summary>\n\n```\n"
-                   + "\n".join(names) + "\n```\n</details>")
+        names = hook_names(next(iter(catalog.loaded(reg).values())).model) if catalog.loaded(reg) else []
+        if names:
+            out.append(f"<details><summary>The {len(names)} hook points (same names in every model)</summary>\n\n"
+                       "```\n" + "\n".join(names) + "\n```\n</details>")
+    if reg.problems:  # a model that failed, at start-up or on first use: why, by name
+        out.append("## Models that could not be served\n" + "\n".join(f"- {md_escape(p)}" for p in reg.problems))
     out.append("## Calling the API\n"
                "The main events have stable names. With the Python client:\n\n```python\n"
                "from gradio_client import Client\n"

@@ -8,14 +8,17 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
+from model import catalog
 from model.branching import describe
+from model.checkpoint import CheckpointError
 from model.decoding import DecodeOptions, check_prefix
 from model.transformer import CROSS
 
 from .. import calls, inside, views
 from ..payload import examples_for
-from ..present import (DOMAIN_HINT, TRY_THIS, chips, clean_input, direction_hint, direction_label, is_blank, md_escape,
-                       no_model_message, notice_md, output_marks, run_bar, run_notices, source_marks)
+from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, direction_hint, is_blank,
+                       md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar, run_notices,
+                       source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
 from ..state import ModelShape, Run, RunInputs, Selection, from_query
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log, safe, subview_values
@@ -50,7 +53,7 @@ def build(shell: Shell) -> TranslateParts:
                                     info=f"Enter or Translate · at most {MAX_INPUT_CHARS:,} characters · {DOMAIN_HINT}")
         with gr.Column(scale=2, min_width=240):
             with gr.Row():
-                shell.direction = gr.Dropdown([(direction_label(n, reg), n) for n in names],
+                shell.direction = gr.Dropdown(model_choices(reg),
                                               value=shell.default_model, label="Direction", elem_id="direction")
                 translate_btn = gr.Button("Translate", variant="primary", elem_id="translate-btn", scale=0,
                                           min_width=110)
@@ -85,7 +88,9 @@ def build(shell: Shell) -> TranslateParts:
             p["watch_heads"] = gr.Plot(label="Every head, row by row", elem_id="watch-heads", show_label=False)
             # under the map: on a desktop in the first screen, on a phone after the translation
             gr.Markdown(TRY_THIS, elem_id="try-this", elem_classes="explain")
-    examples = examples_for(names, {n: reg.models[n].src_lang for n in names}, calls.DATA_DIRS)
+    langs = {n: i.src_lang for n, i in catalog.infos(reg).items()}
+    # an added model's examples come after ours (its first use loads it)
+    examples = examples_for(names, langs, calls.DATA_DIRS)
     p["examples"] = gr.Examples(examples, inputs=[shell.text, shell.direction], examples_per_page=8,
                                 label="Examples: the Multi30k test set, then everyday sentences (click one to "
                                       "translate it)") if examples else None
@@ -158,7 +163,9 @@ def read_inputs(text_in, name, decoding_in, beam_in, max_len_in, reference=None)
 
 
 def make_run(shell: Shell, inputs: RunInputs, notices: list[str]):
-    """(Run, Forced or None) of ``inputs``: decoded, or teacher-forced on the reference. Raises on failure."""
+    """(Run, Forced or None) of ``inputs``: decoded, or teacher-forced on the reference. Raises on failure
+    (CheckpointError: the model could not be loaded)."""
+    notices = [*notices, *load_notice(shell, inputs.model)]
     lm = shell.reg.models[inputs.model]
     if inputs.reference is not None:
         forced = calls.gpu_force(shell.reg_key, inputs.model, inputs.text, inputs.reference)
@@ -179,6 +186,17 @@ def branch_notice(lm, tr, beam: int) -> str:
             "were forced; the model wrote the rest. Generation shows what it would have chosen at every step.")
 
 
+def load_notice(shell: Shell, name: str) -> list[str]:
+    """An added model is loaded on its first use (and again after it was evicted): say so while it loads,
+    and how long it took, in the run's notices."""
+    if catalog.is_loaded(shell.reg, name):
+        return []
+    label = choice_label(name, shell.reg)
+    gr.Info(f"Loading {label} (first use: a large model takes a few seconds)…")
+    took = calls.ensure_loaded(shell.reg_key, name)
+    return [f"{label} was loaded for this run ({took:.1f} s, on first use)."] if took else []
+
+
 def problem_of(shell: Shell, inputs: RunInputs) -> str | None:
     problem = no_model_message(shell.reg, inputs.model)
     if problem:
@@ -197,6 +215,10 @@ def translate_values(shell: Shell, inputs: RunInputs, notices: list[str], ctx: R
         return {p["notice"]: problem, p["run_status"]: "✗ " + ("no model" if problem[0] == "⚠" else "empty input")}
     try:
         run, forced = make_run(shell, inputs, notices)
+    except CheckpointError as e:  # an added model that cannot be loaded: why, and the others keep serving
+        log.warning("model %s could not be loaded: %s", inputs.model, e)
+        return {p["notice"]: f"⚠️ This model could not be loaded: {md_escape(str(e)[:400])}. Pick another model.",
+                p["run_status"]: "✗ model not loaded"}
     except Exception as e:
         if isinstance(e, ValueError) and inputs.prefix:  # a forced prefix the model cannot take: say why
             return {p["notice"]: f"⚠️ {md_escape(str(e)[:200])}", p["run_status"]: "✗ bad prefix"}
@@ -298,10 +320,26 @@ def _wire_thumbnails(shell: Shell) -> None:
         clicked.then(safe(thumbnails, "heads' overview"), ins, p["watch_heads"], api_visibility="private", **VIEW)
 
 
+def _linked_model(shell: Shell, params: dict) -> tuple[dict, str | None]:
+    """A link's model: a listed one as it is; another Hub id or folder is offered only where the owner
+    allows any model (ATTN_ALLOW_ANY_MODEL), else the link opens on the default model and says why."""
+    name = params.get("model")
+    if not name or name in shell.reg.models:
+        return params, None
+    try:
+        return dict(params, model=calls.request_model(shell.reg_key, str(name))), None
+    except calls.NotOffered as e:
+        rest = {k: v for k, v in params.items() if k != "model"}
+        return rest, f"The link's model {str(name)[:80]!r} is not offered here. {e}"
+
+
 def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, list[str]] | None:
     """What the page opens on: the link's run and selection, or the first example."""
+    params, refused = _linked_model(shell, params)
     shapes = shell.shapes()
     restored = from_query(params, shapes, MAX_BEAM, MAX_OUTPUT_TOKENS)
+    if restored is not None and refused:
+        restored = replace(restored, problems=[refused, *restored.problems])
     first = shell.parts.get("first_example")
     if restored is None and first is not None:
         restored = from_query({"text": first[0], "model": first[1]}, shapes)
@@ -325,7 +363,9 @@ def _controls(shell: Shell, inputs: RunInputs, sel: Selection) -> dict:
     """Every control set to what the link says."""
     shape = shell.shape(inputs.model)
     n_layers = shape.layers(sel.kind) if shape else 1
-    values = {shell.text: inputs.text, shell.direction: inputs.model, shell.decoding: inputs.decoding,
+    # the choices too: a link may name a model this server offered since the page was built
+    values = {shell.text: inputs.text, shell.decoding: inputs.decoding,
+              shell.direction: gr.Dropdown(choices=model_choices(shell.reg), value=inputs.model),
               shell.beam: gr.Slider(value=inputs.beam, visible=inputs.decoding == "beam"),
               shell.max_len: inputs.max_len, shell.kind: sel.kind, shell.units: sel.units, shell.view: sel.view,
               shell.scale: sel.scale, shell.layer: gr.Dropdown(choices=layer_choices(n_layers), value=sel.layer),

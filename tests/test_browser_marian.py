@@ -1,0 +1,83 @@
+"""A real browser on a Marian folder added with ATTN_MODELS: a 6 + 6-layer × 8-head tiny random Marian
+(OPUS-MT's shape at d_model 32), opened by a link that names it, then the attention grid, one head,
+generation and computation; no console error on the way."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")  # builds the tiny random Marian folder (a development requirement)
+
+from tests.app_fixtures import launch, make_checkpoint  # noqa: E402
+from tests.test_browser import ARTIFACTS, CHROMIUM, _plot, _status, _wait_done  # noqa: E402
+from tests.test_marian import build_marian  # noqa: E402
+
+pytestmark = pytest.mark.browser
+KEY = "opus-mt-de-en"
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
+        pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
+    from playwright.sync_api import sync_playwright
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_checkpoint(root / "de-en", "de", "en", seed=0)
+    folder = build_marian(tmp_path_factory.mktemp("models") / KEY, d_model=32, layers=6, heads=8, ffn=64,
+                          eos_bias=1.5)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTN_MODELS", str(folder))
+    demo, url = launch(root)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            pg = browser.new_page(viewport={"width": 1440, "height": 900})
+            pg.errors = []
+            pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
+            pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+            pg.goto(url + f"?text=Zwei+Hunde+spielen+im+Schnee.&model={KEY}")
+            pg.wait_for_selector("#input-text textarea", timeout=60_000)
+            _wait_done(pg)
+            yield pg
+            browser.close()
+    finally:
+        demo.close()
+        mp.undo()
+
+
+def test_the_link_opens_the_marian_model_with_its_label(page):
+    assert page.locator("#direction input").first.input_value().startswith("German → English · OPUS-MT · ")
+    assert page.locator("#translation textarea").input_value().strip()
+    assert "was loaded for this run" in page.locator("#notice").inner_text()
+    page.locator("#link-btn").click()
+    page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('model=')",
+                           timeout=30_000)
+    assert f"model={KEY}" in page.locator("#link-box input").input_value()
+
+
+def test_the_grid_of_48_heads_and_one_head(page):
+    page.get_by_role("tab", name="Attention", exact=True).click()
+    gd = _plot(page, "#attn-plot")
+    assert gd.is_visible()
+    page.screenshot(path=str(ARTIFACTS / "marian-grid.png"), full_page=True)
+    page.locator("#attn-view input[value=head]").check()
+    page.locator("#attn-layer input").first.click()
+    page.get_by_role("option", name="layer 5", exact=True).click()
+    page.locator("#attn-head input").first.click()
+    page.get_by_role("option", name="head 7", exact=True).click()
+    page.wait_for_function("() => { const gd = document.querySelector('#attn-plot .js-plotly-plot');"
+                           " const t = gd && gd.layout.title && gd.layout.title.text || '';"
+                           " return /layer 5/i.test(t) && /head 7/i.test(t) }", timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / "marian-one-head.png"), full_page=True)
+
+
+def test_generation_and_computation(page):
+    page.get_by_role("tab", name="Generation").click()
+    _plot(page, "#step-strip")
+    page.get_by_role("tab", name="Computation", exact=True).click()
+    _plot(page, "#pe-norms")
+    page.get_by_role("tab", name="Inside one head", exact=True).click()
+    _plot(page, "#head-comp")
+    page.screenshot(path=str(ARTIFACTS / "marian-computation.png"), full_page=True)
+    assert _status(page).strip().startswith("✓")
+    assert page.errors == [], page.errors[:5]
