@@ -124,11 +124,11 @@ def test_derived_calls_key_on_the_run(reg, fresh_cache):
     key, _ = reg
     a = calls.gpu_translate(key, "de-en", DE, DecodeOptions())
     b = calls.gpu_translate(key, "de-en", "Ein Hund.", DecodeOptions())
-    att_a = calls.gpu_attribute(key, "de-en", a, 0, 4)
-    assert calls.gpu_attribute(key, "de-en", a, 0, 4) is att_a
-    assert calls.gpu_attribute(key, "de-en", b, 0, 4) is not att_a
-    assert calls.gpu_attribute(key, "de-en", a, 1, 4) is not att_a
-    assert calls.gpu_attribute(key, "de-en", a, 0, 8) is not att_a
+    att_a = calls.gpu_contrast(key, "de-en", a, 0, 4)
+    assert calls.gpu_contrast(key, "de-en", a, 0, 4) is att_a
+    assert calls.gpu_contrast(key, "de-en", b, 0, 4) is not att_a
+    assert calls.gpu_contrast(key, "de-en", a, 1, 4) is not att_a
+    assert calls.gpu_contrast(key, "de-en", a, 0, 8) is not att_a
     h1 = calls.gpu_hypothesis(key, "de-en", a, a.output_ids[:2])
     assert calls.gpu_hypothesis(key, "de-en", a, list(a.output_ids[:2])) is h1
     assert calls.gpu_hypothesis(key, "de-en", a, a.output_ids[:3]) is not h1

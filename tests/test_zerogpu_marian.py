@@ -73,9 +73,9 @@ def test_a_large_model_runs_in_gpu_calls_and_a_small_one_on_the_cpu(zero):
 def test_attribution_takes_a_gpu_call_for_every_model(zero):
     """Attribution is the GPU work ZeroGPU registers at start-up: it goes to the GPU whatever the size."""
     client, work = zero
-    before = logged(work / "calls.txt").count("gpu_attribute")
+    before = logged(work / "calls.txt").count("gpu_contrast")
     client.predict(DE, "de-en", 0, 8, api_name="/attribution")
-    assert logged(work / "calls.txt").count("gpu_attribute") == before + 1
+    assert logged(work / "calls.txt").count("gpu_contrast") == before + 1
 
 
 def test_attn_device_cpu_keeps_large_models_on_the_cpu(monkeypatch):

@@ -22,7 +22,6 @@ from model import decoding
 from model.analysis import ProfileRow
 from model.batching import MicroBatcher, batchable, translate_many
 from model.readouts import average_head_profiles
-from model.attribution import Attribution, attribute
 from model import catalog
 from model.checkpoint import CheckpointError, Registry, load_all
 from model.computation import Forced, force
@@ -336,14 +335,6 @@ def _on_cuda(model):
     if zero_gpu_work() and next(model.parameters()).device.type == "cpu" and torch.cuda.is_available():
         return copy.deepcopy(model).to("cuda")
     return model
-
-
-@cached
-@model_call(duration=60, work=True)
-def gpu_attribute(reg_key: str, name: str, tr: Translation, position: int, ig_steps: int = 64) -> Attribution:
-    """Every attribution method for output ``position`` of ``tr`` (gradients need the model)."""
-    with MODEL_LOCK:
-        return attribute(_on_cuda(_lm(reg_key, name).model), tr, position, ig_steps=ig_steps)
 
 
 @cached
