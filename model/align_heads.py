@@ -13,6 +13,7 @@ is the better one. The ranking is by AER, then by kind (head, layer, all, rollou
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -210,8 +211,9 @@ def sha256(path) -> str:
 
 def rank_heads(lm: LoadedModel, src_texts: Sequence[str], tgt_texts: Sequence[str], refs: Sequence[Reference],
                reference_path=None, batch_size: int = 64,
-               progress: Callable[[int, int], None] | None = None) -> HeadRanking:
-    """Score every cross-attention head (and the means, and the rollout) against ``refs``."""
+               progress: Callable[[int, int], None] | None = None, lock=None) -> HeadRanking:
+    """Score every cross-attention head (and the means, and the rollout) against ``refs``. ``lock`` (if
+    given) is held per batch, so a shared model serves other requests between batches."""
     t0 = time.perf_counter()
     items, skipped = prepare(lm, src_texts, tgt_texts, refs)
     if not items:
@@ -223,7 +225,9 @@ def rank_heads(lm: LoadedModel, src_texts: Sequence[str], tgt_texts: Sequence[st
         if progress is not None:
             progress(k, len(items))
         batch = items[k:k + batch_size]
-        for it, cross, enc in zip(batch, *_batch_patterns(lm, batch)):
+        with lock if lock is not None else contextlib.nullcontext():
+            patterns = _batch_patterns(lm, batch)
+        for it, cross, enc in zip(batch, *patterns):
             totals += sentence_counts(cross, enc, it)
     return HeadRanking(model=lm.name, reference=Path(reference_path).name if reference_path else "",
                        reference_sha256=sha256(reference_path), weights_sha256=sha256(lm.path and lm.path / WEIGHTS),
@@ -261,7 +265,7 @@ def val_texts(data_dirs: Sequence, src: str, tgt: str) -> tuple[list[str], list[
     return None
 
 
-def ranking_for(lm: LoadedModel, align_dir, data_dirs: Sequence, progress=None) -> HeadRanking:
+def ranking_for(lm: LoadedModel, align_dir, data_dirs: Sequence, progress=None, lock=None) -> HeadRanking:
     """The shipped ranking when it was computed from these weights and this reference; else computed now.
     ValueError (a message for the user) when there is no reference or no validation text."""
     from .wordalign import reference_path
@@ -277,7 +281,7 @@ def ranking_for(lm: LoadedModel, align_dir, data_dirs: Sequence, progress=None) 
         raise ValueError(f"the Multi30k validation texts (val.{lm.src_lang}.gz, val.{lm.tgt_lang}.gz) are not "
                          "on this server, and no up-to-date ranking was shipped")
     from .alignment import read_pharaoh
-    return rank_heads(lm, *texts, read_pharaoh(ref_path), ref_path, progress=progress)
+    return rank_heads(lm, *texts, read_pharaoh(ref_path), ref_path, progress=progress, lock=lock)
 
 
 def rank_checkpoints(checkpoints, data_dir, out_dir, models: Sequence[str] | None = None, batch_size: int = 64,

@@ -103,16 +103,19 @@ class Direction:
 
 
 def train_direction(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], n_tgt_words: int,
-                    iterations: int = 5, lam: float = 4.0) -> Direction:
-    """EM for t(f | e) and λ; returns the Viterbi alignment of every sentence under the final model."""
+                    iterations: int = 5, lam: float = 4.0, model1: int = 0, optimize_lambda: bool = False
+                    ) -> Direction:
+    """EM for t(f | e) (and λ with ``optimize_lambda``); the first ``model1`` iterations use a uniform
+    position prior (IBM Model 1). Returns the Viterbi alignment of every sentence under the final model."""
     ent = _entries(src, tgt, n_tgt_words)
     t = np.ones(len(ent.pair_src))
-    for _ in range(iterations):
-        score = t[ent.pair] * _prior(ent, lam)
+    for it in range(iterations):
+        score = t[ent.pair] * _prior(ent, 0.0 if it < model1 else lam)
         post = score / np.maximum(np.add.reduceat(score, ent.starts)[ent.group], 1e-300)
         counts = np.bincount(ent.pair, post, minlength=len(t))
         t = counts / np.maximum(np.bincount(ent.pair_src, counts)[ent.pair_src], 1e-300)
-        lam = _best_lambda(ent, post)
+        if optimize_lambda and it >= model1:
+            lam = _best_lambda(ent, post)
     score = t[ent.pair] * _prior(ent, lam)
     top = np.maximum.reduceat(score, ent.starts)
     first = np.flatnonzero(score >= top[ent.group])
@@ -177,7 +180,7 @@ def _ids(corpus: Sequence[Sequence[str]], reserve_null: bool) -> tuple[list[list
 
 
 def align_corpus(src_words: Sequence[Sequence[str]], tgt_words: Sequence[Sequence[str]],
-                 iterations: int = 5) -> list[Reference]:
+                 iterations: int = 5, **train) -> list[Reference]:
     """Train both directions on the corpus and return every sentence's symmetrised reference."""
     if len(src_words) != len(tgt_words):
         raise ValueError(f"{len(src_words)} source but {len(tgt_words)} target sentences")
@@ -185,8 +188,8 @@ def align_corpus(src_words: Sequence[Sequence[str]], tgt_words: Sequence[Sequenc
     t_null, _ = _ids(tgt_words, True)
     s_ids, n_s = _ids(src_words, False)
     t_ids, n_t = _ids(tgt_words, False)
-    fwd = train_direction(s_null, t_ids, n_t, iterations)   # each target word -> a source word
-    bwd = train_direction(t_null, s_ids, n_s, iterations)   # each source word -> a target word
+    fwd = train_direction(s_null, t_ids, n_t, iterations, **train)   # each target word -> a source word
+    bwd = train_direction(t_null, s_ids, n_s, iterations, **train)   # each source word -> a target word
     return [symmetrise(f, b, len(s), len(t))
             for f, b, s, t in zip(fwd.links, bwd.links, src_words, tgt_words)]
 
