@@ -24,10 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .alignment import Counts, Reference, counts_of, hard_links, link_counts, pool_matrices
+from .alignment import (Counts, Reference, counts_of, hard_links, link_counts, pool_matrices, read_pharaoh,
+                        reference_path)
 from .analysis import encoder_rollout
-from .checkpoint import WEIGHTS, LoadedModel
-from .data import pad_batch
+from .checkpoint import WEIGHTS, LoadedModel, load_all
+from .data import pad_batch, read_split
 from .decoding import DecodeOptions, source_ids
 from .hooks import capture
 from .names import CROSS, ENC_SELF, hook_name
@@ -258,7 +259,6 @@ def load_ranking(path) -> HeadRanking | None:
 
 def val_texts(data_dirs: Sequence, src: str, tgt: str) -> tuple[list[str], list[str]] | None:
     """Multi30k's val sentences of both languages from the first folder that has them (never downloads)."""
-    from .data import read_split
     for d in data_dirs:
         if all((Path(d) / f"val.{lang}.gz").is_file() for lang in (src, tgt)):
             return read_split(d, "val", src), read_split(d, "val", tgt)
@@ -268,7 +268,6 @@ def val_texts(data_dirs: Sequence, src: str, tgt: str) -> tuple[list[str], list[
 def ranking_for(lm: LoadedModel, align_dir, data_dirs: Sequence, progress=None, lock=None) -> HeadRanking:
     """The shipped ranking when it was computed from these weights and this reference; else computed now.
     ValueError (a message for the user) when there is no reference or no validation text."""
-    from .wordalign import reference_path
     ref_path = reference_path(align_dir, lm.src_lang, lm.tgt_lang)
     if not ref_path.is_file():
         raise ValueError(f"no reference alignment for {lm.name} (expected {ref_path.name} in {Path(align_dir).name}/)")
@@ -280,16 +279,12 @@ def ranking_for(lm: LoadedModel, align_dir, data_dirs: Sequence, progress=None, 
     if texts is None:
         raise ValueError(f"the Multi30k validation texts (val.{lm.src_lang}.gz, val.{lm.tgt_lang}.gz) are not "
                          "on this server, and no up-to-date ranking was shipped")
-    from .alignment import read_pharaoh
     return rank_heads(lm, *texts, read_pharaoh(ref_path), ref_path, progress=progress, lock=lock)
 
 
 def rank_checkpoints(checkpoints, data_dir, out_dir, models: Sequence[str] | None = None, batch_size: int = 64,
                      log=print) -> list[HeadRanking]:
     """Rank the heads of every checkpoint (or those named) that has a reference, write <name>.heads.json."""
-    from .alignment import read_pharaoh
-    from .checkpoint import load_all
-    from .wordalign import reference_path
     reg = load_all(checkpoints)
     out = []
     for name, lm in reg.models.items():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -52,6 +53,11 @@ def parse_pharaoh(line: str) -> Reference:
 def format_pharaoh(ref: Reference) -> str:
     """The inverse of parse_pharaoh, links sorted by (source, target)."""
     return " ".join(f"{i}{'-' if (i, j) in ref.sure else '?'}{j}" for i, j in sorted(ref.possible))
+
+
+def reference_path(folder, src: str, tgt: str) -> Path:
+    """Where the reference alignment of ``src`` -> ``tgt`` lives: ``<src>-<tgt>.val.align``."""
+    return Path(folder) / f"{src}-{tgt}.val.align"
 
 
 def read_pharaoh(path) -> list[Reference]:
