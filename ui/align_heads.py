@@ -24,7 +24,7 @@ from .present import head_label, md_escape, no_model_message
 
 ALIGN_FOLDER = "alignments"
 TABLE_HEADERS = ["rank", "what", "layer", "head", "AER", "precision", "recall", "F1", "rows read"]
-READINGS = {"output": "predicting the word", "shift": "word as decoder input (shifted)"}
+READINGS = {"output": "at the row that predicts the word", "shift": "at the row where the word is the decoder input"}
 _RANKINGS: dict[tuple[str, str], HeadRanking] = {}
 _LOCK = threading.Lock()
 log = logging.getLogger("attention-explorer")
@@ -80,9 +80,9 @@ def ranking_figure(r: HeadRanking):
 def ranking_markdown(r: HeadRanking) -> str:
     best = r.of("head")[0]
     return (f"**{md_escape(r.model)}**: {r.sentences} validation sentences teacher-forced "
-            f"({r.skipped} skipped), scored against `{md_escape(r.reference)}`, a statistical reference "
+            f"({r.skipped} skipped), scored against `{r.reference}`, a statistical reference "
             f"(IBM Model 2 both ways, grow-diag-final-and), not human gold: the ranking is relative to it. "
-            f"Best head: **{md_escape(best.label)}**, AER {best.aer:.3f} (F1 {best.scores.f1:.3f}, rows "
+            f"Best head: **{md_escape(best.label)}**, AER {best.aer:.3f} (F1 {best.scores.f1:.3f}, read "
             f"{READINGS[best.best]}). Computed in {r.seconds:.0f} s, once per model.")
 
 
