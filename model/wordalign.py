@@ -11,7 +11,7 @@ in fast_align's defaults. (Optimising λ after each E-step, fast_align's ``-o``,
 from the first, position-only, E-step: it aligned a toy corpus with swapped adjective and noun along
 the diagonal, and scored worse against the hand alignments.) Everything is vectorised over one flat
 array of (target word, candidate source word) entries, so training on the 30k sentences of Multi30k
-takes about a minute, and it is deterministic (no sampling, fixed order).
+takes about 20 s a language pair, and it is deterministic (no sampling, fixed order).
 
 Both directions are trained; their Viterbi links are symmetrised with grow-diag-final-and (Koehn et
 al. 2005). The reference marks the intersection of the two directions as *sure* and the rest of
