@@ -163,11 +163,15 @@ def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     return LoadedModel(model, src_vocab, tgt_vocab, src_lang, tgt_lang, path, meta, metrics)
 
 
+DATA_FOLDERS = ("alignments",)  # folders beside the checkpoints that hold data about them, not a model
+
+
 def candidate_dirs(root: Path) -> list[Path]:
-    """``root`` itself when it is a checkpoint, else its visible sub-folders (sorted)."""
+    """``root`` itself when it is a checkpoint, else its visible sub-folders (sorted), data folders left out."""
     if (root / CONFIG).is_file():
         return [root]
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    return sorted(p for p in root.iterdir()
+                  if p.is_dir() and not p.name.startswith((".", "_")) and p.name not in DATA_FOLDERS)
 
 
 def find_checkpoints(root="checkpoints") -> list[Path]:

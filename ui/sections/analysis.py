@@ -16,7 +16,7 @@ from model.transformer import ENC_SELF
 from viz import export as v_export
 from viz import profiles as v_prof
 
-from .. import calls, views
+from .. import align_heads, calls, views
 from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
 from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, is_blank, md_escape,
                        no_model_message)
@@ -90,6 +90,7 @@ def build(shell: Shell) -> None:
             p["prof_head_plot"] = gr.Plot(label="Head map (current sentence)", elem_id="prof-head-plot",
                                           show_label=False)
             p["prof_state"] = gr.State(None)
+            align_heads.build(p)
         with gr.Tab("Two sentences", id="pair") as _t:
             sub_tabs["pair"] = _t
             gr.Markdown("Two inputs, the same layer and head, one colour scale.", elem_classes="explain")
@@ -201,6 +202,7 @@ def wire(shell: Shell) -> None:
                            api_visibility="private", **VIEW)
     p["prof_pick"].input(head_map, [shell.run_state, p["prof_pick"]], p["prof_head_plot"], api_name="head_map",
                          api_visibility="undocumented", **VIEW)
+    align_heads.wire(shell)
     _wire_pair(shell)
     patching.wire(shell)
     _wire_export(shell)

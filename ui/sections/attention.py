@@ -23,7 +23,7 @@ ALIGN_CHOICES = [("One head", "head"), ("Mean of a layer's heads", "layer"), ("M
 OPEN_JS = "(v, u, s, r, h) => [window.__headClick || v, u, s, r, h]"
 CLICK_JS = """() => {
   const hook = () => document.querySelectorAll('#attn-plot .js-plotly-plot, #watch-heads .js-plotly-plot, '
-      + '#prof-heat .js-plotly-plot').forEach(gd => {
+      + '#prof-heat .js-plotly-plot, #align-heat .js-plotly-plot').forEach(gd => {
     if (gd.__headClick || !gd.on) return;
     gd.__headClick = true;
     gd.on('plotly_click', ev => {

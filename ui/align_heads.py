@@ -1,0 +1,177 @@
+"""Head profiles' "Alignment (AER)" ranking and the /alignment_heads endpoint.
+
+The ranking of a model is read from ``checkpoints/alignments/<model>.heads.json`` when that file was
+computed from the loaded weights and the shipped reference; otherwise it is computed on the first
+request (every validation sentence teacher-forced, a minute or two on a CPU) and kept for the
+server's life. Entries are read-only after insertion, so sessions share them safely.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+
+from model.align_heads import HeadRanking, ranking_for
+from model.names import CROSS
+from viz.align_rank import aer_grid
+
+from . import calls, views
+from .api import _api_model
+from .present import head_label, md_escape, no_model_message
+
+ALIGN_FOLDER = "alignments"
+TABLE_HEADERS = ["rank", "what", "layer", "head", "AER", "precision", "recall", "F1", "rows read"]
+READINGS = {"output": "at the row that predicts the word", "shift": "at the row where the word is the decoder input"}
+_RANKINGS: dict[tuple[str, str], HeadRanking] = {}
+_LOCK = threading.Lock()
+log = logging.getLogger("attention-explorer")
+
+
+def align_dir(reg_key: str) -> Path:
+    """The alignment folder beside the loaded checkpoints, else the repository's."""
+    root = calls.REGISTRIES[reg_key].root
+    here = Path(root) / ALIGN_FOLDER if root is not None else None
+    return here if here is not None and here.is_dir() else calls.DEFAULT_ROOT / ALIGN_FOLDER
+
+
+@calls.GPU(duration=300)
+def gpu_alignment_ranking(reg_key: str, name: str) -> HeadRanking:
+    """The model's ranking: the shipped file when current, else computed (the lock held per batch)."""
+    lm = calls.REGISTRIES[reg_key].models[name]
+    return ranking_for(lm, align_dir(reg_key), calls.DATA_DIRS, lock=calls.MODEL_LOCK)
+
+
+def cached_ranking(reg_key: str, name: str) -> HeadRanking:
+    key = (reg_key, name)
+    with _LOCK:
+        hit = _RANKINGS.get(key)
+    if hit is not None:
+        return hit
+    value = gpu_alignment_ranking(reg_key, name)
+    with _LOCK:
+        return _RANKINGS.setdefault(key, value)
+
+
+def ranking_rows(r: HeadRanking) -> list[list]:
+    return [[n + 1, e.label, "" if e.layer is None else e.layer, "" if e.head is None else e.head,
+             round(e.aer, 4), round(e.scores.precision, 4), round(e.scores.recall, 4), round(e.scores.f1, 4),
+             e.best] for n, e in enumerate(r.entries)]
+
+
+def ranking_figure(r: HeadRanking):
+    heads, layers = r.of("head"), sorted(r.of("layer"), key=lambda e: e.layer)
+    L = max(e.layer for e in heads) + 1
+    H = max(e.head for e in heads) + 1
+    aer, shifted = np.full((L, H), np.nan), np.zeros((L, H + 1), bool)
+    for e in heads:
+        aer[e.layer, e.head] = e.aer
+        shifted[e.layer, e.head] = e.best == "shift"
+    for e in layers:
+        shifted[e.layer, H] = e.best == "shift"
+    notes = [f"{e.label}: AER {e.aer:.3f}" for e in r.of("all") + r.of("rollout")]
+    return aer_grid(aer, [e.aer for e in layers], shifted, kind=CROSS, notes=notes + ["ˢ: the shifted rows align better"],
+                    title=f"AER of each cross-attention head against the reference ({r.model}; lower is better); "
+                          "click a head to open it")
+
+
+def ranking_markdown(r: HeadRanking) -> str:
+    best = r.of("head")[0]
+    return (f"**{md_escape(r.model)}**: {r.sentences} validation sentences teacher-forced "
+            f"({r.skipped} skipped), scored against `{r.reference}`, a statistical reference "
+            f"(IBM Model 2 both ways, grow-diag-final-and), not human gold: the ranking is relative to it. "
+            f"Best head: **{md_escape(best.label)}**, AER {best.aer:.3f} (F1 {best.scores.f1:.3f}, read "
+            f"{READINGS[best.best]}). Computed in {r.seconds:.0f} s, once per model.")
+
+
+def ranking_json(r: HeadRanking) -> dict:
+    """The API's answer: the ranking best first, each entry with both readings of its rows."""
+    d = r.to_json()
+    entries = d.pop("entries")
+    for n, e in enumerate(entries):
+        e["rank"] = n + 1
+    return d | {"ranking": entries, "metric": "AER (Och & Ney 2003): sure = both aligner directions agree, "
+                                              "possible = grow-diag-final-and; lower is better"}
+
+
+def show(reg_key: str, reg, run, name) -> tuple:
+    """(markdown, figure, table rows) for the run's model (or the chosen direction)."""
+    name = run.model if run is not None else name
+    problem = no_model_message(reg, name)
+    if problem:
+        return f"⚠️ {problem}", views.message_figure(problem), None
+    try:
+        r = cached_ranking(reg_key, name)
+    except ValueError as e:
+        return f"⚠️ {md_escape(str(e))}", views.message_figure("No alignment ranking for this model."), None
+    return ranking_markdown(r), ranking_figure(r), ranking_rows(r)
+
+
+def make_api(reg_key: str):
+    reg = calls.REGISTRIES[reg_key]
+
+    def alignment_heads(direction: str = "") -> dict:
+        """Cross-attention heads (and layer means, the mean of all layers and the rollout) ranked by their
+        alignment error rate (AER) against a statistical reference alignment of Multi30k's validation set,
+        with precision, recall, F1, and which reading of the rows scored better ('output': the row predicting
+        the word; 'shift': the row where the word is the decoder input)."""
+        name = _api_model(reg, direction)
+        try:
+            return ranking_json(cached_ranking(reg_key, name))
+        except ValueError as e:
+            raise gr.Error(str(e)[:300]) from None
+        except Exception as e:
+            log.exception("alignment ranking failed")
+            raise gr.Error(f"The alignment ranking failed ({type(e).__name__}).") from None
+    return alignment_heads
+
+
+EXPLAIN = ("How well each cross-attention head's strongest source word matches a reference word alignment of "
+           "the validation set (AER: lower is better; F1: higher is better). The reference translation is "
+           "teacher-forced; pieces are pooled into words; each target word is linked to the source word it "
+           "attends to most. Both readings of the rows are scored: the row that predicts the word, and the "
+           "row where it is the decoder input (shifted). **Click a head** in the grid to open it in Attention, "
+           "or a table row to see its map here.")
+
+
+def build(p: dict) -> None:
+    """The ranking's parts, inside the Head profiles tab."""
+    with gr.Accordion("Alignment (AER): which heads align words", open=False, elem_id="align-acc"):
+        gr.Markdown(EXPLAIN, elem_classes="explain")
+        p["align_btn"] = gr.Button("Rank the heads by alignment", elem_id="align-btn")
+        p["align_md"] = gr.Markdown(elem_id="align-md")
+        p["align_heat"] = gr.Plot(label="AER per layer × head", elem_id="align-heat", show_label=False)
+        p["align_table"] = gr.Dataframe(headers=TABLE_HEADERS, label="Ranked, best first", interactive=False,
+                                        elem_id="align-table")
+
+
+def wire(shell) -> None:
+    p = shell.parts
+
+    def on_rank(run, name):
+        try:
+            return show(shell.reg_key, shell.reg, run, name)
+        except Exception as e:
+            log.exception("alignment ranking failed")
+            return (f"⚠️ The alignment ranking failed ({md_escape(type(e).__name__)}).",
+                    views.message_figure("The alignment ranking could not be drawn."), None)
+
+    def on_row(run, evt: gr.SelectData):
+        """A head's row opens its map of the current run in the head-map panel above."""
+        try:
+            row = evt.row_value
+            if row is None or row[3] in ("", None):
+                return gr.skip(), views.message_figure("This row is not a single head: pick a head's row.")
+            label = head_label(CROSS, int(row[2]), int(row[3]))
+            return label, views.head_map_figure(run, label, shell.lm(run))
+        except Exception:
+            log.exception("alignment row select failed")
+            return gr.skip(), views.message_figure("This head's map could not be drawn.")
+
+    p["align_btn"].click(on_rank, [shell.run_state, shell.direction], [p["align_md"], p["align_heat"], p["align_table"]],
+                         api_visibility="private", **shell.model_event())
+    p["align_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"]],
+                            api_visibility="private", concurrency_limit=4, show_progress="hidden")
+    gr.api(make_api(shell.reg_key), api_name="alignment_heads", **shell.model_event())
