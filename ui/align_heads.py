@@ -110,14 +110,13 @@ def show(reg_key: str, reg, run, name) -> tuple:
 
 
 def make_api(reg_key: str):
-    reg = calls.REGISTRIES[reg_key]
 
     def alignment_heads(direction: str = "") -> dict:
         """Cross-attention heads (and layer means, the mean of all layers and the rollout) ranked by their
         alignment error rate (AER) against a statistical reference alignment of Multi30k's validation set,
         with precision, recall, F1, and which reading of the rows scored better ('output': the row predicting
         the word; 'shift': the row where the word is the decoder input)."""
-        name = _api_model(reg, direction)
+        name = _api_model(reg_key, direction)
         try:
             return ranking_json(cached_ranking(reg_key, name))
         except ValueError as e:
