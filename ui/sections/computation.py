@@ -14,14 +14,13 @@ from .. import calls, inside, views
 from ..payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
 from ..state import Run
-from . import VIEW, RunContext, Shell, encodings, log, track_subtabs
+from ..views import stamp_of
+from . import VIEW, RunContext, Shell, encodings, log, sub_view, track_subtabs
 from .translate import base_url, make_run, read_inputs
 
 SID = "computation"
 PART_CHOICES = [("Decoder", "decoder"), ("Encoder", "encoder")]
 IG_STEPS = IG_START
-ATTR_HINT = "Pick an output token (or open this tab again) to attribute it in the current run."
-FORCED_HINT = "The current run was decoded. Give a reference and press Force to teacher-force it."
 
 
 @dataclass
@@ -88,7 +87,7 @@ def build(shell: Shell) -> ComputationParts:
             p["attr_table"] = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
                                            label="Scores (raw)")
         with gr.Tab("Forced decoding", id="forced") as _t:
-            sub_tabs["forced"] = _t
+            sub_tabs["forced"] = p["forced_tab"] = _t
             gr.Markdown("Teacher-force the model on a **reference** translation: the probability and the "
                         "cross-entropy −log p of each reference token (the training loss), the perplexity, and where "
                         "the model's own top-1 choice differs. The forced run becomes the current run, so every "
@@ -100,17 +99,17 @@ def build(shell: Shell) -> ComputationParts:
             p["force_btn"] = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
             p["forced_md"] = gr.Markdown(elem_id="forced-md")
             p["forced_plot"] = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
-    p["attr_tab"], p["attr_state"] = attr_tab, gr.State(None)  # (run id, piece-level Attribution)
+    p["attr_tab"], p["attr_state"] = attr_tab, gr.State(None)  # HeldAttribution
     shell.subtabs["computation"], p["comp_sub_tabs"] = tabs, sub_tabs
     return ComputationParts(p["ref_text"], p["forced_md"], p["forced_plot"])
 
 
 def lazy_io(shell: Shell) -> tuple[list, list, callable]:
-    """(outputs, extra inputs, fn(run, *extra)) of the section as drawn when opened."""
+    """(outputs, extra inputs, fn(run, *extra)) of the section as drawn when opened. Attribution and Forced
+    decoding are registered views of their own (``_wire_attribution``, ``_wire_forced``)."""
     p = shell.parts
     enc_out, enc_in = encodings.lazy_io(shell)
-    outs = [p["head_query"], p["head_plot"], p["resid_plot"], p["normw_plot"], p["lens_plot"], p["attr_pos"],
-            p["attr_md"], p["attr_plot"], p["attr_table"], p["ref_example"], p["forced_md"], p["forced_plot"]]
+    outs = [p["head_query"], p["head_plot"], p["resid_plot"], p["normw_plot"], p["lens_plot"], p["ref_example"]]
     ins = [shell.kind, shell.layer, shell.head, p["head_query"], p["resid_part"], shell.units]
     k = len(enc_in)
     return ([*enc_out, *outs], [*enc_in, *ins],
@@ -123,20 +122,16 @@ def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words
     n = len(inside.query_labels(run, kind))
     query = inside.clamp(query, n, inside.default_query(kind, n))
     pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
-    positions = inside.position_choices(run)
-    # attribution needs the model (gradients): drawn when its tab opens or a token is picked, never stale
-    attr = [ATTR_HINT, views.message_figure(ATTR_HINT), None]
-    forced = [gr.skip(), gr.skip()] if run.forced else [FORCED_HINT, views.message_figure(FORCED_HINT)]
     return [gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
             inside.head_figure(run, lm, kind, layer, head, query), inside.residual_figure(run, lm, part),
             inside.norm_weight_figure(run, lm, kind, layer, head, units), inside.lens_figure(run, lm),
-            gr.Dropdown(choices=positions, value=0 if positions else None), *attr,
-            gr.Dropdown(choices=[(f"{s}  ⇒  {r}", i) for i, (s, r) in enumerate(pairs)], value=None), *forced]
+            gr.Dropdown(choices=[(f"{s}  ⇒  {r}", i) for i, (s, r) in enumerate(pairs)], value=None)]
 
 
 def wire(shell: Shell) -> None:
     p = shell.parts
-    track_subtabs(shell, SID, p["comp_sub_tabs"])
+    # Attribution and Forced decoding are registered views: ``sub_view`` keeps their sub-tab itself
+    track_subtabs(shell, SID, {k: t for k, t in p["comp_sub_tabs"].items() if k not in ("attribution", "forced")})
     encodings.wire(shell)
     _wire_head(shell)
     resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731
@@ -187,38 +182,66 @@ def _attribution_values(run: Run, attr, units) -> tuple:
     return inside.attribution_markdown(shown), inside.attribution_figure(shown), inside.attribution_table(shown)
 
 
+@dataclass(frozen=True)
+class HeldAttribution:
+    """The last attribution computed in this session: of which run, output position and path points."""
+    run_id: str
+    position: int
+    steps: int
+    attr: object  # model.attribution.Attribution (piece level)
+
+
+def _attribute(shell: Shell, run: Run, position, steps, held, picked: bool = False) -> HeldAttribution:
+    """The attribution of ``position`` in ``run``: the one held when it is of the same run, position and
+    points (Units only pools it again), else computed (a model call). Opened on another run than the one
+    held, the position starts at 0 (unless it was just ``picked`` from this run's choices)."""
+    same_run = isinstance(held, HeldAttribution) and held.run_id == run.id
+    position = inside.clamp(position, len(run.tr.output_ids)) if same_run or picked else 0
+    steps = max(8, min(int(steps or IG_STEPS), 256))
+    if same_run and (held.position, held.steps) == (position, steps):
+        return held
+    return HeldAttribution(run.id, position, steps,
+                           calls.gpu_attribute(shell.reg_key, run.model, run.tr, position, steps))
+
+
+def _attribution_failed(e: Exception) -> tuple:
+    log.exception("attribution failed")
+    return (f"⚠️ The attribution failed ({md_escape(type(e).__name__)}).",
+            views.message_figure("The attribution could not be drawn."), None)
+
+
 def _wire_attribution(shell: Shell) -> None:
+    """A registered view: drawn for the current run when its tab (or the section on it) opens, and when
+    Units change while it shows; a picked token or path points redraw it at once."""
     p = shell.parts
-    outs = [p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"]]
 
-    def on_attribution(run, position, steps, units="words"):
-        if run is None:
-            return inside.FIRST, views.message_figure(inside.FIRST), None, None
+    def view(run, sel, position, steps, held):
         try:
-            n = len(run.tr.output_ids)
-            position = inside.clamp(position, n)
-            steps = max(8, min(int(steps or IG_STEPS), 256))
-            attr = calls.gpu_attribute(shell.reg_key, run.model, run.tr, position, steps)
-            return (*_attribution_values(run, attr, units), (run.id, attr))
+            h = _attribute(shell, run, position, steps, held)
         except Exception as e:
-            log.exception("attribution failed")
-            return (f"⚠️ The attribution failed ({md_escape(type(e).__name__)}).",
-                    views.message_figure("The attribution could not be drawn."), None, None)
+            return [gr.skip(), *_attribution_failed(e), held]
+        return [gr.Dropdown(choices=inside.position_choices(run), value=h.position),
+                *_attribution_values(run, h.attr, sel.units), h]
 
-    ins = [shell.run_state, p["attr_pos"], p["attr_steps"], shell.units]
-    p["attr_tab"].select(on_attribution, ins, outs, api_name="attribution_view", api_visibility="undocumented",
-                         **shell.model_event())
-    p["attr_pos"].input(on_attribution, ins, outs, api_visibility="private", **shell.model_event())
-    p["attr_steps"].release(on_attribution, ins, outs, api_visibility="private", **shell.model_event())
+    sub_view(shell, "computation/attribution", p["attr_tab"],
+             [p["attr_pos"], p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"]],
+             [p["attr_pos"], p["attr_steps"], p["attr_state"]], view, model_call=True, api_name="attribution_view",
+             own_events=False)
 
-    def on_units(run, held, units):
-        """Words or pieces: the attribution already computed for this run, pooled again (no model call)."""
-        if run is None or held is None or held[0] != run.id:
-            return gr.skip(), gr.skip(), gr.skip()
-        return _attribution_values(run, held[1], units)
+    def on_pick(run, position, steps, units, held):
+        if run is None:
+            return inside.FIRST, views.message_figure(inside.FIRST), None, held
+        try:  # a pick belongs to the run on screen (its choices are that run's)
+            h = _attribute(shell, run, position, steps, held, picked=True)
+            return (*_attribution_values(run, h.attr, units), h)
+        except Exception as e:
+            return (*_attribution_failed(e), held)
 
-    shell.units.input(on_units, [shell.run_state, p["attr_state"], shell.units], outs[:3], api_visibility="private",
-                      **VIEW)
+    ins = [shell.run_state, p["attr_pos"], p["attr_steps"], shell.units, p["attr_state"]]
+    outs = [p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"]]
+    p["attr_pos"].input(on_pick, ins, outs, api_name="attribution_pick", api_visibility="undocumented",
+                        **shell.model_event())
+    p["attr_steps"].release(on_pick, ins, outs, api_visibility="private", **shell.model_event())
 
 
 def _wire_forced(shell: Shell) -> None:
@@ -233,9 +256,12 @@ def _wire_forced(shell: Shell) -> None:
 
     p["ref_example"].input(on_example, [shell.direction, p["ref_example"]], [shell.text, p["ref_text"]],
                            api_visibility="private", queue=False, show_progress="hidden")
+    # a registered view: a later run (or a hidden tab) never leaves a previous forced run on it
+    sv = sub_view(shell, "computation/forced", p["forced_tab"], [p["forced_md"], p["forced_plot"]], [],
+                  lambda run, sel: inside.forced_view(run), api_name="forced_result_view")
     sel_inputs = [shell.kind, shell.view, shell.layer, shell.head, shell.units]
     lz = shell.lazy[SID]
-    outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, *shell.run_outputs()]  # forced_md/plot among lz.outputs
+    outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, sv.stamp, *sv.outputs, *shell.run_outputs()]
 
     assert len(lz.inputs) == 10  # spelled out below: Gradio passes the request only to a positional parameter
 
@@ -258,9 +284,9 @@ def _wire_forced(shell: Shell) -> None:
         lazy = dict(zip([lz.stamp, *lz.outputs], [run.id, *lz.fn(run, *lazy_extra, positional=not same_model)]))
         if same_model:  # keep the picked example and its choices
             lazy[p["ref_example"]] = gr.skip()
-        return (shell.run_values(run, RunContext(sel, base_url=base_url(request))) | lazy |
-                {p["forced_md"]: inside.forced_markdown(forced), p["forced_plot"]: inside.forced_figure(forced),
-                 shell.translate.run_status: f"✓ forced · run {run.id}"})
+        shown = dict(zip([sv.stamp, *sv.outputs], [stamp_of(sv.name, run, sel), *sv.fn(run, sel)]))
+        return (shell.run_values(run, RunContext(sel, base_url=base_url(request))) | lazy | shown |
+                {shell.translate.run_status: f"✓ forced · run {run.id}"})
 
     p["force_btn"].click(on_force, [shell.run_state, shell.text, p["ref_text"], shell.direction, *sel_inputs,
                                     *lz.inputs, shell.scale, shell.subviews], outputs, api_name="forced_view",
