@@ -316,6 +316,11 @@ def _wire_export(shell: Shell) -> None:
 
     toggles = interventions.compare_io(shell)[0]
     link_box = shell.bar.link_box
-    shell.bar.link_btn.click(on_link, [shell.run_state, *toggles, *shell.selection_inputs(), link_box], link_box,
-                             js=LINK_JS, api_name="make_link", api_visibility="undocumented", queue=False).then(
+    link_in = [shell.run_state, *toggles, *shell.selection_inputs(), link_box]
+    shell.bar.link_btn.click(on_link, link_in, link_box, js=LINK_JS, api_name="make_link",
+                             api_visibility="undocumented", queue=False).then(
         None, link_box, None, js=COPY_JS, api_visibility="private")
+    # the box follows the screen: every new run (each sets a fresh run status), toggle and selection change
+    gr.on([shell.translate.run_status.change, *(c.change for c in [*toggles, *shell.selection_inputs()])], on_link,
+          link_in, link_box, js=LINK_JS, api_name="follow_link", api_visibility="undocumented", queue=False,
+          show_progress="hidden", trigger_mode="always_last")
