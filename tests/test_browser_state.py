@@ -314,3 +314,12 @@ def test_the_link_box_follows_runs_and_toggles(page):
                            arg="Eine+Frau", timeout=30_000)
     page.wait_for_timeout(500)  # the follow-up after the run has landed
     assert link()["causal"] == "off" and link()["text"] == B
+    _pick(page, "#attn-head", "head 2")  # a selection change: the one Selection state, then the link
+    page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('head=2')",
+                           timeout=30_000)
+    assert link()["causal"] == "off" and link()["text"] == B
+    _tab(page, "Attention")
+    _tab(page, "Rollout")  # the section and sub-view are part of the Selection too
+    page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('subview=rollout')",
+                           timeout=30_000)
+    assert link()["section"] == "attention" and link()["head"] == "2"
