@@ -86,8 +86,8 @@ def _lazy(shell: Shell) -> None:
     lazy_section(shell, "interventions", tabs["interventions"], *interventions.lazy_io(shell))
     lazy_section(shell, "computation", tabs["computation"], *computation.lazy_io(shell))
     for sid in ("translate", "attention", "analysis"):
-        tabs[sid].select(lambda s=sid: s, None, shell.section, api_visibility="private", queue=False,
-                               show_progress="hidden")
+        tabs[sid].select(lambda s=sid: s, None, shell.section, api_visibility="private", concurrency_limit=None,
+                         show_progress="hidden")  # queued, so that the Selection state follows it
 
 
 def build_app(root=None, device: str | None = None, warm: bool = True, max_queue: int | None = None) -> gr.Blocks:

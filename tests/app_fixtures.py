@@ -86,14 +86,14 @@ def all_strings(obj):
 
 def event_outputs(url: str, api_name: str = "translate_stream") -> list[str]:
     """The elem_ids of an event's outputs, read from the running app's config (the app declares them
-    once; gradio_client returns them in this order, State outputs left out)."""
+    once; gradio_client returns them in this order, State and Button outputs left out)."""
     import json
     with urllib.request.urlopen(url.rstrip("/") + "/config", timeout=30) as r:
         cfg = json.load(r)
     comps = {c["id"]: c for c in cfg["components"]}
     dep = next(d for d in cfg["dependencies"] if d.get("api_name") == api_name)
     return [comps[i].get("props", {}).get("elem_id") or comps[i]["type"] for i in dep["outputs"]
-            if comps[i]["type"] != "state"]
+            if comps[i]["type"] not in ("state", "button")]
 
 
 def named(client, url: str, out, api_name: str = "translate_stream") -> dict:

@@ -60,7 +60,7 @@ def test_opening_the_section_draws_every_view_of_the_current_run(client):
     assert "cross-attention, layer 1, head 2" in plot(o["head_comp"])["layout"]["title"]["text"]
     assert plot(o["pe_norms"])["data"] and plot(o["pe_heat"])["data"]
     assert plot(o["resid_plot"])["data"] and plot(o["normw_plot"])["data"] and plot(o["lens_plot"])["data"]
-    assert [c[1] for c in o["attr_pos"]["choices"]][0] == 0
+    assert "attr_pos" not in o and "forced_md" not in o  # registered views of their own, drawn when opened
     assert o["ref_example"]["choices"]  # test-set sentences with their references (or the built-in ones)
 
 
@@ -111,36 +111,69 @@ def test_attribution_api_rejects_bad_input(url):
         c.predict(SRC, "de-en", "first", 16, api_name="/attribution")
 
 
+SEL = ("decoder.cross_attn", 0, 0, 0, None, "words", "grid", "shared")  # the shared selection's controls
+
+
+def attribution(c, position=0, steps=16, units="words") -> dict:
+    """Computation → Attribution opened (a registered view: drawn for the current run)."""
+    sel = (*SEL[:5], units, *SEL[6:])
+    return named(c, c.src, c.predict(*sel, position, steps, api_name="/attribution_view"), "attribution_view")
+
+
+def forced_result(c) -> dict:
+    """Computation → Forced decoding opened."""
+    return named(c, c.src, c.predict(*SEL, api_name="/forced_result_view"), "forced_result_view")
+
+
+def force(c, src=SRC, ref=REF) -> dict:
+    return named(c, c.src, c.predict(src, ref, "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1",
+                                     "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", "words", "shared",
+                                     api_name="/forced_view"), "forced_view")
+
+
 def test_attribution_view(client):
     open_section(client)
-    md, fig, table = client.predict(0, 16, "words", api_name="/attribution_view")
+    a = attribution(client)
+    md, table = a["attr_md"], a["attr_table"]
     assert "ALTI+" in md and "Spearman" in md
-    assert len(plot(fig)["data"]) >= 2
+    assert len(plot(a["attr_plot"])["data"]) >= 2
     assert table["headers"] == ["source", *METHODS]
     assert [row[0] for row in table["data"]] == ["<bos>", "Zwei", "Hunde", "spielen", "im", "Schnee", ".", "<eos>"]
+    assert a["attr_pos"]["value"] == 0 and len(a["attr_pos"]["choices"]) > 1
 
 
 def test_a_new_run_never_shows_the_last_runs_attribution_or_forced_decoding(client):
-    open_section(client)
-    client.predict(0, 16, "words", api_name="/attribution_view")
-    client.predict(SRC, REF, "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1", "encoder", 1,
-                   "decoder.cross_attn", 0, 0, 1, "decoder", "words", "shared", api_name="/forced_view")
+    """Attribution and Forced decoding are registered views: opened after a new run, each draws that run
+    (the attribution of its first token, the hint that it was decoded), never the previous one."""
+    assert attribution(client, position=1)["attr_pos"]["value"] == 0  # first opened on this run: its first token
+    md, _, table = client.predict(1, 16, "words", api_name="/attribution_pick")
+    assert "Hunde" in json.dumps(table) and "ALTI+" in md
+    again = attribution(client, position=1)  # opened again on the same run and token: left as the pick drew it
+    assert all(v == {"__type__": "update"} for v in again.values()), again
+    assert "perplexity" in force(client)["forced_md"]
+    # Force drew its view with the forced run's stamp: opening it again redraws nothing
+    assert all(v == {"__type__": "update"} for v in forced_result(client).values())
+    # the forced run's attribution: its output tokens are the reference's, the position starts at 0
+    a = attribution(client, position=1)
+    assert [c[0].split(": ", 1)[1] for c in a["attr_pos"]["choices"]][:3] == ["Two", "dogs", "are"]
+    assert a["attr_pos"]["value"] == 0
     client.predict("Eine Frau liest ein Buch im Park.", "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0,
                    "words", "shared", api_name="/translate_stream")
-    o = open_section(client)
-    assert "Pick an output token" in o["attr_md"]
-    assert "was decoded" in o["forced_md"]
-    assert "Pick an output token" in json.dumps(plot(o["attr_plot"]))
+    assert "was decoded" in forced_result(client)["forced_md"]
+    a = attribution(client, position=3)
+    assert [row[0] for row in a["attr_table"]["data"]][:3] == ["<bos>", "Eine", "Frau"]
+    assert a["attr_pos"]["value"] == 0 and not any("dogs" in c[0] for c in a["attr_pos"]["choices"])
+    # Units pool the attribution held for this run again (no second model call needed): pieces = words here
+    assert attribution(client, units="pieces")["attr_table"]["data"] == a["attr_table"]["data"]
 
 
 def test_forced_decoding_becomes_the_current_run(client):
-    out = named(client, client.src, client.predict(SRC, REF, "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1",
-                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", "words", "shared", api_name="/forced_view"), "forced_view")
+    out = force(client)
     assert out["run_status"].startswith("✓ forced")
     assert "perplexity" in out["forced_md"] and "teacher-forced" in out["run_bar"]
     assert out["translation"] == REF
     ref_tokens = ["Two", "dogs", "are", "playing", "in", "the", "snow", ".", "<eos>"]
-    assert [c[0].split(": ", 1)[1] for c in out["attr_pos"]["choices"]] == ref_tokens
+    assert [c[0].split(": ", 1)[1] for c in attribution(client)["attr_pos"]["choices"]] == ref_tokens
     bars = plot(out["forced_plot"])["data"][0]
     assert len(decode(bars["y"])) == len(ref_tokens)
     assert ((decode(bars["y"]) >= 0) & (decode(bars["y"]) <= 100.0001)).all()

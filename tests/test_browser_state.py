@@ -237,3 +237,89 @@ def test_a_head_profile_click_opens_the_map(page):
     assert page.get_by_role("tab", name="Maps", exact=True).get_attribute("aria-selected") == "true"
     assert page.locator("#attn-plot").is_visible()
     _full_width(page, "#attn-plot")
+
+
+def _fits(page, sel: str, min_width: int):
+    """The plot is drawn at its box's width, not at a hidden tab's (half width, title over subtitle)."""
+    page.wait_for_function(
+        "([sel, w]) => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
+        " return !!gd && gd._fullLayout && Math.abs(gd._fullLayout.width - gd.clientWidth) <= 2"
+        " && gd.clientWidth >= w }", arg=[sel, min_width], timeout=30_000)
+
+
+@pytest.mark.parametrize("width,height", [(1440, 900), (390, 844)])
+def test_plots_drawn_while_hidden_come_up_at_full_width(browser, app_url, width, height):
+    """Attention → Maps redrawn by a Translate while hidden, and Generation after a forced run, open at
+    their box's width, on a desktop and on a phone."""
+    pg = browser.new_page(viewport={"width": width, "height": height})
+    pg.goto(app_url)
+    _wait_done(pg)
+    least = 600 if width > 600 else 330
+    _translate(pg, A)  # the map is redrawn while its section is hidden
+    _tab(pg, "Attention")
+    _wait_plot_has(pg, "#attn-plot", "Hunde")
+    pg.locator("#attn-plot").scroll_into_view_if_needed()
+    _fits(pg, "#attn-plot", least)
+    _tab(pg, "Computation")
+    _tab(pg, "Forced decoding")
+    pg.locator("#ref-text textarea").fill("Two dogs are playing in the snow.")
+    before = _status(pg)
+    pg.locator("#force-btn").click()
+    _wait_done(pg, before)
+    _tab(pg, "Generation")
+    _wait_plot_has(pg, "#step-strip", "→Two")  # step 0 of the forced run
+    pg.locator("#step-strip").scroll_into_view_if_needed()
+    _fits(pg, "#step-strip", least)
+    pg.screenshot(path=str(ARTIFACTS / f"state-hidden-plots-{width}.png"), full_page=True)
+    pg.close()
+
+
+def test_attribution_and_forced_decoding_show_the_current_run_when_opened(page):
+    _translate(page, A)
+    _tab(page, "Computation")
+    _tab(page, "Attribution")
+    page.wait_for_function("() => (document.querySelector('#attr-table')||{}).innerText?.includes('Hunde')",
+                           timeout=90_000)
+    _translate(page, B)
+    _tab(page, "Computation")  # Attribution is still its sub-tab: it draws the new run, no click needed
+    page.wait_for_function("() => (document.querySelector('#attr-table')||{}).innerText?.includes('Frau')",
+                           timeout=90_000)
+    assert "Hunde" not in page.locator("#attr-table").inner_text()
+    _tab(page, "Forced decoding")
+    page.locator("#ref-text textarea").fill("A woman reads a book in the park.")
+    before = _status(page)
+    page.locator("#force-btn").click()
+    _wait_done(page, before)
+    assert "perplexity" in page.locator("#forced-md").inner_text()
+    _translate(page, A)
+    _tab(page, "Computation")  # the forced run was replaced: Forced decoding no longer shows it
+    page.wait_for_function("() => (document.querySelector('#forced-md')||{}).innerText?.includes('was decoded')",
+                           timeout=30_000)
+    assert "perplexity" not in _js(page, "#forced-plot", "JSON.stringify(gd.layout)")
+
+
+def test_the_link_box_follows_runs_and_toggles(page):
+    def link() -> dict:
+        return dict(parse_qsl(urlsplit(page.locator("#link-box input").input_value()).query))
+
+    _translate(page, A)
+    page.wait_for_function("(t) => (document.querySelector('#link-box input')||{}).value?.includes(t)",
+                           arg="Zwei+Hunde", timeout=30_000)
+    _tab(page, "Masks & interventions")
+    page.locator("#tog-causal input").uncheck()
+    page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('causal=off')",
+                           timeout=30_000)
+    _translate(page, B)
+    page.wait_for_function("(t) => (document.querySelector('#link-box input')||{}).value?.includes(t)",
+                           arg="Eine+Frau", timeout=30_000)
+    page.wait_for_timeout(500)  # the follow-up after the run has landed
+    assert link()["causal"] == "off" and link()["text"] == B
+    _pick(page, "#attn-head", "head 2")  # a selection change: the one Selection state, then the link
+    page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('head=2')",
+                           timeout=30_000)
+    assert link()["causal"] == "off" and link()["text"] == B
+    _tab(page, "Attention")
+    _tab(page, "Rollout")  # the section and sub-view are part of the Selection too
+    page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('subview=rollout')",
+                           timeout=30_000)
+    assert link()["section"] == "attention" and link()["head"] == "2"

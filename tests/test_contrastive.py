@@ -18,7 +18,7 @@ from model.contrast import (LOG_PROB, PROB_ATOL, PROB_DIFF, Foil, Target, attrib
 from model.decoding import DecodeOptions, translate
 from model.vocab import Vocab
 
-from tests.app_fixtures import launch, make_checkpoint
+from tests.app_fixtures import launch, make_checkpoint, named
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = "Zwei Hunde spielen im Schnee."
@@ -217,16 +217,16 @@ def test_attribution_view_with_a_foil_from_the_steps_candidates(url):
     c = Client(url, verbose=False)
     c.predict(SRC, "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0, "pieces", "shared",
               api_name="/translate_stream")
-    # opening the section offers the first step's candidates (the choices a picked foil must be one of)
-    opened = c.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", "pieces",
-                       api_name="/open_computation")
-    md, fig, table = c.predict(0, 16, "pieces", api_name="/attribution_view")
+    # opening Attribution draws the first token and offers its step's candidates (the choices a foil is one of)
+    sel = ("decoder.cross_attn", 0, 0, 0, None, "pieces", "grid", "shared")
+    opened = named(c, url, c.predict(*sel, 0, 16, api_name="/attribution_view"), "attribution_view")
+    md, fig = opened["attr_md"], opened["attr_plot"]
     assert "log p(token)" in md and "rather than" not in md
     plain = json.loads(fig["plot"])
     api = c.predict(SRC, "de-en", 0, 16, api_name="/attribution")
     foil = next(t for t in api["top_k"] if t != api["token"] and not t.startswith("<"))
-    assert any(choice[1] == foil for o in opened if isinstance(o, dict) for choice in o.get("choices", [])
-               if "p = " in str(choice[0]))
+    assert any(choice[1] == foil and "p = " in str(choice[0]) for choice in opened["attr_foil"]["choices"])
+    assert opened["attr_foil"]["value"] is None and opened["attr_foil_text"] == ""
     md, fig, table = c.predict(0, 16, "pieces", foil, "", api_name="/attribution_foil")
     f = json.loads(fig["plot"])
     assert f"rather than the foil **{foil}**" in md and "p(token) − p(foil)" in md and "same for any foil" in md

@@ -288,8 +288,8 @@ def test_app_export_and_link(client):
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
     assert meta["settings"]["run"] == "greedy" and meta["settings"]["teacher_forced"] is False
     # the link names the run on screen (not the text box), the toggles of Masks & interventions, the selection
-    link = client.predict(0, True, False, True, ["cross L1 H2"], [], "decoder.self_attn", 1, 2, 0, None, "words",
-                          "head", "shared", "http://host/", api_name="/make_link")
+    client.predict("decoder.self_attn", 1, 2, 0, None, "words", "head", "shared", api_name="/selection")
+    link = client.predict(0, True, False, True, ["cross L1 H2"], [], "http://host/", api_name="/make_link")
     from urllib.parse import parse_qsl, urlsplit
 
     from ui.state import ModelShape, from_query

@@ -160,3 +160,26 @@ def test_direction_hint_says_the_views_still_show_the_last_run(client):
     hint = client.predict("en-de", api_name="/direction_hint")
     assert "press **Translate**" in hint and "English → German" in hint and "German → English run" in hint
     assert "press" not in (client.predict("de-en", api_name="/direction_hint") or "")  # back on the run's own
+
+
+def test_back_hides_once_another_run_replaces_the_presets(server, client):
+    """Back leads to the run the preset replaced only while the preset's run is current: a later run of
+    another sentence hides the button and drops what it kept; the preset's own run keeps both."""
+    demo_app = server[0]
+    tr = next(f for f in demo_app.fns.values() if f.api_name == "translate_stream").fn
+    demo = word_order_demo("de-en", "de")
+
+    def values(text):
+        out = tr(text, "de-en", "greedy", 4, 30, ENC, "grid", demo.layer, demo.head, "words", "shared", "translate",
+                 {})
+        return {getattr(c, "elem_id", None) or type(c).__name__: v for c, v in out.items()}
+
+    assert values(demo.text)["cmp-back"] == {"__type__": "update"}  # the preset's chained translate: Back stays
+    assert values(DE)["cmp-back"].visible is False  # another sentence: hidden (and, below, nothing kept)
+    # through the app: preset, its run, then another sentence; Back has nothing left to restore
+    translate(client, DE)
+    preset(client, DE)
+    translate(client, demo.text, ENC, demo.layer, demo.head)
+    translate(client, "Eine Frau liest ein Buch im Park.")
+    b = back(client)
+    assert all(v in (None, {"__type__": "update"}) for v in b.values()), b

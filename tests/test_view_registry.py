@@ -92,3 +92,40 @@ def test_an_export_says_what_kind_of_run_it_holds(tiny_lm):
     assert (s["run"], s["decoding"], s["teacher_forced"], s["reference"]) == ("teacher-forced", "teacher-forced", True,
                                                                              "katze hund")
     assert s["per_token_loss"] == pytest.approx(forced.loss.tolist()) and len(s["per_token_loss"]) == 3
+
+
+def test_forced_decoding_is_drawn_from_the_run_it_shows(tiny_lm):
+    """Computation → Forced decoding is a registered view drawn from (run, selection) alone: a forced run's
+    readout, and for any other run (a later Translate) the hint, never the previous forced run's."""
+    from model.computation import force
+    from ui.state import RunInputs
+    spec = REGISTRY["computation/forced"]
+    forced = force(tiny_lm, "haus katze hund", "katze hund")
+    fr = Run.of(tiny_lm, "de-en", forced.translation, forced=True, forced_detail=forced,
+                inputs=RunInputs("de-en", "haus katze hund", reference="katze hund"))
+    md, fig = spec.draw(fr, BASE, tiny_lm)
+    assert f"{forced.perplexity:.2f}" in md and "perplexity" in fig.layout.title.text
+    later = Run.of(tiny_lm, "de-en", translate(tiny_lm, "katze hund", DecodeOptions(max_len=6)))
+    md, fig = spec.draw(later, BASE, tiny_lm)
+    assert "was decoded" in md and "perplexity" not in _json(fig)
+    assert stamp_of(spec.name, later, BASE) != stamp_of(spec.name, fr, BASE)
+
+
+def test_attribution_and_forced_decoding_are_registered_sub_views(tmp_path, monkeypatch):
+    """Both are wired through ``sub_view``: they carry a stamp and are drawn when opened, like Alignment."""
+    import gradio as gr
+
+    import app
+    from tests.app_fixtures import make_checkpoint
+    from ui import sections
+    make_checkpoint(tmp_path / "de-en", "de", "en")
+    made = []
+    real = sections.SubView.__init__
+
+    def record(self, name, *a, **k):
+        made.append(name)
+        real(self, name, *a, **k)
+    monkeypatch.setattr(sections.SubView, "__init__", record)
+    demo = app.build_app(tmp_path, device="cpu", warm=False)
+    assert {"computation/attribution", "computation/forced", "attention/alignment", "attention/rollout"} <= set(made)
+    assert isinstance(demo, gr.Blocks)

@@ -215,6 +215,18 @@ def forced_markdown(forced: Forced) -> str:
             "(red bars). This forced run is now the current run: every attention view shows it.")
 
 
+FORCED_HINT = "The current run was decoded. Give a reference and press Force to teacher-force it."
+
+
+def forced_view(run: Run | None) -> list:
+    """Forced decoding's (markdown, figure) for ``run``: its readout when it is a forced run, else a hint
+    (never a previous forced run's)."""
+    detail = run.forced_detail if run is not None and run.forced else None
+    if detail is None:
+        return [FORCED_HINT, message_figure(FORCED_HINT)]
+    return [forced_markdown(detail), forced_figure(detail)]
+
+
 def embedding_figure(run: Run | None, lm, part: str = "encoder", position=0):
     """The input as the tutorials build it: embedding, × √d_model, + positional encoding, per position."""
     if run is None or lm is None:

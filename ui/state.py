@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from urllib.parse import urlencode
 
 from model.analysis import BeamTree
+from model.computation import Forced
 from model.decoding import Translation
 from model.hooks import Trace
 from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Interventions, canonical_kind
@@ -316,15 +317,17 @@ class Run:
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     inputs: RunInputs | None = None      # what made it: a link and an export say so
     forced_loss: list[float] | None = None   # a forced run's cross-entropy per reference token (nats)
+    forced_detail: Forced | None = None      # a forced run's per-token readout (Forced decoding draws it)
 
     @classmethod
     def of(cls, lm, name: str, tr: Translation, notices: list[str] | None = None, forced: bool = False,
-           inputs: RunInputs | None = None, forced_loss: list[float] | None = None) -> "Run":
+           inputs: RunInputs | None = None, forced_loss: list[float] | None = None,
+           forced_detail: Forced | None = None) -> "Run":
+        extra = dict(inputs=inputs, forced_loss=forced_loss, forced_detail=forced_detail)
         if lm.src_vocab.kind == "word":
-            return cls(name, tr, list(notices or []), forced=forced, inputs=inputs, forced_loss=forced_loss)
+            return cls(name, tr, list(notices or []), forced=forced, **extra)
         w = tr.words(lm)
-        return cls(name, tr, list(notices or []), w.src_spans, w.output_spans, w.src, w.output, forced,
-                   inputs=inputs, forced_loss=forced_loss)
+        return cls(name, tr, list(notices or []), w.src_spans, w.output_spans, w.src, w.output, forced, **extra)
 
     def by_word(self, units: str) -> bool:
         return units == "words" and self.src_spans is not None

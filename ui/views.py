@@ -452,7 +452,7 @@ REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
           lambda run, sel, lm: inside.norm_weight_figure(run, lm, sel.kind, sel.layer, sel.head, sel.units)),
     _spec("computation", "lens", "", lambda run, sel, lm: inside.lens_figure(run, lm)),
     _spec("computation", "attribution", "units"),
-    _spec("computation", "forced", ""),
+    _spec("computation", "forced", "", lambda run, sel, lm: inside.forced_view(run)),
     _spec("analysis", "profiles", ""),
     _spec("analysis", "pair", ""),
     _spec("analysis", "export", ""),

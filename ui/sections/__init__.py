@@ -63,6 +63,7 @@ class Shell:
     query: gr.Dropdown | None = None
     # which sub-tab each section shows ({section: sub-view}); the Selection's sub-view is the current section's
     subviews: gr.State | None = None
+    sel_state: gr.State | None = None  # the Selection itself, held once (``track_selection`` writes it)
     refreshers: list[Refresher] = field(default_factory=list)
     lazy_views: list = field(default_factory=list)  # SubView
     # what each section's build hands to the others (typed; a section's other parts stay in its module)
@@ -254,11 +255,22 @@ def sub_view(shell: Shell, name: str, tab, outputs: list, inputs: list, fn: Call
     return sv
 
 
+def track_selection(shell: Shell) -> None:
+    """The Selection held in one ``gr.State``, written in one place: whatever changes one of its controls
+    (the user, a run, a link, a panel click, Back) rewrites it here. Readers that are not themselves
+    triggered by those controls (the link) read it instead of the controls."""
+    shell.sel_state = gr.State(Selection())
+    # queued: only a queued event's State output dispatches that State's change (the link follows it)
+    gr.on([c.change for c in shell.selection_inputs()], shell.selection, shell.selection_inputs(), shell.sel_state,
+          api_name="selection", api_visibility="undocumented", concurrency_limit=None, show_progress="hidden",
+          trigger_mode="always_last")
+
+
 def track_subtabs(shell: Shell, section: str, tabs: dict) -> None:
     """Remember which sub-tab of ``section`` shows (the Selection's sub-view, and what a link keeps)."""
     for subview, tab in tabs.items():
         tab.select(lambda held, v=subview: {**(held or {}), section: v}, shell.subviews, shell.subviews,
-                   api_visibility="private", queue=False, show_progress="hidden")
+                   api_visibility="private", concurrency_limit=None, show_progress="hidden")  # queued: see above
 
 
 def subview_values(shell: Shell, run: Run, sel: Selection) -> dict:

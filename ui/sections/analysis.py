@@ -20,7 +20,7 @@ from .. import align_heads, calls, views
 from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
 from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, is_blank, md_escape,
                        no_model_message)
-from ..state import ModelShape, PairRun, link_url
+from ..state import ModelShape, PairRun, Selection, link_url
 from . import VIEW, Shell, layer_choices, head_choices as head_numbers, log, safe, sub_view, track_subtabs
 from .bar import KIND_CHOICES
 from .about import about_markdown
@@ -319,16 +319,21 @@ def _wire_export(shell: Shell) -> None:
 
     def on_link(run, *rest):
         """The link to this screen: the run on it (not the text box, which may have been edited since), its
-        Masks & interventions toggles, and the selection."""
-        *toggles, kind, layer, head, step, query, units, view, scale, section, held, base = rest
+        Masks & interventions toggles, and the selection (the one state every control writes)."""
+        *toggles, sel, base = rest
         if run is None or run.inputs is None:
             return ""
-        sel = shell.selection(kind, layer, head, step, query, units, view, scale, section, held)
         inputs = replace(run.inputs, toggles=toggles_of(*toggles))
+        sel = sel if isinstance(sel, Selection) else Selection()
         return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))))
 
     toggles = interventions.compare_io(shell)[0]
     link_box = shell.bar.link_box
-    shell.bar.link_btn.click(on_link, [shell.run_state, *toggles, *shell.selection_inputs(), link_box], link_box,
-                             js=LINK_JS, api_name="make_link", api_visibility="undocumented", queue=False).then(
+    link_in = [shell.run_state, *toggles, shell.sel_state, link_box]
+    shell.bar.link_btn.click(on_link, link_in, link_box, js=LINK_JS, api_name="make_link",
+                             api_visibility="undocumented", queue=False).then(
         None, link_box, None, js=COPY_JS, api_visibility="private")
+    # the box follows the screen: every new run (each sets a fresh run status), toggle and selection change
+    gr.on([shell.translate.run_status.change, *(c.change for c in toggles), shell.sel_state.change], on_link,
+          link_in, link_box, js=LINK_JS, api_name="follow_link", api_visibility="undocumented", queue=False,
+          show_progress="hidden", trigger_mode="always_last")

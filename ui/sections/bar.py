@@ -10,7 +10,7 @@ from model.transformer import CROSS
 
 from ..present import KIND_LABELS, header_markdown
 from ..state import ModelShape, link_url
-from . import RunContext, Shell, branch, head_choices, layer_choices
+from . import RunContext, Shell, branch, head_choices, layer_choices, track_selection
 
 KIND_CHOICES = [(label, kind) for kind, label in KIND_LABELS.items()]
 UNIT_CHOICES = [("Words", "words"), ("Pieces", "pieces")]
@@ -50,7 +50,9 @@ def build(shell: Shell) -> BarParts:
 
 
 def follow_runs(shell: Shell) -> None:
-    """After the sections: the head choices and the link follow every run."""
+    """After the sections: the Selection is held as one state, and the head choices and the link follow
+    every run."""
+    track_selection(shell)
     shell.on_run([shell.head, shell.bar.link_box], lambda run, ctx: _follow(shell, run, ctx))
 
 

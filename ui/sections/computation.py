@@ -15,14 +15,13 @@ from .. import calls, contrast, inside, views
 from ..payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
 from ..state import Run
-from . import VIEW, RunContext, Shell, encodings, log, track_subtabs
+from ..views import stamp_of
+from . import VIEW, RunContext, Shell, encodings, log, sub_view, track_subtabs
 from .translate import base_url, make_run, read_inputs
 
 SID = "computation"
 PART_CHOICES = [("Decoder", "decoder"), ("Encoder", "encoder")]
 IG_STEPS = IG_START
-ATTR_HINT = "Pick an output token (or open this tab again) to attribute it in the current run."
-FORCED_HINT = "The current run was decoded. Give a reference and press Force to teacher-force it."
 
 
 @dataclass
@@ -64,10 +63,9 @@ def build(shell: Shell) -> ComputationParts:
                                       show_label=False)
         with gr.Tab("Logit lens", id="lens") as _t:
             sub_tabs["lens"] = _t
-            gr.Markdown("What the decoder would say if it stopped after each layer: the model's own last step "
-                        "(its final layer norm, where it has one, and the generator with its bias, if any; the chart's "
-                        "title says which) applied to the residual stream, at every step. The last layer is the "
-                        "model's own output distribution. One column per token: a subword model's steps are pieces.",
+            gr.Markdown("What the decoder would say if it stopped after each layer: the final layer norm and the "
+                        "generator applied to the residual stream, at every step. The last layer is the model's own "
+                        "output distribution. One column per token: a subword model's steps are pieces.",
                         elem_classes="explain")
             p["lens_plot"] = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
         with gr.Tab("Attribution", id="attribution") as attr_tab:
@@ -98,7 +96,7 @@ def build(shell: Shell) -> ComputationParts:
             p["attr_table"] = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
                                            label="Scores (raw)")
         with gr.Tab("Forced decoding", id="forced") as _t:
-            sub_tabs["forced"] = _t
+            sub_tabs["forced"] = p["forced_tab"] = _t
             gr.Markdown("Teacher-force the model on a **reference** translation: the probability and the "
                         "cross-entropy −log p of each reference token (the training loss), the perplexity, and where "
                         "the model's own top-1 choice differs. The forced run becomes the current run, so every "
@@ -110,18 +108,17 @@ def build(shell: Shell) -> ComputationParts:
             p["force_btn"] = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
             p["forced_md"] = gr.Markdown(elem_id="forced-md")
             p["forced_plot"] = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
-    p["attr_tab"], p["attr_state"] = attr_tab, gr.State(None)  # (run id, piece-level Attribution)
+    p["attr_tab"], p["attr_state"] = attr_tab, gr.State(None)  # HeldAttribution
     shell.subtabs["computation"], p["comp_sub_tabs"] = tabs, sub_tabs
     return ComputationParts(p["ref_text"], p["forced_md"], p["forced_plot"])
 
 
 def lazy_io(shell: Shell) -> tuple[list, list, callable]:
-    """(outputs, extra inputs, fn(run, *extra)) of the section as drawn when opened."""
+    """(outputs, extra inputs, fn(run, *extra)) of the section as drawn when opened. Attribution and Forced
+    decoding are registered views of their own (``_wire_attribution``, ``_wire_forced``)."""
     p = shell.parts
     enc_out, enc_in = encodings.lazy_io(shell)
-    outs = [p["head_query"], p["head_plot"], p["resid_plot"], p["normw_plot"], p["lens_plot"], p["attr_pos"],
-            p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_foil"], p["attr_foil_text"], p["ref_example"],
-            p["forced_md"], p["forced_plot"]]
+    outs = [p["head_query"], p["head_plot"], p["resid_plot"], p["normw_plot"], p["lens_plot"], p["ref_example"]]
     ins = [shell.kind, shell.layer, shell.head, p["head_query"], p["resid_part"], shell.units]
     k = len(enc_in)
     return ([*enc_out, *outs], [*enc_in, *ins],
@@ -134,21 +131,16 @@ def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words
     n = len(inside.query_labels(run, kind))
     query = inside.clamp(query, n, inside.default_query(kind, n))
     pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
-    positions = inside.position_choices(run)
-    # attribution needs the model (gradients): drawn when its tab opens or a token is picked, never stale
-    attr = [ATTR_HINT, views.message_figure(ATTR_HINT), None,
-            gr.Dropdown(choices=contrast.foil_choices(run, 0), value=None), ""]
-    forced = [gr.skip(), gr.skip()] if run.forced else [FORCED_HINT, views.message_figure(FORCED_HINT)]
     return [gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
             inside.head_figure(run, lm, kind, layer, head, query), inside.residual_figure(run, lm, part),
             inside.norm_weight_figure(run, lm, kind, layer, head, units), inside.lens_figure(run, lm),
-            gr.Dropdown(choices=positions, value=0 if positions else None), *attr,
-            gr.Dropdown(choices=[(f"{s}  ⇒  {r}", i) for i, (s, r) in enumerate(pairs)], value=None), *forced]
+            gr.Dropdown(choices=[(f"{s}  ⇒  {r}", i) for i, (s, r) in enumerate(pairs)], value=None)]
 
 
 def wire(shell: Shell) -> None:
     p = shell.parts
-    track_subtabs(shell, SID, p["comp_sub_tabs"])
+    # Attribution and Forced decoding are registered views: ``sub_view`` keeps their sub-tab itself
+    track_subtabs(shell, SID, {k: t for k, t in p["comp_sub_tabs"].items() if k not in ("attribution", "forced")})
     encodings.wire(shell)
     _wire_head(shell)
     resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731
@@ -200,62 +192,85 @@ def _attribution_values(run: Run, c, units) -> tuple:
     return contrast.markdown(shown), contrast.figure(shown), inside.attribution_table(shown.attribution)
 
 
-def _attribution(shell: Shell, run, position, steps, units, foil=None, foil_text=None) -> tuple:
-    """(markdown, figure, table, held) for one output step, contrasted with the foil asked (if any)."""
-    if run is None:
-        return inside.FIRST, views.message_figure(inside.FIRST), None, None
-    try:
-        position = inside.clamp(position, len(run.tr.output_ids))
-        steps = max(8, min(int(steps or IG_STEPS), 256))
-        lm = shell.lm(run)
-        foil = resolve_foil(lm.tgt_vocab, contrast.foil_asked(foil, foil_text), lm.tgt_lang)
-    except ValueError as e:  # a foil that names no target token: say so, keep what is shown
-        return f"⚠️ {md_escape(str(e))}", gr.skip(), gr.skip(), gr.skip()
-    try:
-        c = calls.gpu_contrast(shell.reg_key, run.model, run.tr, position, steps, foil)
-        return (*_attribution_values(run, c, units), (run.id, c))
-    except Exception as e:
-        log.exception("attribution failed")
-        return (f"⚠️ The attribution failed ({md_escape(type(e).__name__)}).",
-                views.message_figure("The attribution could not be drawn."), None, None)
+@dataclass(frozen=True)
+class HeldAttribution:
+    """The last attribution computed in this session: of which run, output position, path points and foil."""
+    run_id: str
+    position: int
+    steps: int
+    foil: object  # model.contrast.Foil or None
+    attr: object  # model.contrast.Contrast (piece level)
+
+
+def _attribute(shell: Shell, run: Run, position, steps, held, picked: bool = False, foil=None,
+               foil_text=None) -> HeldAttribution:
+    """The attribution of ``position`` in ``run``, contrasted with the foil asked (if any): the one held when
+    it is of the same run, position, points and foil (Units only pools it again), else computed (a model
+    call). Opened on another run than the one held, the position starts at 0 (unless it was just ``picked``
+    from this run's choices). A foil that names no target token raises ValueError."""
+    same_run = isinstance(held, HeldAttribution) and held.run_id == run.id
+    position = inside.clamp(position, len(run.tr.output_ids)) if same_run or picked else 0
+    steps = max(8, min(int(steps or IG_STEPS), 256))
+    lm = shell.lm(run)
+    foil = resolve_foil(lm.tgt_vocab, contrast.foil_asked(foil, foil_text), lm.tgt_lang)
+    if same_run and (held.position, held.steps, held.foil) == (position, steps, foil):
+        return held
+    return HeldAttribution(run.id, position, steps, foil,
+                           calls.gpu_contrast(shell.reg_key, run.model, run.tr, position, steps, foil))
+
+
+def _foil_choices(run, position) -> tuple:
+    """The foil controls for a step: its own top candidates to pick from, and no foil until one is picked."""
+    n = 0 if run is None else len(run.tr.output_ids)
+    return gr.Dropdown(choices=contrast.foil_choices(run, inside.clamp(position, n)), value=None), ""
+
+
+def _attribution_failed(e: Exception) -> tuple:
+    log.exception("attribution failed")
+    return (f"⚠️ The attribution failed ({md_escape(type(e).__name__)}).",
+            views.message_figure("The attribution could not be drawn."), None)
 
 
 def _wire_attribution(shell: Shell) -> None:
+    """A registered view: drawn for the current run when its tab (or the section on it) opens, and when
+    Units change while it shows; a picked token, path points or foil redraw it at once. Opening it or
+    picking another token clears the foil (a foil is one step's question)."""
     p = shell.parts
-    outs = [p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"]]
     foils = [p["attr_foil"], p["attr_foil_text"]]
 
-    def on_attribution(run, position, steps, units="words", foil=None, foil_text=None):
-        return _attribution(shell, run, position, steps, units, foil, foil_text)
+    def view(run, sel, position, steps, held):
+        try:
+            h = _attribute(shell, run, position, steps, held)
+        except Exception as e:
+            return [gr.skip(), *_attribution_failed(e), held, gr.skip(), gr.skip()]
+        return [gr.Dropdown(choices=inside.position_choices(run), value=h.position),
+                *_attribution_values(run, h.attr, sel.units), h, *_foil_choices(run, h.position)]
 
-    def on_position(run, position, steps, units="words"):
-        """The tab opened or another step: the step's own top candidates to pick a foil from, and no foil
-        until one is picked."""
-        return _attribution(shell, run, position, steps, units)
+    sub_view(shell, "computation/attribution", p["attr_tab"],
+             [p["attr_pos"], p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"], *foils],
+             [p["attr_pos"], p["attr_steps"], p["attr_state"]], view, model_call=True, api_name="attribution_view",
+             own_events=False)
 
-    def foil_reset(run, position):
-        n = 0 if run is None else len(run.tr.output_ids)
-        return gr.update(choices=contrast.foil_choices(run, inside.clamp(position, n)), value=None), ""
+    def on_pick(run, position, steps, units, held, foil=None, foil_text=None):
+        if run is None:
+            return inside.FIRST, views.message_figure(inside.FIRST), None, held
+        try:  # a pick belongs to the run on screen (its choices are that run's)
+            h = _attribute(shell, run, position, steps, held, picked=True, foil=foil, foil_text=foil_text)
+            return (*_attribution_values(run, h.attr, units), h)
+        except ValueError as e:  # a foil that names no target token: say so, keep what is shown
+            return f"⚠️ {md_escape(str(e))}", gr.skip(), gr.skip(), held
+        except Exception as e:
+            return (*_attribution_failed(e), held)
 
-    ins = [shell.run_state, p["attr_pos"], p["attr_steps"], shell.units]
-    p["attr_tab"].select(on_position, ins, outs, api_name="attribution_view", api_visibility="undocumented",
+    ins = [shell.run_state, p["attr_pos"], p["attr_steps"], shell.units, p["attr_state"]]
+    outs = [p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"]]
+    p["attr_pos"].input(on_pick, ins, outs, api_name="attribution_pick", api_visibility="undocumented",
+                        **shell.model_event())
+    p["attr_pos"].input(_foil_choices, [shell.run_state, p["attr_pos"]], foils, api_visibility="private", **VIEW)
+    p["attr_steps"].release(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
+    p["attr_foil"].input(on_pick, ins + foils, outs, api_name="attribution_foil", api_visibility="undocumented",
                          **shell.model_event())
-    p["attr_pos"].input(on_position, ins, outs, api_visibility="private", **shell.model_event())
-    for start in (p["attr_tab"].select, p["attr_pos"].input):
-        start(foil_reset, [shell.run_state, p["attr_pos"]], foils, api_visibility="private", **VIEW)
-    p["attr_steps"].release(on_attribution, ins + foils, outs, api_visibility="private", **shell.model_event())
-    p["attr_foil"].input(on_attribution, ins + foils, outs, api_name="attribution_foil",
-                         api_visibility="undocumented", **shell.model_event())
-    p["attr_foil_text"].submit(on_attribution, ins + foils, outs, api_visibility="private", **shell.model_event())
-
-    def on_units(run, held, units):
-        """Words or pieces: the attribution already computed for this run, pooled again (no model call)."""
-        if run is None or held is None or held[0] != run.id:
-            return gr.skip(), gr.skip(), gr.skip()
-        return _attribution_values(run, held[1], units)
-
-    shell.units.input(on_units, [shell.run_state, p["attr_state"], shell.units], outs[:3], api_visibility="private",
-                      **VIEW)
+    p["attr_foil_text"].submit(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
 
 
 def _wire_forced(shell: Shell) -> None:
@@ -270,9 +285,12 @@ def _wire_forced(shell: Shell) -> None:
 
     p["ref_example"].input(on_example, [shell.direction, p["ref_example"]], [shell.text, p["ref_text"]],
                            api_visibility="private", queue=False, show_progress="hidden")
+    # a registered view: a later run (or a hidden tab) never leaves a previous forced run on it
+    sv = sub_view(shell, "computation/forced", p["forced_tab"], [p["forced_md"], p["forced_plot"]], [],
+                  lambda run, sel: inside.forced_view(run), api_name="forced_result_view")
     sel_inputs = [shell.kind, shell.view, shell.layer, shell.head, shell.units]
     lz = shell.lazy[SID]
-    outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, *shell.run_outputs()]  # forced_md/plot among lz.outputs
+    outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, sv.stamp, *sv.outputs, *shell.run_outputs()]
 
     assert len(lz.inputs) == 10  # spelled out below: Gradio passes the request only to a positional parameter
 
@@ -295,9 +313,9 @@ def _wire_forced(shell: Shell) -> None:
         lazy = dict(zip([lz.stamp, *lz.outputs], [run.id, *lz.fn(run, *lazy_extra, positional=not same_model)]))
         if same_model:  # keep the picked example and its choices
             lazy[p["ref_example"]] = gr.skip()
-        return (shell.run_values(run, RunContext(sel, base_url=base_url(request))) | lazy |
-                {p["forced_md"]: inside.forced_markdown(forced), p["forced_plot"]: inside.forced_figure(forced),
-                 shell.translate.run_status: f"✓ forced · run {run.id}"})
+        shown = dict(zip([sv.stamp, *sv.outputs], [stamp_of(sv.name, run, sel), *sv.fn(run, sel)]))
+        return (shell.run_values(run, RunContext(sel, base_url=base_url(request))) | lazy | shown |
+                {shell.translate.run_status: f"✓ forced · run {run.id}"})
 
     p["force_btn"].click(on_force, [shell.run_state, shell.text, p["ref_text"], shell.direction, *sel_inputs,
                                     *lz.inputs, shell.scale, shell.subviews], outputs, api_name="forced_view",

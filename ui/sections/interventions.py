@@ -100,6 +100,8 @@ def build(shell: Shell) -> InterventionsParts:
     shell.on_run([p["ablate_heads"], p["ablate_src"]], lambda run, ctx: [
         gr.Dropdown(choices=head_choices(shell.lm(run)), value=[]),
         gr.Dropdown(choices=src_token_choices(run.tr.src_tokens), value=[])])
+    # Back leads to the run the preset replaced: only while the preset's own run is the current one
+    shell.on_run([p["back_btn"], p["preset_back"]], lambda run, ctx: _back_after(shell, run))
     toggles = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"]]
     return InterventionsParts([*toggles, *_compare_outputs(shell)], restore)
 
@@ -270,6 +272,21 @@ class PresetBack:
     positional: bool
 
 
+def is_preset_run(shell: Shell, run: Run | None) -> bool:
+    """Whether ``run`` is the word-order preset's own (its sentence, in its direction)."""
+    lm = shell.lm(run)
+    return (lm is not None and run.inputs is not None and
+            run.inputs.text == word_order_demo(run.model, lm.src_lang).text)
+
+
+def _back_after(shell: Shell, run: Run) -> list:
+    """Back's button and what it keeps after a new run: kept for the preset's own run, else hidden and
+    dropped (another run replaced the preset's)."""
+    if is_preset_run(shell, run):
+        return [gr.skip(), gr.skip()]
+    return [gr.Button(visible=False), None]
+
+
 def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, causal_on, pos_on, back) -> dict:
     """The preset's first step: its sentence in the box, the positional encoding off, the selection on the
     demo's encoder self-attention head, and what it replaces kept for Back (a second press keeps the first
@@ -277,7 +294,7 @@ def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, caus
     p = shell.parts
     lm = shell.reg.models.get(name)
     demo = word_order_demo(name, lm.src_lang if lm else "en")
-    own = back is not None and run is not None and run.inputs is not None and run.inputs.text == demo.text
+    own = back is not None and run is not None and is_preset_run(shell, run) and run.model == name
     if not own:
         back = None if run is None else PresetBack(
             run=run, text=text or "", direction=name, kind=Selection.of(kind).kind, layer=int(layer or 0),

@@ -171,7 +171,7 @@ def make_run(shell: Shell, inputs: RunInputs, notices: list[str]):
         forced = calls.gpu_force(shell.reg_key, inputs.model, inputs.text, inputs.reference)
         note = f"Teacher-forced on the reference “{inputs.reference[:80]}” (perplexity {forced.perplexity:.2f})."
         return Run.of(lm, inputs.model, forced.translation, [*notices, note], forced=True, inputs=inputs,
-                      forced_loss=[round(float(x), 6) for x in forced.loss]), forced
+                      forced_loss=[round(float(x), 6) for x in forced.loss], forced_detail=forced), forced
     opts = replace(opts_from(inputs.decoding, inputs.beam, inputs.max_len), prefix=inputs.prefix)
     tr = calls.gpu_translate(shell.reg_key, inputs.model, inputs.text, opts)
     if inputs.prefix:
