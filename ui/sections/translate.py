@@ -346,10 +346,12 @@ def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, l
     if restored is None:
         return None
     sel, inputs = restored.sel, restored.inputs
-    lm = shell.reg.models.get(inputs.model)
-    if inputs.prefix and lm is not None:
+    if inputs.prefix:  # checked against the model, loaded here only when a link forces a prefix
         try:
+            lm = shell.reg.models[inputs.model]
             check_prefix(lm.model, inputs.prefix)
+        except (KeyError, CheckpointError):
+            pass  # the run itself says the model cannot be served
         except ValueError as e:
             restored.problems.append(f"The link's prefix cannot be forced ({e}); the run is decoded from the start.")
             restored.inputs = replace(inputs, prefix=())
