@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -85,6 +87,22 @@ def served(tmp_path_factory, en_de: dict | None = None, de_en: dict | None = Non
         yield url
     finally:
         demo.close()
+
+
+@contextmanager
+def app_process(env: dict, log: Path, port: int, timeout: float):
+    """``python app.py`` run the way a Space runs it, with ``env`` (which names ``port``), its output in
+    ``log``; yields its url once it answers, and terminates it afterwards."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "app.py"], cwd=Path(__file__).resolve().parents[1], env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}/"
+            wait_ready(url, timeout=timeout)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(30)
 
 
 def all_strings(obj):
