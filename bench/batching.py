@@ -35,6 +35,9 @@ OPTIONS = {"translate event": DecodeOptions(beam=BEAM),
            "beam tree": DecodeOptions(beam=BEAM, record=False, trace=False, replace_unk=False)}
 
 
+# Kept on purpose: the previous model.decoding.beam_search (before batched beam search, its candidate loop
+# inlined), the "before" of part 1; it repeats lines of today's model.decoding by design. Not loaded from git
+# history: that needs git and the history where the bench runs, and the old module imported beside the new.
 @torch.inference_mode()
 def previous_beam_search(model, src, beam=4, max_len=100, alpha=0.6, iv=NO_INTERVENTION, record=True,
                          use_cache=True):

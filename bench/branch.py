@@ -12,23 +12,14 @@ call). Timed: each of those events' server time and the JSON it sends; and the b
 """
 from __future__ import annotations
 
-import asyncio
-import json
 import statistics
-import time
 from dataclasses import replace
 
-from .common import entry, figure, sentences, standalone, stats
+from .common import InProcessApp, entry, figure, ms, sentences, standalone, stats
 
 N, N_QUICK = 20, 5
 TARGET_MS, TARGET_KB = 150.0, 300.0
 STEP = 2  # the step a student branches at (a short output branches at its second-to-last step)
-
-
-def ms(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1e3
 
 
 def branch_figures(st: dict, per: dict, cpu: dict) -> list[dict]:
@@ -54,40 +45,26 @@ def branch_figures(st: dict, per: dict, cpu: dict) -> list[dict]:
 
 
 def run(cfg) -> dict:
-    import app
-    from gradio.state_holder import SessionState
-
     from model.branching import step_prefix
-    from ui import calls, views
+    from ui import calls
     from ui.sections import translate
 
-    demo = app.build_app(cfg.app_root, "cpu", warm=False)
-    key = next(k for k, r in calls.REGISTRIES.items() if r is demo.registry)
-    views.warm_up(key)
-    fns = {}
-    for f in demo.fns.values():
-        fns.setdefault(f.api_name, f)
-    name, loop = cfg.direction, asyncio.new_event_loop()
+    app = InProcessApp(cfg)
+    demo, key, fns = app.demo, app.key, app.fns
+    name = cfg.direction
     texts = sentences(cfg, name.split("-")[0], N_QUICK if cfg.quick else N)
     reps = cfg.reps or (1 if cfg.quick else 3)
 
     def event(state, api, values) -> tuple[float, int]:
-        """(ms, JSON bytes) of one event, every frame through process_api; its process CPU ms kept aside."""
-        fn, it, size = fns[api], None, 0
-        args = [values.get(c.elem_id, getattr(c, "value", None)) for c in fn.inputs]
-        c0, t0 = time.process_time(), time.perf_counter()
-        while True:
-            out = loop.run_until_complete(demo.process_api(fn, args, state=state, iterator=it, session_hash="b",
-                                                           event_id="e"))
-            size, it = size + len(json.dumps(out["data"])), out["iterator"]
-            if not out["is_generating"]:
-                cpu.setdefault(api, []).append((time.process_time() - c0) * 1e3)
-                return (time.perf_counter() - t0) * 1e3, size
+        """(ms, JSON bytes) of one event; its process CPU ms kept aside."""
+        e = app.event(state, api, values)
+        cpu.setdefault(api, []).append(e.cpu_ms)
+        return e.ms, e.bytes
 
     cpu: dict[str, list[float]] = {}
     per = {k: ([], []) for k in ("continue_step", "branch_candidates", "history_back", "decode")}
     for i, text in enumerate(texts):
-        state = SessionState(demo)
+        state = app.session()
         v = {"input-text": text, "direction": name}
         event(state, "translate_stream", v)
         run_ = next(state[c._id] for c in fns["translate_stream"].outputs if c.stateful)
@@ -106,7 +83,7 @@ def run(cfg) -> dict:
         print(f"  {i + 1:2d}: continue_step {per['continue_step'][0][-1]:6.1f} ms {per['continue_step'][1][-1]:6.1f} kB"
               f" (decode {per['decode'][0][-1]:5.1f} ms); history_back {per['history_back'][0][-1]:5.1f} ms "
               f"{per['history_back'][1][-1]:6.1f} kB", flush=True)
-    loop.close()
+    app.close()
     st = {a: (stats(t), stats(kb) if kb else None) for a, (t, kb) in per.items()}
     figures = branch_figures(st, per, cpu)
     return entry(figures, model=f"{cfg.checkpoint}, in the app with every model of {cfg.app_root.name}/",

@@ -241,6 +241,62 @@ class Browser:
         self.http.close()
 
 
+# --------------------------------------------------------------------------- the app in process
+def ms(fn) -> float:
+    """Wall-clock milliseconds of ``fn()``."""
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+@dataclass
+class Event:
+    ms: float       # wall clock, every frame
+    cpu_ms: float   # this process's CPU time
+    bytes: int      # the JSON of every frame's data
+    frames: int
+
+
+class InProcessApp:
+    """The app as ``python app.py`` builds it (every model of ``cfg.app_root``, warmed), its events run the
+    way the server runs them: ``Blocks.process_api`` once per frame, no HTTP, no queue."""
+
+    def __init__(self, cfg: Config):
+        import asyncio
+
+        import app
+        from ui import calls, views
+        self.demo = app.build_app(cfg.app_root, "cpu", warm=False)
+        self.key = next(k for k, r in calls.REGISTRIES.items() if r is self.demo.registry)
+        views.warm_up(self.key)
+        self.fns = {}
+        for f in self.demo.fns.values():
+            self.fns.setdefault(f.api_name, f)
+        self.loop = asyncio.new_event_loop()
+
+    def session(self):
+        from gradio.state_holder import SessionState
+        return SessionState(self.demo)
+
+    def inputs(self, api: str, values: dict) -> list:
+        """``api``'s inputs: ``values`` by elem_id, else each component's default."""
+        return [values.get(c.elem_id, getattr(c, "value", None)) for c in self.fns[api].inputs]
+
+    def event(self, state, api: str, values: dict) -> Event:
+        fn, args, it, size, frames = self.fns[api], self.inputs(api, values), None, 0, 0
+        c0, t0 = time.process_time(), time.perf_counter()
+        while True:
+            out = self.loop.run_until_complete(self.demo.process_api(fn, args, state=state, iterator=it,
+                                                                     session_hash="b", event_id="e"))
+            size, frames, it = size + len(json.dumps(out["data"])), frames + 1, out["iterator"]
+            if not out["is_generating"]:
+                return Event(ms=(time.perf_counter() - t0) * 1e3, cpu_ms=(time.process_time() - c0) * 1e3,
+                             bytes=size, frames=frames)
+
+    def close(self):
+        self.loop.close()
+
+
 # --------------------------------------------------------------------------- results
 def figure(key: str, label: str, value: float, unit: str, op: str | None = None, limit: float | None = None) -> dict:
     """One line of the table; with ``op`` ("<=" or ">=") and ``limit`` it is judged against the target."""

@@ -16,14 +16,12 @@ Medians of the repetitions per sentence; p50 / p95 over the sentences.
 """
 from __future__ import annotations
 
-import asyncio
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from .common import entry, figure, sentences, standalone, stats
+from .common import InProcessApp, entry, figure, ms, sentences, standalone, stats
 
 N, N_QUICK = 20, 5
 TARGET_MS = 150.0
@@ -36,12 +34,6 @@ VIEWS = {  # event -> the inputs it changes from the page's defaults, by elem_id
     "residual_view": {"resid-part": "encoder"}, "embedding_steps": {"emb-part": "decoder", "emb-pos": 1},
     "attribution_view": {"attr-pos": 1, "attr-steps": 64}, "forced_view": {},  # forced last: it becomes the run
 }
-
-
-def ms(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1e3
 
 
 def screen_figures(st: dict, per_view: dict, pace: float) -> list[dict]:
@@ -84,37 +76,21 @@ def png_figures(cfg, fig) -> list[dict]:
 
 
 def run(cfg) -> dict:
-    import app
-    from gradio.state_holder import SessionState
-
     from ui import calls, views
     from ui.sections import translate
 
-    demo = app.build_app(cfg.app_root, "cpu", warm=False)
-    key = next(k for k, r in calls.REGISTRIES.items() if r is demo.registry)
-    views.warm_up(key)
-    fns = {}
-    for f in demo.fns.values():
-        fns.setdefault(f.api_name, f)
+    app = InProcessApp(cfg)
+    key, fns, inputs = app.key, app.fns, app.inputs
     pace, translate.WATCH_PACE = translate.WATCH_PACE, 0.0
-    name, loop = cfg.direction, asyncio.new_event_loop()
+    name = cfg.direction
     texts = sentences(cfg, name.split("-")[0], N_QUICK if cfg.quick else N)
     refs = sentences(cfg, name.split("-")[1], len(texts))
     reps = cfg.reps or (1 if cfg.quick else 3)
 
-    def inputs(api, values):
-        return [values.get(c.elem_id, getattr(c, "value", None)) for c in fns[api].inputs]
-
     def event(state, api, values) -> tuple[float, float, int, int]:
         """(ms, process CPU ms, JSON bytes, frames) of one event, every frame through process_api."""
-        fn, args, it, size, frames = fns[api], inputs(api, values), None, 0, 0
-        c0, t0 = time.process_time(), time.perf_counter()
-        while True:
-            out = loop.run_until_complete(demo.process_api(fn, args, state=state, iterator=it, session_hash="b",
-                                                           event_id="e"))
-            size, frames, it = size + len(json.dumps(out["data"])), frames + 1, out["iterator"]
-            if not out["is_generating"]:
-                return (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3, size, frames
+        e = app.event(state, api, values)
+        return e.ms, e.cpu_ms, e.bytes, e.frames
 
     opts = translate.opts_from("greedy", 4, 100)
     per = {k: [] for k in ("screen", "screen_cpu", "handler", "decode", "gradio", "session", "pacing", "frames")}
@@ -127,7 +103,7 @@ def run(cfg) -> dict:
             d = ms(lambda: calls.gpu_translate_one(key, name, text, opts))
             h = ms(lambda: [None for _ in fns["translate_stream"].fn(*inputs("translate_stream", v))])
             t0 = time.perf_counter()
-            state = SessionState(demo)
+            state = app.session()
             s = (time.perf_counter() - t0) * 1e3
             rounds.append((d, h, s, *event(state, "translate_stream", v)))
         run_ = next(state[c._id] for c in fns["translate_stream"].outputs if c.stateful)
@@ -149,7 +125,7 @@ def run(cfg) -> dict:
     figures.append(figure("server.head_profiles.s", "head profiles over 16 validation sentences, first (uncached)",
                           t / 1e3, "s"))
     figures += png_figures(cfg, views.alignment_view_figure(run_, "layer", 3, 0))
-    loop.close()
+    app.close()
     return entry(figures, model=f"{cfg.checkpoint}, in the app with every model of {cfg.app_root.name}/",
                  data=f"first {len(texts)} lines of Multi30k test_2016_flickr.{name.split('-')[0]}",
                  method=f"in process, Blocks.process_api per frame; median of {reps} rep(s) per sentence, p50 "

@@ -309,15 +309,22 @@ def gradients(model: Transformer, src_ids: list[int], dec_in: list[int], positio
     src = torch.tensor([src_ids], device=p.device)
     dec = torch.tensor([dec_in], device=p.device)
     f = lambda e: _log_prob(model, e, src, dec, position, token)  # noqa: E731
+    return side_gradients(f, model.encoder.tok_embed(src) * model.encoder.scale, steps, max_steps)
+
+
+def side_gradients(f, emb: torch.Tensor, steps: int = IG_START, max_steps: int = IG_MAX_STEPS,
+                   atol: float = IG_ATOL) -> Gradients:
+    """Gradient x input per token and checked integrated gradients from the zero baseline, for ``f`` of the
+    embeddings ``emb`` (1, N, D)."""
     with torch.enable_grad():
-        emb = (model.encoder.tok_embed(src) * model.encoder.scale).detach().requires_grad_(True)
+        emb = emb.detach().requires_grad_(True)
         fx = f(emb)
         (g,) = torch.autograd.grad(fx.sum(), emb)
         grad_input = (g * emb).sum(-1)[0].detach().cpu().double().numpy()
         emb = emb.detach()
         with torch.no_grad():
             delta = float(fx.detach() - f(torch.zeros_like(emb)))
-        ig = integrated_gradients(f, emb, delta, steps, max_steps)
+        ig = integrated_gradients(f, emb, delta, steps, max_steps, atol)
     return Gradients(grad_input=grad_input, integrated=ig)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .attribution import (IG_ATOL, IG_MAX_STEPS, IG_START, Attribution, Gradients, IntegratedGradients, attribute,
-                          encode_embedded, integrated_gradients)
+                          encode_embedded, side_gradients)
 from .decoding import Translation
 from .results import decoder_input
 from .transformer import Transformer
@@ -114,21 +114,6 @@ class Contrast:
     def by_word(self, src_spans, src_words, prefix_spans, prefix_words) -> "Contrast":
         return replace(self, attribution=self.attribution.by_word(src_spans, src_words),
                        prefix=self.prefix.pooled(prefix_spans, prefix_words))
-
-
-def side_gradients(f, emb: torch.Tensor, steps: int, max_steps: int, atol: float) -> Gradients:
-    """Gradient x input per token and checked integrated gradients from the zero baseline, for ``f`` of the
-    embeddings ``emb`` (1, N, D)."""
-    with torch.enable_grad():
-        emb = emb.detach().requires_grad_(True)
-        fx = f(emb)
-        (g,) = torch.autograd.grad(fx.sum(), emb)
-        grad_input = (g * emb).sum(-1)[0].detach().cpu().double().numpy()
-        emb = emb.detach()
-        with torch.no_grad():
-            delta = float(fx.detach() - f(torch.zeros_like(emb)))
-        ig = integrated_gradients(f, emb, delta, steps, max_steps, atol)
-    return Gradients(grad_input=grad_input, integrated=ig)
 
 
 def _decode_embedded(model: Transformer, pemb: torch.Tensor, memory, src_mask, tgt_mask, position: int):

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -69,6 +72,37 @@ def launch(root: Path, **build_kwargs):
     url = f"http://127.0.0.1:{port}/"
     wait_ready(url)
     return demo, url
+
+
+@contextmanager
+def served(tmp_path_factory, en_de: dict | None = None, de_en: dict | None = None, **build_kwargs):
+    """The app served on a fresh folder holding the de-en tiny checkpoint (seed 0), and en-de (seed 1) when
+    ``en_de`` is given (each dict: more make_checkpoint options); yields its url, closes it afterwards."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_checkpoint(root / "de-en", "de", "en", seed=0, **(de_en or {}))
+    if en_de is not None:
+        make_checkpoint(root / "en-de", "en", "de", seed=1, **en_de)
+    demo, url = launch(root, **build_kwargs)
+    try:
+        yield url
+    finally:
+        demo.close()
+
+
+@contextmanager
+def app_process(env: dict, log: Path, port: int, timeout: float):
+    """``python app.py`` run the way a Space runs it, with ``env`` (which names ``port``), its output in
+    ``log``; yields its url once it answers, and terminates it afterwards."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "app.py"], cwd=Path(__file__).resolve().parents[1], env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}/"
+            wait_ready(url, timeout=timeout)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(30)
 
 
 def all_strings(obj):

@@ -11,7 +11,7 @@ from gradio_client import Client
 
 from model.attribution import METHODS
 
-from tests.app_fixtures import launch, make_checkpoint, named
+from tests.app_fixtures import named, served
 
 SRC = "Zwei Hunde spielen im Schnee."
 REF = "Two dogs are playing in the snow."
@@ -19,11 +19,8 @@ REF = "Two dogs are playing in the snow."
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    root = tmp_path_factory.mktemp("checkpoints")
-    make_checkpoint(root / "de-en", "de", "en", seed=0)
-    demo, url = launch(root, warm=False)
-    yield url
-    demo.close()
+    with served(tmp_path_factory, warm=False) as url:
+        yield url
 
 
 @pytest.fixture()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from gradio_client import Client
@@ -16,29 +15,12 @@ from model import catalog  # noqa: E402
 from model.checkpoint import load_checkpoint  # noqa: E402
 from model.decoding import DecodeOptions, translate  # noqa: E402
 from tests.app_fixtures import launch, make_checkpoint, named  # noqa: E402
-from tests.test_marian import build_marian  # noqa: E402
+from tests.test_marian import build_marian, cut, damage  # noqa: E402
 
 DE = "Zwei Hunde spielen im Schnee!"
 BAD = {"not-marian": "not a Marian model (model_type 'bart'", "no-target-spm": "target.spm is missing",
        "bad-activation": "unknown activation 'wobble'", "truncated": "model.safetensors is corrupt or truncated"}
 SEL = ("decoder.cross_attn", "grid", 0, 0, "words", "shared")
-
-
-def damage(d: Path, how: str) -> None:
-    cfg = json.loads((d / "config.json").read_text())
-    if how == "not-marian":
-        cfg["model_type"] = "bart"
-    elif how == "bad-activation":
-        cfg["activation_function"] = "wobble"
-    elif how == "no-target-spm":
-        (d / "target.spm").unlink()
-    else:
-        cut(d / "model.safetensors")
-    (d / "config.json").write_text(json.dumps(cfg))
-
-
-def cut(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
 @pytest.fixture(scope="module")

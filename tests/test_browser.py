@@ -4,57 +4,32 @@ Screenshots are saved to test-artifacts/ (or $ARTIFACTS_DIR) as evidence of what
 """
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
 import pytest
 
-from tests.app_fixtures import launch, make_checkpoint
+from tests.app_fixtures import served
+# CHROMIUM and _wait_done are imported from here by the other browser tests too
+from tests.browser_fixtures import ARTIFACTS, CHROMIUM, check_chromium, chromium, load, new_page  # noqa: F401
+from tests.browser_fixtures import wait_done as _wait_done
 
 pytestmark = pytest.mark.browser
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ARTIFACTS = Path(os.environ.get("ARTIFACTS_DIR", "test-artifacts"))
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
-        pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
-    from playwright.sync_api import sync_playwright
-    root = tmp_path_factory.mktemp("checkpoints")
-    make_checkpoint(root / "de-en", "de", "en", seed=0)
-    make_checkpoint(root / "en-de", "en", "de", seed=1)
-    demo, url = launch(root)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        pg = browser.new_page(viewport={"width": 1440, "height": 900})
+    check_chromium()
+    with served(tmp_path_factory, en_de={}) as url, chromium() as browser:
+        pg = new_page(browser)
         dialogs = []
         pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        pg.goto(url)
-        pg.wait_for_selector("#input-text textarea", timeout=60_000)
-        _wait_done(pg)  # the first example is translated on load
+        load(pg, url)  # the first example is translated on load
         pg.dialogs, pg.url_base = dialogs, url
         pg.browser_ = browser
         yield pg
-        browser.close()
-    demo.close()
 
 
 def _status(page) -> str:
     el = page.locator("#run-status")
     return el.inner_text() if el.count() else ""
-
-
-def _wait_done(page, before: str = ""):
-    """Wait for the run's completion signal: "✓ … run <id>" with an id other than ``before``'s.
-
-    The translation box fills token by token while streaming, so a non-empty box is no signal."""
-    page.wait_for_function(
-        "(before) => { const e = document.querySelector('#run-status');"
-        " const t = e ? e.innerText.trim() : ''; return t.startsWith('✓') && t !== before.trim() }",
-        arg=before, timeout=90_000)
 
 
 def _translate(page, text):
@@ -113,7 +88,7 @@ def test_masked_cells_differ_from_zero_cells(page):
 
 
 def test_deep_link_restores_section_kind_layer_and_head(page):
-    pg = page.browser_.new_page(viewport={"width": 1440, "height": 900})
+    pg = new_page(page.browser_)
     pg.goto(page.url_base + "?text=Zwei+Hunde+spielen.&model=de-en&section=attention&kind=enc&layer=1&head=2")
     _wait_done(pg)
     assert pg.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
@@ -200,7 +175,7 @@ def test_script_in_input_is_inert(page):
 def test_phone_sections_reachable_and_attention_on_one_head(page):
     """390x844: every section's tab is on screen (the strip wraps, no overflow menu), and Attention opens
     on one head rather than the grid of all heads."""
-    pg = page.browser_.new_page(viewport={"width": 390, "height": 844})
+    pg = new_page(page.browser_, 390, 844)
     pg.goto(page.url_base)
     _wait_done(pg)
     pg.screenshot(path=str(ARTIFACTS / "phone-first-screen.png"))
@@ -239,7 +214,7 @@ def test_selection_bar_stays_in_view_after_scrolling(page):
 def test_phone_screens_and_a_one_head_map_that_fits(page):
     """390x844: the sentence and translation on the first screen, the selection bar one line, a one-head
     map at least 330 px wide without cell numbers; screenshots of the first screen, attention, generation."""
-    pg = page.browser_.new_page(viewport={"width": 390, "height": 844})
+    pg = new_page(page.browser_, 390, 844)
     pg.goto(page.url_base)
     _wait_done(pg)
     print(f"phone screenshots in {ARTIFACTS.resolve()}")

@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app_fixtures import launch, make_checkpoint
-from tests.test_browser import ARTIFACTS, CHROMIUM, _status, _wait_done
+from tests.app_fixtures import served
+from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, new_page, wait_done
+from tests.test_browser import _status
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
-    if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
-        pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
-    root = tmp_path_factory.mktemp("checkpoints")
-    make_checkpoint(root / "de-en", "de", "en", seed=0)
-    demo, url = launch(root)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    yield url
-    demo.close()
+    check_chromium()
+    with served(tmp_path_factory) as url:
+        yield url
 
 
 def _bar(page) -> str:
@@ -34,12 +30,10 @@ def _wait_status(page, prefix: str, before: str):
 
 
 def test_continue_from_a_candidate_then_back_forward_and_the_link(app_url):
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
+    with chromium() as browser:
+        page = new_page(browser)
         page.goto(app_url)
-        _wait_done(page)
+        wait_done(page)
         first = page.locator("#translation textarea").input_value()
         page.get_by_role("tab", name="Generation", exact=True).click()
         page.wait_for_selector("#step-topk .js-plotly-plot", timeout=60_000)
@@ -73,9 +67,8 @@ def test_continue_from_a_candidate_then_back_forward_and_the_link(app_url):
         _wait_status(page, "✓ history", before)
         assert page.locator("#translation textarea").input_value() == branch
         # the link opens the branch on a fresh page, decoded again with its prefix
-        fresh = browser.new_page(viewport={"width": 1440, "height": 900})
+        fresh = new_page(browser)
         fresh.goto(link)
-        _wait_done(fresh)
+        wait_done(fresh)
         assert fresh.locator("#translation textarea").input_value() == branch
         assert "forced prefix up to step 0, then greedy" in _bar(fresh)
-        browser.close()

@@ -7,8 +7,9 @@ import pytest
 
 pytest.importorskip("transformers")  # builds the tiny random Marian folder (a development requirement)
 
-from tests.app_fixtures import launch, make_checkpoint  # noqa: E402
-from tests.test_browser import ARTIFACTS, CHROMIUM, _plot, _status, _wait_done  # noqa: E402
+from tests.app_fixtures import served  # noqa: E402
+from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page  # noqa: E402
+from tests.test_browser import _plot, _status  # noqa: E402
 from tests.test_marian import build_marian  # noqa: E402
 
 pytestmark = pytest.mark.browser
@@ -17,32 +18,17 @@ KEY = "opus-mt-de-en"
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
-        pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
-    from playwright.sync_api import sync_playwright
-    root = tmp_path_factory.mktemp("checkpoints")
-    make_checkpoint(root / "de-en", "de", "en", seed=0)
+    check_chromium()
     folder = build_marian(tmp_path_factory.mktemp("models") / KEY, d_model=32, layers=6, heads=8, ffn=64,
                           eos_bias=1.5)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ATTN_MODELS", str(folder))
-    demo, url = launch(root)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-            pg = browser.new_page(viewport={"width": 1440, "height": 900})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ATTN_MODELS", str(folder))
+        with served(tmp_path_factory) as url, chromium() as browser:
+            pg = new_page(browser)
             pg.errors = []
             pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
             pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-            pg.goto(url + f"?text=Zwei+Hunde+spielen+im+Schnee.&model={KEY}")
-            pg.wait_for_selector("#input-text textarea", timeout=60_000)
-            _wait_done(pg)
-            yield pg
-            browser.close()
-    finally:
-        demo.close()
-        mp.undo()
+            yield load(pg, url + f"?text=Zwei+Hunde+spielen+im+Schnee.&model={KEY}")
 
 
 def test_the_link_opens_the_marian_model_with_its_label(page):

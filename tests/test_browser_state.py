@@ -9,8 +9,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from tests.app_fixtures import launch, make_checkpoint
-from tests.test_browser import ARTIFACTS, CHROMIUM, _plot, _status, _translate, _wait_done
+from tests.app_fixtures import served
+from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
+from tests.test_browser import _plot, _status, _translate, _wait_done
 
 pytestmark = pytest.mark.browser
 A, B = "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch im Park."
@@ -18,39 +19,36 @@ A, B = "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch im Park."
 
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
-    if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
-        pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
-    root = tmp_path_factory.mktemp("checkpoints")
-    make_checkpoint(root / "de-en", "de", "en", seed=0)
-    make_checkpoint(root / "en-de", "en", "de", seed=1, layers=3)
-    demo, url = launch(root)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    yield url
-    demo.close()
+    check_chromium()
+    with served(tmp_path_factory, en_de={"layers": 3}) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def browser(app_url):
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser, app_url):
     """A fresh page for each test: its first run is the first example, translated on load."""
-    pg = browser.new_page(viewport={"width": 1440, "height": 900})
-    pg.goto(app_url)
-    pg.wait_for_selector("#input-text textarea", timeout=60_000)
-    _wait_done(pg)
+    pg = load(new_page(browser), app_url)
     yield pg
     pg.close()
 
 
 def _tab(page, name):
     page.get_by_role("tab", name=name, exact=True).click()
+
+
+def _force(page, ref: str):
+    """Forced decoding of ``ref`` (Computation's sub-tab open), waited for: it becomes the current run."""
+    _tab(page, "Forced decoding")
+    page.locator("#ref-text textarea").fill(ref)
+    before = _status(page)
+    page.locator("#force-btn").click()
+    _wait_done(page, before)
 
 
 def _js(page, sel: str, expr: str):
@@ -106,11 +104,7 @@ def test_a_new_run_refreshes_alignment_and_rollout(page):
     _wait_plot_has(page, "#rollout-plot", "Frau")
     # a forced run (made in Computation) is the current run too
     _tab(page, "Computation")
-    _tab(page, "Forced decoding")
-    page.locator("#ref-text textarea").fill("Two dogs are playing in the snow.")
-    before = _status(page)
-    page.locator("#force-btn").click()
-    _wait_done(page, before)
+    _force(page, "Two dogs are playing in the snow.")
     _tab(page, "Attention")
     _wait_plot_has(page, "#rollout-plot", "snow")
     _full_width(page, "#rollout-plot")
@@ -161,12 +155,8 @@ def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
 def test_a_link_after_forced_decoding_restores_the_forced_run(page, browser):
     _translate(page, A)
     _tab(page, "Computation")
-    _tab(page, "Forced decoding")
     ref = "Two dogs are playing in the snow."
-    page.locator("#ref-text textarea").fill(ref)
-    before = _status(page)
-    page.locator("#force-btn").click()
-    _wait_done(page, before)
+    _force(page, ref)
     page.locator("#link-btn").click()
     page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('ref=')",
                            timeout=30_000)
@@ -174,7 +164,7 @@ def test_a_link_after_forced_decoding_restores_the_forced_run(page, browser):
     q = dict(parse_qsl(urlsplit(link).query))
     assert q["ref"] == ref and q["section"] == "computation" and q["subview"] == "forced"
     forced_bar = page.locator("#run-bar").inner_text()
-    other = browser.new_page(viewport={"width": 1440, "height": 900})
+    other = new_page(browser)
     other.goto(link)
     _wait_done(other)
     assert "forced" in _status(other)
@@ -186,7 +176,7 @@ def test_a_link_after_forced_decoding_restores_the_forced_run(page, browser):
 
 
 def test_a_bad_link_parameter_is_named(page, browser, app_url):
-    other = browser.new_page(viewport={"width": 1440, "height": 900})
+    other = new_page(browser)
     other.goto(app_url + "?text=Zwei+Hunde.&model=zz&layer=99&head=-1&section=bogus")
     _wait_done(other)
     notice = other.locator("#notice").inner_text()
@@ -251,7 +241,7 @@ def _fits(page, sel: str, min_width: int):
 def test_plots_drawn_while_hidden_come_up_at_full_width(browser, app_url, width, height):
     """Attention → Maps redrawn by a Translate while hidden, and Generation after a forced run, open at
     their box's width, on a desktop and on a phone."""
-    pg = browser.new_page(viewport={"width": width, "height": height})
+    pg = new_page(browser, width, height)
     pg.goto(app_url)
     _wait_done(pg)
     least = 600 if width > 600 else 330
@@ -261,11 +251,7 @@ def test_plots_drawn_while_hidden_come_up_at_full_width(browser, app_url, width,
     pg.locator("#attn-plot").scroll_into_view_if_needed()
     _fits(pg, "#attn-plot", least)
     _tab(pg, "Computation")
-    _tab(pg, "Forced decoding")
-    pg.locator("#ref-text textarea").fill("Two dogs are playing in the snow.")
-    before = _status(pg)
-    pg.locator("#force-btn").click()
-    _wait_done(pg, before)
+    _force(pg, "Two dogs are playing in the snow.")
     _tab(pg, "Generation")
     _wait_plot_has(pg, "#step-strip", "→Two")  # step 0 of the forced run
     pg.locator("#step-strip").scroll_into_view_if_needed()
@@ -285,11 +271,7 @@ def test_attribution_and_forced_decoding_show_the_current_run_when_opened(page):
     page.wait_for_function("() => (document.querySelector('#attr-table')||{}).innerText?.includes('Frau')",
                            timeout=90_000)
     assert "Hunde" not in page.locator("#attr-table").inner_text()
-    _tab(page, "Forced decoding")
-    page.locator("#ref-text textarea").fill("A woman reads a book in the park.")
-    before = _status(page)
-    page.locator("#force-btn").click()
-    _wait_done(page, before)
+    _force(page, "A woman reads a book in the park.")
     assert "perplexity" in page.locator("#forced-md").inner_text()
     _translate(page, A)
     _tab(page, "Computation")  # the forced run was replaced: Forced decoding no longer shows it

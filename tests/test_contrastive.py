@@ -18,7 +18,7 @@ from model.contrast import (LOG_PROB, PROB_ATOL, PROB_DIFF, Foil, Target, attrib
 from model.decoding import DecodeOptions, translate
 from model.vocab import Vocab
 
-from tests.app_fixtures import launch, make_checkpoint, named
+from tests.app_fixtures import named, served
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = "Zwei Hunde spielen im Schnee."
@@ -177,11 +177,8 @@ def test_shipped_model_contrast_adds_up_at_several_positions(en_fr):
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    root = tmp_path_factory.mktemp("checkpoints")
-    make_checkpoint(root / "de-en", "de", "en", seed=0)
-    demo, url = launch(root, warm=False)
-    yield url
-    demo.close()
+    with served(tmp_path_factory, warm=False) as url:
+        yield url
 
 
 def test_attribution_api_with_a_foil(url):

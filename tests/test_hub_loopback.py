@@ -4,9 +4,6 @@ config and tokenizer files come, the weights on first use; the translation equal
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from gradio_client import Client
@@ -15,11 +12,10 @@ pytest.importorskip("transformers")  # builds the tiny random Marian folder (a d
 
 from model.checkpoint import load_checkpoint  # noqa: E402
 from model.decoding import DecodeOptions, translate  # noqa: E402
-from tests.app_fixtures import free_port, make_checkpoint, wait_ready  # noqa: E402
+from tests.app_fixtures import app_process, free_port, make_checkpoint  # noqa: E402
 from tests.hub_standin import HubStandIn  # noqa: E402
 from tests.test_marian import build_marian  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 DE = "Zwei Hunde spielen im Schnee!"
 REPO, MISSING = "Helsinki-NLP/opus-mt-de-en", "Helsinki-NLP/opus-mt-xx-yy"
 
@@ -38,15 +34,8 @@ def served(tmp_path_factory):
                    HF_HUB_DISABLE_TELEMETRY="1")
         for name in ("HF_HUB_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "ATTN_GPU_CALLS", "HF_TOKEN"):
             env.pop(name, None)
-        log = open(home / "server.log", "w")
-        proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_ready(f"http://127.0.0.1:{port}/", timeout=180)
-            yield Client(f"http://127.0.0.1:{port}/", verbose=False), hub, folder, home
-        finally:
-            proc.terminate()
-            proc.wait(30)
-            log.close()
+        with app_process(env, home / "server.log", port, timeout=180) as url:
+            yield Client(url, verbose=False), hub, folder, home
 
 
 def test_a_hub_id_is_listed_at_start_up_and_its_weights_come_on_first_use(served):

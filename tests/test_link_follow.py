@@ -9,7 +9,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 from gradio_client import Client
 
-from tests.app_fixtures import launch, make_checkpoint
+from tests.app_fixtures import served
 from ui.state import ModelShape, Selection, Toggles, from_query
 
 DE = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
@@ -18,11 +18,8 @@ CROSS, ENC = "decoder.cross_attn", "encoder.self_attn"
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    root = tmp_path_factory.mktemp("checkpoints")
-    make_checkpoint(root / "de-en", "de", "en", seed=0)
-    demo, url = launch(root, warm=False)
-    yield url
-    demo.close()
+    with served(tmp_path_factory, warm=False) as url:
+        yield url
 
 
 def _config(url: str) -> dict:

@@ -252,28 +252,36 @@ def test_pytorch_bin_weights_load_the_same(marian_dir, lm, tmp_path):
         assert torch.equal(other.model(src, tgt), lm.model(src, tgt))
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("not_marian", "is not a Marian model \\(model_type 'bart'"),
-    ("no_target_spm", "target.spm is missing"),
-    ("bad_activation", "unknown activation 'wobble'"),
+def cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def damage(d: Path, how: str) -> None:
+    """Break a Marian folder ``how``: not-marian, bad-activation, no-target-spm, else a truncated weights file."""
+    cfg = json.loads((d / "config.json").read_text())
+    if how == "not-marian":
+        cfg["model_type"] = "bart"
+    elif how == "bad-activation":
+        cfg["activation_function"] = "wobble"
+    elif how == "no-target-spm":
+        (d / "target.spm").unlink()
+    else:
+        cut(d / "model.safetensors")
+    (d / "config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("how, message", [
+    ("not-marian", "is not a Marian model \\(model_type 'bart'"),
+    ("no-target-spm", "target.spm is missing"),
+    ("bad-activation", "unknown activation 'wobble'"),
     ("truncated", "model.safetensors is corrupt or truncated"),
 ])
-def test_bad_folders_get_a_clear_message_and_the_others_keep_loading(marian_dir, tmp_path, damage, message):
+def test_bad_folders_get_a_clear_message_and_the_others_keep_loading(marian_dir, tmp_path, how, message):
     root = tmp_path / "models"
     root.mkdir()
     good = _copy(marian_dir, root / "opus-mt-de-en")
     d = _copy(marian_dir, root / "broken")
-    cfg = json.loads((d / "config.json").read_text())
-    if damage == "not_marian":
-        cfg["model_type"] = "bart"
-    elif damage == "bad_activation":
-        cfg["activation_function"] = "wobble"
-    elif damage == "no_target_spm":
-        (d / "target.spm").unlink()
-    else:
-        w = d / "model.safetensors"
-        w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
-    (d / "config.json").write_text(json.dumps(cfg))
+    damage(d, how)
     with pytest.raises(CheckpointError, match=message):
         load_checkpoint(d)
     from model.marian import MarianError, load_marian

@@ -23,6 +23,19 @@ IVS = [NO_INTERVENTION,
        Interventions(ablate_src_tokens=frozenset({1, 3})), Interventions(positional_encoding=False)]
 
 
+def submit_while_busy(mb: MicroBatcher, lock, requests, timeout: float) -> None:
+    """Each of ``requests`` (a callable that submits to ``mb``) on its own thread while ``lock`` is held,
+    so that all of them wait; the lock released once they all do, then the threads joined."""
+    with lock:  # the model is busy: every request waits
+        threads = [threading.Thread(target=r) for r in requests]
+        for t in threads:
+            t.start()
+        while sum(len(q) for q in mb._waiting.values()) < len(threads):
+            threading.Event().wait(0.005)
+    for t in threads:
+        t.join(timeout)
+
+
 def assert_same_run(a, b):
     """Tokens, text, score, step records and every captured tensor equal to 1e-6."""
     assert (a.src_ids, a.src_tokens, a.output_ids, a.output_tokens, a.text, a.replaced) == \
@@ -176,14 +189,7 @@ def test_concurrent_greedy_and_beam_requests_batch_by_their_options(tiny_lm, mon
     sizes = {1: TEXTS, 2: TEXTS[:3], 4: TEXTS[1:]}
     asks = [(DecodeOptions(beam=k, max_len=20), t) for k, texts in sizes.items() for t in texts]
     out = {}
-    with lock:  # the model is busy: every request waits
-        threads = [threading.Thread(target=lambda a=a: out.__setitem__(a, mb.submit(*a))) for a in asks]
-        for t in threads:
-            t.start()
-        while sum(len(q) for q in mb._waiting.values()) < len(asks):
-            threading.Event().wait(0.005)
-    for t in threads:
-        t.join(30)
+    submit_while_busy(mb, lock, [lambda a=a: out.__setitem__(a, mb.submit(*a)) for a in asks], timeout=30)
     assert sorted(ran) == sorted(len(texts) for texts in sizes.values())
     for opts, text in asks:
         b = translate(tiny_lm, text, opts)
@@ -214,14 +220,7 @@ def test_the_micro_batcher_puts_waiting_requests_together():
             errors[item] = str(e)
 
     items = ["a", "b", "bad", "c", "d", "e"]
-    with lock:  # the model is busy: every request waits
-        threads = [threading.Thread(target=ask, args=(i,)) for i in items]
-        for t in threads:
-            t.start()
-        while sum(len(q) for q in mb._waiting.values()) < len(items):
-            threading.Event().wait(0.005)
-    for t in threads:
-        t.join(10)
+    submit_while_busy(mb, lock, [lambda i=i: ask(i) for i in items], timeout=10)
     assert out == {i: f"m:{i}" for i in items if i != "bad"} and errors == {"bad": "bad input"}
     assert mb.batches[:2] == [4, 2]  # at most max_batch, then the rest
     assert ("m", ["bad"]) in calls  # the failed batch's requests were run again one by one

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 from gradio_client import Client
 
-from tests.app_fixtures import named, free_port, make_checkpoint, wait_ready
+from tests.app_fixtures import app_process, free_port, make_checkpoint, named
 
 ROOT = Path(__file__).resolve().parents[1]
 EMULATION = Path(__file__).resolve().parent / "zerogpu_emulation"
@@ -29,15 +27,8 @@ def served(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(EMULATION), str(ROOT)]), ATTN_GPU_CALLS="on",
                ATTN_DEVICE="cpu", ATTN_CHECKPOINTS=str(root), GRADIO_SERVER_NAME="127.0.0.1",
                GRADIO_SERVER_PORT=str(port), SPACES_EMU_LOG=str(calls), ATTN_TORCH_THREADS="1")
-    out = open(calls.parent / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_ready(f"http://127.0.0.1:{port}/", timeout=120)
-        yield Client(f"http://127.0.0.1:{port}/", verbose=False), calls
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        out.close()
+    with app_process(env, calls.parent / "server.log", port, timeout=120) as url:
+        yield Client(url, verbose=False), calls
 
 
 def logged(calls: Path) -> list[str]:

@@ -6,9 +6,6 @@ threshold (ATTN_GPU_THRESHOLD_M) is set between our tiny checkpoint and a tiny M
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from gradio_client import Client
@@ -18,7 +15,7 @@ pytest.importorskip("transformers")  # builds the tiny random Marian folder (a d
 from model.catalog import ModelInfo, ModelStore  # noqa: E402
 from model.checkpoint import Registry  # noqa: E402
 from model.transformer import TransformerConfig  # noqa: E402
-from tests.app_fixtures import free_port, make_checkpoint, wait_ready  # noqa: E402
+from tests.app_fixtures import app_process, free_port, make_checkpoint  # noqa: E402
 from tests.test_marian import build_marian  # noqa: E402
 from tests.test_zerogpu import EMULATION, ROOT, logged  # noqa: E402
 from ui import calls  # noqa: E402
@@ -41,15 +38,8 @@ def zero(tmp_path_factory):
                ATTN_TORCH_THREADS="1", PYTHONUNBUFFERED="1")
     for name in ("ATTN_GPU_CALLS", "ATTN_DEVICE", "ATTN_ALLOW_ANY_MODEL"):
         env.pop(name, None)
-    out = open(work / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_ready(f"http://127.0.0.1:{port}/", timeout=180)
-        yield Client(f"http://127.0.0.1:{port}/", verbose=False), work
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        out.close()
+    with app_process(env, work / "server.log", port, timeout=180) as url:
+        yield Client(url, verbose=False), work
 
 
 def test_a_large_model_runs_in_gpu_calls_and_a_small_one_on_the_cpu(zero):

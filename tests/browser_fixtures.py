@@ -1,0 +1,54 @@
+"""Helpers for the browser tests: Debian's Chromium driven by Playwright, and the app's page opened in it.
+
+Screenshots are saved to test-artifacts/ (or $ARTIFACTS_DIR) as evidence of what a person sees.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(os.environ.get("ARTIFACTS_DIR", "test-artifacts"))
+
+
+def check_chromium() -> None:
+    """Fail (not skip) without the browser, and make the screenshots' folder."""
+    if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
+        pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+
+@contextmanager
+def chromium():
+    """One Chromium, closed afterwards."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield browser
+        browser.close()
+
+
+def new_page(browser, width: int = 1440, height: int = 900):
+    return browser.new_page(viewport={"width": width, "height": height})
+
+
+def wait_done(page, before: str = ""):
+    """Wait for the run's completion signal: "✓ … run <id>" with an id other than ``before``'s.
+
+    The translation box fills token by token while streaming, so a non-empty box is no signal."""
+    page.wait_for_function(
+        "(before) => { const e = document.querySelector('#run-status');"
+        " const t = e ? e.innerText.trim() : ''; return t.startsWith('✓') && t !== before.trim() }",
+        arg=before, timeout=90_000)
+
+
+def load(page, url: str):
+    """``page`` opened on the app at ``url``, once its first run (translated on load) has landed."""
+    page.goto(url)
+    page.wait_for_selector("#input-text textarea", timeout=60_000)
+    wait_done(page)
+    return page
