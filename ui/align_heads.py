@@ -37,7 +37,7 @@ def align_dir(reg_key: str) -> Path:
     return here if here is not None and here.is_dir() else calls.DEFAULT_ROOT / ALIGN_FOLDER
 
 
-@calls.GPU(duration=300)
+@calls.model_call(duration=300)
 def gpu_alignment_ranking(reg_key: str, name: str) -> HeadRanking:
     """The model's ranking: the shipped file when current, else computed (the lock held per batch)."""
     lm = calls.REGISTRIES[reg_key].models[name]
