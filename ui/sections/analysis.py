@@ -319,7 +319,7 @@ def _wire_export(shell: Shell) -> None:
                                    p["pair_head"], p["fig_format"]], p["fig_file"], api_name="export_figure",
                        api_visibility="undocumented", concurrency_limit=4)
 
-    def on_link(run, bench, held, *rest):
+    def on_link(run, bench, attr_held, *rest):
         """The link to this screen: the run on it (not the text box, which may have been edited since), its
         Masks & interventions toggles, and the selection."""
         *toggles, kind, layer, head, step, query, units, view, scale, section, held, base = rest
@@ -328,7 +328,7 @@ def _wire_export(shell: Shell) -> None:
         sel = shell.selection(kind, layer, head, step, query, units, view, scale, section, held)
         inputs = replace(run.inputs, toggles=toggles_of(*toggles))
         return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))),
-                        whatif.on_screen(sel, run, bench, held))
+                        whatif.on_screen(sel, run, bench, attr_held))
 
     toggles = interventions.compare_io(shell)[0]
     link_box = shell.bar.link_box
