@@ -168,3 +168,21 @@ def test_the_link_on_screen_and_the_export_carry_the_bench_and_the_foil(demo):
     _, js = export(run, "greedy", 4, 20, None, None)
     settings = json.load(open(js, encoding="utf-8"))["settings"]
     assert "patch_bench" not in settings and "attribution" not in settings
+
+
+def test_the_step_choices_follow_b_and_the_target_text(demo):
+    """Before the bench runs, the step dropdown lists the tokens it will force: the target text's, else B's
+    translation's, <eos> last; the bench then measures exactly those steps."""
+    steps = next(f.fn for f in demo.fns.values()
+                 if [getattr(c, "elem_id", None) for c in f.outputs] == ["patch-step"] and len(f.inputs) == 5)
+    bench = _bench_handler(demo)
+    run = _run(demo)
+    for text_b, output in ((B, ""), (B, "a man reads a book"), ("Ein Mann.", "dogs are")):
+        d = steps(run, "de-en", text_b, output, 1)
+        _, _, after, _ = bench(run, "de-en", A, text_b, *_bench_controls(PatchLink(A, text_b, scan="none",
+                                                                                   output=output)))
+        assert d.choices == after.choices and d.value == 1  # the bench forces the tokens listed
+    assert [label for label, _ in steps(run, "de-en", B, "dogs are", 9).choices] == \
+        ["step 0: dogs", "step 1: are", "step 2: <eos>"]
+    assert steps(run, "de-en", B, "dogs are", 9).value == 2  # a step past the target: its last
+    assert isinstance(steps(run, "de-en", "  ", "", 0), dict)  # nothing to read: left as it is (a skip)

@@ -110,6 +110,21 @@ def _run(shell: Shell, run, name, text_a, text_b, *controls):
             whatif.bench_link(text_a, text_b, *controls))
 
 
+def _steps(shell: Shell, run, name, text_b, output, step):
+    """The step choices for B's target (the target text, else B's translation), before the bench runs."""
+    name = run.model if run is not None else name
+    text_b = clean_input(text_b)[0]
+    if no_model_message(shell.reg, name) or (is_blank(text_b) and not str(output or "").strip()):
+        return gr.skip()
+    try:
+        tokens = patching.target_tokens(shell.reg_key, name, text_b, output)
+    except Exception:
+        log.exception("the bench's target could not be read")
+        return gr.skip()
+    step = min(int(step or 0), max(0, len(tokens) - 1))
+    return gr.Dropdown(choices=[(f"step {i}: {t}", i) for i, t in enumerate(tokens)], value=step)
+
+
 def wire(shell: Shell) -> None:
     p = shell.parts
     controls = [p[k] for k in ("patch_site", "patch_scan", "patch_kind", "patch_part", "patch_point", "patch_layer",
@@ -124,7 +139,16 @@ def wire(shell: Shell) -> None:
             return gr.skip(), gr.skip()
         return run.tr.src_text, patching.variant(run.tr.src_text)
 
-    p["patch_fill"].click(fill, shell.run_state, [p["pair_a"], p["pair_b"]], api_visibility="private", queue=False)
+    filled = p["patch_fill"].click(fill, shell.run_state, [p["pair_a"], p["pair_b"]], api_visibility="private",
+                                   queue=False)
+    # the step dropdown follows B and the target text (their tokens, before the bench runs)
+    sync = ([shell.run_state, shell.direction, p["pair_b"], p["patch_output"], p["patch_step"]], p["patch_step"])
+    def steps(run, name, b, out, step):
+        return _steps(shell, run, name, b, out, step)
+
+    gr.on([p["pair_b"].blur, p["pair_b"].submit, p["patch_output"].blur, p["patch_output"].submit], steps, *sync,
+          api_visibility="private", **shell.model_event())
+    filled.then(steps, *sync, api_visibility="private", **shell.model_event())
     p["patch_btn"].click(lambda run, name, a, b, *c: _run(shell, run, name, a, b, *c),
                          [shell.run_state, shell.direction, p["pair_a"], p["pair_b"], *controls],
                          [p["patch_md"], p["patch_plot"], p["patch_step"], p["patch_state"]], api_visibility="private",
