@@ -29,9 +29,10 @@ def page(tmp_path_factory):
     refs = align_corpus([tokenize(s, "de") for s in SENTENCES["de"]], [tokenize(t, "en") for t in SENTENCES["en"]])
     (root / "alignments").mkdir()
     write_pharaoh(root / "alignments" / "de-en.val.align", refs)
-    _write_corpus(root / "data", {"val": {"de": SENTENCES["de"], "en": SENTENCES["en"]}})
+    data = tmp_path_factory.mktemp("data")
+    _write_corpus(data, {"val": {"de": SENTENCES["de"], "en": SENTENCES["en"]}})
     saved = list(calls.DATA_DIRS)
-    calls.DATA_DIRS[:] = [root / "data"]
+    calls.DATA_DIRS[:] = [data]
     demo, url = launch(root)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
@@ -58,18 +59,18 @@ def test_clicking_a_head_in_the_alignment_grid_opens_its_map(page):
                            " return !!gd && !!gd.data && gd.data.length === 1 && gd.data[0].type === 'heatmap' }",
                            timeout=240_000)
     _plot(page, "#align-heat")
-    shape = page.evaluate(f"() => {{ const z = document.querySelector('{GRID}').data[0].z;"
+    shape = page.evaluate(f"() => {{ const z = document.querySelector('{GRID}').calcdata[0][0].z;"
                           " return [z.length, z[0].length] }")
     assert shape == [3, 5]  # 3 decoder layers × (4 heads + the layer's mean)
     assert "AER" in page.locator("#align-md").inner_text()
-    page.wait_for_function(f"() => !!(document.querySelector('{GRID}') || {{}}).__headClick", timeout=30_000)
+    page.wait_for_function(f"() => !!(document.querySelector('{GRID}') || {{}}).__headClick", timeout=60_000)
     page.screenshot(path=str(ARTIFACTS / "alignment-grid.png"), full_page=False)
     # the cell of layer 2, head 1, from the axes' own data-to-pixel maps
     x, y = page.evaluate(f"""() => {{ const gd = document.querySelector('{GRID}'), f = gd._fullLayout;
         const box = gd.getBoundingClientRect();
         return [box.left + f.xaxis._offset + f.xaxis.l2p(1), box.top + f.yaxis._offset + f.yaxis.l2p(2)] }}""")
     page.mouse.click(x, y)
-    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=60_000)
     assert page.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
     assert page.get_by_role("tab", name="Maps", exact=True).get_attribute("aria-selected") == "true"
     assert page.locator("#attn-layer input").first.input_value() == "layer 2"

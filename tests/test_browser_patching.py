@@ -60,3 +60,31 @@ def test_a_head_scan_draws_the_effect_map(page):
     page.locator("#patch-btn").click()
     page.wait_for_function("() => (document.querySelector('#patch-md')||{}).innerText?.includes('equal source')",
                            timeout=90_000)
+
+
+def test_a_patching_link_restores_the_map(page):
+    """A link to Two sentences with a bench (a one-layer position scan of the decoder's residual stream,
+    zero ablation) opens with both sentences and the controls set, and the bench's map drawn."""
+    from urllib.parse import urlencode
+    base = page.url.split("?")[0]
+    query = {"text": "Ein Mann liest ein Buch.", "model": "de-en", "section": "analysis", "subview": "pair",
+             "pa": "Ein Mann liest ein Buch.", "pb": "Ein Buch liest ein Mann.", "psite": "resid",
+             "pscan": "positions", "pwith": "zero", "pstep": "1"}
+    pg = page.context.new_page()
+    pg.goto(base + "?" + urlencode(query))
+    pg.wait_for_function(
+        "() => { const gd = document.querySelector('#patch-plot .js-plotly-plot');"
+        " return !!gd && !!gd.data && gd.data.length === 1 && gd.data[0].type === 'heatmap' }", timeout=240_000)
+    assert pg.get_by_role("tab", name="Two sentences", exact=True).get_attribute("aria-selected") == "true"
+    assert pg.locator("#pair-a textarea").input_value() == query["pa"]
+    assert pg.locator("#pair-b textarea").input_value() == query["pb"]
+    assert pg.locator("#patch-site input[value=resid]").is_checked()
+    assert pg.locator("#patch-ablation input[value=zero]").is_checked()
+    layout = pg.evaluate("() => { const l = document.querySelector('#patch-plot .js-plotly-plot').layout;"
+                         " return [l.title.text, l.title.subtitle.text, l.yaxis.ticktext] }")
+    title, note, rows = layout
+    assert "zero ablation" in note and rows == ["L0", "L1", "L2"]  # every decoder layer × position
+    md = pg.locator("#patch-md").inner_text()
+    assert "A (clean)" in md and "largest effect" in md
+    pg.screenshot(path=str(ARTIFACTS / "patching-link.png"), full_page=False)
+    pg.close()
