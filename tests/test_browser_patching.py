@@ -70,7 +70,7 @@ def test_a_patching_link_restores_the_map(page):
     query = {"text": "Ein Mann liest ein Buch.", "model": "de-en", "section": "analysis", "subview": "pair",
              "pa": "Ein Mann liest ein Buch.", "pb": "Ein Buch liest ein Mann.", "psite": "resid",
              "pscan": "positions", "pwith": "zero", "pstep": "1"}
-    pg = page.context.new_page()
+    pg = page.context.browser.new_page(viewport={"width": 1440, "height": 900})
     pg.goto(base + "?" + urlencode(query))
     pg.wait_for_function(
         "() => { const gd = document.querySelector('#patch-plot .js-plotly-plot');"
@@ -86,5 +86,5 @@ def test_a_patching_link_restores_the_map(page):
     assert "zero ablation" in note and rows == ["L0", "L1", "L2"]  # every decoder layer × position
     md = pg.locator("#patch-md").inner_text()
     assert "A (clean)" in md and "largest effect" in md
-    pg.screenshot(path=str(ARTIFACTS / "patching-link.png"), full_page=False)
+    pg.screenshot(path=str(ARTIFACTS / "patching-link.png"), full_page=True)
     pg.close()
