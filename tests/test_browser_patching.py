@@ -86,5 +86,7 @@ def test_a_patching_link_restores_the_map(page):
     assert "zero ablation" in note and rows == ["L0", "L1", "L2"]  # every decoder layer × position
     md = pg.locator("#patch-md").inner_text()
     assert "A (clean)" in md and "largest effect" in md
+    pg.wait_for_function("() => (document.querySelector('#link-box textarea')||{}).value?.includes('pscan=positions')",
+                         timeout=30_000)  # the link box names the bench restored
     pg.screenshot(path=str(ARTIFACTS / "patching-link.png"), full_page=True)
     pg.close()

@@ -104,6 +104,7 @@ def test_a_link_re_runs_the_bench_and_shows_the_same_map(demo):
     values = _load(demo, url)
     assert values["pair-a"] == A and values["pair-b"] == B and values["PatchLink"] == bench
     assert "A (clean)" in values["patch-md"] and "largest effect" in values["patch-md"]
+    assert whatif_from_query(_query(values["link-box"]), SHAPES["de-en"]) == (WhatIf(bench), [])  # the link box too
     fig = values["patch-plot"]
     assert fig.data[0].type == "heatmap" and len(fig.data[0].z) == 2 and len(fig.data[0].z[0]) == 4
     # the bench's own button, with the same controls, draws the same map
@@ -133,6 +134,7 @@ def test_a_link_restores_the_foil_and_names_a_bad_one(demo):
     assert run_id == values["Run"].id and c.attribution.position == pos and c.foil.piece == foil
     assert values["attr-foil-text"] == foil and values["attr-pos"].value == pos
     assert f"rather than the foil **{foil}**" in values["attr-md"]
+    assert whatif_from_query(_query(values["link-box"]), SHAPES["de-en"])[0] == WhatIf(attr_pos=pos, foil=foil)
     # a foil the target vocabulary cannot take: named in the notice, the attribution shown without it
     values = _load(demo, url.replace(f"foil={foil}", "foil=zzqx"))
     assert "foil='zzqx'" in values["notice"] and values["tuple"][1].foil is None

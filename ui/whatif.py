@@ -9,7 +9,7 @@ from dataclasses import asdict
 import gradio as gr
 
 from .present import md_escape
-from .state import CROSS, ModelShape, PatchLink, Run, Selection, WhatIf, whatif_from_query
+from .state import CROSS, ModelShape, PatchLink, Run, Selection, WhatIf, link_url, whatif_from_query
 
 
 def _int(value, default: int = 0) -> int:
@@ -113,6 +113,16 @@ def _restore_attribution(shell, run: Run, w: WhatIf, sel: Selection, problems: l
             p["attr_foil"]: gr.Dropdown(choices=contrast.foil_choices(run, pos), value=None),
             p["attr_foil_text"]: w.foil if isinstance(held, tuple) and held[1].foil is not None else "",
             p["attr_md"]: md, p["attr_plot"]: fig, p["attr_table"]: table, p["attr_state"]: held}
+
+
+def link_after_load(shell, run: Run, sel: Selection, base_url: str, values: dict) -> str | None:
+    """The link box after a link restored a bench or a foil: it names them too (None: nothing restored)."""
+    p = shell.parts
+    bench, held = values.get(p.get("patch_state")), values.get(p.get("attr_state"))
+    held = held if isinstance(held, tuple) else None
+    if run.inputs is None or (bench is None and held is None):
+        return None
+    return link_url(base_url, run.inputs, sel.fit(ModelShape.of(shell.lm(run))), on_screen(sel, run, bench, held))
 
 
 def notice(problems: list[str]) -> str:

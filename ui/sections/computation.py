@@ -244,9 +244,11 @@ def _wire_attribution(shell: Shell) -> None:
     for start in (p["attr_tab"].select, p["attr_pos"].input):
         start(foil_reset, [shell.run_state, p["attr_pos"]], foils, api_visibility="private", **VIEW)
     p["attr_steps"].release(on_attribution, ins + foils, outs, api_visibility="private", **shell.model_event())
-    p["attr_foil"].input(on_attribution, ins + foils, outs, api_name="attribution_foil",
-                         api_visibility="undocumented", **shell.model_event())
-    p["attr_foil_text"].submit(on_attribution, ins + foils, outs, api_visibility="private", **shell.model_event())
+    picked = p["attr_foil"].input(on_attribution, ins + foils, outs, api_name="attribution_foil",
+                                  api_visibility="undocumented", **shell.model_event())
+    typed = p["attr_foil_text"].submit(on_attribution, ins + foils, outs, api_visibility="private",
+                                       **shell.model_event())
+    p.setdefault("link_events", []).extend([picked, typed])  # the link box then names the foil
 
     def on_units(run, held, units):
         """Words or pieces: the attribution already computed for this run, pooled again (no model call)."""

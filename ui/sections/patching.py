@@ -149,8 +149,9 @@ def wire(shell: Shell) -> None:
     gr.on([p["pair_b"].blur, p["pair_b"].submit, p["patch_output"].blur, p["patch_output"].submit], steps, *sync,
           api_visibility="private", **shell.model_event())
     filled.then(steps, *sync, api_visibility="private", **shell.model_event())
-    p["patch_btn"].click(lambda run, name, a, b, *c: _run(shell, run, name, a, b, *c),
+    ran = p["patch_btn"].click(lambda run, name, a, b, *c: _run(shell, run, name, a, b, *c),
                          [shell.run_state, shell.direction, p["pair_a"], p["pair_b"], *controls],
                          [p["patch_md"], p["patch_plot"], p["patch_step"], p["patch_state"]], api_visibility="private",
                          **shell.model_event())
+    p.setdefault("link_events", []).append(ran)  # the link box then names the bench shown
     gr.api(Api(shell.reg_key).patch, api_name="patch", **shell.model_event())

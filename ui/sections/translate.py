@@ -411,6 +411,9 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
         values |= subview_values(shell, run, shown) | shell.interventions.restore(shell, run, inputs, shown)
         extra, bad = whatif.restore(shell, run, params, shown)  # the bench and the foil the link names
         values |= extra
+        link = whatif.link_after_load(shell, run, shown, ctx.base_url, extra)
+        if link is not None:
+            values[shell.bar.link_box] = link
         if bad:
             values[p["notice"]] = "\n\n".join(x for x in (values.get(p["notice"]), whatif.notice(bad)) if x)
         return _controls(shell, inputs, shown) | values | {shell.step: gr.Slider(
