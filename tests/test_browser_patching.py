@@ -32,6 +32,9 @@ def page(tmp_path_factory):
 
 def test_a_head_scan_draws_the_effect_map(page):
     page.get_by_role("tab", name="Analysis & export", exact=True).click()
+    # the head profiles the section opens on, drawn first: their event, once done, records which sub-tab
+    # shows, and would take back a Two sentences picked while it ran (the link then names Head profiles)
+    _plot(page, "#prof-heat")
     page.get_by_role("tab", name="Two sentences", exact=True).click()
     page.locator("#pair-a textarea").fill("Ein Mann liest ein Buch.")
     page.locator("#pair-b textarea").fill("Ein Buch liest ein Mann.")
@@ -52,6 +55,9 @@ def test_a_head_scan_draws_the_effect_map(page):
     md = page.locator("#patch-md").inner_text()
     assert "A (clean)" in md and "B (corrupted)" in md and "largest effect" in md
     page.screenshot(path=str(ARTIFACTS / "patching-head-scan.png"), full_page=False)
+    # the link box names the bench shown (both sentences), so the link reproduces this map
+    page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('pb=Ein+Buch')",
+                           timeout=30_000)
 
     # encoder positions of sources with different lengths: refused with the reason, no traceback
     page.locator("#pair-a textarea").fill("Ein Mann liest.")
@@ -86,7 +92,7 @@ def test_a_patching_link_restores_the_map(page):
     assert "zero ablation" in note and rows == ["L0", "L1", "L2"]  # every decoder layer × position
     md = pg.locator("#patch-md").inner_text()
     assert "A (clean)" in md and "largest effect" in md
-    pg.wait_for_function("() => (document.querySelector('#link-box textarea')||{}).value?.includes('pscan=positions')",
+    pg.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('pscan=positions')",
                          timeout=30_000)  # the link box names the bench restored
     pg.screenshot(path=str(ARTIFACTS / "patching-link.png"), full_page=True)
     pg.close()

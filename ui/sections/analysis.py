@@ -335,5 +335,6 @@ def _wire_export(shell: Shell) -> None:
     link_inputs = [shell.run_state, p["patch_state"], p["attr_state"], *toggles, *shell.selection_inputs(), link_box]
     for dep in p.get("link_events", ()):  # a bench run or a foil changes what the link to this screen names
         dep.then(on_link, link_inputs, link_box, js=LINK_JS, api_visibility="private", queue=False)
-    shell.bar.link_btn.click(on_link, link_inputs, link_box, js=LINK_JS, api_name="make_link", api_visibility="undocumented", queue=False).then(
+    shell.bar.link_btn.click(on_link, link_inputs, link_box, js=LINK_JS, api_name="make_link",
+                             api_visibility="undocumented", queue=False).then(
         None, link_box, None, js=COPY_JS, api_visibility="private")
