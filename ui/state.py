@@ -376,10 +376,10 @@ def _patch_link(r: _Reader, shape: ModelShape | None) -> PatchLink | None:
     if pos and not all(re.fullmatch(r"\d{1,4}(-\d{1,4})?", x) for x in re.split(r"[,\s]+", pos) if x):
         r.bad("ppos", "is not positions such as '1, 3-5'")
         pos = ""
-    n_layers = shape.max_layers if shape else 64
+    n_layers, n_heads = (shape.max_layers, shape.n_heads) if shape else (64, 64)
     return PatchLink(a, b, site=r.choice("psite", "z", SITES), kind=kind, part=part,
                      point=r.choice("ppoint", "post", RESID_POINTS[part]),
-                     layer=r.int("player", 0, 0, n_layers - 1), head=r.int("phead", 0, 0, (shape.n_heads if shape else 64) - 1),
+                     layer=r.int("player", 0, 0, n_layers - 1), head=r.int("phead", 0, 0, n_heads - 1),
                      positions=pos[:200], scan=r.choice("pscan", "heads", PATCH_SCANS),
                      step=r.int("pstep", 0, 0, MAX_STEP), output=str(r.params.get("pout", ""))[:MAX_LINK_TEXT],
                      foil=str(r.params.get("pfoil", ""))[:80].strip(), ablation=r.choice("pwith", "patch", ABLATIONS))
@@ -458,4 +458,5 @@ class PairRun:
 
 
 __all__ = ["ATTN_KINDS", "SUBVIEWS", "SECTIONS", "ModelShape", "Toggles", "RunInputs", "Selection", "to_query",
-           "link_url", "from_query", "Restored", "PatchLink", "WhatIf", "whatif_query", "whatif_from_query", "Run", "CompareRun", "BeamView", "PairRun"]
+           "link_url", "from_query", "Restored", "PatchLink", "WhatIf", "whatif_query", "whatif_from_query", "Run",
+           "CompareRun", "BeamView", "PairRun"]

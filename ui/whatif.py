@@ -106,7 +106,7 @@ def _restore_attribution(shell, run: Run, w: WhatIf, sel: Selection, problems: l
         problems.append(f"The link's apos={pos} is past this run's last output token; token {n - 1} is shown.")
         pos = max(0, n - 1)
     md, fig, table, held = s_comp._attribution(shell, run, pos, s_comp.IG_STEPS, sel.units, None, w.foil)
-    if w.foil and not isinstance(held, tuple) and str(md).startswith("⚠️"):  # a foil the model cannot take: said, then none
+    if w.foil and not isinstance(held, tuple) and str(md).startswith("⚠️"):  # a foil it cannot take: said
         problems.append(f"The link's foil={w.foil[:40]!r} cannot be used ({md.removeprefix('⚠️ ')}).")
         md, fig, table, held = s_comp._attribution(shell, run, pos, s_comp.IG_STEPS, sel.units)
     return {p["attr_pos"]: gr.Dropdown(choices=inside.position_choices(run), value=pos),
