@@ -32,6 +32,9 @@ def page(tmp_path_factory):
 
 def test_a_head_scan_draws_the_effect_map(page):
     page.get_by_role("tab", name="Analysis & export", exact=True).click()
+    # the head profiles the section opens on, drawn first: their event, once done, records which sub-tab
+    # shows, and would take back a Two sentences picked while it ran (the link then names Head profiles)
+    _plot(page, "#prof-heat")
     page.get_by_role("tab", name="Two sentences", exact=True).click()
     page.locator("#pair-a textarea").fill("Ein Mann liest ein Buch.")
     page.locator("#pair-b textarea").fill("Ein Buch liest ein Mann.")
@@ -52,6 +55,9 @@ def test_a_head_scan_draws_the_effect_map(page):
     md = page.locator("#patch-md").inner_text()
     assert "A (clean)" in md and "B (corrupted)" in md and "largest effect" in md
     page.screenshot(path=str(ARTIFACTS / "patching-head-scan.png"), full_page=False)
+    # the link box names the bench shown (both sentences), so the link reproduces this map
+    page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('pb=Ein+Buch')",
+                           timeout=30_000)
 
     # encoder positions of sources with different lengths: refused with the reason, no traceback
     page.locator("#pair-a textarea").fill("Ein Mann liest.")
@@ -60,3 +66,33 @@ def test_a_head_scan_draws_the_effect_map(page):
     page.locator("#patch-btn").click()
     page.wait_for_function("() => (document.querySelector('#patch-md')||{}).innerText?.includes('equal source')",
                            timeout=90_000)
+
+
+def test_a_patching_link_restores_the_map(page):
+    """A link to Two sentences with a bench (a one-layer position scan of the decoder's residual stream,
+    zero ablation) opens with both sentences and the controls set, and the bench's map drawn."""
+    from urllib.parse import urlencode
+    base = page.url.split("?")[0]
+    query = {"text": "Ein Mann liest ein Buch.", "model": "de-en", "section": "analysis", "subview": "pair",
+             "pa": "Ein Mann liest ein Buch.", "pb": "Ein Buch liest ein Mann.", "psite": "resid",
+             "pscan": "positions", "pwith": "zero", "pstep": "1"}
+    pg = page.context.browser.new_page(viewport={"width": 1440, "height": 900})
+    pg.goto(base + "?" + urlencode(query))
+    pg.wait_for_function(
+        "() => { const gd = document.querySelector('#patch-plot .js-plotly-plot');"
+        " return !!gd && !!gd.data && gd.data.length === 1 && gd.data[0].type === 'heatmap' }", timeout=240_000)
+    assert pg.get_by_role("tab", name="Two sentences", exact=True).get_attribute("aria-selected") == "true"
+    assert pg.locator("#pair-a textarea").input_value() == query["pa"]
+    assert pg.locator("#pair-b textarea").input_value() == query["pb"]
+    assert pg.locator("#patch-site input[value=resid]").is_checked()
+    assert pg.locator("#patch-ablation input[value=zero]").is_checked()
+    layout = pg.evaluate("() => { const l = document.querySelector('#patch-plot .js-plotly-plot').layout;"
+                         " return [l.title.text, l.title.subtitle.text, l.yaxis.ticktext] }")
+    title, note, rows = layout
+    assert "zero ablation" in note and rows == ["L0", "L1", "L2"]  # every decoder layer × position
+    md = pg.locator("#patch-md").inner_text()
+    assert "A (clean)" in md and "largest effect" in md
+    pg.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('pscan=positions')",
+                         timeout=30_000)  # the link box names the bench restored
+    pg.screenshot(path=str(ARTIFACTS / "patching-link.png"), full_page=True)
+    pg.close()

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from model.decoding import DecodeOptions
 from model.patching import PatchBench, PatchError, PatchRequest
 from viz import patching as v_patch
 
@@ -66,6 +67,18 @@ def run_bench(reg_key: str, name: str, req: PatchRequest) -> PatchBench:
         sentences, source = validation_sentences(lm.src_lang, calls.DATA_DIRS, MEAN_SENTENCES)
         means = calls.gpu_patch_means(reg_key, name, tuple(sentences), f"{len(sentences)} sentences of {source}")
     return calls.gpu_patch(reg_key, name, req, means)
+
+
+def target_tokens(reg_key: str, name: str, text_b: str, output: str = "") -> list[str]:
+    """The tokens the bench forces both runs on, before it runs: ``output`` as the target vocabulary splits
+    it (no model call), else B's greedy translation (one cached decode), <eos> last either way."""
+    lm = calls.REGISTRIES[reg_key].models[name]
+    if str(output or "").strip():
+        ids = lm.tgt_vocab.encode(lm.tgt_vocab.tokens(str(output)[:MAX_TEXT], lm.tgt_lang)) + [lm.model.cfg.eos_id]
+    else:
+        opts = DecodeOptions(replace_unk=False, record=False, trace=False)
+        ids = list(calls.gpu_translate(reg_key, name, str(text_b)[:MAX_TEXT], opts).output_ids)
+    return lm.tgt_vocab.decode(ids)
 
 
 def _what(bench: PatchBench):

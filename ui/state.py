@@ -9,6 +9,7 @@ the current run itself: plain dataclasses of Translations, so they pickle across
 """
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field, fields, replace
 from urllib.parse import urlencode
@@ -177,8 +178,9 @@ def to_query(inputs: RunInputs, sel: Selection) -> dict[str, str]:
     return q
 
 
-def link_url(base_url: str, inputs: RunInputs, sel: Selection) -> str:
-    return base_url.split("?")[0].split("#")[0] + "?" + urlencode(to_query(inputs, sel))
+def link_url(base_url: str, inputs: RunInputs, sel: Selection, whatif: "WhatIf | None" = None) -> str:
+    q = to_query(inputs, sel) | (whatif_query(whatif) if whatif is not None else {})
+    return base_url.split("?")[0].split("#")[0] + "?" + urlencode(q)
 
 
 @dataclass
@@ -292,11 +294,105 @@ def from_query(params, shapes: dict[str, ModelShape], max_beam: int = 8, max_len
                        reference=str(ref) if ref not in (None, "") else None, toggles=_toggles(r, shape),
                        prefix=_prefix(r))
     known = {"text", "model", "beam", "max_len", "ref", "pad", "padding", "causal", "positional", "ablate", "hide",
-             "prefix",
+             "prefix", *WHATIF_KEYS,
              *(f.name for f in fields(Selection))}
     sel = _selection(r, shape)
     r.problems += [f"The link's parameter {k[:20]!r} is unknown; it was ignored." for k in params if k not in known]
     return Restored(inputs, sel, r.problems)
+
+
+# --------------------------------------------------------------------------- "what if" in a link
+
+PATCH_SCANS = ("none", "heads", "positions")
+MAX_LINK_TEXT = 400
+# query key -> PatchLink field; each written only where it differs from the default
+_PATCH_KEYS = {"pa": "text_a", "pb": "text_b", "psite": "site", "pkind": "kind", "ppart": "part", "ppoint": "point",
+               "player": "layer", "phead": "head", "ppos": "positions", "pscan": "scan", "pstep": "step",
+               "pout": "output", "pfoil": "foil", "pwith": "ablation"}
+WHATIF_KEYS = (*_PATCH_KEYS, "apos", "foil")
+
+
+@dataclass(frozen=True)
+class PatchLink:
+    """The clean/corrupted bench on screen, as its controls hold it (positions as typed, e.g. "1, 3-5")."""
+    text_a: str
+    text_b: str
+    site: str = "z"
+    kind: str = CROSS
+    part: str = "decoder"
+    point: str = "post"
+    layer: int = 0
+    head: int = 0
+    positions: str = ""
+    scan: str = "heads"
+    step: int = 0
+    output: str = ""      # the target text both runs are forced on (empty: B's own translation)
+    foil: str = ""
+    ablation: str = "patch"
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """What a link restores beyond the run and the selection: the patch bench, and Attribution's output
+    token and foil. Serialised only where set."""
+    patch: PatchLink | None = None
+    attr_pos: int | None = None
+    foil: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self == WhatIf()
+
+
+def whatif_query(w: WhatIf) -> dict[str, str]:
+    q = {}
+    if w.patch is not None:
+        default = PatchLink("", "")
+        for key, name in _PATCH_KEYS.items():
+            value = getattr(w.patch, name)
+            if key in ("pa", "pb") or value != getattr(default, name):
+                q[key] = _KIND_SHORT.get(value, value) if name == "kind" else str(value)
+    if w.attr_pos is not None:
+        q["apos"] = str(w.attr_pos)
+    if w.foil:
+        q["foil"] = w.foil
+    return q
+
+
+def _patch_link(r: _Reader, shape: ModelShape | None) -> PatchLink | None:
+    from model.patching import ABLATIONS, RESID_POINTS, SITES
+    a, b = (str(r.params.get(k) or "").strip() for k in ("pa", "pb"))
+    if not any(k in r.params for k in _PATCH_KEYS):
+        return None
+    if not a or not b or len(a) > MAX_LINK_TEXT or len(b) > MAX_LINK_TEXT:
+        r.problems.append("The link's patch bench needs both sentences (pa and pb, up to "
+                          f"{MAX_LINK_TEXT} characters); the bench is not restored.")
+        return None
+    kind = _kind(r.params.get("pkind", "cross"))
+    if kind is None:
+        r.bad("pkind", "is not enc, dec or cross")
+        kind = CROSS
+    part = r.choice("ppart", "decoder", tuple(RESID_POINTS))
+    pos = str(r.params.get("ppos", "")).strip()
+    if pos and not all(re.fullmatch(r"\d{1,4}(-\d{1,4})?", x) for x in re.split(r"[,\s]+", pos) if x):
+        r.bad("ppos", "is not positions such as '1, 3-5'")
+        pos = ""
+    n_layers, n_heads = (shape.max_layers, shape.n_heads) if shape else (64, 64)
+    return PatchLink(a, b, site=r.choice("psite", "z", SITES), kind=kind, part=part,
+                     point=r.choice("ppoint", "post", RESID_POINTS[part]),
+                     layer=r.int("player", 0, 0, n_layers - 1), head=r.int("phead", 0, 0, n_heads - 1),
+                     positions=pos[:200], scan=r.choice("pscan", "heads", PATCH_SCANS),
+                     step=r.int("pstep", 0, 0, MAX_STEP), output=str(r.params.get("pout", ""))[:MAX_LINK_TEXT],
+                     foil=str(r.params.get("pfoil", ""))[:80].strip(), ablation=r.choice("pwith", "patch", ABLATIONS))
+
+
+def whatif_from_query(params, shape: ModelShape | None = None) -> tuple[WhatIf, list[str]]:
+    """The link's bench and foil, and a sentence for every value it could not use."""
+    r = _Reader({k: v for k, v in dict(params or {}).items()})
+    patch = _patch_link(r, shape)
+    apos = r.int("apos", -1, 0, MAX_STEP) if "apos" in r.params else -1
+    foil = str(r.params.get("foil") or "").strip()[:80] or None
+    return WhatIf(patch, None if apos < 0 else apos, foil), r.problems
 
 
 # --------------------------------------------------------------------------- runs
@@ -365,4 +461,5 @@ class PairRun:
 
 
 __all__ = ["ATTN_KINDS", "SUBVIEWS", "SECTIONS", "ModelShape", "Toggles", "RunInputs", "Selection", "to_query",
-           "link_url", "from_query", "Restored", "Run", "CompareRun", "BeamView", "PairRun"]
+           "link_url", "from_query", "Restored", "PatchLink", "WhatIf", "whatif_query", "whatif_from_query", "Run",
+           "CompareRun", "BeamView", "PairRun"]

@@ -16,7 +16,7 @@ from model.transformer import ENC_SELF
 from viz import export as v_export
 from viz import profiles as v_prof
 
-from .. import align_heads, calls, views
+from .. import align_heads, calls, views, whatif
 from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
 from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, is_blank, md_escape,
                        no_model_message)
@@ -271,12 +271,13 @@ def run_settings(run) -> dict:
 def _wire_export(shell: Shell) -> None:
     p = shell.parts
 
-    def on_export(run, decoding, beam, max_len):
+    def on_export(run, decoding, beam, max_len, bench=None, held=None):
         if run is None or run.tr.trace is None:
             gr.Warning("Translate a sentence first.")
             return None
         tr = run.tr
         settings = run_settings(run) | {"controls": {"decoding": decoding, "beam": beam, "max_len": max_len}}
+        settings |= whatif.export_settings(run, bench, held)  # the patch bench and the foil, where set
         folder = Path(tempfile.mkdtemp(prefix="attn-export-"))
         # the opt-in points too (each head's output after W_O, the logits): one more teacher-forced pass
         full = calls.gpu_full_trace(shell.reg_key, run.model, tr).arrays()
@@ -284,7 +285,8 @@ def _wire_export(shell: Shell) -> None:
         npz, js = write_export(tr, run.model, folder, shell.lm(run), settings, extra)
         return [str(npz), str(js)]
 
-    p["export_btn"].click(on_export, [shell.run_state, shell.decoding, shell.beam, shell.max_len], p["export_files"],
+    p["export_btn"].click(on_export, [shell.run_state, shell.decoding, shell.beam, shell.max_len, p["patch_state"],
+                                      p["attr_state"]], p["export_files"],
                           api_name="export_run", api_visibility="undocumented", concurrency_limit=4)
 
     def on_figure(which, run, kind, view, layer, head, units, scale, roll, amode, bview, pstate, pstat, pair, pkind,
@@ -317,7 +319,7 @@ def _wire_export(shell: Shell) -> None:
                                    p["pair_head"], p["fig_format"]], p["fig_file"], api_name="export_figure",
                        api_visibility="undocumented", concurrency_limit=4)
 
-    def on_link(run, *rest):
+    def on_link(run, bench, attr_held, *rest):
         """The link to this screen: the run on it (not the text box, which may have been edited since), its
         Masks & interventions toggles, and the selection (the one state every control writes)."""
         *toggles, sel, base = rest
@@ -325,11 +327,14 @@ def _wire_export(shell: Shell) -> None:
             return ""
         inputs = replace(run.inputs, toggles=toggles_of(*toggles))
         sel = sel if isinstance(sel, Selection) else Selection()
-        return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))))
+        return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))),
+                        whatif.on_screen(sel, run, bench, attr_held))
 
     toggles = interventions.compare_io(shell)[0]
     link_box = shell.bar.link_box
-    link_in = [shell.run_state, *toggles, shell.sel_state, link_box]
+    link_in = [shell.run_state, p["patch_state"], p["attr_state"], *toggles, shell.sel_state, link_box]
+    for dep in p.get("link_events", ()):  # a bench run or a foil changes what the link to this screen names
+        dep.then(on_link, link_in, link_box, js=LINK_JS, api_visibility="private", queue=False)
     shell.bar.link_btn.click(on_link, link_in, link_box, js=LINK_JS, api_name="make_link",
                              api_visibility="undocumented", queue=False).then(
         None, link_box, None, js=COPY_JS, api_visibility="private")

@@ -268,9 +268,10 @@ def _wire_attribution(shell: Shell) -> None:
                         **shell.model_event())
     p["attr_pos"].input(_foil_choices, [shell.run_state, p["attr_pos"]], foils, api_visibility="private", **VIEW)
     p["attr_steps"].release(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
-    p["attr_foil"].input(on_pick, ins + foils, outs, api_name="attribution_foil", api_visibility="undocumented",
-                         **shell.model_event())
-    p["attr_foil_text"].submit(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
+    picked = p["attr_foil"].input(on_pick, ins + foils, outs, api_name="attribution_foil",
+                                  api_visibility="undocumented", **shell.model_event())
+    typed = p["attr_foil_text"].submit(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
+    p.setdefault("link_events", []).extend([picked, typed])  # the link box then names the foil
 
 
 def _wire_forced(shell: Shell) -> None:

@@ -8,7 +8,7 @@ import gradio as gr
 from model.names import CROSS
 from model.patching import RESID_POINTS, PatchError, PatchRequest
 
-from .. import patching, views
+from .. import patching, views, whatif
 from ..api import Api
 from ..present import is_blank, md_escape, no_model_message, clean_input
 from ..state import ModelShape
@@ -56,9 +56,12 @@ def build(shell: Shell) -> None:
             p["patch_foil"] = gr.Textbox("", label="Foil token (empty: probability)",
                                          placeholder="logit difference against this token", elem_id="patch-foil")
             p["patch_ablation"] = gr.Radio(ABLATION_CHOICES, value="patch", label="With", elem_id="patch-ablation")
+        p["patch_output"] = gr.Textbox("", label="Target text both runs are forced on (empty: B's own translation)",
+                                       lines=1, max_lines=2, elem_id="patch-output")
         p["patch_btn"] = gr.Button("Run patching", variant="primary", elem_id="patch-btn")
         p["patch_md"] = gr.Markdown(elem_id="patch-md")
         p["patch_plot"] = gr.Plot(label="Patching effect", elem_id="patch-plot", show_label=False)
+        p["patch_state"] = gr.State(None)  # the PatchLink of the bench shown (the link and the export read it)
     shell.on_run([p["patch_layer"], p["patch_head"]], lambda run, ctx: _choices(shell, run))
 
 
@@ -73,43 +76,60 @@ def _visible(site: str) -> list:
             gr.update(visible=site == "resid"), gr.update(visible=site == "z")]
 
 
-def _request(text_a, text_b, site, scan, kind, part, point, layer, head, positions, step, foil, ablation):
+def _request(text_a, text_b, site, scan, kind, part, point, layer, head, positions, step, foil, ablation, output=""):
     """The bench's controls as a request (the head only for a head patch; cross K/V: all heads)."""
     return PatchRequest(text_a, text_b, site=site or "z", kind=str(kind or CROSS), part=part or "decoder",
                         point=point if point in RESID_POINTS.get(part or "decoder", ()) else "post",
                         layer=int(layer or 0), head=int(head or 0) if site == "z" else None, positions=patching.parse_positions(positions),
                         scan=scan or "none", step=int(step or 0), foil=str(foil or "").strip(),
-                        ablation=ablation or "patch")
+                        ablation=ablation or "patch", output=str(output or "").strip()[:patching.MAX_TEXT])
 
 
 def _run(shell: Shell, run, name, text_a, text_b, *controls):
-    """(summary, figure, step choices) for the bench's controls."""
+    """(summary, figure, step choices, the PatchLink shown or None) for the bench's controls."""
     name = run.model if run is not None else name
     problem = no_model_message(shell.reg, name)
     if problem:
-        return f"⚠️ {problem}", views.message_figure(problem), gr.skip()
+        return f"⚠️ {problem}", views.message_figure(problem), gr.skip(), None
     text_a, text_b = clean_input(text_a)[0], clean_input(text_b)[0]
     if is_blank(text_a) or is_blank(text_b):
-        return "✏️ Type two sentences.", views.message_figure("Type two sentences."), gr.skip()
+        return "✏️ Type two sentences.", views.message_figure("Type two sentences."), gr.skip(), None
     try:
         req = _request(text_a, text_b, *controls)
         if req.scan == "heads" and req.site != "z":
             raise PatchError("a head scan patches each head's output: choose Patch = Head output (hook_z)")
         bench = patching.run_bench(shell.reg_key, name, req)
     except PatchError as e:  # a mismatch or a bad choice: say why
-        return f"⚠️ {md_escape(str(e))}", views.message_figure(str(e)[:160]), gr.skip()
+        return f"⚠️ {md_escape(str(e))}", views.message_figure(str(e)[:160]), gr.skip(), None
     except Exception as e:
         log.exception("patching failed")
         return (f"⚠️ The patching failed ({md_escape(type(e).__name__)}).",
-                views.message_figure("The patching could not be run."), gr.skip())
+                views.message_figure("The patching could not be run."), gr.skip(), None)
     steps = [(f"step {i}: {t}", i) for i, t in enumerate(bench.output_tokens)]
-    return patching.summary(bench), patching.figure(bench), gr.Dropdown(choices=steps, value=bench.setup.step)
+    return (patching.summary(bench), patching.figure(bench), gr.Dropdown(choices=steps, value=bench.setup.step),
+            whatif.bench_link(text_a, text_b, *controls))
+
+
+def _steps(shell: Shell, run, name, text_b, output, step):
+    """The step choices for B's target (the target text, else B's translation), before the bench runs."""
+    name = run.model if run is not None else name
+    text_b = clean_input(text_b)[0]
+    if no_model_message(shell.reg, name) or (is_blank(text_b) and not str(output or "").strip()):
+        return gr.skip()
+    try:
+        tokens = patching.target_tokens(shell.reg_key, name, text_b, output)
+    except Exception:
+        log.exception("the bench's target could not be read")
+        return gr.skip()
+    step = min(int(step or 0), max(0, len(tokens) - 1))
+    return gr.Dropdown(choices=[(f"step {i}: {t}", i) for i, t in enumerate(tokens)], value=step)
 
 
 def wire(shell: Shell) -> None:
     p = shell.parts
     controls = [p[k] for k in ("patch_site", "patch_scan", "patch_kind", "patch_part", "patch_point", "patch_layer",
-                               "patch_head", "patch_pos", "patch_step", "patch_foil", "patch_ablation")]
+                               "patch_head", "patch_pos", "patch_step", "patch_foil", "patch_ablation",
+                               "patch_output")]
     p["patch_site"].input(_visible, p["patch_site"], [p["patch_kind"], p["patch_part"], p["patch_point"],
                                                       p["patch_head"]], api_visibility="private", queue=False)
 
@@ -119,9 +139,19 @@ def wire(shell: Shell) -> None:
             return gr.skip(), gr.skip()
         return run.tr.src_text, patching.variant(run.tr.src_text)
 
-    p["patch_fill"].click(fill, shell.run_state, [p["pair_a"], p["pair_b"]], api_visibility="private", queue=False)
-    p["patch_btn"].click(lambda run, name, a, b, *c: _run(shell, run, name, a, b, *c),
+    filled = p["patch_fill"].click(fill, shell.run_state, [p["pair_a"], p["pair_b"]], api_visibility="private",
+                                   queue=False)
+    # the step dropdown follows B and the target text (their tokens, before the bench runs)
+    sync = ([shell.run_state, shell.direction, p["pair_b"], p["patch_output"], p["patch_step"]], p["patch_step"])
+    def steps(run, name, b, out, step):
+        return _steps(shell, run, name, b, out, step)
+
+    gr.on([p["pair_b"].blur, p["pair_b"].submit, p["patch_output"].blur, p["patch_output"].submit], steps, *sync,
+          api_visibility="private", **shell.model_event())
+    filled.then(steps, *sync, api_visibility="private", **shell.model_event())
+    ran = p["patch_btn"].click(lambda run, name, a, b, *c: _run(shell, run, name, a, b, *c),
                          [shell.run_state, shell.direction, p["pair_a"], p["pair_b"], *controls],
-                         [p["patch_md"], p["patch_plot"], p["patch_step"]], api_visibility="private",
+                         [p["patch_md"], p["patch_plot"], p["patch_step"], p["patch_state"]], api_visibility="private",
                          **shell.model_event())
+    p.setdefault("link_events", []).append(ran)  # the link box then names the bench shown
     gr.api(Api(shell.reg_key).patch, api_name="patch", **shell.model_event())

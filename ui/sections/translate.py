@@ -14,7 +14,7 @@ from model.checkpoint import CheckpointError
 from model.decoding import DecodeOptions, check_prefix
 from model.transformer import CROSS
 
-from .. import calls, inside, views
+from .. import calls, inside, views, whatif
 from ..payload import examples_for
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, direction_hint, is_blank,
                        md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar, run_notices,
@@ -411,11 +411,19 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
             extra = (shown.step,) if sel.section == "generation" else ()
             values = lazy_values(shell, sel.section, run, *extra) | values
         values |= subview_values(shell, run, shown) | shell.interventions.restore(shell, run, inputs, shown)
+        extra, bad = whatif.restore(shell, run, params, shown)  # the bench and the foil the link names
+        values |= extra
+        link = whatif.link_after_load(shell, run, shown, ctx.base_url, extra)
+        if link is not None:
+            values[shell.bar.link_box] = link
+        if bad:
+            values[p["notice"]] = "\n\n".join(x for x in (values.get(p["notice"]), whatif.notice(bad)) if x)
         return _controls(shell, inputs, shown) | values | {shell.step: gr.Slider(
             minimum=0, maximum=max(1, run.n_steps - 1), value=shown.step)}
 
     # controls set by the link are also refreshed by the run: each listed once
-    p["load_event"] = (on_load, list(dict.fromkeys([*head_outputs, *lazy_outputs, *sub_outputs, *outputs])))
+    p["load_event"] = (on_load, list(dict.fromkeys([*head_outputs, *lazy_outputs, *sub_outputs, *outputs,
+                                                    *whatif.load_outputs(shell)])))
 
 
 def wire_load(shell: Shell, demo) -> None:

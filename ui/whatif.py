@@ -1,0 +1,136 @@
+"""The "what if" state a link and an export carry beyond the run and the selection: the clean/corrupted
+bench shown in Analysis → Two sentences, and the output token and foil of Computation → Attribution.
+Which of them a link names follows the screen; a link that names them re-runs the bench and the
+attribution on load, and says what it could not use."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import gradio as gr
+
+from .present import md_escape
+from .state import CROSS, ModelShape, PatchLink, Run, Selection, WhatIf, link_url, whatif_from_query
+
+
+def _int(value, default: int = 0) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return default
+
+
+def bench_link(text_a, text_b, site, scan, kind, part, point, layer, head, positions, step, foil, ablation,
+               output="") -> PatchLink:
+    """The bench's controls (in the section's order) as the link keeps them."""
+    return PatchLink(str(text_a or ""), str(text_b or ""), site=site or "z", kind=str(kind or CROSS),
+                     part=part or "decoder", point=point or "post", layer=_int(layer), head=_int(head),
+                     positions=str(positions or "").strip(), scan=scan or "none", step=_int(step),
+                     output=str(output or "").strip(), foil=str(foil or "").strip(), ablation=ablation or "patch")
+
+
+def _attribution_shown(run: Run | None, held):
+    """The attribution on screen for this run (``held``: the section's HeldAttribution), or None."""
+    if run is None or getattr(held, "run_id", None) != run.id:
+        return None
+    return held.attr
+
+
+def on_screen(sel: Selection, run: Run | None, bench: PatchLink | None, held) -> WhatIf:
+    """What the link to this screen adds: the bench where Two sentences shows, the attribution's
+    output token and foil where Attribution shows."""
+    patch = bench if (sel.section, sel.subview) == ("analysis", "pair") else None
+    c = _attribution_shown(run, held) if (sel.section, sel.subview) == ("computation", "attribution") else None
+    if c is None:
+        return WhatIf(patch)
+    return WhatIf(patch, c.attribution.position, None if c.foil is None else c.foil.asked)
+
+
+def export_settings(run: Run, bench: PatchLink | None, held) -> dict:
+    """What an export adds: the bench last run (its controls and model) and the attribution with its foil."""
+    out = {}
+    if bench is not None:
+        out["patch_bench"] = asdict(bench) | {"model": run.model}
+    c = _attribution_shown(run, held)
+    if c is not None:
+        a = c.attribution
+        out["attribution"] = {"position": a.position, "token": a.token, "target": c.target,
+                              "foil": None if c.foil is None else c.foil.asked,
+                              "foil_token": None if c.foil is None else c.foil.piece,
+                              "p_token": c.p_token, "p_foil": c.p_foil}
+    return out
+
+
+def load_outputs(shell) -> list:
+    """The components a link's bench and foil set on load."""
+    p = shell.parts
+    keys = ["pair_a", "pair_b", "patch_site", "patch_scan", "patch_kind", "patch_part", "patch_point", "patch_layer",
+            "patch_head", "patch_pos", "patch_step", "patch_foil", "patch_ablation", "patch_output", "patch_md",
+            "patch_plot", "patch_state", "attr_pos", "attr_foil", "attr_foil_text", "attr_md", "attr_plot",
+            "attr_table", "attr_state"]
+    return [p[k] for k in keys if k in p]
+
+
+def restore(shell, run: Run, params: dict, sel: Selection) -> tuple[dict, list[str]]:
+    """(values, problems) for the bench and the foil a link names, computed for ``run``."""
+    w, problems = whatif_from_query(params, ModelShape.of(shell.lm(run)))
+    values = {}
+    if w.patch is not None and "patch_btn" in shell.parts:
+        values |= _restore_bench(shell, run, w.patch)
+    if (w.attr_pos is not None or w.foil) and "attr_md" in shell.parts:
+        values |= _restore_attribution(shell, run, w, sel, problems)
+    return values, problems
+
+
+def _restore_bench(shell, run: Run, b: PatchLink) -> dict:
+    from .sections import patching as s_patch
+    p = shell.parts
+    controls = (b.site, b.scan, b.kind, b.part, b.point, b.layer, b.head, b.positions, b.step, b.foil, b.ablation,
+                b.output)
+    md, fig, steps, shown = s_patch._run(shell, run, run.model, b.text_a, b.text_b, *controls)
+    kind_v, part_v, point_v, head_v = s_patch._visible(b.site)
+    return {p["pair_a"]: b.text_a, p["pair_b"]: b.text_b, p["patch_site"]: b.site, p["patch_scan"]: b.scan,
+            p["patch_kind"]: dict(kind_v, value=b.kind), p["patch_part"]: dict(part_v, value=b.part),
+            p["patch_point"]: dict(point_v, value=b.point), p["patch_layer"]: b.layer,
+            p["patch_head"]: dict(head_v, value=b.head), p["patch_pos"]: b.positions,
+            p["patch_step"]: steps if shown is not None else b.step, p["patch_foil"]: b.foil,
+            p["patch_ablation"]: b.ablation, p["patch_output"]: b.output, p["patch_md"]: md, p["patch_plot"]: fig,
+            p["patch_state"]: shown}
+
+
+def _restore_attribution(shell, run: Run, w: WhatIf, sel: Selection, problems: list[str]) -> dict:
+    from . import contrast, inside
+    from .sections import computation as s_comp
+    p, n = shell.parts, len(run.tr.output_ids)
+    pos = w.attr_pos if w.attr_pos is not None else 0
+    if pos >= n:
+        problems.append(f"The link's apos={pos} is past this run's last output token; token {n - 1} is shown.")
+        pos = max(0, n - 1)
+    held = None
+    if w.foil:
+        try:
+            held = s_comp._attribute(shell, run, pos, s_comp.IG_STEPS, None, picked=True, foil_text=w.foil)
+        except ValueError as e:  # a foil it cannot take: said, and the attribution drawn without it
+            problems.append(f"The link's foil={w.foil[:40]!r} cannot be used ({e}).")
+    try:
+        held = held or s_comp._attribute(shell, run, pos, s_comp.IG_STEPS, None, picked=True)
+        md, fig, table = s_comp._attribution_values(run, held.attr, sel.units)
+    except Exception as e:
+        md, fig, table = s_comp._attribution_failed(e)
+    return {p["attr_pos"]: gr.Dropdown(choices=inside.position_choices(run), value=pos),
+            p["attr_foil"]: gr.Dropdown(choices=contrast.foil_choices(run, pos), value=None),
+            p["attr_foil_text"]: w.foil if held is not None and held.foil is not None else "",
+            p["attr_md"]: md, p["attr_plot"]: fig, p["attr_table"]: table, p["attr_state"]: held}
+
+
+def link_after_load(shell, run: Run, sel: Selection, base_url: str, values: dict) -> str | None:
+    """The link box after a link restored a bench or a foil: it names them too (None: nothing restored)."""
+    p = shell.parts
+    bench, held = values.get(p.get("patch_state")), values.get(p.get("attr_state"))
+    held = held if getattr(held, "run_id", None) == run.id else None
+    if run.inputs is None or (bench is None and held is None):
+        return None
+    return link_url(base_url, run.inputs, sel.fit(ModelShape.of(shell.lm(run))), on_screen(sel, run, bench, held))
+
+
+def notice(problems: list[str]) -> str:
+    return "\n\n".join(f"⚠️ {md_escape(x)}" for x in problems)
