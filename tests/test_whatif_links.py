@@ -130,14 +130,15 @@ def test_a_link_restores_the_foil_and_names_a_bad_one(demo):
     url = link_url("http://h/", run.inputs, Selection(section="computation", subview="attribution"),
                    WhatIf(attr_pos=pos, foil=foil))
     values = _load(demo, url)
-    run_id, c = values["tuple"]
-    assert run_id == values["Run"].id and c.attribution.position == pos and c.foil.piece == foil
+    held = values["HeldAttribution"]
+    c = held.attr
+    assert held.run_id == values["Run"].id and c.attribution.position == pos and c.foil.piece == foil
     assert values["attr-foil-text"] == foil and values["attr-pos"].value == pos
     assert f"rather than the foil **{foil}**" in values["attr-md"]
     assert whatif_from_query(_query(values["link-box"]), SHAPES["de-en"])[0] == WhatIf(attr_pos=pos, foil=foil)
     # a foil the target vocabulary cannot take: named in the notice, the attribution shown without it
     values = _load(demo, url.replace(f"foil={foil}", "foil=zzqx"))
-    assert "foil='zzqx'" in values["notice"] and values["tuple"][1].foil is None
+    assert "foil='zzqx'" in values["notice"] and values["HeldAttribution"].foil is None
     assert values["attr-foil-text"] == ""
     values = _load(demo, url.replace(f"apos={pos}", "apos=999"))
     assert "past this run's last output token" in values["notice"]
@@ -148,18 +149,19 @@ def test_the_link_on_screen_and_the_export_carry_the_bench_and_the_foil(demo):
     foil = _foil_for(demo, first, 0)
     values = _load(demo, link_url("http://h/", first.inputs, Selection(section="computation", subview="attribution"),
                                   WhatIf(attr_pos=0, foil=foil)))
-    run, held = values["Run"], values["tuple"]
+    run, held = values["Run"], values["HeldAttribution"]
     bench = PatchLink(A, B, scan="none", layer=1, head=3, positions="2", ablation="zero", output="a man")
     link = next(f for f in demo.fns.values() if f.api_name == "make_link").fn
-    toggles, sel = (0, True, True, True, [], []), (CROSS, 0, 0, 0, None, "words", "grid", "shared")
-    on_pair = link(run, bench, held, *toggles, *sel, "analysis", {"analysis": "pair"}, "http://h/")
+    toggles = (0, True, True, True, [], [])
+    on = {s: Selection(section=s.split("/")[0], subview=s.split("/")[-1]) for s in ("analysis/pair",
+                                                                                  "computation/attribution")}
+    on_pair = link(run, bench, held, *toggles, on["analysis/pair"], "http://h/")
     assert whatif_from_query(_query(on_pair), SHAPES["de-en"]) == (WhatIf(bench), [])
-    on_attr = link(run, bench, held, *toggles, *sel, "computation", {"computation": "attribution"}, "http://h/")
+    on_attr = link(run, bench, held, *toggles, on["computation/attribution"], "http://h/")
     assert whatif_from_query(_query(on_attr), SHAPES["de-en"]) == (WhatIf(attr_pos=0, foil=foil), [])
-    assert not set(_query(link(run, bench, held, *toggles, *sel, "translate", {}, "http://h/"))) & {"pa", "foil"}
+    assert not set(_query(link(run, bench, held, *toggles, Selection(section="translate"), "http://h/"))) & {"pa", "foil"}
     # an attribution of another run is not this screen's
-    assert "foil" not in _query(link(first, bench, held, *toggles, *sel, "computation",
-                                     {"computation": "attribution"}, "http://h/"))
+    assert "foil" not in _query(link(first, bench, held, *toggles, on["computation/attribution"], "http://h/"))
 
     export = next(f for f in demo.fns.values() if f.api_name == "export_run").fn
     _, js = export(run, "greedy", 4, 20, bench, held)
@@ -167,7 +169,7 @@ def test_the_link_on_screen_and_the_export_carry_the_bench_and_the_foil(demo):
     assert settings["patch_bench"] == {**vars(bench), "model": "de-en"}
     a = settings["attribution"]
     assert a["position"] == 0 and a["foil"] == foil and a["foil_token"] == foil
-    assert (a["p_token"], a["p_foil"], a["target"]) == (held[1].p_token, held[1].p_foil, held[1].target)
+    assert (a["p_token"], a["p_foil"], a["target"]) == (held.attr.p_token, held.attr.p_foil, held.attr.target)
     _, js = export(run, "greedy", 4, 20, None, None)
     settings = json.load(open(js, encoding="utf-8"))["settings"]
     assert "patch_bench" not in settings and "attribution" not in settings
