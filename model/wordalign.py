@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import eflomal_ref
 from .align_heads import rank_checkpoints
 from .alignment import Link, Reference, read_pharaoh, reference_path, write_pharaoh
 from .data import read_split
@@ -208,9 +209,19 @@ def load_reference(out_dir, src: str, tgt: str) -> list[Reference]:
     return read_pharaoh(reference_path(out_dir, src, tgt))
 
 
+ALIGNERS = ("eflomal", "ibm2")
+
+
+def default_aligner() -> str:
+    """eflomal where it is installed (requirements-dev.txt), else our own IBM Model 2."""
+    return "eflomal" if eflomal_ref.available() else "ibm2"
+
+
 def build_references(data_dir, out_dir, pairs: Sequence[tuple[str, str]], iterations: int = 5,
-                     log=print) -> list[Path]:
+                     log=print, aligner: str = "ibm2") -> list[Path]:
     """For each language pair, train on train + val and write val's reference both ways round."""
+    if aligner not in ALIGNERS:
+        raise ValueError(f"unknown aligner {aligner!r}; expected one of {ALIGNERS}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -219,12 +230,13 @@ def build_references(data_dir, out_dir, pairs: Sequence[tuple[str, str]], iterat
         words = {lang: {split: tokenize_corpus(read_split(data_dir, split, lang), lang) for split in ("train", "val")}
                  for lang in (a, b)}
         n_val = len(words[a]["val"])
-        refs = align_corpus(words[a]["train"] + words[a]["val"], words[b]["train"] + words[b]["val"],
-                            iterations)[-n_val:]
+        src, tgt = words[a]["train"] + words[a]["val"], words[b]["train"] + words[b]["val"]
+        refs = (eflomal_ref.align_corpus(src, tgt) if aligner == "eflomal" else
+                align_corpus(src, tgt, iterations))[-n_val:]
         write_pharaoh(reference_path(out_dir, a, b), refs)
         write_pharaoh(reference_path(out_dir, b, a), [transpose(r) for r in refs])
         written += [reference_path(out_dir, a, b), reference_path(out_dir, b, a)]
-        log(f"{a}-{b}: {n_val} val sentences aligned in {time.perf_counter() - t0:.1f} s "
+        log(f"{a}-{b} ({aligner}): {n_val} val sentences aligned in {time.perf_counter() - t0:.1f} s "
             f"({sum(len(r.sure) for r in refs)} sure, {sum(len(r.possible) for r in refs)} possible links)")
     return written
 
@@ -243,7 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ref.add_argument("--data", default="../shared/multi30k", help="folder with Multi30k's {split}.{lang}.gz")
     ref.add_argument("--out", default=str(DEFAULT_DIR))
     ref.add_argument("--pairs", nargs="+", type=_pair, default=[("de", "en"), ("en", "fr")])
-    ref.add_argument("--iterations", type=int, default=5)
+    ref.add_argument("--iterations", type=int, default=5, help="EM iterations (ibm2 only)")
+    ref.add_argument("--aligner", choices=ALIGNERS, default=None,
+                     help="eflomal (the default where it is installed) or our own IBM Model 2")
     heads = sub.add_parser("heads", help="rank every model's cross-attention heads against the reference")
     heads.add_argument("--checkpoints", default=str(DEFAULT_DIR.parent))
     heads.add_argument("--data", default="../shared/multi30k")
@@ -252,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     heads.add_argument("--batch", type=int, default=64)
     args = ap.parse_args(argv)
     if args.cmd == "reference":
-        build_references(args.data, args.out, args.pairs, args.iterations)
+        build_references(args.data, args.out, args.pairs, args.iterations,
+                         aligner=args.aligner or default_aligner())
         return 0
     rank_checkpoints(args.checkpoints, args.data, args.out, args.models, args.batch)
     return 0
