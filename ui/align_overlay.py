@@ -32,13 +32,19 @@ def _content(items: list[str], specials: set[str]) -> list[int]:
 
 def overlay_for(reg_key: str, run: Run | None, units: str) -> Overlay:
     """The current run's reference links, or none with the reason."""
-    inputs = run.inputs if run is not None else None
-    if run is None or not run.forced or inputs is None or inputs.reference is None:
+    if run is None or not run.forced or run.inputs is None or run.inputs.reference is None:
         return Overlay((), NOT_FORCED)
     from .align_heads import align_dir
-    lm = calls.REGISTRIES[reg_key].models[run.model]
-    pair = find_val_pair(align_dir(reg_key), calls.DATA_DIRS, lm.src_lang, lm.tgt_lang, inputs.text,
-                         inputs.reference)
+    return overlay_of(calls.REGISTRIES[reg_key].models[run.model], run, units, align_dir(reg_key), calls.DATA_DIRS)
+
+
+def overlay_of(lm, run: Run, units: str, folder, data_dirs) -> Overlay:
+    """``run`` (of ``lm``)'s reference links from the reference files in ``folder`` and the validation
+    texts in the first of ``data_dirs`` that has them."""
+    inputs = run.inputs
+    if not run.forced or inputs is None or inputs.reference is None:
+        return Overlay((), NOT_FORCED)
+    pair = find_val_pair(folder, data_dirs, lm.src_lang, lm.tgt_lang, inputs.text, inputs.reference)
     if pair is None:
         return Overlay((), "no reference links: this forced pair is not a validation sentence with its reference "
                            f"(or no {lm.src_lang}-{lm.tgt_lang} reference alignment is shipped)")
