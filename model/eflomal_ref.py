@@ -3,8 +3,8 @@
 own IBM Model 2. Used only by ``python -m model.wordalign reference --aligner eflomal``; the app reads
 the shipped Pharaoh files and never imports eflomal (it is in requirements-dev.txt only).
 
-eflomal's two directional Viterbi link sets are symmetrised here the same way as ours: intersection
-sure, grow-diag-final-and possible. eflomal seeds its sampler from /dev/urandom and has no seed
+eflomal's two directional Viterbi link sets are symmetrised by wordalign.align_corpus_eflomal the same
+way as ours: intersection sure, grow-diag-final-and possible. eflomal seeds its sampler from /dev/urandom and has no seed
 option, so two runs may differ in a few links (the command's log and the README say by how much).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .alignment import Link, Reference
+from .alignment import Link
 
 N_SAMPLERS = 3      # eflomal's default: independent samplers whose marginals are averaged
 
@@ -49,10 +49,3 @@ def directional_links(src_words: Sequence[Sequence[str]], tgt_words: Sequence[Se
                                               links_filename_fwd=str(fwd), links_filename_rev=str(rev))
         return read_links(fwd, len(src_words)), read_links(rev, len(src_words))
 
-
-def align_corpus(src_words: Sequence[Sequence[str]], tgt_words: Sequence[Sequence[str]]) -> list[Reference]:
-    """Every sentence's reference: sure = both directions agree, possible = grow-diag-final-and."""
-    from .wordalign import grow_diag_final_and
-    fwd, rev = directional_links(src_words, tgt_words)
-    return [Reference.of(f & r, grow_diag_final_and(f, r, len(s), len(t)))
-            for f, r, s, t in zip(fwd, rev, src_words, tgt_words)]

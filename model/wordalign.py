@@ -201,6 +201,13 @@ def align_corpus(src_words: Sequence[Sequence[str]], tgt_words: Sequence[Sequenc
             for f, b, s, t in zip(fwd.links, bwd.links, src_words, tgt_words)]
 
 
+def align_corpus_eflomal(src_words: Sequence[Sequence[str]], tgt_words: Sequence[Sequence[str]]) -> list[Reference]:
+    """eflomal's two directions, symmetrised as ours are: sure = both agree, possible = grow-diag-final-and."""
+    fwd, rev = eflomal_ref.directional_links(src_words, tgt_words)
+    return [Reference.of(f & r, grow_diag_final_and(f, r, len(s), len(t)))
+            for f, r, s, t in zip(fwd, rev, src_words, tgt_words)]
+
+
 def transpose(ref: Reference) -> Reference:
     """The same links seen from the other direction: (i, j) -> (j, i)."""
     return Reference.of(((j, i) for i, j in ref.sure), ((j, i) for i, j in ref.possible))
@@ -232,7 +239,7 @@ def build_references(data_dir, out_dir, pairs: Sequence[tuple[str, str]], iterat
                  for lang in (a, b)}
         n_val = len(words[a]["val"])
         src, tgt = words[a]["train"] + words[a]["val"], words[b]["train"] + words[b]["val"]
-        refs = (eflomal_ref.align_corpus(src, tgt) if aligner == "eflomal" else
+        refs = (align_corpus_eflomal(src, tgt) if aligner == "eflomal" else
                 align_corpus(src, tgt, iterations))[-n_val:]
         write_pharaoh(reference_path(out_dir, a, b), refs)
         write_pharaoh(reference_path(out_dir, b, a), [transpose(r) for r in refs])

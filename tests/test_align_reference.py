@@ -45,7 +45,7 @@ def test_eflomal_links_are_read_as_source_target_and_symmetrised(tmp_path, monke
     # forward: target word -> source word; reverse: source word -> target word (both as (source, target))
     monkeypatch.setattr(eflomal_ref, "directional_links",
                         lambda s, t: ([{(0, 0), (1, 1), (1, 2)}], [{(0, 0), (1, 1), (2, 2)}]))
-    (ref,) = eflomal_ref.align_corpus([["a", "b", "c"]], [["x", "y", "z"]])
+    (ref,) = wordalign.align_corpus_eflomal([["a", "b", "c"]], [["x", "y", "z"]])
     assert ref.sure == {(0, 0), (1, 1)}
     assert ref.possible == wordalign.grow_diag_final_and({(0, 0), (1, 1), (1, 2)}, {(0, 0), (1, 1), (2, 2)}, 3, 3)
 
