@@ -5,7 +5,8 @@ the shipped Pharaoh files and never imports eflomal (it is in requirements-dev.t
 
 eflomal's two directional Viterbi link sets are symmetrised by wordalign.align_corpus_eflomal the same
 way as ours: intersection sure, grow-diag-final-and possible. eflomal seeds its sampler from /dev/urandom and has no seed
-option, so two runs may differ in a few links (the command's log and the README say by how much).
+option, so a rerun is not byte-identical (on Multi30k about 40 % of the val lines change; the two
+runs' links differ by AER 0.017).
 """
 from __future__ import annotations
 
