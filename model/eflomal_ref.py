@@ -4,8 +4,8 @@ own IBM Model 2. Used only by ``python -m model.wordalign reference --aligner ef
 the shipped Pharaoh files and never imports eflomal (it is in requirements-dev.txt only).
 
 eflomal's two directional Viterbi link sets are symmetrised by wordalign.align_corpus_eflomal the same
-way as ours: intersection sure, grow-diag-final-and possible. eflomal seeds its sampler from /dev/urandom and has no seed
-option, so a rerun is not byte-identical (on Multi30k about 40 % of the val lines change; the two
+way as ours: intersection sure, grow-diag-final-and possible. eflomal seeds its sampler from
+/dev/urandom and has no seed option (and even a fixed /dev/urandom left runs differing), so a rerun is not byte-identical (on Multi30k about 40 % of the val lines change; the two
 runs' links differ by AER 0.017).
 """
 from __future__ import annotations
