@@ -121,7 +121,7 @@ def test_the_command_writes_both_directions_deterministically(tmp_path):
                          "val": {"de": SENTENCES["de"][:3], "en": SENTENCES["en"][:3]}})
     out = tmp_path / "a"
     cmd = [sys.executable, "-m", "model.wordalign", "reference", "--data", str(data), "--out", str(out),
-           "--pairs", "de-en"]
+           "--pairs", "de-en", "--aligner", "ibm2"]
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
     again = build_references(data, tmp_path / "b", [("de", "en")], log=lambda _m: None)
     for name in ("de-en.val.align", "en-de.val.align"):

@@ -15,6 +15,8 @@ import gradio as gr
 import numpy as np
 
 from model.align_heads import HeadRanking, ranking_for
+from model.align_sentence import ValReference, sentence_ranking, val_reference
+from model.alignment import reference_path
 from model.names import CROSS
 from viz.align_rank import aer_grid
 
@@ -42,6 +44,29 @@ def gpu_alignment_ranking(reg_key: str, name: str) -> HeadRanking:
     """The model's ranking: the shipped file when current, else computed (the lock held per batch)."""
     lm = calls.REGISTRIES[reg_key].models[name]
     return ranking_for(lm, align_dir(reg_key), calls.DATA_DIRS, lock=calls.MODEL_LOCK)
+
+
+@calls.model_call(duration=60)
+def gpu_sentence_ranking(reg_key: str, name: str, index: int) -> tuple[ValReference, HeadRanking]:
+    """One validation sentence's ranking (a single teacher-forced run)."""
+    lm = calls.REGISTRIES[reg_key].models[name]
+    folder = align_dir(reg_key)
+    pair = val_reference(folder, calls.DATA_DIRS, lm.src_lang, lm.tgt_lang, index)
+    with calls.MODEL_LOCK:
+        return pair, sentence_ranking(lm, pair, reference_path(folder, lm.src_lang, lm.tgt_lang))
+
+
+def parse_sentence(value) -> int | None:
+    """The sentence box: blank or None = the whole set; else a non-negative whole number."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"sentence must be a validation index (a whole number), not {value!r}") from None
+    if f != int(f) or f < 0:
+        raise ValueError(f"sentence must be a validation index (a whole number ≥ 0), not {value!r}")
+    return int(f)
 
 
 def cached_ranking(reg_key: str, name: str) -> HeadRanking:
@@ -77,13 +102,16 @@ def ranking_figure(r: HeadRanking):
                           "click a head to open it")
 
 
-def ranking_markdown(r: HeadRanking) -> str:
+def ranking_markdown(r: HeadRanking, pair: ValReference | None = None) -> str:
     best = r.of("head")[0]
-    return (f"**{md_escape(r.model)}**: {r.sentences} validation sentences teacher-forced "
-            f"({r.skipped} skipped), scored against `{r.reference}`, a statistical reference "
-            f"(IBM Model 2 both ways, grow-diag-final-and), not human gold: the ranking is relative to it. "
-            f"Best head: **{md_escape(best.label)}**, AER {best.aer:.3f} (F1 {best.scores.f1:.3f}, read "
-            f"{READINGS[best.best]}). Computed in {r.seconds:.0f} s, once per model.")
+    what = (f"validation sentence {pair.index} teacher-forced (*{md_escape(pair.source)}* → "
+            f"*{md_escape(pair.target)}*)" if pair is not None else
+            f"{r.sentences} validation sentences teacher-forced ({r.skipped} skipped)")
+    done = "" if pair is not None else f" Computed in {r.seconds:.0f} s, once per model."
+    return (f"**{md_escape(r.model)}**: {what}, scored against `{r.reference}`, a statistical reference "
+            f"(a word aligner run both ways on Multi30k, grow-diag-final-and), not human gold: the ranking is "
+            f"relative to it. Best head: **{md_escape(best.label)}**, AER {best.aer:.3f} (F1 {best.scores.f1:.3f}, "
+            f"read {READINGS[best.best]}).{done}")
 
 
 def ranking_json(r: HeadRanking) -> dict:
@@ -96,13 +124,25 @@ def ranking_json(r: HeadRanking) -> dict:
                                               "possible = grow-diag-final-and; lower is better"}
 
 
-def show(reg_key: str, reg, run, name) -> tuple:
-    """(markdown, figure, table rows) for the run's model (or the chosen direction)."""
+def sentence_json(pair: ValReference, r: HeadRanking) -> dict:
+    """The per-sentence answer: the ranking on that one sentence, with its texts and reference links."""
+    ref = sorted(pair.reference.possible)
+    return ranking_json(r) | {"sentence": pair.index, "source": pair.source, "target": pair.target,
+                              "links": [[i, j, (i, j) in pair.reference.sure] for i, j in ref]}
+
+
+def show(reg_key: str, reg, run, name, sentence=None) -> tuple:
+    """(markdown, figure, table rows) for the run's model (or the chosen direction): over the set, or on
+    one validation sentence when ``sentence`` holds its index."""
     name = run.model if run is not None else name
     problem = no_model_message(reg, name)
     if problem:
         return f"⚠️ {problem}", views.message_figure(problem), None
     try:
+        index = parse_sentence(sentence)
+        if index is not None:
+            pair, r = gpu_sentence_ranking(reg_key, name, index)
+            return ranking_markdown(r, pair), ranking_figure(r), ranking_rows(r)
         r = cached_ranking(reg_key, name)
     except ValueError as e:
         return f"⚠️ {md_escape(str(e))}", views.message_figure("No alignment ranking for this model."), None
@@ -111,13 +151,18 @@ def show(reg_key: str, reg, run, name) -> tuple:
 
 def make_api(reg_key: str):
 
-    def alignment_heads(direction: str = "") -> dict:
+    def alignment_heads(direction: str = "", sentence: str = "") -> dict:
         """Cross-attention heads (and layer means, the mean of all layers and the rollout) ranked by their
         alignment error rate (AER) against a statistical reference alignment of Multi30k's validation set,
         with precision, recall, F1, and which reading of the rows scored better ('output': the row predicting
-        the word; 'shift': the row where the word is the decoder input)."""
+        the word; 'shift': the row where the word is the decoder input). `sentence`: blank for the whole
+        set, or a validation index for that one sentence's AER (the answer adds its texts and reference
+        links [source word, target word, sure])."""
         name = _api_model(reg_key, direction)
         try:
+            index = parse_sentence(sentence)
+            if index is not None:
+                return sentence_json(*gpu_sentence_ranking(reg_key, name, index))
             return ranking_json(cached_ranking(reg_key, name))
         except ValueError as e:
             raise gr.Error(str(e)[:300]) from None
@@ -139,7 +184,10 @@ def build(p: dict) -> None:
     """The ranking's parts, inside the Head profiles tab."""
     with gr.Accordion("Alignment (AER): which heads align words", open=False, elem_id="align-acc"):
         gr.Markdown(EXPLAIN, elem_classes="explain")
-        p["align_btn"] = gr.Button("Rank the heads by alignment", elem_id="align-btn")
+        with gr.Row():
+            p["align_sentence"] = gr.Textbox(label="Validation sentence (blank: the whole set)", placeholder="e.g. 7",
+                                             max_lines=1, scale=1, elem_id="align-sentence")
+            p["align_btn"] = gr.Button("Rank the heads by alignment", elem_id="align-btn", scale=1)
         p["align_md"] = gr.Markdown(elem_id="align-md")
         p["align_heat"] = gr.Plot(label="AER per layer × head", elem_id="align-heat", show_label=False)
         p["align_table"] = gr.Dataframe(headers=TABLE_HEADERS, label="Ranked, best first", interactive=False,
@@ -149,9 +197,9 @@ def build(p: dict) -> None:
 def wire(shell) -> None:
     p = shell.parts
 
-    def on_rank(run, name):
+    def on_rank(run, name, sentence):
         try:
-            return show(shell.reg_key, shell.reg, run, name)
+            return show(shell.reg_key, shell.reg, run, name, sentence)
         except Exception as e:
             log.exception("alignment ranking failed")
             return (f"⚠️ The alignment ranking failed ({md_escape(type(e).__name__)}).",
@@ -169,7 +217,7 @@ def wire(shell) -> None:
             log.exception("alignment row select failed")
             return gr.skip(), views.message_figure("This head's map could not be drawn.")
 
-    p["align_btn"].click(on_rank, [shell.run_state, shell.direction], [p["align_md"], p["align_heat"], p["align_table"]],
+    p["align_btn"].click(on_rank, [shell.run_state, shell.direction, p["align_sentence"]], [p["align_md"], p["align_heat"], p["align_table"]],
                          api_visibility="private", **shell.model_event())
     p["align_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"]],
                             api_visibility="private", concurrency_limit=4, show_progress="hidden")

@@ -334,7 +334,8 @@ def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
 ALIGN_MODES = ("head", "layer", "mean", "rollout")
 
 
-def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "words"):
+def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "words", overlay=None):
+    """``overlay`` (align_overlay.Overlay): reference links drawn over the lines, or the caption's reason why not."""
     if run is None or run.tr.trace is None:
         return message_figure(FIRST)
     tr = run.tr
@@ -353,6 +354,7 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
     # rollout spreads every row over the whole source: only its strongest lines stay readable
     return v_align.alignment_lines(w, src, rows, what="weight", out_title=title or "output",
                                    row_share=0.7 if mode == "rollout" else 0.1,
+                                   reference=overlay.links if overlay else (), notes=[overlay.note] if overlay else [],
                                    title=f"Alignment lines ({what}); hover a token to highlight its lines")
 
 

@@ -17,6 +17,9 @@ SRC_COLOR = "#4c78a8"
 OUT_COLOR = "#f58518"
 LINE_RGB = "31, 119, 180"
 HOVER_LINE = "rgba(214, 39, 40, 0.85)"
+REF_SURE = "rgba(44, 160, 44, 0.85)"      # reference links drawn over the attention lines
+REF_POSSIBLE = "rgba(44, 160, 44, 0.35)"
+REF_SHARE = 0.25                          # a reference line's width, as a share of the largest weight
 
 
 def _positions(n: int) -> list[float]:
@@ -27,13 +30,16 @@ def _positions(n: int) -> list[float]:
 
 def alignment_lines(weights: np.ndarray, src_tokens: Sequence[str], out_tokens: Sequence[str], *,
                     title: str | None = None, min_weight: float = 0.0, what: str = "weight",
-                    out_title: str = "output", row_share: float = 0.0) -> go.Figure:
+                    out_title: str = "output", row_share: float = 0.0,
+                    reference: Sequence[tuple[int, int, bool]] = (), notes: Sequence[str] = ()) -> go.Figure:
     """Two columns joined by lines; ``weights`` is (output tokens, source tokens), rows summing to ~1.
 
     Lines below ``min_weight``, or below ``row_share`` × their output row's largest weight, are left
     out (payload, and a spread-out weighting stays readable instead of a hairball; the subtitle says so). Opacity = weight / max weight. For the
     app's decoder-row convention pass ``common.step_row_labels(inputs, outputs)`` as
     ``out_tokens`` and ``out_title=common.STEP_ROW_TITLE`` (the right column's heading).
+    ``reference``: (source index, output row, sure) links drawn in green over the attention lines
+    (sure ones solid, possible ones pale); ``notes`` go under the title.
     """
     w = np.nan_to_num(np.asarray(weights, dtype=np.float64), nan=0.0)
     T, S = len(out_tokens), len(src_tokens)
@@ -54,6 +60,15 @@ def alignment_lines(weights: np.ndarray, src_tokens: Sequence[str], out_tokens: 
             vals.append(v)
             colors.append(f"rgba({LINE_RGB}, {max(0.03, v / wmax):.3f})")
             custom.append(f"{src_lab[s]} → {out_lab[t]}")
+    n_lines = len(vals)
+    for s, t, sure in reference:
+        if not (0 <= s < S and 0 <= t < T):
+            raise ValueError(f"reference link ({s}, {t}) is outside {S} source and {T} output tokens")
+        src_idx.append(s)
+        tgt_idx.append(S + t)
+        vals.append(REF_SHARE * wmax)
+        colors.append(REF_SURE if sure else REF_POSSIBLE)
+        custom.append(f"reference ({'sure' if sure else 'possible'}): {src_lab[s]} → {out_lab[t]}")
     for s in sorted(set(range(S)) - set(src_idx)):  # Plotly drops a node with no link, and shifts the rest
         t = int(w[:, s].argmax()) if T else 0
         src_idx.append(s)
@@ -65,14 +80,17 @@ def alignment_lines(weights: np.ndarray, src_tokens: Sequence[str], out_tokens: 
                 color=[SRC_COLOR] * S + [OUT_COLOR] * T,
                 x=[0.001] * S + [0.999] * T, y=_positions(S) + _positions(T),
                 hovertemplate="%{label}<br>total " + esc(what) + ": %{value:.3f}<extra></extra>")
+    line_tip = "%{customdata}<br>" + esc(what) + ": %{value:.4f}<extra></extra>"
+    n_ref = len(reference)
+    tips = [line_tip] * n_lines + ["%{customdata}<extra></extra>"] * n_ref + [line_tip] * (len(vals) - n_lines - n_ref)
     link = dict(source=src_idx, target=tgt_idx, value=vals, color=colors, customdata=custom,
-                hovercolor=HOVER_LINE,
-                hovertemplate="%{customdata}<br>" + esc(what) + ": %{value:.4f}<extra></extra>")
+                hovercolor=HOVER_LINE, hovertemplate=tips if reference else line_tip)
     # below the column headings, which the top lines would otherwise cross
     trace = dict(type="sankey", arrangement="fixed", node=node, link=link, valueformat=".3f",
                  domain=dict(x=[0, 1], y=[0, 0.95]))
     height = 120 + min(900, max(300, 26 * max(S, T)))
     note = [f"lines under {row_share:.0%} of their row's largest weight left out"] if row_share > 0 else []
+    note += list(notes)
     layout = base_layout(height, title, plot_bgcolor="white", notes=note)
     layout["margin"] = dict(l=20, r=20, t=layout["margin"]["t"] + 30, b=20)
     layout["annotations"] = [

@@ -9,7 +9,7 @@ import gradio as gr
 
 from model import analysis as an
 
-from .. import views
+from .. import align_overlay, views
 from ..state import ModelShape, Selection
 from . import VIEW, Shell, layer_choices, log, sub_view, track_subtabs
 
@@ -140,7 +140,8 @@ def wire(shell: Shell) -> None:
     shell.attention.head_click_event = _wire_click(shell)
     track_subtabs(shell, "attention", {"maps": p["maps_tab"]})
     sub_view(shell, "attention/alignment", p["align_tab"], [p["align_plot"]], [p["align_mode"]],
-             lambda run, sel, mode: [views.alignment_view_figure(run, mode, sel.layer, sel.head, sel.units)],
+             lambda run, sel, mode: [views.alignment_view_figure(
+                 run, mode, sel.layer, sel.head, sel.units, align_overlay.overlay_for(shell.reg_key, run, sel.units))],
              api_name="alignment_view")
     sub_view(shell, "attention/rollout", p["rollout_tab"], [p["rollout_plot"]], [p["rollout_layer"]],
              lambda run, sel, layer: [views.rollout_view_figure(run, layer, sel.units)], api_name="rollout_view")
