@@ -73,8 +73,8 @@ def test_long_pieces_are_cut_by_display_width_and_named_whole_on_hover():
 
 
 def test_fonts_render_chinese():
-    import app
-    for stack in (FONT_FAMILY, app.CSS):
+    from ui.style import CSS
+    for stack in (FONT_FAMILY, CSS):
         assert "Noto Sans CJK SC" in stack and "PingFang SC" in stack and "Microsoft YaHei" in stack
     assert message_figure("你好").layout.font.family == FONT_FAMILY
     assert va.single_head(np.eye(2), ["我", "好"], ["我", "好"]).layout.font.family == FONT_FAMILY

@@ -1,0 +1,52 @@
+"""The page's own CSS and head: Gradio scopes CSS inside its content box, so a few rules go in the head."""
+
+CSS = """
+/* Chinese renders wherever one of these CJK fonts is installed (the theme's own font has no such glyphs) */
+.gradio-container {--font: 'Montserrat', ui-sans-serif, system-ui, 'Noto Sans CJK SC', 'Noto Sans SC', 'PingFang SC',
+  'Hiragino Sans GB', 'Microsoft YaHei', 'Source Han Sans SC', sans-serif; font-family: var(--font);}
+#header h1 {margin: 0 0 0.1em 0; font-size: 1.5em;}
+.explain {color: #555; font-size: 0.9em;}
+.proxy {display: none !important;}
+.link-box textarea {font-size: 0.75em;}
+/* Sticky needs no scrolling ancestor: Gradio's container hides its overflow, which makes it one. */
+.gradio-container {overflow-x: clip !important; overflow-y: visible !important;}
+#run-bar-box {position: sticky; top: 0; z-index: 20; background: var(--background-fill-primary); gap: 2px;
+  padding: 2px 0 4px 0; border-bottom: 1px solid var(--border-color-primary);}
+#run-bar {padding: 0 !important; border: 0 !important;}
+#run-bar-row {flex-wrap: nowrap !important; align-items: center; gap: 4px;}
+#run-bar-row > #run-bar {flex: 1 1 0% !important; min-width: 0 !important; overflow: hidden !important;}
+#run-bar-row > #hist-md {flex: 0 0 auto !important; width: auto !important; padding: 0 !important; border: 0 !important;}
+#hist-md p {margin: 0; font-size: 0.8em; white-space: nowrap;}
+#run-bar-row > button {flex: 0 0 auto !important; padding: 0 8px;}
+#run-bar p {margin: 0; font-size: 0.85em; white-space: nowrap; overflow: hidden; text-overflow: ellipsis;}
+/* the selection bar: one compact row; each control says what it is by its values (labels kept for readers) */
+#selection-bar {flex-wrap: nowrap !important; align-items: center; gap: 6px; overflow-x: auto;}
+#selection-bar > * {min-width: 0 !important; flex-wrap: nowrap !important; gap: 6px !important;
+  border: 0 !important; background: none !important;}
+#selection-bar .block {padding: 0 !important; border: 0 !important; min-width: 0 !important; flex: 0 0 auto !important;
+  width: auto !important;
+  overflow: visible !important; background: none !important; box-shadow: none !important;}
+#selection-bar [data-testid=block-info], #selection-bar .info-text {position: absolute !important; width: 1px;
+  height: 1px; overflow: hidden; clip: rect(0 0 0 0);}
+#selection-bar .wrap {flex-wrap: nowrap; gap: 4px;}
+#selection-bar label:has(input[type=radio]) {padding: 3px 8px; font-size: 0.8em; white-space: nowrap;}
+#selection-bar #attn-layer, #selection-bar #attn-head {flex: 0 0 100px !important;}
+#attn-layer input, #attn-head input {font-size: 0.85em;}
+#selection-bar .secondary-wrap {padding: 2px 6px;}
+#selection-bar > .column {flex-direction: row !important; align-items: center; flex-grow: 1 !important;}
+#link-btn {white-space: nowrap; flex: 0 0 auto;}
+#link-box {flex: 1 1 120px;}
+@media (max-width: 600px) {
+  /* a phone's cells are too small for their numbers: the hover keeps them */
+  #attn-plot .heatmap-label {display: none;}
+  /* one column: plots side by side on a desktop stack on a phone */
+  .row > .block:has(.js-plotly-plot), .row > .column:has(.js-plotly-plot) {min-width: 100% !important;}
+  #header details, #input-text .info-text, #input-text [data-testid=block-info] + div {display: none;}
+  #run-bar-box {position: static;}
+  #run-bar p {white-space: normal; font-size: 0.8em;}
+  #selection-bar > .column {display: none;}
+}
+"""
+# Gradio scopes the CSS above inside its content box; the page's own side padding lies outside it.
+HEAD = "<style>@media (max-width: 600px) {.gradio-container > .main {padding-left: 6px !important; " \
+       "padding-right: 6px !important;}}</style>"
