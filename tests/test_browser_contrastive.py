@@ -26,6 +26,9 @@ def _md_has(page, text: str):
 
 
 def _title(page) -> str:
+    """The attribution figure's title, once Plotly has drawn it (the markdown beside it can come first)."""
+    page.wait_for_function("() => document.querySelector('#attr-plot .js-plotly-plot')?.layout?.title?.text",
+                           timeout=60_000)
     return page.evaluate("() => document.querySelector('#attr-plot .js-plotly-plot').layout.title.text")
 
 
