@@ -23,7 +23,8 @@ from ui.align_overlay import NOT_FORCED, overlay_of
 from ui.state import Run, RunInputs
 from viz.alignment import REF_POSSIBLE, REF_SURE
 
-from .app_fixtures import SENTENCES, launch, make_checkpoint
+from .app_fixtures import SENTENCES, make_checkpoint
+from .test_wordalign import aligned_app
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints" / "alignments"
@@ -160,19 +161,8 @@ def test_no_reference_links_outside_a_forced_validation_pair(tmp_path):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from ui import calls
-    root = tmp_path_factory.mktemp("align-sent")
-    make_checkpoint(root / "de-en", "de", "en", seed=0)
-    refs = align_corpus([tokenize(s, "de") for s in SENTENCES["de"]], [tokenize(t, "en") for t in SENTENCES["en"]])
-    (root / "alignments").mkdir()
-    write_pharaoh(root / "alignments" / "de-en.val.align", refs)
-    _write_corpus(root / "data", {"val": {"de": SENTENCES["de"], "en": SENTENCES["en"]}})
-    saved = list(calls.DATA_DIRS)
-    calls.DATA_DIRS[:] = [root / "data"]
-    demo, url = launch(root)
-    yield demo, url, root
-    demo.close()
-    calls.DATA_DIRS[:] = saved
+    with aligned_app(tmp_path_factory) as served:
+        yield served
 
 
 def test_alignment_heads_endpoint_per_sentence(client, server):

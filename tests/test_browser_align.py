@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from model.alignment import write_pharaoh
-from model.vocab import tokenize
-from model.wordalign import align_corpus
-from tests.app_fixtures import SENTENCES, launch, make_checkpoint
-from tests.test_browser import ARTIFACTS, CHROMIUM, _plot, _wait_done
-from tests.test_wordalign import _write_corpus
+from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
+from tests.test_browser import _plot
+from tests.test_wordalign import aligned_app
 
 pytestmark = pytest.mark.browser
 
@@ -18,35 +15,9 @@ GRID = "#align-heat .js-plotly-plot"
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
-        pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
-    from playwright.sync_api import sync_playwright
-
-    from ui import calls
-    root = tmp_path_factory.mktemp("checkpoints")
-    make_checkpoint(root / "de-en", "de", "en", seed=0, layers=3)
-    # a reference alignment of the validation sentences, made by the aligner the app ships references from
-    refs = align_corpus([tokenize(s, "de") for s in SENTENCES["de"]], [tokenize(t, "en") for t in SENTENCES["en"]])
-    (root / "alignments").mkdir()
-    write_pharaoh(root / "alignments" / "de-en.val.align", refs)
-    data = tmp_path_factory.mktemp("data")
-    _write_corpus(data, {"val": {"de": SENTENCES["de"], "en": SENTENCES["en"]}})
-    saved = list(calls.DATA_DIRS)
-    calls.DATA_DIRS[:] = [data]
-    demo, url = launch(root)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-            pg = browser.new_page(viewport={"width": 1440, "height": 900})
-            pg.goto(url)
-            pg.wait_for_selector("#input-text textarea", timeout=60_000)
-            _wait_done(pg)
-            yield pg
-            browser.close()
-    finally:
-        demo.close()
-        calls.DATA_DIRS[:] = saved
+    check_chromium()
+    with aligned_app(tmp_path_factory, layers=3) as (_, url, _root), chromium() as browser:
+        yield load(new_page(browser), url)
 
 
 def test_clicking_a_head_in_the_alignment_grid_opens_its_map(page):

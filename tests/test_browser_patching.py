@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app_fixtures import launch, make_checkpoint
-from tests.test_browser import ARTIFACTS, CHROMIUM, _plot, _wait_done
+from tests.app_fixtures import served
+from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
+from tests.test_browser import _plot
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
-        pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
-    from playwright.sync_api import sync_playwright
-    root = tmp_path_factory.mktemp("checkpoints")
-    make_checkpoint(root / "de-en", "de", "en", seed=0, layers=3)
-    demo, url = launch(root)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        pg = browser.new_page(viewport={"width": 1440, "height": 900})
-        pg.goto(url)
-        pg.wait_for_selector("#input-text textarea", timeout=60_000)
-        _wait_done(pg)
-        yield pg
-        browser.close()
-    demo.close()
+    check_chromium()
+    with served(tmp_path_factory, de_en={"layers": 3}) as url, chromium() as browser:
+        yield load(new_page(browser), url)
 
 
 def test_a_head_scan_draws_the_effect_map(page):

@@ -7,6 +7,7 @@ import itertools
 import json
 import subprocess
 import sys
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 
@@ -252,23 +253,32 @@ def test_the_aer_grid_figure_opens_heads_only():
 
 # --------------------------------------------------------------------------- the endpoint
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@contextmanager
+def aligned_app(tmp_path_factory, **checkpoint):
+    """The app on a tiny de-en checkpoint with a reference alignment of the validation sentences (made by our
+    aligner) and those sentences as Multi30k's val files; yields (demo, url, root)."""
+    from model.alignment import write_pharaoh
     from ui import calls
     root = tmp_path_factory.mktemp("align-ckpts")
-    make_checkpoint(root / "de-en", "de", "en", seed=0)
+    make_checkpoint(root / "de-en", "de", "en", seed=0, **checkpoint)
     refs = align_corpus([tokenize(s, "de") for s in SENTENCES["de"]], [tokenize(t, "en") for t in SENTENCES["en"]])
-    from model.alignment import write_pharaoh
     (root / "alignments").mkdir()
     write_pharaoh(root / "alignments" / "de-en.val.align", refs)
-    data = root / "data"
-    _write_corpus(data, {"val": {"de": SENTENCES["de"], "en": SENTENCES["en"]}})
+    _write_corpus(root / "data", {"val": {"de": SENTENCES["de"], "en": SENTENCES["en"]}})
     saved = list(calls.DATA_DIRS)
-    calls.DATA_DIRS[:] = [data]
+    calls.DATA_DIRS[:] = [root / "data"]
     demo, url = launch(root)
-    yield demo, url, root
-    demo.close()
-    calls.DATA_DIRS[:] = saved
+    try:
+        yield demo, url, root
+    finally:
+        demo.close()
+        calls.DATA_DIRS[:] = saved
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with aligned_app(tmp_path_factory) as served:
+        yield served
 
 
 def test_alignment_heads_endpoint(client, server):
