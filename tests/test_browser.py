@@ -68,6 +68,7 @@ def test_clicking_a_grid_panel_opens_that_head(page):
     # the click handler is attached once the plot is mounted; clicking before that would be lost
     page.wait_for_function("() => !!(document.querySelector('#attn-plot .js-plotly-plot') || {}).__headClick",
                            timeout=30_000)
+    page.locator("#attn-plot .js-plotly-plot .nsewdrag").first.scroll_into_view_if_needed()  # a mouse click lands only on screen
     box = page.locator("#attn-plot .js-plotly-plot .nsewdrag").first.bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.1)  # layer 0, head 1
     page.wait_for_function("() => document.querySelector('#attn-view input[value=head]').checked", timeout=30_000)

@@ -116,6 +116,7 @@ def test_the_first_screen_panel_click_opens_the_head(page):
                            timeout=60_000)
     page.wait_for_function("() => !!(document.querySelector('#watch-heads .js-plotly-plot') || {}).__headClick",
                            timeout=30_000)
+    page.locator("#watch-heads .js-plotly-plot .nsewdrag").first.scroll_into_view_if_needed()  # a mouse click lands only on screen
     box = page.locator("#watch-heads .js-plotly-plot .nsewdrag").first.bounding_box()  # every head's panel
     page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.2)  # inside the second head
     page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=30_000)
@@ -221,6 +222,7 @@ def test_a_head_profile_click_opens_the_map(page):
     _plot(page, "#prof-heat")
     page.wait_for_function("() => !!(document.querySelector('#prof-heat .js-plotly-plot') || {}).__headClick",
                            timeout=30_000)
+    page.locator("#prof-heat .js-plotly-plot .nsewdrag").first.scroll_into_view_if_needed()  # a mouse click lands only on screen
     box = page.locator("#prof-heat .js-plotly-plot .nsewdrag").first.bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.9, box["y"] + box["height"] * 0.5)
     page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=30_000)
