@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-import gradio as gr
-
 from .present import md_escape
 from .state import CROSS, ModelShape, PatchLink, Run, Selection, WhatIf, link_url, whatif_from_query
 
@@ -73,53 +71,12 @@ def load_outputs(shell) -> list:
 def restore(shell, run: Run, params: dict, sel: Selection) -> tuple[dict, list[str]]:
     """(values, problems) for the bench and the foil a link names, computed for ``run``."""
     w, problems = whatif_from_query(params, ModelShape.of(shell.lm(run)))
-    values = {}
-    if w.patch is not None and "patch_btn" in shell.parts:
-        values |= _restore_bench(shell, run, w.patch)
-    if (w.attr_pos is not None or w.foil) and "attr_md" in shell.parts:
-        values |= _restore_attribution(shell, run, w, sel, problems)
+    values, restore_bench, restore_attribution = {}, shell.restorers.get("bench"), shell.restorers.get("attribution")
+    if w.patch is not None and restore_bench is not None:
+        values |= restore_bench(shell, run, w.patch)
+    if (w.attr_pos is not None or w.foil) and restore_attribution is not None:
+        values |= restore_attribution(shell, run, w, sel, problems)
     return values, problems
-
-
-def _restore_bench(shell, run: Run, b: PatchLink) -> dict:
-    from .sections import patching as s_patch
-    p = shell.parts
-    controls = (b.site, b.scan, b.kind, b.part, b.point, b.layer, b.head, b.positions, b.step, b.foil, b.ablation,
-                b.output)
-    md, fig, steps, shown = s_patch._run(shell, run, run.model, b.text_a, b.text_b, *controls)
-    kind_v, part_v, point_v, head_v = s_patch._visible(b.site)
-    return {p["pair_a"]: b.text_a, p["pair_b"]: b.text_b, p["patch_site"]: b.site, p["patch_scan"]: b.scan,
-            p["patch_kind"]: dict(kind_v, value=b.kind), p["patch_part"]: dict(part_v, value=b.part),
-            p["patch_point"]: dict(point_v, value=b.point), p["patch_layer"]: b.layer,
-            p["patch_head"]: dict(head_v, value=b.head), p["patch_pos"]: b.positions,
-            p["patch_step"]: steps if shown is not None else b.step, p["patch_foil"]: b.foil,
-            p["patch_ablation"]: b.ablation, p["patch_output"]: b.output, p["patch_md"]: md, p["patch_plot"]: fig,
-            p["patch_state"]: shown}
-
-
-def _restore_attribution(shell, run: Run, w: WhatIf, sel: Selection, problems: list[str]) -> dict:
-    from . import contrast, inside
-    from .sections import computation as s_comp
-    p, n = shell.parts, len(run.tr.output_ids)
-    pos = w.attr_pos if w.attr_pos is not None else 0
-    if pos >= n:
-        problems.append(f"The link's apos={pos} is past this run's last output token; token {n - 1} is shown.")
-        pos = max(0, n - 1)
-    held = None
-    if w.foil:
-        try:
-            held = s_comp._attribute(shell, run, pos, s_comp.IG_STEPS, None, picked=True, foil_text=w.foil)
-        except ValueError as e:  # a foil it cannot take: said, and the attribution drawn without it
-            problems.append(f"The link's foil={w.foil[:40]!r} cannot be used ({e}).")
-    try:
-        held = held or s_comp._attribute(shell, run, pos, s_comp.IG_STEPS, None, picked=True)
-        md, fig, table = s_comp._attribution_values(run, held.attr, sel.units)
-    except Exception as e:
-        md, fig, table = s_comp._attribution_failed(e)
-    return {p["attr_pos"]: gr.Dropdown(choices=inside.position_choices(run), value=pos),
-            p["attr_foil"]: gr.Dropdown(choices=contrast.foil_choices(run, pos), value=None),
-            p["attr_foil_text"]: w.foil if held is not None and held.foil is not None else "",
-            p["attr_md"]: md, p["attr_plot"]: fig, p["attr_table"]: table, p["attr_state"]: held}
 
 
 def link_after_load(shell, run: Run, sel: Selection, base_url: str, values: dict) -> str | None:

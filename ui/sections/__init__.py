@@ -78,6 +78,8 @@ class Shell:
     subtabs: dict = field(default_factory=dict)       # section id -> its gr.Tabs of sub-views
     lazy: dict = field(default_factory=dict)          # section id -> Lazy
     parts: dict = field(default_factory=dict)  # each section's own components, by name (read in that module only)
+    # what a link restores, set by the section that owns it: "bench" (patching), "attribution" (computation)
+    restorers: dict = field(default_factory=dict)
 
     @property
     def default_model(self):

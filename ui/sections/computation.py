@@ -14,7 +14,7 @@ from model.contrast import resolve_foil
 from .. import calls, contrast, inside, views
 from ..payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
-from ..state import Run
+from ..state import Run, Selection, WhatIf
 from ..views import stamp_of
 from . import VIEW, RunContext, Shell, encodings, log, sub_view, track_subtabs
 from .translate import base_url, make_run, read_inputs
@@ -34,6 +34,7 @@ class ComputationParts:
 
 def build(shell: Shell) -> ComputationParts:
     p = shell.parts
+    shell.restorers["attribution"] = restore_attribution
     sub_tabs = {}
     with gr.Tabs(overflow_behavior="wrap", elem_id="comp-tabs") as tabs:
         with gr.Tab("Embedding & positions", id="encodings") as _t:
@@ -229,6 +230,30 @@ def _attribution_failed(e: Exception) -> tuple:
     log.exception("attribution failed")
     return (f"⚠️ The attribution failed ({md_escape(type(e).__name__)}).",
             views.message_figure("The attribution could not be drawn."), None)
+
+
+def restore_attribution(shell: Shell, run: Run, w: WhatIf, sel: Selection, problems: list[str]) -> dict:
+    """The values a link's attribution (output token and foil) sets on load, computed for ``run``."""
+    p, n = shell.parts, len(run.tr.output_ids)
+    pos = w.attr_pos if w.attr_pos is not None else 0
+    if pos >= n:
+        problems.append(f"The link's apos={pos} is past this run's last output token; token {n - 1} is shown.")
+        pos = max(0, n - 1)
+    held = None
+    if w.foil:
+        try:
+            held = _attribute(shell, run, pos, IG_STEPS, None, picked=True, foil_text=w.foil)
+        except ValueError as e:  # a foil it cannot take: said, and the attribution drawn without it
+            problems.append(f"The link's foil={w.foil[:40]!r} cannot be used ({e}).")
+    try:
+        held = held or _attribute(shell, run, pos, IG_STEPS, None, picked=True)
+        md, fig, table = _attribution_values(run, held.attr, sel.units)
+    except Exception as e:
+        md, fig, table = _attribution_failed(e)
+    return {p["attr_pos"]: gr.Dropdown(choices=inside.position_choices(run), value=pos),
+            p["attr_foil"]: gr.Dropdown(choices=contrast.foil_choices(run, pos), value=None),
+            p["attr_foil_text"]: w.foil if held is not None and held.foil is not None else "",
+            p["attr_md"]: md, p["attr_plot"]: fig, p["attr_table"]: table, p["attr_state"]: held}
 
 
 def _wire_attribution(shell: Shell) -> None:

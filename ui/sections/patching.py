@@ -11,7 +11,7 @@ from model.patching import RESID_POINTS, PatchError, PatchRequest
 from .. import patching, views, whatif
 from ..api import Api
 from ..present import is_blank, md_escape, no_model_message, clean_input
-from ..state import ModelShape
+from ..state import ModelShape, PatchLink
 from . import Shell, head_choices, layer_choices, log
 from .bar import KIND_CHOICES
 
@@ -30,6 +30,7 @@ EXPLAIN = ("**Clean/corrupted bench (activation patching).** A is the clean run,
 
 def build(shell: Shell) -> None:
     """The bench's controls, under the two sentences (their text boxes are sentence A and B)."""
+    shell.restorers["bench"] = restore_bench
     p, lm = shell.parts, shell.default_lm
     shape = ModelShape.of(lm) if lm else ModelShape(1, 1, 1)
     with gr.Accordion("Clean/corrupted bench: activation patching", open=True, elem_id="patch-bench"):
@@ -123,6 +124,22 @@ def _steps(shell: Shell, run, name, text_b, output, step):
         return gr.skip()
     step = min(int(step or 0), max(0, len(tokens) - 1))
     return gr.Dropdown(choices=[(f"step {i}: {t}", i) for i, t in enumerate(tokens)], value=step)
+
+
+def restore_bench(shell: Shell, run, b: PatchLink) -> dict:
+    """The values a link's patching bench sets on load, the bench run for ``run``."""
+    p = shell.parts
+    controls = (b.site, b.scan, b.kind, b.part, b.point, b.layer, b.head, b.positions, b.step, b.foil, b.ablation,
+                b.output)
+    md, fig, steps, shown = _run(shell, run, run.model, b.text_a, b.text_b, *controls)
+    kind_v, part_v, point_v, head_v = _visible(b.site)
+    return {p["pair_a"]: b.text_a, p["pair_b"]: b.text_b, p["patch_site"]: b.site, p["patch_scan"]: b.scan,
+            p["patch_kind"]: dict(kind_v, value=b.kind), p["patch_part"]: dict(part_v, value=b.part),
+            p["patch_point"]: dict(point_v, value=b.point), p["patch_layer"]: b.layer,
+            p["patch_head"]: dict(head_v, value=b.head), p["patch_pos"]: b.positions,
+            p["patch_step"]: steps if shown is not None else b.step, p["patch_foil"]: b.foil,
+            p["patch_ablation"]: b.ablation, p["patch_output"]: b.output, p["patch_md"]: md, p["patch_plot"]: fig,
+            p["patch_state"]: shown}
 
 
 def wire(shell: Shell) -> None:
