@@ -46,13 +46,17 @@ def _unpack(flat: np.ndarray, lens: np.ndarray) -> list[list[int]]:
 
 
 def prepare(langs: tuple[str, str], data, out, vocab_size: int = 10000, model_type: str = "bpe",
-            base_url: str = MULTI30K_URL) -> Path:
+            base_url: str = MULTI30K_URL, vocab_from=None) -> Path:
     from .vocab import tokenize_corpus
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     words = {(split, lang): tokenize_corpus(read_split(data, split, lang, base_url), lang)
              for split in SPLITS for lang in langs}
-    vocab = SubwordVocab.train([w for lang in langs for w in words["train", lang]], vocab_size, model_type)
+    if vocab_from:  # reuse a checkpoint's pieces, so a retrained model shares the shipped vocabulary
+        vocab = load_vocabs(Path(vocab_from) / "vocab.json")[0]
+        vocab_size, model_type = len(vocab), vocab.model_type
+    else:
+        vocab = SubwordVocab.train([w for lang in langs for w in words["train", lang]], vocab_size, model_type)
     if vocab_size >= 2 ** 16:
         raise ValueError("ids are stored as uint16")
     save_vocabs(out / "vocab.json", vocab, vocab)
@@ -105,8 +109,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--vocab-size", type=int, default=10000, help="joint pieces, specials and 256 bytes included")
     p.add_argument("--model-type", default="bpe", choices=("bpe", "unigram"))
+    p.add_argument("--vocab-from", default=None, help="a checkpoint folder whose vocabulary to reuse")
     args = p.parse_args(argv)
-    out = prepare(tuple(args.langs), args.data, args.out, args.vocab_size, args.model_type, args.base_url)
+    out = prepare(tuple(args.langs), args.data, args.out, args.vocab_size, args.model_type, args.base_url,
+                  args.vocab_from)
     info = json.loads((out / INFO).read_text(encoding="utf-8"))
     size = sum(f.stat().st_size for f in out.iterdir())
     print(f"wrote {out} ({size / 2**20:.1f} MiB): vocab {info['vocab_size']} {info['model_type']}")

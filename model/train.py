@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .bleu import sacre_bleu, tokenized_bleu
-from .checkpoint import LoadedModel, save_checkpoint, tied_keys
+from .checkpoint import WEIGHTS_CONFIG_KEY, LoadedModel, save_checkpoint, state_dict_for_save, tied_keys
 from .data import MULTI30K_URL, load_pairs, pad_batch, token_batches, with_specials
 from .transformer import PAD_ID, Transformer, TransformerConfig
 from .vocab import Vocab, load_vocabs, save_vocabs, tokenize_corpus
@@ -79,6 +79,9 @@ def parse_args(argv=None):
     p.add_argument("--time-budget", type=float, default=0,
                    help="seconds: after the epoch that passes it, stop training and export (0 = no limit)")
     p.add_argument("--stop-after", type=int, default=0, help="stop this process after N epochs (tests)")
+    p.add_argument("--frames", default="", help="updates after which to save a training frame: "
+                   "comma-separated steps, or 'log' for 0, 4, 8, 16, ... and the last update")
+    p.add_argument("--frames-dir", default=None, help="where frames go (default WORK/frames)")
     args = p.parse_args(argv)
     state = Path(args.work or f"runs/{args.src}-{args.tgt}") / STATE
     if state.exists():  # a run's model shape comes from its saved state, not from the new command line
@@ -91,6 +94,27 @@ def parse_args(argv=None):
     args.out = args.out or f"checkpoints/{args.src}-{args.tgt}"
     args.work = args.work or f"runs/{args.src}-{args.tgt}"
     return args
+
+
+def frame_steps(spec: str, total: int) -> frozenset[int]:
+    """The updates after which a frame is saved: 'log' doubles from 4 (step 0 is the initialisation)."""
+    if not spec:
+        return frozenset()
+    if spec == "log":
+        return frozenset([0, total] + [2 ** k for k in range(2, 40) if 2 ** k < total])
+    return frozenset(int(x) for x in spec.split(","))
+
+
+def save_frame(folder: Path, model, step: int, info: dict) -> Path:
+    """One frame: fp16 weights with the model config and the training state in the metadata."""
+    from safetensors.torch import save_file
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"step_{step:05d}.safetensors"
+    meta = {WEIGHTS_CONFIG_KEY: json.dumps(model.cfg.to_dict(), sort_keys=True),
+            "frame": json.dumps(dict(info, step=step), sort_keys=True)}
+    save_file(state_dict_for_save(model), str(path.with_suffix(".tmp")), metadata=meta)
+    os.replace(path.with_suffix(".tmp"), path)
+    return path
 
 
 def lr_at(step: int, peak: float, warmup: int) -> float:
@@ -285,6 +309,17 @@ def train_epochs(args, data: TrainData, model, opt, meta, history, device, world
         ddp_model = DistributedDataParallel(model, device_ids=[device.index] if use_cuda else None)
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if use_cuda else torch.autocast("cpu", enabled=False)
     val_batches = token_batches(data.val.src, data.val.tgt, args.max_tokens)
+    total = args.epochs * len(token_batches(tr.src, tr.tgt, args.max_tokens, seed=args.seed * 1000 + 1)) // world
+    frames = frame_steps(args.frames, total) if rank == 0 else frozenset()
+    frames_dir = Path(args.frames_dir or Path(args.work) / "frames")
+
+    def frame(loss: float, epoch: float) -> None:
+        info = {"epoch": round(epoch, 3), "train_loss": round(loss, 4), "lr": lr_at(meta["step"], args.lr, args.warmup),
+                "val_loss": round(validation_loss(model, val_batches, data.val.src, data.val.tgt, device), 4),
+                "updates_total": total}
+        log(f"frame at step {meta['step']}: {info}")
+        save_frame(frames_dir, model, meta["step"], info)
+        model.train()
     done_here, started = 0, time.time()
     while meta["epoch"] < args.epochs:
         if args.time_budget and time.time() - started > args.time_budget:
@@ -312,12 +347,18 @@ def train_epochs(args, data: TrainData, model, opt, meta, history, device, world
             n_tok = (gold != PAD_ID).sum()
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), gold, ignore_index=PAD_ID,
                                    label_smoothing=args.label_smoothing, reduction="sum") / n_tok
+            if meta["step"] == 1 and 0 in frames:  # the initialisation, with its first batch's loss
+                meta["step"] = 0
+                frame(loss.item(), 0.0)
+                meta["step"] = 1
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             opt.step()
             tot_loss += loss.detach() * n_tok  # stays on the device: no sync per step
             tot_tok += n_tok
+            if meta["step"] in frames:
+                frame((tot_loss / tot_tok).item(), epoch - 1 + (k + 1) / len(batches))
             if k % 50 == 49:
                 bar.set_postfix(loss=f"{(tot_loss / tot_tok).item():.3f}", lr=f"{opt.param_groups[0]['lr']:.2e}",
                                 refresh=False)
