@@ -112,7 +112,7 @@ def test_a_new_run_refreshes_alignment_and_rollout(page):
 
 def test_the_first_screen_panel_click_opens_the_head(page):
     # the replay has ended (its last frame is the caption of the last step): the map is the final one
-    page.wait_for_function("() => /Step (\\d+) of \\1/.test((document.querySelector('#watch-step')||{}).innerText||'')",
+    page.wait_for_function("() => /Step (\\d+) of 0–\\1 /.test((document.querySelector('#watch-step')||{}).innerText||'')",
                            timeout=60_000)
     page.wait_for_function("() => !!(document.querySelector('#watch-heads .js-plotly-plot') || {}).__headClick",
                            timeout=30_000)
@@ -135,7 +135,7 @@ def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
     before = _status(page)
     page.locator("#translate-btn").click()
     _wait_done(page, before)
-    assert "layer 2" in _options(page, "#attn-layer")
+    assert "layer 2 (last)" in _options(page, "#attn-layer")
     _tab(page, "Masks & interventions")
     assert "cross L2 H3" in _options(page, "#tog-heads")
     _pick(page, "#tog-heads", "cross L2 H3")

@@ -209,8 +209,23 @@ def md_escape(text) -> str:
     return re.sub(r"([\\`*_{}\[\]()#+!|~>-])", r"\\\1", html.escape(str(text), quote=False))
 
 
+PIECE_NOTE = "▁ marks a piece that starts a new word; a piece without it continues the word before it."
+
+
+def piece_note(tokens) -> str:
+    """The sentence that explains ▁, where ``tokens`` show SentencePiece pieces (else "")."""
+    return PIECE_NOTE if any(str(t).startswith("▁") for t in tokens) else ""
+
+
+WARNING_MARK = "Far from what this model learned: "  # ui.domain's notice: shown as a warning box
+
+
 def notice_md(notices: list[str]) -> str:
-    return "\n".join(f"ℹ️ {md_escape(n)}" for n in notices)
+    """The run's notices; a far-from-the-domain one first, as a warning box (a quote the CSS colours)."""
+    warn = [f"> ⚠️ **{md_escape(n[:len(WARNING_MARK) - 2])}:** {md_escape(n[len(WARNING_MARK):])}"
+            for n in notices if n.startswith(WARNING_MARK)]
+    rest = [f"ℹ️ {md_escape(n)}" for n in notices if not n.startswith(WARNING_MARK)]
+    return "\n\n".join(x for x in ("\n".join(warn), "\n".join(rest)) if x)
 
 
 def direction_label(name: str, reg: Registry) -> str:

@@ -33,6 +33,7 @@ DECODINGS = ("greedy", "beam")
 SHORT_KINDS = {"enc": ENC_SELF, "dec": DEC_SELF, "cross": CROSS}
 _KIND_SHORT = {v: k for k, v in SHORT_KINDS.items()}
 MAX_STEP = 1000
+TOUR_STOPS = 10  # the guided tour's stops (ui/tour.py); a link's tour=N opens stop N (1-based)
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,7 @@ class Restored:
     inputs: RunInputs
     sel: Selection
     problems: list[str] = field(default_factory=list)
+    tour: int | None = None  # the guided tour's stop the link opens (1-based), if any
 
 
 class _Reader:
@@ -294,11 +296,23 @@ def from_query(params, shapes: dict[str, ModelShape], max_beam: int = 8, max_len
                        reference=str(ref) if ref not in (None, "") else None, toggles=_toggles(r, shape),
                        prefix=_prefix(r))
     known = {"text", "model", "beam", "max_len", "ref", "pad", "padding", "causal", "positional", "ablate", "hide",
-             "prefix", *WHATIF_KEYS,
+             "prefix", "tour", *WHATIF_KEYS,
              *(f.name for f in fields(Selection))}
     sel = _selection(r, shape)
+    tour = r.int("tour", 0, 1, TOUR_STOPS)
     r.problems += [f"The link's parameter {k[:20]!r} is unknown; it was ignored." for k in params if k not in known]
-    return Restored(inputs, sel, r.problems)
+    return Restored(inputs, sel, r.problems, tour or None)
+
+
+def tour_stop(params) -> int | None:
+    """The tour stop a link opens, 0-based (None: no tour, or a value ``from_query`` already names)."""
+    value = str(dict(params or {}).get("tour", "")).strip()
+    return int(value) - 1 if value.isdigit() and 1 <= int(value) <= TOUR_STOPS else None
+
+
+def tour_url(base_url: str, inputs: RunInputs, sel: Selection, stop: int) -> str:
+    """The link to tour stop ``stop`` (0-based) on this run: the explorer's link plus tour=stop+1."""
+    return link_url(base_url, inputs, sel) + f"&tour={stop + 1}"
 
 
 # --------------------------------------------------------------------------- "what if" in a link

@@ -13,7 +13,7 @@ from ..state import ModelShape, link_url
 from . import RunContext, Shell, branch, head_choices, layer_choices, track_selection
 
 KIND_CHOICES = [(label, kind) for kind, label in KIND_LABELS.items()]
-UNIT_CHOICES = [("Words", "words"), ("Pieces", "pieces")]
+UNIT_CHOICES = [("Words", "words"), ("Pieces (▁ starts a word)", "pieces")]
 
 
 @dataclass
@@ -32,14 +32,15 @@ def build(shell: Shell) -> BarParts:
             shell.run_bar = gr.Markdown("**Current run** · translating the first example…", elem_id="run-bar")
             branch.build_nav(shell)  # ◀ ▶ through the session's runs
         with gr.Row(elem_id="selection-bar"):
-            shell.kind = gr.Radio(KIND_CHOICES, value=CROSS, label="Attention", elem_id="attn-kind",
-                                  scale=4)
+            # dropdowns, not radios: the first screen keeps few controls, and a phone taps each one open
+            shell.kind = gr.Dropdown(KIND_CHOICES, value=CROSS, label="Attention", elem_id="attn-kind",
+                                     scale=3, min_width=150)
             shell.layer = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="attn-layer",
                                       scale=1, min_width=120)
             shell.head = gr.Dropdown(head_choices(n_heads), value=0, label="Head", elem_id="attn-head", scale=1,
                                      min_width=120)
-            shell.units = gr.Radio(UNIT_CHOICES, value="words", label="Units", elem_id="attn-units", scale=2,
-                                   info="pieces pooled into words: keys summed, queries averaged")
+            shell.units = gr.Dropdown(UNIT_CHOICES, value="words", label="Units", elem_id="attn-units", scale=1,
+                                      min_width=110, info="pieces pooled into words: keys summed, queries averaged")
             with gr.Column(scale=2, min_width=160):
                 link_btn = gr.Button("🔗 Copy link", elem_id="link-btn", size="sm")
                 link_box = gr.Textbox(placeholder="the link to this view (the run and everything "
