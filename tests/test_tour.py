@@ -154,3 +154,32 @@ def test_a_run_far_from_the_captions_gets_a_warning_box(word_reg):
     md = notice_md([said, "another notice"])
     assert md.startswith("> ⚠️ **Far from what this model learned:**") and "ℹ️ another notice" in md
     assert domain.general_model(reg, "de-en") is None
+
+
+def test_every_stop_on_a_marian_model_and_the_warning_names_it(tmp_path, monkeypatch):
+    """An OPUS-MT (Marian, post-norm) model listed beside ours: the tour works on it, and a caption model's
+    run far from its domain points to it."""
+    pytest.importorskip("transformers")
+    from tests.test_marian import build_marian
+    folder = build_marian(tmp_path / "models" / "opus-mt-de-en", eos_bias=1.5)
+    make_checkpoint(tmp_path / "ckpt" / "de-en", "de", "en", seed=0)
+    monkeypatch.setenv("ATTN_MODELS", str(folder))
+    reg_key, reg = calls.load_registry(tmp_path / "ckpt", "cpu")
+    key = next(n for n in reg.names if n != "de-en")
+    calls.ensure_loaded(reg_key, key)
+    t = _tour_run(reg_key, reg, key)
+    for i in range(tour.N_STOPS):
+        s = tour.stop(t, i)
+        assert 1 <= len(s.sentences) <= 4 and s.figure is not None
+    cross = tour.stop(t, 6)
+    keys, spans = t.src_axis()
+    outs, ospans = t.out_axis()
+    l, h, o, k = (int(cross.fact(x)) for x in ("layer", "head", "out", "src"))
+    assert cross.fact("weight") == pytest.approx(
+        float(t.tr.attention(CROSS)[l, h][ospans[o]][:, spans[k]].sum(-1).mean()), abs=1e-6)
+    assert domain.general_model(reg, "de-en") == key
+    ours = _tour_run(reg_key, reg, "de-en")
+    unsure = replace(ours.tr, steps=[replace(x, prob=0.2) for x in ours.tr.steps])
+    said = domain.notice(reg, "de-en", ours.lm, unsure, label=lambda k: f"<{k}>")
+    assert f"pick <{key}> in Direction" in said
+    assert domain.notice(reg, key, t.lm, replace(t.tr, steps=[replace(x, prob=0.2) for x in t.tr.steps])) is None
