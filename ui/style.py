@@ -57,6 +57,10 @@ CSS = """
   .js-plotly-plot .modebar-container {display: none !important;}
   #tour-nav button {min-height: 40px;}
 }
+/* an open list paints over the controls after it, on an opaque background (it was see-through on a phone) */
+#selection-bar .block:focus-within {position: relative; z-index: 60 !important;}
+#selection-bar ul:has(> [data-testid=dropdown-option]) {background: var(--background-fill-primary) !important;
+  z-index: 61 !important; box-shadow: 0 4px 12px rgba(0, 0, 0, 0.18);}
 /* the guided tour shows only what its stop needs: the selection bar waits until the tour is left */
 .gradio-container:has(#tour) #selection-bar {display: none !important;}
 #tour-heading h3 {margin: 0.2em 0;}

@@ -136,7 +136,7 @@ def step_figures(run: Run | None, t, head=None):
     special = ("<unk>", "<pad>", "<bos>", "<eos>")
     prefix = [(tok, "special" if tok in special else "token") for tok in sv.prefix[:-1]] + [(sv.prefix[-1], "input")]
     prefix.append((sv.token, "new"))
-    md = (f"**Step {sv.t} of {sv.n - 1}.** The decoder reads the {len(sv.prefix)} token(s) on the left and "
+    md = (f"**Step {sv.t} of 0–{sv.n - 1}** (steps count from 0). The decoder reads the {len(sv.prefix)} token(s) on the left and "
           f"produces **{sv.token}** with probability {sv.prob:.1%}.")
     if sv.t < tr.prefix_len:  # a branch's forced step: the bars are what the model would have chosen
         own = next((tok for tok in sv.topk_tokens if tok not in ("<bos>", "<pad>")), sv.topk_tokens[0])

@@ -78,10 +78,10 @@ def build(shell: Shell) -> TranslateParts:
                                                         "generated (last layer, mean of heads)",
                                                   show_legend=False, elem_id="watch-strip", interactive=False)
             with gr.Row():
-                p["src_chips"] = gr.HighlightedText(label="Source tokens", color_map=CHIP_COLORS,
+                p["src_chips"] = gr.HighlightedText(label="Source tokens (▁ starts a word)", color_map=CHIP_COLORS,
                                                     show_legend=False, show_inline_category=False,
                                                     elem_id="src-chips")
-                p["out_chips"] = gr.HighlightedText(label="Output tokens", color_map=CHIP_COLORS,
+                p["out_chips"] = gr.HighlightedText(label="Output tokens (▁ starts a word)", color_map=CHIP_COLORS,
                                                     show_legend=False, show_inline_category=False,
                                                     elem_id="out-chips")
         with gr.Column(scale=3, min_width=300):
