@@ -370,9 +370,23 @@ def tried_step(t: TourRun, choice: str) -> str:
     return _changed("With beam search (4 beams)", t.tr, other)
 
 
+_ALTI: dict[tuple[str, str], np.ndarray] = {}  # (model, run id) -> ALTI+ rows: a second of CPU per run
+_ALTI_KEEP = 64
+
+
+def alti_rows(t: TourRun) -> np.ndarray:
+    """ALTI+ over [source; output prefix] for every output step of the run, computed once per run."""
+    key = (t.run.model, t.run.id)
+    if key not in _ALTI:
+        while len(_ALTI) >= _ALTI_KEEP:
+            _ALTI.pop(next(iter(_ALTI)))
+        _ALTI[key] = alti_matrices(t.comp)[1]
+    return _ALTI[key]
+
+
 def contributions(t: TourRun, step: int) -> tuple[np.ndarray, float]:
     """ALTI+ at output ``step``: each source unit's share (words or tokens), and the output prefix's share."""
-    _, r = alti_matrices(t.comp)
+    r = alti_rows(t)
     S = len(t.tr.src_tokens)
     spans = t.src_axis()[1]
     row = r[step]

@@ -4,7 +4,7 @@ changed), Back and Next, a link to the stop, and "leave the tour", which opens t
 the same run and selection (through that selection's own link). The texts come from ``ui.tour``."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import parse_qsl, urlsplit
 
 import gradio as gr
@@ -98,7 +98,10 @@ def draw(shell: Shell, run, index: int, units: str, request=None) -> list:
     s = tour.stop(tour.TourRun(run, shell.lm(run), units or "words", shell.reg_key), index)
     base = base_url(request)
     focus = s.focus.fit(shell.shape(run.model)) if shell.shape(run.model) else s.focus
-    link = tour_url(base, run.inputs, focus, index) if run.inputs is not None else ""
+    # the stop's link opens the tour on the first section: the stop's own section (Attribution, say) would be
+    # drawn, hidden, on every visit; leaving opens it
+    link = tour_url(base, run.inputs, replace(focus, section="translate", subview=""), index) \
+        if run.inputs is not None else ""
     leave = link_url(base, run.inputs, focus) if run.inputs is not None else ""
     return [*head, f"### {md_escape(s.heading)}", "\n\n".join(s.sentences),
             gr.Dropdown(choices=list(s.trial.choices), value=s.trial.default, label=s.trial.label), "",
