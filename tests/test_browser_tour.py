@@ -183,10 +183,17 @@ def test_on_a_phone_the_selection_opens_on_screen_takes_a_tap_and_the_link_shows
     page.close()
 
 
-def test_on_a_phone_the_tour_walks_its_first_three_stops(browser, app):
+def test_on_a_phone_the_tour_takes_a_typed_sentence_and_walks_its_first_three_stops(browser, app):
     url, _ = app
     page = load(new_page(browser, 390, 844), _url(url, "de-en"))
     page.locator("#tour-start").click()
+    _wait_stop(page, 1)
+    # the sentence the user types: the tour's own box runs the shared translate, and the stop follows it
+    page.locator("#tour-text textarea").fill("Eine Frau liest ein Buch im Park.")
+    page.locator("#tour-go").click()
+    page.wait_for_function("() => (document.querySelector('#tour-body')||{}).innerText?.includes('Eine Frau liest')",
+                           timeout=60_000)
+    assert "Eine Frau liest" in page.locator("#run-bar").inner_text()
     for n in (1, 2, 3):
         _wait_stop(page, n)
         plot = page.locator("#tour-plot .js-plotly-plot").bounding_box()
