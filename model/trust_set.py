@@ -108,7 +108,7 @@ def _tsv(path: Path) -> list[dict]:
 
 def drawn_lines(n_lines: int) -> list[int]:
     """The test-set line numbers of the clean items (the same for every direction)."""
-    return sorted(random.Random(SEED).sample(range(n_lines), TEST_ITEMS))
+    return sorted(random.Random(SEED).sample(range(n_lines), min(TEST_ITEMS, n_lines)))
 
 
 def direction_items(direction: str, data_dirs, set_dir: Path = SET_DIR) -> list[Item]:
@@ -137,9 +137,8 @@ def build_set(data_dirs, set_dir: Path = SET_DIR, directions=DIRECTIONS) -> list
 
 def save_set(items: list[Item], path: Path = SET_FILE) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    # mtime 0: the same set gives the same bytes
-    with gzip.GzipFile(path, "wb", mtime=0) as f:
-        f.write("".join(json.dumps(asdict(it), ensure_ascii=False) + "\n" for it in items).encode("utf-8"))
+    text = "".join(json.dumps(asdict(it), ensure_ascii=False) + "\n" for it in items)
+    path.write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))  # no time, no name: the same set, the same bytes
     return path
 
 

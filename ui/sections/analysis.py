@@ -16,7 +16,7 @@ from model.transformer import ENC_SELF
 from viz import export as v_export
 from viz import profiles as v_prof
 
-from .. import align_heads, calls, views, whatif
+from .. import align_heads, calls, trust, views, whatif
 from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
 from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, is_blank, md_escape,
                        no_model_message)
@@ -282,7 +282,8 @@ def _wire_export(shell: Shell) -> None:
         # the opt-in points too (each head's output after W_O, the logits): one more teacher-forced pass
         full = calls.gpu_full_trace(shell.reg_key, run.model, tr).arrays()
         extra = {k: v for k, v in full.items() if k not in tr.trace.arrays()}
-        npz, js = write_export(tr, run.model, folder, shell.lm(run), settings, extra)
+        signals = trust.trust_payload(trust.report_of(shell.reg_key, run.model, tr))
+        npz, js = write_export(tr, run.model, folder, shell.lm(run), settings, extra, signals)
         return [str(npz), str(js)]
 
     p["export_btn"].click(on_export, [shell.run_state, shell.decoding, shell.beam, shell.max_len, p["patch_state"],
