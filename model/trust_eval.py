@@ -68,7 +68,8 @@ NATURAL = ("clean", "perturbed", "ood")   # the categories in the script models 
 def rows(scored: list[Scored], direction: str, categories=None) -> list[Row]:
     """Each numeric signal's AUROC and precision at 90 % recall on one direction's scored items (of
     ``categories`` only, where given)."""
-    mine = [s for s in scored if s.item.direction == direction and (categories is None or s.item.category in categories)]
+    mine = [s for s in scored
+            if s.item.direction == direction and (categories is None or s.item.category in categories)]
     y = [s.failure for s in mine]
     out = []
     for name in NUMERIC:
