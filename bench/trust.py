@@ -5,7 +5,8 @@ first screen's event (``translate_stream``: the decode and every view, through G
 with the trust panel and with the panel replaced by an empty string, interleaved, the result cache
 cleared before every event (a first click on a new sentence); the signals alone (one run's report,
 uncached) and ALTI+'s share of them; the bytes the panel adds to the event and the ``trust`` field
-adds to /translate's JSON. p50 over sentences of the median of the repetitions. The first screen is judged
+adds to /translate's JSON; ALTI+ and the step entropies on an OPUS-MT-sized random model (d 512, 6 + 6
+layers, a 58,101-token vocabulary). p50 over sentences of the median of the repetitions. The first screen is judged
 in the process's CPU time: on the shared 2-core machine other processes stretch the wall clock.
 
 The table: each signal's AUROC and precision at 90 % recall per direction, recomputed from the shipped
@@ -73,6 +74,34 @@ def screen(cfg, texts: list[str], reps: int) -> dict:
     return out
 
 
+def marian_sized() -> list[dict]:
+    """Thread CPU ms of ALTI+ and of the step entropies on an OPUS-MT-sized random model (bench.marian):
+    what the signals cost an added OPUS-MT model, 20 -> 20 and 40 -> 40 tokens."""
+    import torch
+
+    from model.attribution import alti_matrices
+    from model.computation import Computation
+    from model.hooks import capture
+    from model.trust_signals import entropies
+    from .marian import build
+    model, _ = build()
+    g, figs = torch.Generator().manual_seed(1), []
+    for n in (20, 40):
+        src, dec = (torch.randint(2, 58000, (1, k), generator=g) for k in (n + 1, n))
+        with torch.inference_mode(), capture(model) as trace:
+            model(src, dec)
+
+        def ent():
+            with torch.inference_mode():
+                entropies(model.logits(trace["decoder.hook_norm"][0]).float().log_softmax(-1))
+        a = statistics.median(_cpu_ms(lambda: alti_matrices(Computation(trace, model))) for _ in range(3))
+        e = statistics.median(_cpu_ms(ent) for _ in range(3))
+        figs += [figure(f"trust.marian{n}.alti_ms", f"OPUS-MT-sized model, {n} → {n} tokens: ALTI+", a, "ms"),
+                 figure(f"trust.marian{n}.entropy_ms", f"OPUS-MT-sized model, {n} → {n} tokens: step entropies", e,
+                        "ms")]
+    return figs
+
+
 def api_bytes(cfg, texts: list[str]) -> list[float]:
     from model.decoding import translate
     from model.trust_signals import trust_report
@@ -124,8 +153,8 @@ def run(cfg) -> dict:
         figure("trust.api.max_kb", "the `trust` field of /translate's JSON: max", api["max"], "kB"),
     ]
     table, summary = table_figures()
-    return entry(figs + table, model=cfg.checkpoint, data=cfg.data, method=__doc__.split("\n\n")[1].replace("\n", " "),
-                 summary=summary)
+    return entry(figs + marian_sized() + table, model=cfg.checkpoint, data=cfg.data,
+                 method=__doc__.split("\n\n")[1].replace("\n", " "), summary=summary)
 
 
 if __name__ == "__main__":

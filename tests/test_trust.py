@@ -196,3 +196,12 @@ def test_failure_rule_and_scores():
     assert ts.precision_at_recall([5, 4, 3, 2, 1, 0], [True, False, True, False, True, False]) == 0.6
     # ties at the threshold are flagged together
     assert ts.precision_at_recall([2, 1, 1, 1], [True, True, False, False]) == 0.5
+
+
+def test_a_forced_run_reads_the_reference(tiny_lm):
+    """Teacher-forced on a reference, Seq-Logprob is minus the mean cross-entropy the forced view shows."""
+    from model.computation import force
+    forced = force(tiny_lm, "haus katze hund", "hund baum auto")
+    sig = signals(tiny_lm, forced.translation)
+    assert sig.seq_logprob == pytest.approx(-float(forced.loss.mean()), abs=1e-5)
+    assert sig.output_tokens == len(forced.target_tokens)
