@@ -310,6 +310,7 @@ class Reading:
     label: str
     value: float
     worse_than: float | None    # percent of validation translations this one looks less trustworthy than
+    shown: str                  # label and value as shown ("Seq-Logprob −0.84 nats")
     sentence: str
     auroc: float | None = None  # how well this signal separated failures on the labelled set
 
@@ -369,7 +370,8 @@ def report(sig: Signals, ref: Reference | None, note: str = "") -> TrustReport:
         worse = ref.worse_than(name, v) if ref is not None else None
         m = ref.measured.get(name) if ref is not None else None
         readings.append(Reading(name=name, label=INFO[name].label, value=v, worse_than=worse,
-                                sentence=_sentence(name, v, worse), auroc=m.auroc if m else None))
+                                shown=f"{INFO[name].label} {_fmt(name, v)}", sentence=_sentence(name, v, worse),
+                                auroc=m.auroc if m else None))
     flagged, flag_sentence = None, ""
     if ref is not None and ref.flag is not None:
         f = ref.flag

@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict
 
 from model.decoding import Translation
-from model.trust_signals import TrustReport, trust_report
+from model.trust_signals import WORRYING, TrustReport, trust_report
 
 from . import calls
 from .present import md_escape
@@ -38,26 +38,38 @@ def report_of(reg_key: str, name: str, tr: Translation) -> TrustReport | None:
         return None
 
 
-def _percent(worse: float | None) -> str:
-    return "" if worse is None else f" · worse than {worse:.0f} % of validation"
+def _short(r) -> str:
+    """One signal in a few words: its value and the percent of validation translations it is worse than."""
+    if r.worse_than is None:
+        return md_escape(r.shown)
+    mark = " ⚠" if r.worse_than > WORRYING else ""
+    return f"{md_escape(r.shown)}: worse than {r.worse_than:.0f} %{mark}"
 
 
 def trust_markdown(rep: TrustReport | None, forced: bool = False) -> str:
-    """The panel: the combined flag where this model has one, one line per signal (its value, where it
-    falls among the validation translations, in one plain sentence), what the guardrails found."""
+    """The panel, small on purpose: the combined flag where this model has one, a count of the unusual
+    signals, each signal in a few words (value, percent of validation translations it is worse than),
+    and, folded, each signal's plain sentence and what the guardrails found."""
     if rep is None:
         return f"{TITLE} The signals could not be computed for this run."
-    lines = [TITLE + (f" {md_escape(rep.flag_sentence)}" if rep.flag_sentence else "")]
+    unusual = [r for r in rep.readings if r.worse_than is not None and r.worse_than > WORRYING]
+    if rep.flag_sentence:
+        head = md_escape(rep.flag_sentence)
+    elif rep.note:
+        head = f"Values only: {md_escape(rep.note)}."
+    else:
+        head = (f"{len(unusual)} of {len(rep.readings)} signals are unusual for this model (worse than "
+                f"{WORRYING:.0f} % of its validation translations)." if unusual else
+                "Every signal is within what this model's validation translations show.")
+    if rep.guardrails:
+        head += f" ⚠ {len(rep.guardrails)} guardrail(s) fired."
+    lines = [f"{TITLE} {head}", " · ".join(_short(r) for r in rep.readings)]
     if forced:
         lines.append(f"*{FORCED_NOTE}*")
-    if rep.note:
-        lines.append(f"*Values only: {md_escape(rep.note)}.*")
-    for r in rep.readings:
-        lines.append(f"- {md_escape(r.sentence)}")
-    for g in rep.guardrails:
-        lines.append(f"- ⚠ {md_escape(g)}")
-    lines.append("*How well each signal separates failed translations: docs/trust.md.*")
-    return "\n".join(lines)
+    details = [f"- {md_escape(r.sentence)}" for r in rep.readings] + [f"- ⚠ {md_escape(g)}" for g in rep.guardrails]
+    details.append("- How well each signal separates failed translations, measured: docs/trust.md.")
+    return "\n\n".join(lines) + "\n\n<details><summary>What each signal says</summary>\n\n" + "\n".join(details) + \
+        "\n\n</details>"
 
 
 def trust_payload(rep: TrustReport | None) -> dict | None:
