@@ -112,7 +112,7 @@ def _trace(lm: LoadedModel, tr: Translation) -> Trace:
     return tr.trace if tr.trace is not None else full_trace(lm, tr.src_ids, tr.output_ids, tr.interventions)
 
 
-def seq_logprob(lm: LoadedModel, tr: Translation, logp: torch.Tensor | None = None) -> float:
+def seq_logprob(tr: Translation, logp: torch.Tensor | None = None) -> float:
     """Mean log-probability of the output tokens: from the step records (the decode's own numbers) where
     the run kept them, else from ``logp`` (T, V), the teacher-forced log-probabilities."""
     if len(tr.steps) == len(tr.output_ids) and tr.steps:
@@ -173,7 +173,7 @@ def signals(lm: LoadedModel, tr: Translation) -> Signals:
     ent = entropies(logp)
     eos_mass, ignored = attention_signals(lm, tr, trace)
     check = check_run(lm, tr)
-    return Signals(seq_logprob=seq_logprob(lm, tr, logp), alti_source_share=alti_source_share(lm, tr, trace),
+    return Signals(seq_logprob=seq_logprob(tr, logp), alti_source_share=alti_source_share(lm, tr, trace),
                    attn_eos=eos_mass, attn_ign_src=ignored,
                    entropy_mean=float(ent.mean()) if len(ent) else math.nan,
                    entropy_max=float(ent.max()) if len(ent) else math.nan,
