@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from model.attribution import attribute, spearman
-from model.decoding import DecodeOptions, translate
+from model.engine.decoding import DecodeOptions, translate
 
 from .common import entry, figure, model, sentences, standalone
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from model.attribution import alti_matrices, attribute
 from model.computation import Computation, force
-from model.decoding import DecodeOptions, translate
+from model.engine.decoding import DecodeOptions, translate
 
 from .common import entry, figure, model, sentences, standalone
 

@@ -16,7 +16,7 @@ import statistics
 import time
 
 from model.contrast import Foil, attribute_contrast
-from model.decoding import DecodeOptions, translate
+from model.engine.decoding import DecodeOptions, translate
 from ui import contrast
 from ui.inside import attribution_payload
 

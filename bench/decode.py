@@ -14,9 +14,10 @@ import statistics
 
 import torch
 
-from model.data import pad_batch
-from model.decoding import DecodeOptions, _decoder_step, prepare_source, translate
-from model.transformer import BOS_ID, EOS_ID, NO_INTERVENTION, KVCache
+from model.engine.data import pad_batch
+from model.engine.decoding import DecodeOptions, decoder_step, prepare_source, translate
+from model.engine.config import BOS_ID, EOS_ID, NO_INTERVENTION
+from model.engine.transformer import KVCache
 
 from .common import entry, figure, interleaved, model, paired_ratio, sentences, standalone, stats
 
@@ -39,7 +40,7 @@ def forced(m, src: torch.Tensor, cached: bool, rows: int = 1) -> torch.Tensor:
     ys = torch.full((memory.size(0), 1), BOS_ID, dtype=torch.long)
     cache = KVCache(len(m.decoder.layers)) if cached else None
     for _ in range(TOKENS):
-        logits = _decoder_step(m, ys, memory, mask, NO_INTERVENTION, cache)
+        logits = decoder_step(m, ys, memory, mask, NO_INTERVENTION, cache)
         logits[:, EOS_ID] = float("-inf")
         ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], 1)
     return ys

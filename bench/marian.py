@@ -29,10 +29,10 @@ import time
 
 import torch
 
-from model.decoding import greedy_batch
-from model.hooks import capture
+from model.engine.decoding import greedy_batch
+from model.engine.hooks import capture
 from model.marian import convert_state_dict, marian_config
-from model.transformer import Transformer
+from model.engine.transformer import Transformer
 
 from .common import interleaved, paired_ratio, stats
 

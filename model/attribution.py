@@ -27,11 +27,11 @@ import torch
 
 from .analysis import rollout_views
 from .computation import Computation
-from .decoding import Translation
-from .names import Kind
-from .results import decoder_input
+from model.engine.decoding import Translation
+from model.engine.names import Kind
+from model.engine.results import decoder_input
 from .postnorm import Decomposed, ln_linear
-from .transformer import Transformer
+from model.engine.transformer import Transformer
 
 METHODS = ("attention", "rollout", "norm", "alti", "grad_input", "integrated_gradients")
 

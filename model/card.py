@@ -17,12 +17,12 @@ from pathlib import Path
 import torch
 
 from .checkpoint import CONFIG, load_checkpoint
-from .data import load_pairs
-from .decoding import DecodeOptions, translate
+from model.training.corpus import load_pairs
+from model.engine.decoding import DecodeOptions, translate
 from .bleu import read_official_refs
 from .evaluate import score
-from .hooks import hook_names
-from .vocab import detokenize
+from model.engine.hooks import hook_names
+from model.engine.vocab import detokenize
 
 LP_GRID = (0.3, 0.6, 1.0)
 

@@ -20,10 +20,12 @@ from typing import Callable
 
 import torch
 
-from .checkpoint import CheckpointError, LoadedModel, ModelSummary, Registry, _load_checked, summarize
+from .checkpoint import CheckpointError, ModelSummary, Registry, _load_checked, summarize
+from model.engine.loaded import LoadedModel
 from .marian import (CONFIG, SMALL_FILES, WEIGHT_FILES, MarianError, hf_model_type, is_marian_folder, languages,
                      looks_like_hub_id, marian_config, read_vocabs)
-from .transformer import Transformer, TransformerConfig
+from model.engine.transformer import Transformer
+from model.engine.config import TransformerConfig
 
 
 @dataclass(frozen=True)

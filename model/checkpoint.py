@@ -18,8 +18,10 @@ import numpy as np
 import torch
 
 from .marian import MarianError, hf_model_type, load_marian, looks_like_hub_id
-from .transformer import Transformer, TransformerConfig, tied_keys
-from .vocab import Vocab, load_vocabs, save_vocabs
+from model.engine.transformer import Transformer, tied_keys
+from model.engine.config import TransformerConfig
+from model.engine.loaded import LoadedModel
+from model.engine.vocab import Vocab, load_vocabs, save_vocabs
 
 CONFIG, WEIGHTS, VOCAB = "config.json", "model.safetensors", "vocab.json"
 WEIGHTS_CONFIG_KEY = "model_config"  # safetensors metadata: the config the weights were saved with
@@ -27,26 +29,6 @@ WEIGHTS_CONFIG_KEY = "model_config"  # safetensors metadata: the config the weig
 
 class CheckpointError(Exception):
     """A checkpoint folder is missing, incomplete, corrupt or does not match its config."""
-
-
-@dataclass
-class LoadedModel:
-    model: Transformer
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    src_lang: str
-    tgt_lang: str
-    path: Path | None = None
-    meta: dict = field(default_factory=dict)  # everything in config.json beside the model config
-    metrics: dict = field(default_factory=dict)  # metrics.json of the model card, if present
-
-    @property
-    def name(self) -> str:
-        return f"{self.src_lang}-{self.tgt_lang}"
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
 
 
 def state_dict_for_save(model: Transformer, dtype=torch.float16) -> dict[str, torch.Tensor]:

@@ -5,7 +5,8 @@ import sys
 
 import torch
 
-from .checkpoint import CheckpointError, LoadedModel, load_checkpoint
+from .checkpoint import CheckpointError, load_checkpoint
+from model.engine.loaded import LoadedModel
 
 
 def pick_device(name: str = "auto") -> str:

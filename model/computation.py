@@ -14,13 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checkpoint import LoadedModel
-from .decoding import full_trace, generable, prepare_source, start_token
-from .hooks import Trace
-from .names import CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
+from model.engine.loaded import LoadedModel
+from model.engine.decoding import full_trace, generable, prepare_source, start_token
+from model.engine.hooks import Trace
+from model.engine.names import CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
 from .postnorm import SUBLAYERS, Decomposed, ln_linear
-from .results import StepRecord, Translation
-from .transformer import NO_INTERVENTION, Interventions, Transformer
+from model.engine.results import StepRecord, Translation
+from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.transformer import Transformer
 
 @dataclass
 class HeadComputation:

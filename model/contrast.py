@@ -22,9 +22,9 @@ import torch
 
 from .attribution import (IG_ATOL, IG_MAX_STEPS, IG_START, Attribution, Gradients, IntegratedGradients, attribute,
                           encode_embedded, side_gradients)
-from .decoding import Translation
-from .results import decoder_input
-from .transformer import Transformer
+from model.engine.decoding import Translation
+from model.engine.results import decoder_input
+from model.engine.transformer import Transformer
 
 PROB_ATOL = 1e-4        # completeness floor for a probability difference (probability units, not nats)
 LOG_PROB = "log p(token)"

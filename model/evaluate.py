@@ -12,8 +12,8 @@ import time
 
 from .cli_common import load_or_exit
 from .bleu import read_official_refs, sacre_bleu, tokenized_bleu
-from .data import MULTI30K_URL, load_pairs
-from .decoding import translate_batch
+from model.training.corpus import MULTI30K_URL, load_pairs
+from model.engine.decoding import translate_batch
 
 
 def score(hyps: list[str], refs: list[str], lang: str | None = None, tok_refs: list[str] | None = None) -> dict:

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from .transformer import Transformer, TransformerConfig, tied_keys
-from .vocab import WORD_START, SubwordVocab, piece_word_spans
+from model.engine.transformer import Transformer, tied_keys
+from model.engine.config import TransformerConfig
+from model.engine.vocab import WORD_START, SubwordVocab, piece_word_spans
 
 CONFIG, SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB = ("config.json", "source.spm", "target.spm", "vocab.json",
                                                        "target_vocab.json")

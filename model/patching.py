@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .data import pad_batch
-from .decoding import DecodeOptions, greedy_batch, source_ids
-from .names import ATTN_KINDS, CROSS, Kind, hook_name
-from .results import decoder_input
-from .transformer import Transformer
+from model.engine.data import pad_batch
+from model.engine.decoding import DecodeOptions, greedy_batch, source_ids
+from model.engine.names import ATTN_KINDS, CROSS, Kind, hook_name
+from model.engine.results import decoder_input
+from model.engine.transformer import Transformer
 
 SITES = ("z", "attn_out", "resid", "cross_kv")
 SITE_LABELS = {"z": "head output (hook_z)", "attn_out": "attention output", "resid": "residual stream",

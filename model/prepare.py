@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from .bleu import official_refs_path
-from .data import MULTI30K_URL, SPLITS, read_split
-from .vocab import SubwordVocab, load_vocabs, save_vocabs
+from model.training.corpus import MULTI30K_URL, SPLITS, read_split
+from model.engine.vocab import SubwordVocab, load_vocabs, save_vocabs
 
 INFO = "prepared.json"
 
@@ -47,7 +47,7 @@ def _unpack(flat: np.ndarray, lens: np.ndarray) -> list[list[int]]:
 
 def prepare(langs: tuple[str, str], data, out, vocab_size: int = 10000, model_type: str = "bpe",
             base_url: str = MULTI30K_URL, vocab_from=None) -> Path:
-    from .vocab import tokenize_corpus
+    from model.engine.vocab import tokenize_corpus
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     words = {(split, lang): tokenize_corpus(read_split(data, split, lang, base_url), lang)

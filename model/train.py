@@ -25,10 +25,13 @@ import torch
 import torch.nn.functional as F
 
 from .bleu import sacre_bleu, tokenized_bleu
-from .checkpoint import WEIGHTS_CONFIG_KEY, LoadedModel, save_checkpoint, state_dict_for_save, tied_keys
-from .data import MULTI30K_URL, load_pairs, pad_batch, token_batches, with_specials
-from .transformer import PAD_ID, Transformer, TransformerConfig
-from .vocab import Vocab, load_vocabs, save_vocabs, tokenize_corpus
+from .checkpoint import WEIGHTS_CONFIG_KEY, save_checkpoint, state_dict_for_save, tied_keys
+from model.engine.loaded import LoadedModel
+from model.training.corpus import MULTI30K_URL, load_pairs
+from model.engine.data import pad_batch, token_batches, with_specials
+from model.engine.config import PAD_ID, TransformerConfig
+from model.engine.transformer import Transformer
+from model.engine.vocab import Vocab, load_vocabs, save_vocabs, tokenize_corpus
 
 STATE, HISTORY, VOCAB = "state.safetensors", "history.json", "vocab.json"
 # Options a resumed run may change; every other option is taken from the saved state.
@@ -247,7 +250,7 @@ def validation_loss(model, batches, src_ids, tgt_ids, device) -> float:
 
 def bleu(lm: LoadedModel, split: Split, beam: int = 1, batch_size: int = 64) -> dict:
     """Detokenized sacreBLEU (cased, lowercased) and tokenized lowercased BLEU of encoded sources."""
-    from .decoding import translate_ids
+    from model.engine.decoding import translate_ids
     hyps = translate_ids(lm, split.src, beam=beam, batch_size=batch_size)
     sb = sacre_bleu(hyps, split.refs)
     tok = tokenized_bleu(hyps, lm.tgt_lang, split.refs, split.tok_refs)

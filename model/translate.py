@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from .cli_common import load_or_exit
-from .decoding import DecodeOptions, translate
+from model.engine.decoding import DecodeOptions, translate
 
 
 def main(argv=None) -> int:

@@ -38,8 +38,8 @@ import numpy as np
 from . import eflomal_ref
 from .align_heads import rank_checkpoints
 from .alignment import Link, Reference, read_pharaoh, reference_path, write_pharaoh
-from .data import read_split
-from .vocab import tokenize_corpus
+from model.training.corpus import read_split
+from model.engine.vocab import tokenize_corpus
 
 NULL = 0           # the NULL word's id on the source side
 P_NULL = 0.08      # fast_align's default probability of a NULL link

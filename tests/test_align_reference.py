@@ -16,7 +16,7 @@ from model.align_sentence import find_val_pair, sentence_ranking, val_reference
 from model.alignment import read_pharaoh, score_corpus, write_pharaoh
 from model.checkpoint import load_checkpoint
 from model.computation import force
-from model.vocab import tokenize
+from model.engine.vocab import tokenize
 from model.wordalign import align_corpus, transpose
 from ui import views
 from ui.align_overlay import NOT_FORCED, overlay_of

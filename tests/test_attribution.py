@@ -7,7 +7,7 @@ import torch
 
 from model.attribution import METHODS, _log_prob, alti_matrices, attribute, gradients, spearman
 from model.computation import Computation, force
-from model.transformer import BOS_ID
+from model.engine.config import BOS_ID
 
 
 @pytest.fixture

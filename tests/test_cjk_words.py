@@ -5,7 +5,7 @@ import io
 import numpy as np
 import pytest
 
-from model.vocab import UNSPACED_NOTE, has_unspaced, is_unspaced, piece_word_spans
+from model.engine.vocab import UNSPACED_NOTE, has_unspaced, is_unspaced, piece_word_spans
 from viz import attention as va
 from viz.common import FONT_FAMILY, MAX_LABEL, message_figure, short
 
@@ -84,7 +84,7 @@ def test_a_chinese_run_says_its_words_are_pieces(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     import tests.test_marian as tm
     from model.checkpoint import load_checkpoint
-    from model.decoding import DecodeOptions, translate
+    from model.engine.decoding import DecodeOptions, translate
     from ui import present, views
     from ui.state import Run
     monkeypatch.setattr(tm, "DE", ZH)  # the source side's SentencePiece model learns Chinese

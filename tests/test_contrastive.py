@@ -15,8 +15,8 @@ from model.checkpoint import load_checkpoint
 from model.computation import force
 from model.contrast import (LOG_PROB, PROB_ATOL, PROB_DIFF, Foil, Target, attribute_contrast, prefix_word_spans,
                             resolve_foil)
-from model.decoding import DecodeOptions, translate
-from model.vocab import Vocab
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.vocab import Vocab
 
 from tests.app_fixtures import named, served
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from model.checkpoint import load_checkpoint
-from model.decoding import DecodeOptions, translate
+from model.engine.decoding import DecodeOptions, translate
 from model.guardrails import Repetition, RunCheck, check_run, repetition
 from ui.present import run_notices
 

@@ -19,7 +19,7 @@ import pytest
 
 from ui import calls, settings
 
-from model import decoding
+from model.engine import decoding
 from gradio_client import Client
 
 import app

@@ -18,8 +18,8 @@ import torch
 transformers = pytest.importorskip("transformers")  # a development requirement: the reference
 
 from model.checkpoint import CheckpointError, load_all, load_checkpoint  # noqa: E402
-from model.decoding import DecodeOptions, beam_search, greedy_batch, translate  # noqa: E402
-from model.hooks import capture  # noqa: E402
+from model.engine.decoding import DecodeOptions, beam_search, greedy_batch, translate  # noqa: E402
+from model.engine.hooks import capture  # noqa: E402
 from model.marian import MarianVocab  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from model import patching as P
-from model.hooks import capture
-from model.names import CROSS, DEC_SELF, ENC_SELF, hook_name
-from model.results import decoder_input
-from model.transformer import Interventions
+from model.engine.hooks import capture
+from model.engine.names import CROSS, DEC_SELF, ENC_SELF, hook_name
+from model.engine.results import decoder_input
+from model.engine.config import Interventions
 
 SRC_A = (2, 5, 6, 7, 8, 3)
 SRC_B = (2, 8, 6, 7, 5, 3)     # two words swapped: the same length
@@ -324,7 +324,7 @@ def test_api_patch_refuses_mismatched_lengths_clearly(app):
 
 
 def test_the_pair_decoded_in_one_batch_equals_two_greedy_decodes(tiny_lm):
-    from model.decoding import DecodeOptions, translate
+    from model.engine.decoding import DecodeOptions, translate
     a, b = P.decode_pair(tiny_lm, "hund ball katze rot", "katze")
     for run, text in ((a, "hund ball katze rot"), (b, "katze")):
         tr = translate(tiny_lm, text, DecodeOptions(record=False, replace_unk=False, trace=False))

@@ -222,7 +222,7 @@ def test_one_heads_norm_view_says_it_is_the_attention_term_alone(lm, forced):
 
 
 def test_ablated_heads_add_nothing_to_the_decompositions(lm):
-    from model.transformer import Interventions
+    from model.engine.config import Interventions
     iv = Interventions(ablate_heads=frozenset({("encoder.self_attn", 0, 1), ("decoder.cross_attn", 1, 0)}))
     tr = force(lm, PROBES[1], EN[1], iv).translation
     comp = Computation(tr.trace, lm.model, tr.interventions)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from model.checkpoint import find_checkpoints, load_checkpoint
-from model.decoding import DecodeOptions, translate
-from model.transformer import TransformerConfig
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.config import TransformerConfig
 
 ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 SHIPPED = find_checkpoints(ROOT)
@@ -77,7 +77,7 @@ def test_header_names_the_headline_metric_in_words(path):
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_word_order_preset_changes_the_translation(path):
     """The preset's sentence: switching the positional encoding off changes the greedy translation."""
-    from model.transformer import Interventions
+    from model.engine.config import Interventions
     from ui.payload import WORD_ORDER
     lm = load_checkpoint(path)
     demo = WORD_ORDER[lm.name]

@@ -12,14 +12,15 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from model.analysis import pool_words
+from model.engine.results import pool_words
 from model.bleu import moses_tokenize, tokenized_bleu
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from model.decoding import DecodeOptions, translate, translate_batch
-from model.transformer import Transformer, TransformerConfig
-from model.vocab import SubwordVocab, tokenize, tokenize_corpus
+from model.engine.decoding import DecodeOptions, translate, translate_batch
+from model.engine.transformer import Transformer
+from model.engine.config import TransformerConfig
+from model.engine.vocab import SubwordVocab, tokenize, tokenize_corpus
 from tests.app_fixtures import SENTENCES, make_checkpoint
-from model import decoding
+from model.engine import decoding
 from ui import payload
 from model import analysis, readouts
 from ui import state
@@ -239,7 +240,7 @@ def test_norm_weights_and_attribution_follow_the_units(tmp_path, sv):
 
 def test_compare_and_profiles_read_as_words(tmp_path, sv):
     """Compare maps and head profiles of a subword model are over words; rows still sum to 1."""
-    from model.transformer import Interventions
+    from model.engine.config import Interventions
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     text = "Ein Feuerwehrmann fährt."
     base = translate(lm, text, DecodeOptions(max_len=5))

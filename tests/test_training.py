@@ -19,10 +19,11 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from model.checkpoint import load_checkpoint
-from model.data import ensure_file, load_pairs, token_batches, with_specials
-from model.decoding import translate_batch
+from model.training.corpus import ensure_file, load_pairs
+from model.engine.data import token_batches, with_specials
+from model.engine.decoding import translate_batch
 from model.train import lr_at, main
-from model.vocab import load_vocabs, tokenize_corpus
+from model.engine.vocab import load_vocabs, tokenize_corpus
 
 from tests.app_fixtures import free_port
 

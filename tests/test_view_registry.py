@@ -8,8 +8,8 @@ from dataclasses import fields, replace
 
 import pytest
 
-from model.decoding import DecodeOptions, translate
-from model.transformer import CROSS, ENC_SELF
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.transformer import CROSS, ENC_SELF
 from ui.state import SUBVIEWS, Run, Selection
 from ui.views import REGISTRY, stamp_of
 

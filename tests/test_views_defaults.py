@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from model.decoding import DecodeOptions, translate
-from model.transformer import CROSS, DEC_SELF, ENC_SELF
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.transformer import CROSS, DEC_SELF, ENC_SELF
 from ui import inside, views
 from ui.state import Run
 

@@ -17,7 +17,7 @@ import numpy as np
 from model.align_heads import HeadRanking, ranking_for
 from model.align_sentence import ValReference, sentence_ranking, val_reference
 from model.alignment import reference_path
-from model.names import CROSS
+from model.engine.names import CROSS
 from viz.align_rank import aer_grid
 
 from . import calls, views

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from model.align_heads import _specials
 from model.align_sentence import find_val_pair
-from model.vocab import tokenize
+from model.engine.vocab import tokenize
 
 from . import calls
 from .state import Run

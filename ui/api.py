@@ -6,15 +6,15 @@ from dataclasses import asdict
 
 import gradio as gr
 
-from model.branching import branch_of, parse_prefix
+from model.engine.branching import branch_of, parse_prefix
 from model.contrast import resolve_foil
 from pathlib import Path
 
 from model import catalog
 from model.checkpoint import CheckpointError
-from model.decoding import DecodeOptions
-from model.names import CROSS, Kind
-from model.transformer import PreNormOnly
+from model.engine.decoding import DecodeOptions
+from model.engine.names import CROSS, Kind
+from model.engine.config import PreNormOnly
 
 from model.patching import PatchRequest
 

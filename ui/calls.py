@@ -18,18 +18,18 @@ import threading
 import time
 from pathlib import Path
 
-from model import decoding
+from model.engine import decoding
 from model.analysis import ProfileRow
-from model.batching import MicroBatcher, batchable, translate_many
+from model.engine.batching import MicroBatcher, batchable, translate_many
 from model.readouts import average_head_profiles
 from model import catalog
 from model.checkpoint import CheckpointError, Registry, load_all
 from model.computation import Forced, force
 from model.contrast import Contrast, Foil, attribute_contrast
-from model.decoding import DecodeOptions, Translation, full_trace, hypothesis
-from model.hooks import Trace
+from model.engine.decoding import DecodeOptions, Translation, full_trace, hypothesis
+from model.engine.hooks import Trace
 from model.patching import ActivationMeans, PatchBench, PatchRequest, patch_bench, validation_means
-from model.transformer import NO_INTERVENTION, Interventions
+from model.engine.config import NO_INTERVENTION, Interventions
 
 from . import settings
 from .cache import ResultCache

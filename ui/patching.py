@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from model.decoding import DecodeOptions
+from model.engine.decoding import DecodeOptions
 from model.patching import PatchBench, PatchError, PatchRequest
 from viz import patching as v_patch
 

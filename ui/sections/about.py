@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 from model import catalog
 from model.checkpoint import Registry
-from model.hooks import hook_names
+from model.engine.hooks import hook_names
 
 from ..present import direction_label, md_escape
 

@@ -11,8 +11,8 @@ import gradio as gr
 
 from model import analysis as an
 from model import readouts
-from model.branching import describe
-from model.transformer import ENC_SELF
+from model.engine.branching import describe
+from model.engine.transformer import ENC_SELF
 from viz import export as v_export
 from viz import profiles as v_prof
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from model.transformer import CROSS
+from model.engine.transformer import CROSS
 
 from ..present import KIND_LABELS, header_markdown
 from ..state import ModelShape, link_url

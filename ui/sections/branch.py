@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from model import branching
+from model.engine import branching
 
 from ..present import md_escape
 from ..state import Run, RunInputs, Toggles

@@ -10,8 +10,9 @@ from typing import Callable
 
 import gradio as gr
 
-from model.decoding import prepare_source
-from model.transformer import CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION
+from model.engine.decoding import prepare_source
+from model.engine.transformer import CROSS, DEC_SELF, ENC_SELF
+from model.engine.config import NO_INTERVENTION
 
 from .. import calls, views
 from ..payload import word_order_demo

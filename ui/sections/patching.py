@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from model.names import CROSS
+from model.engine.names import CROSS
 from model.patching import RESID_POINTS, PatchError, PatchRequest
 
 from .. import patching, views, whatif

@@ -9,10 +9,10 @@ from dataclasses import dataclass, replace
 import gradio as gr
 
 from model import catalog
-from model.branching import describe
+from model.engine.branching import describe
 from model.checkpoint import CheckpointError
-from model.decoding import DecodeOptions, check_prefix
-from model.transformer import CROSS
+from model.engine.decoding import DecodeOptions, check_prefix
+from model.engine.transformer import CROSS
 
 from .. import calls, inside, views, whatif
 from ..payload import examples_for

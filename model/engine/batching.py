@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
 from . import decoding
-from .beam_batch import Search, beam_search_many
-from .checkpoint import LoadedModel
+from .search import Search, beam_search_many
+from .loaded import LoadedModel
 from .decoding import DecodeOptions, Translation, records_during_decode, source_ids
-from .transformer import NO_INTERVENTION, Interventions
+from .config import NO_INTERVENTION, Interventions
 
 
 def batchable(opts: DecodeOptions, iv: Interventions) -> bool:
