@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from model.attribution import IG_START, _log_prob, attribute, gradients
-from model.checkpoint import load_checkpoint
+from model.families.ours import load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.transformer import ATTN_KINDS
 from model.engine.config import BOS_ID

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.checkpoint import load_checkpoint
+from model.families.ours import load_checkpoint
 from model.engine.data import head_lines
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.checkpoint import load_checkpoint
+from model.families.ours import load_checkpoint
 from model.engine.data import pad_batch, with_specials
 from model.engine.decoding import beam_search, greedy_batch
 from model.engine.hooks import capture

@@ -31,7 +31,7 @@ import torch
 
 from model.engine.decoding import greedy_batch
 from model.engine.hooks import capture
-from model.marian import convert_state_dict, marian_config
+from model.families.marian import convert_state_dict, marian_config
 from model.engine.transformer import Transformer
 
 from .common import interleaved, paired_ratio, stats

@@ -27,7 +27,7 @@ import torch
 from .alignment import (Counts, Reference, counts_of, hard_links, link_counts, pool_matrices, read_pharaoh,
                         reference_path)
 from .analysis import encoder_rollout
-from .checkpoint import WEIGHTS, load_all
+from model.families.ours import WEIGHTS, load_all
 from model.engine.loaded import LoadedModel
 from model.engine.data import pad_batch
 from model.training.corpus import read_split

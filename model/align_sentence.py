@@ -16,7 +16,7 @@ import torch
 from .align_heads import (VARIANTS, HeadRanking, _batch_patterns, _entries, prepare, rank, sentence_counts, sha256,
                           val_texts)
 from .alignment import Reference, read_pharaoh, reference_path
-from .checkpoint import WEIGHTS
+from model.families.ours import WEIGHTS
 from model.engine.loaded import LoadedModel
 
 

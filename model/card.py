@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import CONFIG, load_checkpoint
+from model.families.ours import CONFIG, load_checkpoint
 from model.training.corpus import load_pairs
 from model.engine.decoding import DecodeOptions, translate
 from .bleu import read_official_refs

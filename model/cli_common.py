@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from .checkpoint import CheckpointError, load_checkpoint
+from model.families.ours import CheckpointError, load_checkpoint
 from model.engine.loaded import LoadedModel
 
 

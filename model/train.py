@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .bleu import sacre_bleu, tokenized_bleu
-from .checkpoint import WEIGHTS_CONFIG_KEY, save_checkpoint, state_dict_for_save, tied_keys
+from model.families.ours import WEIGHTS_CONFIG_KEY, save_checkpoint, state_dict_for_save, tied_keys
 from model.engine.loaded import LoadedModel
 from model.training.corpus import MULTI30K_URL, load_pairs
 from model.engine.data import pad_batch, token_batches, with_specials

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from model.checkpoint import save_checkpoint
+from model.families.ours import save_checkpoint
 from model.engine.transformer import Transformer
 from model.engine.config import TransformerConfig
 from model.engine.vocab import Vocab, tokenize

@@ -14,7 +14,7 @@ from model import eflomal_ref, wordalign
 from model.align_heads import rank_heads
 from model.align_sentence import find_val_pair, sentence_ranking, val_reference
 from model.alignment import read_pharaoh, score_corpus, write_pharaoh
-from model.checkpoint import load_checkpoint
+from model.families.ours import load_checkpoint
 from model.computation import force
 from model.engine.vocab import tokenize
 from model.wordalign import align_corpus, transpose

@@ -12,7 +12,7 @@ import pytest
 import sacrebleu
 import torch
 
-from model.checkpoint import CheckpointError, find_checkpoints, load_checkpoint, save_checkpoint
+from model.families.ours import CheckpointError, find_checkpoints, load_checkpoint, save_checkpoint
 from model.cli_common import load_or_exit
 from model.engine.config import BOS_ID, EOS_ID, PAD_ID
 from model.engine.transformer import Transformer

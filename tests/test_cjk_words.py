@@ -51,7 +51,7 @@ def test_digits_latin_words_and_specials_beside_chinese(sp):
 
 
 def test_marian_vocab_joins_chinese_pieces_into_piece_words(sp):
-    from model.marian import MarianVocab
+    from model.families.marian import MarianVocab
     itos = ["</s>", "<unk>"] + [sp.id_to_piece(i) for i in range(3, sp.get_piece_size())] + ["<pad>"]
     vocab = MarianVocab(itos, sp.serialized_model_proto())
     tokens = vocab.tokens(ZH[1]) + ["</s>"]
@@ -83,7 +83,7 @@ def test_fonts_render_chinese():
 def test_a_chinese_run_says_its_words_are_pieces(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     import tests.test_marian as tm
-    from model.checkpoint import load_checkpoint
+    from model.families.ours import load_checkpoint
     from model.engine.decoding import DecodeOptions, translate
     from ui import present, views
     from ui.state import Run

@@ -11,7 +11,7 @@ import torch
 from gradio_client import Client
 
 from model.attribution import attribute
-from model.checkpoint import load_checkpoint
+from model.families.ours import load_checkpoint
 from model.computation import force
 from model.contrast import (LOG_PROB, PROB_ATOL, PROB_DIFF, Foil, Target, attribute_contrast, prefix_word_spans,
                             resolve_foil)

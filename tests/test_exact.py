@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from model.attribution import IG_ATOL, IG_RTOL, attribute, integrated_gradients
-from model.checkpoint import load_checkpoint
+from model.families.ours import load_checkpoint
 from model.computation import Computation, force
 from model.engine.decoding import DecodeOptions, translate
 from ui import inside

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from model.checkpoint import load_checkpoint
+from model.families.ours import load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.guardrails import Repetition, RunCheck, check_run, repetition
 from ui.present import run_notices

@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("transformers")
 
 from model.attribution import _shares, alti_matrices, attention_block, attribute, cross_norms  # noqa: E402
-from model.checkpoint import load_checkpoint  # noqa: E402
+from model.families.ours import load_checkpoint  # noqa: E402
 from model.computation import Computation, force  # noqa: E402
 from model.postnorm import SUBLAYERS, layer_norm64, ln_linear  # noqa: E402
 from tests.test_marian import EN, PROBES, build_marian  # noqa: E402
@@ -193,7 +193,7 @@ def test_logit_lens_is_the_models_own_mapping_layer_by_layer(lm, marian_dir, for
 
 
 def test_the_positional_views_name_marians_sin_then_cos_halves(lm):
-    from model.checkpoint import Registry
+    from model.families.ours import Registry
     from ui import views
     reg = Registry(models={"de-en": lm}, pe={"de-en": lm.model.encoder.pe.detach().numpy().copy()})
     heat, curves, _, compared = views.positional_figures(reg, "de-en", 16, "0, 1, 20")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from model.checkpoint import find_checkpoints, load_checkpoint
+from model.families.ours import find_checkpoints, load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.config import TransformerConfig
 
@@ -68,7 +68,7 @@ def test_shipped_card_matches_checkpoint(path):
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_header_names_the_headline_metric_in_words(path):
-    from model.checkpoint import headline_bleu
+    from model.families.catalog import headline_bleu
     lm = load_checkpoint(path)
     tok = lm.metrics["bleu"]["test_2016_flickr"][f"beam{lm.metrics['beam']}"]["tokenized"]["bleu"]
     assert headline_bleu(lm.metrics) == (tok, f"test, beam {lm.metrics['beam']}, tokenized lowercased")

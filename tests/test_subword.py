@@ -14,7 +14,7 @@ from safetensors import safe_open
 
 from model.engine.results import pool_words
 from model.bleu import moses_tokenize, tokenized_bleu
-from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from model.families.ours import CheckpointError, load_checkpoint, save_checkpoint
 from model.engine.decoding import DecodeOptions, translate, translate_batch
 from model.engine.transformer import Transformer
 from model.engine.config import TransformerConfig

@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from model.checkpoint import load_checkpoint
+from model.families.ours import load_checkpoint
 from model.training.corpus import ensure_file, load_pairs
 from model.engine.data import token_batches, with_specials
 from model.engine.decoding import translate_batch

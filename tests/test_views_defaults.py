@@ -36,7 +36,7 @@ def test_logit_lens_says_why_layer_0_names_its_input(run, tiny_lm):
 
 
 def test_changing_direction_says_translate_is_needed(tiny_lm):
-    from model.checkpoint import Registry
+    from model.families.ours import Registry
     from ui.present import direction_hint
     reg = Registry({"de-en": tiny_lm, "en-de": tiny_lm})
     hint = direction_hint("de-en", "en-de", reg)

@@ -18,7 +18,7 @@ import pytest
 from model.align_heads import (HeadRanking, _Item, heads_path, load_ranking, rank_heads, ranking_for, save_ranking,
                                sentence_counts, sha256)
 from model.alignment import Counts, Reference, counts_of, parse_pharaoh, read_pharaoh, score, score_corpus
-from model.checkpoint import WEIGHTS, find_checkpoints, load_checkpoint
+from model.families.ours import WEIGHTS, find_checkpoints, load_checkpoint
 from model.engine.vocab import tokenize
 from model.wordalign import align_corpus, build_references, grow_diag_final_and, symmetrise, transpose
 from viz.align_rank import aer_grid

@@ -10,8 +10,8 @@ from model.engine.branching import branch_of, parse_prefix
 from model.contrast import resolve_foil
 from pathlib import Path
 
-from model import catalog
-from model.checkpoint import CheckpointError
+from model.families import catalog
+from model.families.ours import CheckpointError
 from model.engine.decoding import DecodeOptions
 from model.engine.names import CROSS, Kind
 from model.engine.config import PreNormOnly

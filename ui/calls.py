@@ -22,8 +22,8 @@ from model.engine import decoding
 from model.analysis import ProfileRow
 from model.engine.batching import MicroBatcher, batchable, translate_many
 from model.readouts import average_head_profiles
-from model import catalog
-from model.checkpoint import CheckpointError, Registry, load_all
+from model.families import catalog
+from model.families.ours import CheckpointError, Registry, load_all
 from model.computation import Forced, force
 from model.contrast import Contrast, Foil, attribute_contrast
 from model.engine.decoding import DecodeOptions, Translation, full_trace, hypothesis

@@ -9,9 +9,10 @@ import unicodedata
 
 import numpy as np
 
-from model import catalog
+from model.families import catalog
 from model.engine.loaded import LoadedModel
-from model.checkpoint import Registry, device_label
+from model.families.ours import Registry
+from model.families.catalog import device_label
 from model.guardrails import check_run
 from model.engine.decoding import Translation
 from model.engine.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind

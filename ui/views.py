@@ -13,8 +13,9 @@ from typing import Callable
 import numpy as np
 
 from model import analysis as an
-from model import catalog, readouts
-from model.checkpoint import Registry
+from model.families import catalog
+from model import readouts
+from model.families.ours import Registry
 from model.engine.decoding import mask_preview, not_padding
 from model.engine.results import decoder_input, pool_words
 from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF

@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from model import catalog
+from model.families import catalog
 from model.engine.branching import describe
-from model.checkpoint import CheckpointError
+from model.families.ours import CheckpointError
 from model.engine.decoding import DecodeOptions, check_prefix
 from model.engine.transformer import CROSS
 
