@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.attribution import attribute, spearman
+from model.analysis.attribution import attribute, spearman
 from model.engine.decoding import DecodeOptions, translate
 
 from .common import entry, figure, model, sentences, standalone

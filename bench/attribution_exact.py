@@ -20,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from model.attribution import IG_START, _log_prob, attribute, gradients
+from model.analysis.attribution import IG_START, _log_prob, attribute, gradients
 from model.families.ours import load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.transformer import ATTN_KINDS

@@ -54,8 +54,8 @@ def timed(fn, reps: int = 3) -> float:
 
 
 def work(lm, sentences: list[str]) -> dict:
-    from model.analysis import average_head_profiles
-    from model.attribution import attribute
+    from model.analysis.profiles import average_head_profiles
+    from model.analysis.attribution import attribute
     from model.engine.decoding import DecodeOptions, translate
     tr = translate(lm, sentences[0], DecodeOptions())
     pos = len(tr.output_ids) // 2

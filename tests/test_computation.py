@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.computation import Computation, force, force_ids, hook_name
+from model.analysis.computation import Computation, force, force_ids, hook_name
 from model.engine.decoding import DecodeOptions, beam_search, generable, translate
 from model.engine.hooks import capture
 from model.engine.config import BOS_ID, EOS_ID, PAD_ID

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from model.attribution import IG_ATOL, IG_RTOL, attribute, integrated_gradients
+from model.analysis.attribution import IG_ATOL, IG_RTOL, attribute, integrated_gradients
 from model.families.ours import load_checkpoint
-from model.computation import Computation, force
+from model.analysis.computation import Computation, force
 from model.engine.decoding import DecodeOptions, translate
 from ui import inside
 from ui.payload import numbers

@@ -12,8 +12,8 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from model import analysis as an
-from model import readouts
+from model.analysis import profiles as an
+from model.analysis import readouts
 from model.engine.beams import beam_tree
 from model.engine.names import ATTN_KINDS
 from viz import alignment as v_align

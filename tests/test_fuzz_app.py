@@ -26,7 +26,7 @@ from tests.app_fixtures import SENTENCES, all_strings, make_checkpoint
 from viz.common import esc
 from ui import present
 from ui import payload
-from model import readouts
+from model.analysis import readouts
 from ui import calls
 from ui import state
 from ui import views

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from model import analysis as an
-from model import readouts
+from model.analysis import profiles as an
+from model.analysis import readouts
 from model.engine.names import ATTN_KINDS
 from viz import attention as va
 from viz import profiles as vp

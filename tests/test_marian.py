@@ -340,8 +340,8 @@ def test_hub_id_loads_from_a_prefilled_cache_offline(marian_dir, lm, tmp_path):
 # --------------------------------------------------------------------------- the views on a post-norm model
 
 def test_views_derived_for_pre_norm_use_their_post_norm_forms_and_the_others_stay_true(lm):
-    from model.attribution import alti_matrices
-    from model.computation import Computation, force
+    from model.analysis.attribution import alti_matrices
+    from model.analysis.computation import Computation, force
     fo = force(lm, PROBES[0], EN[0])
     tr = fo.translation
     assert tr.src_ids[-1] == lm.model.cfg.eos_id and tr.decoder_input_tokens[0] == "<pad>"

@@ -7,10 +7,10 @@ import torch
 
 pytest.importorskip("transformers")
 
-from model.attribution import _shares, alti_matrices, attention_block, attribute, cross_norms  # noqa: E402
+from model.analysis.attribution import _shares, alti_matrices, attention_block, attribute, cross_norms  # noqa: E402
 from model.families.ours import load_checkpoint  # noqa: E402
-from model.computation import Computation, force  # noqa: E402
-from model.postnorm import SUBLAYERS, layer_norm64, ln_linear  # noqa: E402
+from model.analysis.computation import Computation, force  # noqa: E402
+from model.analysis.postnorm import SUBLAYERS, layer_norm64, ln_linear  # noqa: E402
 from tests.test_marian import EN, PROBES, build_marian  # noqa: E402
 
 
@@ -135,7 +135,7 @@ def test_post_ln_alti_equals_a_brute_force_computation(comp, lm, forced):
     # the LayerNorm matters: the pre-norm formula (no norm) gives other shares on this model
     d = attention_block(comp, "encoder.self_attn", 0)
     x = comp.get("resid_pre", "encoder", 0)[0].double()
-    from model.attribution import _token_terms
+    from model.analysis.attribution import _token_terms
     terms, y = _token_terms(comp, "encoder.self_attn", 0)
     terms[torch.arange(len(x)), torch.arange(len(x))] += x
     assert not np.allclose(_shares(terms, y + x).numpy(), _shares(d.terms, d.output).numpy(), atol=1e-3)

@@ -22,7 +22,7 @@ from model.engine.vocab import SubwordVocab, tokenize, tokenize_corpus
 from tests.app_fixtures import SENTENCES, make_checkpoint
 from model.engine import decoding
 from ui import payload
-from model import analysis, readouts
+from model.analysis import profiles as analysis, readouts
 from ui import state
 from ui import views
 
@@ -222,7 +222,7 @@ def test_attention_view_reads_as_words_by_default(tmp_path, sv):
 
 def test_norm_weights_and_attribution_follow_the_units(tmp_path, sv):
     """Computation's attention-like views pool pieces into words when Units says words."""
-    from model.attribution import attribute
+    from model.analysis.attribution import attribute
     from ui import inside
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(max_len=5))

@@ -7,7 +7,7 @@ from dataclasses import asdict
 import gradio as gr
 
 from model.engine.branching import branch_of, parse_prefix
-from model.contrast import resolve_foil
+from model.analysis.contrast import resolve_foil
 from pathlib import Path
 
 from model.families import catalog
@@ -16,7 +16,7 @@ from model.engine.decoding import DecodeOptions
 from model.engine.names import CROSS, Kind
 from model.engine.config import PreNormOnly
 
-from model.patching import PatchRequest
+from model.analysis.patching_bench import PatchRequest
 
 from . import calls, contrast, patching
 from .inside import attribution_payload

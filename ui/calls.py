@@ -19,16 +19,17 @@ import time
 from pathlib import Path
 
 from model.engine import decoding
-from model.analysis import ProfileRow
+from model.analysis.profiles import ProfileRow
 from model.engine.batching import MicroBatcher, batchable, translate_many
-from model.readouts import average_head_profiles
+from model.analysis.readouts import average_head_profiles
 from model.families import catalog
 from model.families.ours import CheckpointError, Registry, load_all
-from model.computation import Forced, force
-from model.contrast import Contrast, Foil, attribute_contrast
+from model.analysis.computation import Forced, force
+from model.analysis.contrast import Contrast, Foil, attribute_contrast
 from model.engine.decoding import DecodeOptions, Translation, full_trace, hypothesis
 from model.engine.hooks import Trace
-from model.patching import ActivationMeans, PatchBench, PatchRequest, patch_bench, validation_means
+from model.analysis.patching import ActivationMeans
+from model.analysis.patching_bench import PatchBench, PatchRequest, patch_bench, validation_means
 from model.engine.config import NO_INTERVENTION, Interventions
 
 from . import settings

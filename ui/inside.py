@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.attribution import IG_MAX_STEPS, METHODS, Attribution
-from model.computation import Computation, Forced
+from model.analysis.attribution import IG_MAX_STEPS, METHODS, Attribution
+from model.analysis.computation import Computation, Forced
 from model.engine.results import pool_words
 from model.engine.transformer import ENC_SELF
 from viz import computation as vc

@@ -7,7 +7,8 @@ import re
 import numpy as np
 
 from model.engine.decoding import DecodeOptions
-from model.patching import PatchBench, PatchError, PatchRequest
+from model.analysis.patching_bench import PatchBench, PatchRequest
+from model.analysis.patching import PatchError
 from viz import patching as v_patch
 
 from . import calls

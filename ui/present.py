@@ -13,7 +13,7 @@ from model.families import catalog
 from model.engine.loaded import LoadedModel
 from model.families.ours import Registry
 from model.families.catalog import device_label
-from model.guardrails import check_run
+from model.analysis.guardrails import check_run
 from model.engine.decoding import Translation
 from model.engine.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
 from model.engine.config import Interventions

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from urllib.parse import urlencode
 
 from model.engine.beams import BeamTree
-from model.computation import Forced
+from model.analysis.computation import Forced
 from model.engine.decoding import Translation
 from model.engine.hooks import Trace
 from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, canonical_kind
@@ -361,7 +361,7 @@ def whatif_query(w: WhatIf) -> dict[str, str]:
 
 
 def _patch_link(r: _Reader, shape: ModelShape | None) -> PatchLink | None:
-    from model.patching import ABLATIONS, RESID_POINTS, SITES
+    from model.analysis.patching import ABLATIONS, RESID_POINTS, SITES
     a, b = (str(r.params.get(k) or "").strip() for k in ("pa", "pb"))
     if not any(k in r.params for k in _PATCH_KEYS):
         return None

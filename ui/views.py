@@ -12,9 +12,9 @@ from typing import Callable
 
 import numpy as np
 
-from model import analysis as an
+from model.analysis import profiles as an
 from model.families import catalog
-from model import readouts
+from model.analysis import readouts
 from model.families.ours import Registry
 from model.engine.decoding import mask_preview, not_padding
 from model.engine.results import decoder_input, pool_words

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from model import analysis as an
-from model import readouts
+from model.analysis import profiles as an
+from model.analysis import readouts
 from model.engine.branching import describe
 from model.engine.transformer import ENC_SELF
 from viz import export as v_export

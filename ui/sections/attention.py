@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from model import analysis as an
+from model.analysis import profiles as an
 
 from .. import align_overlay, views
 from ..state import ModelShape, Selection

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from model.attribution import IG_START, METHODS
-from model.contrast import resolve_foil
+from model.analysis.attribution import IG_START, METHODS
+from model.analysis.contrast import resolve_foil
 
 from .. import calls, contrast, inside, views
 from ..payload import reference_pairs

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from model import readouts
+from model.analysis import readouts
 from viz import beam as v_beam
 
 from .. import calls, views

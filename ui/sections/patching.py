@@ -6,7 +6,8 @@ from __future__ import annotations
 import gradio as gr
 
 from model.engine.names import CROSS
-from model.patching import RESID_POINTS, PatchError, PatchRequest
+from model.analysis.patching import RESID_POINTS, PatchError
+from model.analysis.patching_bench import PatchRequest
 
 from .. import patching, views, whatif
 from ..api import Api

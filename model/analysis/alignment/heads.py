@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .alignment import (Counts, Reference, counts_of, hard_links, link_counts, pool_matrices, read_pharaoh,
+from .reference import (Counts, Reference, counts_of, hard_links, link_counts, pool_matrices, read_pharaoh,
                         reference_path)
-from .analysis import encoder_rollout
+from model.analysis.profiles import encoder_rollout
 from model.families.ours import WEIGHTS, load_all
 from model.engine.loaded import LoadedModel
 from model.engine.data import pad_batch

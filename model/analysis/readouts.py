@@ -6,7 +6,7 @@ import contextlib
 import numpy as np
 
 from model.engine.beams import BeamTree, beam_tree
-from .analysis import (Profiles, ProfileRow, RolloutViews, alignment_weights, average_profiles, head_profile,
+from .profiles import (Profiles, ProfileRow, RolloutViews, alignment_weights, average_profiles, head_profile,
                        profiles_table, rollout_views)
 from model.engine.loaded import LoadedModel
 from model.engine.decoding import DecodeOptions, translate

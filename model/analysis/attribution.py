@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from .analysis import rollout_views
+from .profiles import rollout_views
 from .computation import Computation
 from model.engine.decoding import Translation
 from model.engine.names import Kind
