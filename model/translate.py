@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli_common import load_or_exit
+from model.training.cli_common import load_or_exit
 from model.engine.decoding import DecodeOptions, translate
 
 

@@ -78,7 +78,7 @@ def train_flags() -> list[str]:
 @pytest.fixture(scope="session")
 def trained_copy(tmp_path_factory) -> dict:
     """One copy-task model trained in-process with ``model.train.main`` (shared by several tests)."""
-    from model.train import main
+    from model.training.train import main
     root = tmp_path_factory.mktemp("copy")
     splits = _copy_corpus(root / "data")
     torch.manual_seed(0)

@@ -2,7 +2,7 @@
 import json
 import shutil
 
-from model.card import main as card_main
+from model.training.card import main as card_main
 from model.families.ours import load_checkpoint
 
 

@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 
 from model.engine.results import pool_words
-from model.bleu import moses_tokenize, tokenized_bleu
+from model.training.bleu import moses_tokenize, tokenized_bleu
 from model.families.ours import CheckpointError, load_checkpoint, save_checkpoint
 from model.engine.decoding import DecodeOptions, translate, translate_batch
 from model.engine.transformer import Transformer
@@ -146,7 +146,7 @@ def write_tiny_data(root: Path) -> Path:
 
 
 def test_prepare_then_train_without_spacy(tmp_path):
-    from model.prepare import main as prepare_main
+    from model.training.prepare import main as prepare_main
     data = write_tiny_data(tmp_path)
     prep = tmp_path / "prep"
     assert prepare_main(["--langs", "de", "en", "--data", str(data), "--out", str(prep), "--vocab-size", "400"]) == 0

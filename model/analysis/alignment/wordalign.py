@@ -44,7 +44,7 @@ from model.engine.vocab import tokenize_corpus
 NULL = 0           # the NULL word's id on the source side
 P_NULL = 0.08      # fast_align's default probability of a NULL link
 LAMBDA_GRID = np.exp(np.linspace(np.log(0.5), np.log(40.0), 24))
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / "checkpoints" / "alignments"
+DEFAULT_DIR = Path(__file__).resolve().parents[3] / "checkpoints" / "alignments"
 
 
 @dataclass(frozen=True)
