@@ -23,11 +23,11 @@ import time
 import torch
 
 from model.engine.batching import MicroBatcher, translate_many
+from model.engine.config import NO_INTERVENTION
 from model.engine.decoding import (ROW_HOOKS, BeamSearchTrace, BeamStep, DecodeOptions, FinishedHypothesis,
                                    decoder_step, hides_nothing, step_rows, StepData, generable, length_penalty,
                                    translate)
 from model.engine.hooks import capture
-from model.engine.config import NO_INTERVENTION
 from model.engine.transformer import KVCache
 
 from .common import entry, figure, interleaved, model, paired_ratio, sentences, standalone, stats
@@ -37,13 +37,13 @@ OPTIONS = {"translate event": DecodeOptions(beam=BEAM),
            "beam tree": DecodeOptions(beam=BEAM, record=False, trace=False, replace_unk=False)}
 
 
-# Kept on purpose: the previous model.decoding.beam_search (before batched beam search, its candidate loop
-# inlined), the "before" of part 1; it repeats lines of today's model.decoding by design. Not loaded from git
+# Kept on purpose: the previous model.engine.decoding.beam_search (before batched beam search, its candidate loop
+# inlined), the "before" of part 1; it repeats lines of today's model.engine.decoding by design. Not loaded from git
 # history: that needs git and the history where the bench runs, and the old module imported beside the new.
 @torch.inference_mode()
 def previous_beam_search(model, src, beam=4, max_len=100, alpha=0.6, iv=NO_INTERVENTION, record=True,
                          use_cache=True):
-    """model.decoding.beam_search before batched beam search: the reference for the lone path."""
+    """model.engine.decoding.beam_search before batched beam search: the reference for the lone path."""
     device, L = src.device, len(model.decoder.layers)
     src_mask = model.src_mask(src, iv)
     src_mask = None if hides_nothing(src_mask) else src_mask

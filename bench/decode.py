@@ -4,7 +4,7 @@
    (``record=False, trace=False, replace_unk=False``) and with everything (``record=True, trace=True``,
    as the app asks). The four variants are interleaved sentence by sentence; a sentence's latency is the
    median of its repetitions; p50 / p95 over the sentences.
-2. Exactly 30 output tokens: encode, then 30 steps of ``model.decoding._decoder_step`` with a ``KVCache``
+2. Exactly 30 output tokens: encode, then 30 steps of ``model.engine.decoding.decoder_step`` with a ``KVCache``
    or with ``cache=None`` (the prefix recomputed), ``<eos>`` banned so every sentence runs 30 steps. One
    sentence at a time (target: cache ≥ 2× faster), 5 rows as a beam does, and all 20 as one batch.
 """
@@ -14,9 +14,9 @@ import statistics
 
 import torch
 
+from model.engine.config import BOS_ID, EOS_ID, NO_INTERVENTION
 from model.engine.data import pad_batch
 from model.engine.decoding import DecodeOptions, decoder_step, prepare_source, translate
-from model.engine.config import BOS_ID, EOS_ID, NO_INTERVENTION
 from model.engine.transformer import KVCache
 
 from .common import entry, figure, interleaved, model, paired_ratio, sentences, standalone, stats

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from model.engine.config import TransformerConfig
 from model.engine.loaded import LoadedModel
 from model.engine.transformer import Transformer
-from model.engine.config import TransformerConfig
 from model.engine.vocab import SPECIALS, Vocab
 
 WORDS = ("haus", "katze", "hund", "baum", "auto", "ball", "rot", "blau", "gross", "klein")

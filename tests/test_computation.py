@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from model.analysis.computation import Computation, force, force_ids, hook_name
+from model.engine.config import BOS_ID, EOS_ID, PAD_ID
 from model.engine.decoding import DecodeOptions, beam_search, generable, translate
 from model.engine.hooks import capture
-from model.engine.config import BOS_ID, EOS_ID, PAD_ID
 
 KINDS = [("encoder.self_attn", "encoder", "resid_pre", "resid_mid"),
          ("decoder.self_attn", "decoder", "resid_pre", "resid_mid"),

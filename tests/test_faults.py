@@ -23,9 +23,9 @@ import torch
 from gradio_client import Client
 
 import app
-from model.families.ours import load_checkpoint
 from model.engine.decoding import DecodeOptions
 from model.engine.hooks import HookPoint
+from model.families.ours import load_checkpoint
 from tests.app_fixtures import free_port, launch, make_checkpoint, wait_ready
 from model.engine import decoding
 from ui import present

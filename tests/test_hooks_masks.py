@@ -6,10 +6,10 @@ import threading
 import pytest
 import torch
 
+from model.engine.config import BOS_ID, EOS_ID, PAD_ID, Interventions
 from model.engine.decoding import greedy_batch
 from model.engine.hooks import HookPoint, capture, hook_names
 from model.engine.masks import causal_mask, padding_mask, target_mask, to_ignore_mask
-from model.engine.config import BOS_ID, EOS_ID, PAD_ID, Interventions
 from model.engine.transformer import KVCache, sinusoidal_encoding
 
 ATTN_HOOKS = ["hook_q", "hook_k", "hook_v", "hook_scores", "hook_mask", "hook_pattern", "hook_z", "hook_result"]

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+from model.engine.config import BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, Interventions
 from model.engine.hooks import capture
 from model.engine.transformer import ATTN_KINDS, Kind, sinusoidal_encoding
-from model.engine.config import BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, Interventions
 
 SRC = torch.tensor([[BOS_ID, 4, 5, 6, 7, 8, EOS_ID]])
 PADDED = torch.cat([SRC, torch.full((1, 3), PAD_ID)], 1)

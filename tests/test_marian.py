@@ -17,12 +17,12 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # a development requirement: the reference
 
-from model.families.ours import CheckpointError, load_all, load_checkpoint, save_checkpoint  # noqa: E402
+from model import families  # noqa: E402
 from model.engine.decoding import DecodeOptions, beam_search, greedy_batch, translate  # noqa: E402
 from model.engine.hooks import capture  # noqa: E402
-from model import families  # noqa: E402
 from model.families.catalog import ModelInfo  # noqa: E402
 from model.families.marian import MarianVocab  # noqa: E402
+from model.families.ours import CheckpointError, load_all, load_checkpoint, save_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DE = ["Ein Mädchen läuft über die Straße.", "Zwei Hunde spielen im Schnee!", "Der Mann kauft 3 Äpfel für 4,50 €.",

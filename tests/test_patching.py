@@ -1,4 +1,4 @@
-"""Activation patching between a clean run A and a corrupted run B (model.patching), on a tiny random model
+"""Activation patching between a clean run A and a corrupted run B (model.analysis.patching), on a tiny random model
 in float64, checked against the model's own forward with hand-written hooks."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import torch
 
 from model.analysis import patching as P
 from model.analysis import patching_bench as PB
+from model.engine.config import Interventions
 from model.engine.hooks import capture
 from model.engine.names import CROSS, DEC_SELF, ENC_SELF, hook_name
 from model.engine.results import decoder_input
-from model.engine.config import Interventions
 
 SRC_A = (2, 5, 6, 7, 8, 3)
 SRC_B = (2, 8, 6, 7, 5, 3)     # two words swapped: the same length

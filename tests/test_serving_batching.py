@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from model.engine import batching
-from model.engine.beams import beam_tree
 from model.engine.batching import MicroBatcher, translate_many
-from model.engine.loaded import LoadedModel
-from model.engine.decoding import DecodeOptions, source_ids, translate
+from model.engine.beams import beam_tree
 from model.engine.config import EOS_ID, NO_INTERVENTION, Interventions
+from model.engine.decoding import DecodeOptions, source_ids, translate
+from model.engine.loaded import LoadedModel
 from model.engine.transformer import Transformer
 from model.engine.vocab import SPECIALS, Vocab
 from tests.conftest import WORDS

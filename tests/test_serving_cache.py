@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from model.engine import decoding
-from model.engine.decoding import DecodeOptions
 from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.decoding import DecodeOptions
 from tests.app_fixtures import make_checkpoint
 from tests.test_serving_batching import assert_same_run
 from ui import calls

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from model.families.ours import find_checkpoints, load_checkpoint
-from model.engine.decoding import DecodeOptions, translate
 from model.engine.config import TransformerConfig
+from model.engine.decoding import DecodeOptions, translate
+from model.families.ours import find_checkpoints, load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 SHIPPED = find_checkpoints(ROOT)

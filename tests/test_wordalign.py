@@ -19,10 +19,10 @@ from model.analysis.alignment.heads import (HeadRanking, _Item, heads_path, load
                                             save_ranking, sentence_counts, sha256)
 from model.analysis.alignment.reference import (Counts, Reference, counts_of, parse_pharaoh, read_pharaoh, score,
                                                 score_corpus)
-from model.families.ours import WEIGHTS, find_checkpoints, load_checkpoint
-from model.engine.vocab import tokenize
 from model.analysis.alignment.wordalign import (align_corpus, build_references, grow_diag_final_and, symmetrise,
                                                 transpose)
+from model.engine.vocab import tokenize
+from model.families.ours import WEIGHTS, find_checkpoints, load_checkpoint
 from viz.align_rank import aer_grid
 
 from .app_fixtures import SENTENCES, launch, make_checkpoint

@@ -15,8 +15,8 @@ import gradio as gr
 import numpy as np
 
 from model.analysis.alignment.heads import HeadRanking, ranking_for
-from model.analysis.alignment.sentence import ValReference, sentence_ranking, val_reference
 from model.analysis.alignment.reference import reference_path
+from model.analysis.alignment.sentence import ValReference, sentence_ranking, val_reference
 from model.engine.names import CROSS
 from viz.align_rank import aer_grid
 

@@ -1,6 +1,6 @@
 """Figures of the computation under a run (one head's arithmetic, the residual stream, the logit
 lens, attribution, forced decoding, the embedding steps), assembled with ``viz.computation`` from
-``model.computation`` readouts of the run's trace. No gradio here."""
+``model.analysis.computation`` readouts of the run's trace. No gradio here."""
 from __future__ import annotations
 
 import numpy as np

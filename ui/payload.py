@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from model.engine.loaded import LoadedModel
 from model.engine.data import head_lines
 from model.engine.decoding import Translation
+from model.engine.loaded import LoadedModel
 from model.engine.names import ATTN_KINDS
 
 from .present import KIND_JSON, describe_interventions

@@ -14,12 +14,12 @@ import uuid
 from dataclasses import dataclass, field, fields, replace
 from urllib.parse import urlencode
 
-from model.engine.beams import BeamTree
 from model.analysis.computation import Forced
+from model.engine.beams import BeamTree
+from model.engine.config import Interventions
 from model.engine.decoding import Translation
 from model.engine.hooks import Trace
 from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, canonical_kind
-from model.engine.config import Interventions
 
 # Sections and the sub-views (inner tabs) of each, in page order; "" is a section without sub-tabs.
 SUBVIEWS: dict[str, tuple[str, ...]] = {

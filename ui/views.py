@@ -13,13 +13,13 @@ from typing import Callable
 import numpy as np
 
 from model.analysis import profiles as an
-from model.families import catalog
 from model.analysis import readouts
-from model.families.ours import Registry
+from model.engine.config import NO_INTERVENTION, Interventions
 from model.engine.decoding import mask_preview, not_padding
 from model.engine.results import decoder_input, pool_words
 from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF
-from model.engine.config import NO_INTERVENTION, Interventions
+from model.families import catalog
+from model.families.ours import Registry
 from viz import alignment as v_align
 from viz import attention as va
 from viz import beam as v_beam

@@ -1,4 +1,4 @@
-"""Readouts of a run: a :class:`Translation`'s trace read through the numpy analyses of analysis.py."""
+"""Readouts of a run: a :class:`Translation`'s trace read through the numpy analyses of profiles.py."""
 from __future__ import annotations
 
 import contextlib
@@ -6,13 +6,13 @@ import contextlib
 import numpy as np
 
 from model.engine.beams import BeamTree, beam_tree
-from .profiles import (Profiles, ProfileRow, RolloutViews, alignment_weights, average_profiles, head_profile,
-                       profiles_table, rollout_views)
-from model.engine.loaded import LoadedModel
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.hooks import Trace
+from model.engine.loaded import LoadedModel
 from model.engine.names import ATTN_KINDS, CROSS, ENC_SELF
 from model.engine.results import Translation, not_padding
+from .profiles import (Profiles, ProfileRow, RolloutViews, alignment_weights, average_profiles, head_profile,
+                       profiles_table, rollout_views)
 
 
 def rollout_data(tr: Translation, layer: int | None = None) -> RolloutViews:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .beams import BeamTree
-from .loaded import LoadedModel
-from .decoding import DecodeOptions, Translation, check_prefix, translate
 from .config import NO_INTERVENTION, Interventions
+from .decoding import DecodeOptions, Translation, check_prefix, translate
+from .loaded import LoadedModel
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ class TransformerConfig:
     def pre_norm(self) -> bool:
         """Whether the residual stream is a plain sum of what each sublayer adds (pre-norm). When False,
         the residual decomposition, ALTI+ and the norm-based attribution read each term through the
-        LayerNorm after the add (model/postnorm.py)."""
+        LayerNorm after the add (model/analysis/postnorm.py)."""
         return self.norm_first
 
     @property

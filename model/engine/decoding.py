@@ -274,7 +274,7 @@ def check_prefix(model: Transformer, prefix: tuple[int, ...]) -> tuple[int, ...]
 
 def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
               iv: Interventions = NO_INTERVENTION, search=None) -> Translation:
-    """Decode ``text``. ``search`` replaces beam_search (same arguments and result): model.batching
+    """Decode ``text``. ``search`` replaces beam_search (same arguments and result): model.engine.batching
     hands in a search already run as part of a batch."""
     model, device = lm.model, lm.device
     model.validate_interventions(iv)
@@ -286,7 +286,7 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     want_rows = opts.record or opts.replace_unk
     rows_from_trace = want_rows and not records_during_decode(opts, iv)
     search = search or beam_search
-    extra = {"prefix": prefix} if prefix else {}  # model.batching's search takes no prefix (never batched)
+    extra = {"prefix": prefix} if prefix else {}  # model.engine.batching's search takes no prefix (never batched)
     best, steps, beam_trace = search(model, src, max(1, opts.beam), max_len, opts.length_penalty,
                                      iv, records_during_decode(opts, iv), **extra)
     path = lineage(best, steps)

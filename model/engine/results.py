@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .loaded import LoadedModel
-from .hooks import Trace
-from .names import CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
 from .config import NO_INTERVENTION, Interventions
+from .hooks import Trace
+from .loaded import LoadedModel
+from .names import CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
 
 
 def decoder_input(start, target: list) -> list:

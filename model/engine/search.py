@@ -2,7 +2,7 @@
 
 Each request's hypotheses are a block of consecutive rows of the batch: one row at the first step, up
 to ``beam`` after. Every step runs the decoder once for all rows; then each block makes its own choice
-with :func:`model.decoding.choose`, the very code :func:`model.decoding.beam_search` runs, over its own
+with :func:`model.engine.decoding.choose`, the very code :func:`model.engine.decoding.beam_search` runs, over its own
 candidates, with its own finished list and step budget (the beam size and length penalty are the
 batch's: requests share a batch only with the same options). A request that is done leaves the batch
 (its rows are dropped from the cache). The sources are padded to the longest and the padding
@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .config import Interventions
 from .data import pad_batch
 from .decoding import (ROW_HOOKS, BeamSearchTrace, BeamStep, FinishedHypothesis, decoder_step, hides_nothing,
                        step_rows, StepData, choose, generable)
 from .hooks import capture
-from .config import Interventions
 from .transformer import KVCache, Transformer
 
 

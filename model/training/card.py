@@ -16,13 +16,13 @@ from pathlib import Path
 
 import torch
 
-from model.families.ours import CONFIG, load_checkpoint
-from model.training.corpus import load_pairs
 from model.engine.decoding import DecodeOptions, translate
-from .bleu import read_official_refs
-from .evaluate import score
 from model.engine.hooks import hook_names
 from model.engine.vocab import detokenize
+from model.families.ours import CONFIG, load_checkpoint
+from model.training.corpus import load_pairs
+from .bleu import read_official_refs
+from .evaluate import score
 
 LP_GRID = (0.3, 0.6, 1.0)
 

@@ -1,5 +1,5 @@
 """BLEU of a checkpoint on a Multi30k split: sacreBLEU cased and lowercased, and the literature's
-tokenized lowercased BLEU (see model.bleu), with signatures.
+tokenized lowercased BLEU (see model.training.bleu), with signatures.
 
 ``python -m model.evaluate --checkpoint checkpoints/de-en --data ../shared/multi30k --split test_2016_flickr``
 """
@@ -10,10 +10,10 @@ import json
 import sys
 import time
 
-from .cli_common import load_or_exit
-from .bleu import read_official_refs, sacre_bleu, tokenized_bleu
-from model.training.corpus import MULTI30K_URL, load_pairs
 from model.engine.decoding import translate_batch
+from model.training.corpus import MULTI30K_URL, load_pairs
+from .bleu import read_official_refs, sacre_bleu, tokenized_bleu
+from .cli_common import load_or_exit
 
 
 def score(hyps: list[str], refs: list[str], lang: str | None = None, tok_refs: list[str] | None = None) -> dict:

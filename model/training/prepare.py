@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .bleu import official_refs_path
-from model.training.corpus import MULTI30K_URL, SPLITS, read_split
 from model.engine.vocab import SubwordVocab, load_vocabs, save_vocabs
+from model.training.corpus import MULTI30K_URL, SPLITS, read_split
+from .bleu import official_refs_path
 
 INFO = "prepared.json"
 

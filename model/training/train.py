@@ -24,14 +24,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .bleu import sacre_bleu, tokenized_bleu
-from model.families.ours import WEIGHTS_CONFIG_KEY, save_checkpoint, state_dict_for_save, tied_keys
-from model.engine.loaded import LoadedModel
-from model.training.corpus import MULTI30K_URL, load_pairs
-from model.engine.data import pad_batch, token_batches, with_specials
 from model.engine.config import PAD_ID, TransformerConfig
+from model.engine.data import pad_batch, token_batches, with_specials
+from model.engine.loaded import LoadedModel
 from model.engine.transformer import Transformer
 from model.engine.vocab import Vocab, load_vocabs, save_vocabs, tokenize_corpus
+from model.families.ours import WEIGHTS_CONFIG_KEY, save_checkpoint, state_dict_for_save, tied_keys
+from model.training.corpus import MULTI30K_URL, load_pairs
+from .bleu import sacre_bleu, tokenized_bleu
 
 STATE, HISTORY, VOCAB = "state.safetensors", "history.json", "vocab.json"
 # Options a resumed run may change; every other option is taken from the saved state.

@@ -8,9 +8,9 @@ import gradio as gr
 
 from model.engine.transformer import CROSS
 
+from . import RunContext, Shell, branch, head_choices, layer_choices, track_selection
 from ..present import KIND_LABELS, header_markdown
 from ..state import ModelShape, link_url
-from . import RunContext, Shell, branch, head_choices, layer_choices, track_selection
 
 KIND_CHOICES = [(label, kind) for kind, label in KIND_LABELS.items()]
 UNIT_CHOICES = [("Words", "words"), ("Pieces", "pieces")]

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from model.engine.loaded import LoadedModel
+from model.families.ours import WEIGHTS
 from .heads import (VARIANTS, HeadRanking, _batch_patterns, _entries, prepare, rank, sentence_counts, sha256,
                     val_texts)
 from .reference import Reference, read_pharaoh, reference_path
-from model.families.ours import WEIGHTS
-from model.engine.loaded import LoadedModel
 
 
 @dataclass(frozen=True)

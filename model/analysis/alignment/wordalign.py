@@ -35,11 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
+from model.engine.vocab import tokenize_corpus
+from model.training.corpus import read_split
 from . import eflomal_ref
 from .heads import rank_checkpoints
 from .reference import Link, Reference, read_pharaoh, reference_path, write_pharaoh
-from model.training.corpus import read_split
-from model.engine.vocab import tokenize_corpus
 
 NULL = 0           # the NULL word's id on the source side
 P_NULL = 0.08      # fast_align's default probability of a NULL link
