@@ -33,10 +33,10 @@ def _cpu_ms(fn) -> float:
 
 def signal_costs(cfg, texts: list[str]) -> tuple[list[float], list[float]]:
     """Thread CPU ms per sentence: the whole report, and ALTI+ within it."""
-    from model.attribution import alti_matrices
-    from model.computation import Computation
-    from model.decoding import translate
-    from model.trust_signals import trust_report
+    from model.analysis.attribution import alti_matrices
+    from model.analysis.computation import Computation
+    from model.engine.decoding import translate
+    from model.analysis.trust_signals import trust_report
     lm = model(cfg)
     whole, alti = [], []
     for text in texts:
@@ -79,10 +79,10 @@ def marian_sized() -> list[dict]:
     what the signals cost an added OPUS-MT model, 20 -> 20 and 40 -> 40 tokens."""
     import torch
 
-    from model.attribution import alti_matrices
-    from model.computation import Computation
-    from model.hooks import capture
-    from model.trust_signals import entropies
+    from model.analysis.attribution import alti_matrices
+    from model.analysis.computation import Computation
+    from model.engine.hooks import capture
+    from model.analysis.trust_signals import entropies
     from .marian import build
     model, _ = build()
     g, figs = torch.Generator().manual_seed(1), []
@@ -103,18 +103,18 @@ def marian_sized() -> list[dict]:
 
 
 def api_bytes(cfg, texts: list[str]) -> list[float]:
-    from model.decoding import translate
-    from model.trust_signals import trust_report
+    from model.engine.decoding import translate
+    from model.analysis.trust_signals import trust_report
     from ui.trust import trust_payload
     lm = model(cfg)
     return [len(json.dumps(trust_payload(trust_report(lm, translate(lm, t))))) / 1e3 for t in texts]
 
 
 def table_figures() -> tuple[list[dict], str]:
-    from model import trust_eval as te
-    from model import trust_set as ts
+    from model.analysis import trust_eval as te
+    from model.analysis import trust_set as ts
     from model.trust import SCORES
-    from model.trust_signals import INFO, NUMERIC
+    from model.analysis.trust_signals import INFO, NUMERIC
     scored = te.load_scores(SCORES, ts.load_set())
     figs = []
     for d in ts.DIRECTIONS:

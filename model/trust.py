@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from . import trust_eval as te
-from . import trust_set as ts
-from .checkpoint import find_checkpoints, load_checkpoint
-from .trust_signals import INFO, NUMERIC, Measured, load_reference, save_reference
+from model.analysis import trust_eval as te
+from model.analysis import trust_set as ts
+from model.analysis.trust_signals import INFO, NUMERIC, Measured, load_reference, save_reference
+from model.families.ours import find_checkpoints, load_checkpoint
 
 ROOT = ts.ROOT
 DOCS = ROOT / "docs" / "trust.md"

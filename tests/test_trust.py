@@ -10,13 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from model import trust_set as ts
-from model.attribution import attribute
-from model.checkpoint import LoadedModel, load_checkpoint, save_checkpoint
-from model.decoding import DecodeOptions, translate
-from model.names import CROSS, hook_name
-from model.transformer import Interventions, Transformer
-from model.trust_signals import (IGNORED_BELOW, REFERENCE_FILE, Flag, load_reference, reference_of, report,
+from model.analysis import trust_set as ts
+from model.analysis.attribution import attribute
+from model.engine.config import Interventions
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.loaded import LoadedModel
+from model.engine.names import CROSS, hook_name
+from model.engine.transformer import Transformer
+from model.families.ours import load_checkpoint, save_checkpoint
+from model.analysis.trust_signals import (IGNORED_BELOW, REFERENCE_FILE, Flag, load_reference, reference_of, report,
                                  save_reference, signals)
 
 SENTENCES = ["haus katze hund", "baum auto ball rot", "blau gross klein haus katze", "hund hund baum",
@@ -91,7 +93,7 @@ def test_signals_read_an_intervened_run(tiny_lm):
 def test_guardrail_signals(tiny_lm):
     tr = translate(tiny_lm, "haus katze hund")
     sig = signals(tiny_lm, tr)
-    from model.guardrails import check_run
+    from model.analysis.guardrails import check_run
     check = check_run(tiny_lm, tr)
     assert sig.repetition == (check.repetition.times if check.repetition else 0)
     assert sig.unfamiliar_share == check.unfamiliar_share and sig.truncated == tr.truncated
@@ -200,7 +202,7 @@ def test_failure_rule_and_scores():
 
 def test_a_forced_run_reads_the_reference(tiny_lm):
     """Teacher-forced on a reference, Seq-Logprob is minus the mean cross-entropy the forced view shows."""
-    from model.computation import force
+    from model.analysis.computation import force
     forced = force(tiny_lm, "haus katze hund", "hund baum auto")
     sig = signals(tiny_lm, forced.translation)
     assert sig.seq_logprob == pytest.approx(-float(forced.loss.mean()), abs=1e-5)

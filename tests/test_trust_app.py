@@ -7,9 +7,9 @@ import json
 import pytest
 from gradio_client import Client
 
-from model.checkpoint import load_checkpoint
-from model.decoding import DecodeOptions, translate
-from model.trust_signals import SHOWN, Flag, reference_of, save_reference, signals
+from model.families.ours import load_checkpoint
+from model.engine.decoding import DecodeOptions, translate
+from model.analysis.trust_signals import SHOWN, Flag, reference_of, save_reference, signals
 from tests.app_fixtures import SENTENCES, launch, make_checkpoint, named
 
 DE = "Ein Mann fährt mit dem Fahrrad durch die Stadt."

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from model import trust_eval as te
-from model import trust_set as ts
-from model.checkpoint import find_checkpoints, load_checkpoint
-from model.trust_signals import NUMERIC
+from model.analysis import trust_eval as te
+from model.analysis import trust_set as ts
+from model.families.ours import find_checkpoints, load_checkpoint
+from model.analysis.trust_signals import NUMERIC
 from model.trust import DOCS, ROOT, SCORES, TABLE, main, markdown_table, subset, tables
 
 FIELDS = ("seq_logprob", "alti_source_share", "attn_eos", "attn_ign_src", "entropy_mean", "entropy_max",
@@ -60,7 +60,7 @@ def test_shipped_table_is_what_the_shipped_scores_give(shipped):
 
 def test_shipped_references_belong_to_the_shipped_weights():
     """A retrained checkpoint needs ``python -m model.trust calibrate`` (and ``score``) again."""
-    from model.trust_signals import load_reference
+    from model.analysis.trust_signals import load_reference
     paths = find_checkpoints(ROOT / "checkpoints")
     assert sorted(p.name for p in paths) == sorted(ts.DIRECTIONS)
     for path in paths:

@@ -9,8 +9,8 @@ import logging
 import math
 from dataclasses import asdict
 
-from model.decoding import Translation
-from model.trust_signals import WORRYING, TrustReport, trust_report
+from model.engine.decoding import Translation
+from model.analysis.trust_signals import WORRYING, TrustReport, trust_report
 
 from . import calls
 from .present import md_escape
@@ -24,7 +24,7 @@ FORCED_NOTE = ("Teacher-forced on a reference: these signals read the reference'
 @calls.cached
 @calls.model_call(duration=60)
 def gpu_trust(reg_key: str, name: str, tr: Translation) -> TrustReport:
-    """The signals of ``tr`` read against its model's validation reference (model.trust_signals)."""
+    """The signals of ``tr`` read against its model's validation reference (model.analysis.trust_signals)."""
     with calls.MODEL_LOCK:
         return trust_report(calls.REGISTRIES[reg_key].models[name], tr)
 
