@@ -29,6 +29,7 @@ BENCHES = [
     Bench("replicas", "one app process against two behind nginx (needs nginx)"),
     Bench("trust", "trust signals: what they add to a Translate click; AUROC and precision at 90 % recall per "
                    "signal and direction"),
+    Bench("trust_layers", "the attention-based trust signals read from every decoder layer: AUROC per layer"),
     Bench("patching", "activation patching: one head, a scan of every head, a layer × position scan; bytes"),
     Bench("zerogpu_boundary", "what ZeroGPU's fork-and-pickle boundary adds to a model call"),
     Bench("gpu_threshold", "CPU time of one translation, our 4 M model against an OPUS-MT-sized Marian (sets "
