@@ -9,8 +9,8 @@ import logging
 import math
 from dataclasses import asdict
 
-from model.engine.decoding import Translation
 from model.analysis.trust_signals import WORRYING, TrustReport, trust_report
+from model.engine.decoding import Translation
 
 from . import calls
 from .present import md_escape
