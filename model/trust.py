@@ -1,9 +1,9 @@
 """The trust signals measured: ``python -m model.trust`` scores the labelled set with the shipped
 checkpoints and writes the table.
 
-- ``python -m model.trust [score]``: decode every item of data/trust/set.jsonl.gz (greedy, one sentence
+- ``python -m model.trust [score]``: decode every item of checkpoints/trust/set.jsonl.gz (greedy, one sentence
   at a time, as a Translate click does), label it by the fixed chrF rule, and write each signal's AUROC
-  and precision at 90 % recall per direction: data/trust/scores.jsonl.gz (every item), docs/trust.json
+  and precision at 90 % recall per direction: checkpoints/trust/scores.jsonl.gz (every item), docs/trust.json
   (the table) and the table in docs/trust.md; each checkpoint's trust.json gets its own rows and, where
   the set supports it, the combined flag. ``--limit N`` scores only the first N items of each category
   (and writes nothing unless ``--out`` names a folder).
@@ -11,7 +11,7 @@ checkpoints and writes the table.
 - ``python -m model.trust calibrate``: each checkpoint's trust.json: its signals over the first 500
   validation sentences' greedy translations, which the app's percentiles are read against. Run it
   before ``score`` (the flag is defined by those percentiles).
-- ``python -m model.trust build``: the labelled set rebuilt from Multi30k test and data/trust/*.tsv.
+- ``python -m model.trust build``: the labelled set rebuilt from Multi30k test and checkpoints/trust/*.tsv.
 """
 from __future__ import annotations
 

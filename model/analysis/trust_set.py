@@ -5,10 +5,10 @@ For each shipped direction, sentences no model was trained on, in four categorie
 - ``clean``: TEST_ITEMS sentences of Multi30k test_2016_flickr (drawn with SEED), with their references;
 - ``perturbed``: the same sentences with one deterministic change each (a word dropped, two neighbouring
   words swapped, a misspelling, or a word replaced by a Spanish one), scored against the same reference;
-- ``ood``: sentences written for this set (news, dialogue, questions; data/trust/written.tsv), each
+- ``ood``: sentences written for this set (news, dialogue, questions; checkpoints/trust/written.tsv), each
   written in English, German and French, so every direction has a reference;
 - ``script``: inputs in a script the models never read (Russian, Greek, Chinese, Arabic, Japanese;
-  data/trust/other_script.tsv), with references written in the three languages.
+  checkpoints/trust/other_script.tsv), with references written in the three languages.
 
 The failure rule, fixed before any output of the set was read: an output is a failure when its
 sentence-level chrF (sacreBLEU's chrF2: character 6-grams, beta 2) against the reference is below
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
-SET_DIR = ROOT / "data" / "trust"
+SET_DIR = ROOT / "checkpoints" / "trust"
 SET_FILE = SET_DIR / "set.jsonl.gz"
 DIRECTIONS = ("de-en", "en-de", "en-fr", "fr-en")
 SEED = 2026
