@@ -10,7 +10,7 @@ layers, a 58,101-token vocabulary). p50 over sentences of the median of the repe
 in the process's CPU time: on the shared 2-core machine other processes stretch the wall clock.
 
 The table: each signal's AUROC and precision at 90 % recall per direction, recomputed from the shipped
-per-item scores (data/trust/scores.jsonl.gz, written by ``python -m model.trust``, which decodes the
+per-item scores (checkpoints/trust/scores.jsonl.gz, written by ``python -m model.trust``, which decodes the
 labelled set; see docs/trust.md).
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The attention-based trust signals read from every decoder layer, not only the last.
 
-For each shipped direction, every item of the labelled set (data/trust/set.jsonl.gz) decoded again
+For each shipped direction, every item of the labelled set (checkpoints/trust/set.jsonl.gz) decoded again
 (greedy, one sentence at a time, as ``python -m model.trust`` does) and labelled as in the shipped
-scores (data/trust/scores.jsonl.gz): the AUROC of the cross-attention on the closing source token and
+scores (checkpoints/trust/scores.jsonl.gz): the AUROC of the cross-attention on the closing source token and
 of the share of ignored source tokens (total attention below 0.2), each from one decoder layer (mean
 over heads) and from the mean over layers. The app shows the last layer's; this says whether another
 layer would have served better. About five minutes on the 2-core CPU (--quick: 40 items a direction).
