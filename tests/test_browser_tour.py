@@ -11,9 +11,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from model.checkpoint import load_checkpoint
-from model.decoding import DecodeOptions, translate
-from model.transformer import CROSS
+from model.families.ours import load_checkpoint
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.names import CROSS
 from tests.app_fixtures import launch, make_checkpoint
 from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page, wait_done
 from ui import state, tour

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from model.checkpoint import load_checkpoint
-from model.decoding import DecodeOptions, translate
-from model.transformer import CROSS, ENC_SELF
+from model.families.ours import load_checkpoint
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.names import CROSS, ENC_SELF
 from tests.app_fixtures import make_checkpoint
 from tests.test_subword import sv, tiny_subword_checkpoint  # noqa: F401  (sv: a pytest fixture)
 from ui import calls, domain, inside, state, tour, views

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from model import catalog
-from model.checkpoint import Registry
-from model.results import Translation
+from model.engine.results import Translation
+from model.families import catalog
+from model.families.ours import Registry
 
 LOW_CONFIDENCE = 0.5   # geometric mean of the chosen tokens' probabilities below this: far from the domain
 MANY_PIECES = 3        # a source word cut into this many pieces or more is rare to the model

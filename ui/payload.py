@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from model.checkpoint import LoadedModel
-from model.data import head_lines
-from model.decoding import Translation
-from model.names import ATTN_KINDS
+from model.engine.data import head_lines
+from model.engine.decoding import Translation
+from model.engine.loaded import LoadedModel
+from model.engine.names import ATTN_KINDS
 
 from .present import KIND_JSON, describe_interventions
 
@@ -68,8 +68,9 @@ def to_json(tr: Translation, notices: list[str] | None = None, model: str | None
     return out
 
 
-def export_metadata(tr: Translation, model: str, lm: LoadedModel | None = None, settings: dict | None = None) -> dict:
-    """The JSON that goes with an export: tokens, settings, model id."""
+def export_metadata(tr: Translation, model: str, lm: LoadedModel | None = None, settings: dict | None = None,
+                    trust: dict | None = None) -> dict:
+    """The JSON that goes with an export: tokens, settings, model id, and the trust signals where given."""
     card = None
     if lm is not None:
         card = {"name": lm.name, "checkpoint": lm.path.name if lm.path else None,
@@ -80,11 +81,12 @@ def export_metadata(tr: Translation, model: str, lm: LoadedModel | None = None, 
             "translation": tr.text, "settings": dict(settings or {}),
             "interventions": describe_interventions(tr.interventions),
             "hooks": sorted(tr.trace.arrays()) if tr.trace is not None else [],
-            **(word_fields(lm, tr) if lm is not None else {})}
+            **(word_fields(lm, tr) if lm is not None else {}), **({"trust": trust} if trust is not None else {})}
 
 
 def write_export(tr: Translation, model: str, folder, lm: LoadedModel | None = None,
-                 settings: dict | None = None, extra: dict | None = None) -> tuple[Path, Path]:
+                 settings: dict | None = None, extra: dict | None = None, trust: dict | None = None
+                 ) -> tuple[Path, Path]:
     """``<folder>/attention-trace.npz`` (every tensor by hook name, plus ``extra`` arrays) and
     ``<folder>/attention-run.json``; returns both paths."""
     folder = Path(folder)
@@ -93,7 +95,7 @@ def write_export(tr: Translation, model: str, folder, lm: LoadedModel | None = N
         raise ValueError("the run holds no trace to export")
     npz, js = folder / "attention-trace.npz", folder / "attention-run.json"
     np.savez_compressed(npz, **tr.trace.arrays(), **(extra or {}))
-    js.write_text(json.dumps(export_metadata(tr, model, lm, settings), ensure_ascii=False, indent=1),
+    js.write_text(json.dumps(export_metadata(tr, model, lm, settings, trust), ensure_ascii=False, indent=1),
                   encoding="utf-8")
     return npz, js
 

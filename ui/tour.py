@@ -16,10 +16,11 @@ from functools import cached_property
 
 import numpy as np
 
-from model.attribution import alti_matrices
-from model.computation import Computation
-from model.decoding import DecodeOptions
-from model.transformer import CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION, Interventions
+from model.analysis.attribution import alti_matrices
+from model.analysis.computation import Computation
+from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.decoding import DecodeOptions
+from model.engine.names import CROSS, DEC_SELF, ENC_SELF
 from viz import tour as vt
 
 from . import calls, inside, views
