@@ -35,7 +35,7 @@ class FrameError(CheckpointError):
 @dataclass(frozen=True)
 class FrameInfo:
     """What a frame's metadata says about the training run at that update."""
-    path: Path
+    path: Path | None         # None for a frame held in memory (the toy trainer's)
     step: int
     epoch: float
     train_loss: float
