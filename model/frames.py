@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .checkpoint import CONFIG, VOCAB, WEIGHTS_CONFIG_KEY, CheckpointError, LoadedModel
+from .catalog import ModelInfo, ModelStore, parameter_count
+from .checkpoint import CONFIG, VOCAB, WEIGHTS_CONFIG_KEY, CheckpointError, LoadedModel, Registry
 from .transformer import Transformer, TransformerConfig, tied_keys
 from .vocab import Vocab, load_vocabs
 
@@ -182,3 +184,72 @@ def load_frame(path, parent: Parent | Path | str | None = None, device: str | to
                       tgt_lang=parent.tgt_lang, path=path,
                       meta={"frame": dataclasses.asdict(info) | {"path": str(path)}, "parent": str(parent.path)},
                       frame=info)
+
+
+# --------------------------------------------------------------------------- frames offered like added models
+
+@dataclass(frozen=True)
+class Offer:
+    """A model a server offers without a folder of its own: described now, built on first use."""
+    key: str
+    source: str
+    src_lang: str
+    tgt_lang: str
+    cfg: TransformerConfig
+    build: Callable[[], LoadedModel]
+
+
+def frame_key(pair: str, step: int) -> str:
+    """The name a frame goes by in the model list, links and exports: 'de-en@512'."""
+    return f"{pair}@{step}"
+
+
+def _builders(reg: Registry) -> dict[str, Callable[[], LoadedModel]]:
+    """The registry store's loader, wrapped once so that offered keys build their model instead."""
+    store = reg.models
+    if not isinstance(store, ModelStore):
+        raise FrameError("frames are offered only beside a server's model store (catalog.with_added_models)")
+    builders = getattr(store.loader, "builders", None)
+    if builders is None:
+        base, builders = store.loader, {}
+
+        def load(info):
+            build = builders.get(info.key)
+            if build is None:
+                return base(info)
+            lm = build()
+            reg.pe[info.key] = lm.model.encoder.pe.detach().cpu().numpy().copy()
+            lm.model.to(reg.device)
+            return lm
+        load.builders = builders
+        store.loader = load
+    return builders
+
+
+def offer(reg: Registry, offers: list[Offer]) -> list[str]:
+    """Offer each model in ``reg`` (not loaded now; loaded on first use, least recently used evicted)."""
+    builders = _builders(reg)
+    n = parameter_count(offers[0].cfg) if offers else 0
+    for o in offers:
+        builders[o.key] = o.build
+        reg.models.add(ModelInfo(o.key, o.source, o.src_lang, o.tgt_lang, "ours", n, o.cfg, pinned=False,
+                                 listed=False))
+    return [o.key for o in offers]
+
+
+def offer_frames(reg: Registry, folder, parent=None) -> list[str]:
+    """Every frame in ``folder`` offered as '<pair>@<step>' (the parent's vocabulary, read once)."""
+    parent = read_parent(parent or parent_of(folder))
+    pair = f"{parent.src_lang}-{parent.tgt_lang}"
+    return offer(reg, [Offer(frame_key(pair, i.step), str(i.path), parent.src_lang, parent.tgt_lang, _config(i.path),
+                             lambda i=i: load_frame(i.path, parent)) for i in list_frames(folder)])
+
+
+def withdraw(reg: Registry, keys: list[str]) -> None:
+    """Stop offering ``keys`` (a model held only in memory that is no longer kept)."""
+    builders = _builders(reg)
+    for k in keys:
+        builders.pop(k, None)
+        if k in reg.models:
+            del reg.models[k]
+        reg.pe.pop(k, None)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from .frames import FrameInfo, FrameModel
+from .checkpoint import Registry
+from .frames import FrameInfo, FrameModel, Offer, frame_key, offer, withdraw
 from .transformer import BOS_ID, EOS_ID, PAD_ID, Transformer, TransformerConfig
 from .vocab import SPECIALS, Vocab
 
@@ -193,3 +195,24 @@ class ToyGate:
         finally:
             self._running.release()
 
+
+
+class ToyShelf:
+    """Toy runs offered as models ('toy-<id>@<step>'), the oldest withdrawn past ``keep`` runs (they live
+    only in memory)."""
+
+    def __init__(self, reg: Registry, keep: int = 16):
+        self.reg, self.keep = reg, keep
+        self._runs: OrderedDict[str, list[str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, name: str, run: ToyRun) -> list[str]:
+        """Offer every frame of ``run``; the keys, in step order."""
+        offers = [Offer(frame_key(name, f.step), f"toy model {name}", SRC_LANG, TGT_LANG, run.cfg,
+                        lambda k=k: run.model_at(k)) for k, f in enumerate(run.frames)]
+        with self._lock:
+            keys = offer(self.reg, offers)
+            self._runs[name] = keys
+            while len(self._runs) > self.keep:
+                withdraw(self.reg, self._runs.popitem(last=False)[1])
+        return keys

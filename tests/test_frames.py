@@ -109,3 +109,18 @@ def test_a_frame_of_another_vocabulary_is_refused(framed_run, tmp_path):
     (other / "vocab.json").write_text(json.dumps(vocab))
     with pytest.raises(FrameError, match="another run's frame"):
         load_frame(framed_run.frames / "step_00004.safetensors", other)
+
+
+def test_frames_are_offered_like_added_models(framed_run):
+    from model import catalog
+    from model.checkpoint import load_all
+    from model.frames import offer_frames
+    reg = catalog.with_added_models(load_all(framed_run.ckpt), [], max_loaded=2)
+    keys = offer_frames(reg, framed_run.frames, framed_run.ckpt)
+    assert keys == [f"de-en@{s}" for s in (0, 4, 8, 16, 32, 48)]
+    assert not any(catalog.is_loaded(reg, k) for k in keys)          # described now, loaded on first use
+    for k in keys[:3]:
+        assert reg.models[k].frame.step == int(k.split("@")[1])
+    assert [k for k in keys if catalog.is_loaded(reg, k)] == keys[1:3]  # the least recently used went
+    assert catalog.is_loaded(reg, "de-en")                               # the checkpoint itself stays
+    assert catalog.infos(reg)[keys[0]].source.endswith("step_00000.safetensors")

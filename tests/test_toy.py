@@ -74,3 +74,17 @@ def test_pairs_typed_by_a_user():
             parse_pairs(text)
     r = train_toy(parse_pairs("ich bin hier ||| I am here\nguten tag ||| good day"), ToySettings(steps=30))
     assert "hier" in r.src_vocab.itos and "day" in r.tgt_vocab.itos
+
+
+def test_toy_runs_are_offered_and_the_oldest_withdrawn(run):
+    from model import catalog
+    from model.checkpoint import Registry
+    from model.toy import ToyShelf
+    reg = catalog.with_added_models(Registry(), [], max_loaded=2)
+    shelf = ToyShelf(reg, keep=1)
+    keys = shelf.put("toy-a", run)
+    assert keys == [f"toy-a@{f.step}" for f in run.frames]
+    lm = reg.models[keys[-1]]
+    assert translate(lm, DEFAULT_PAIRS[0][0], DecodeOptions()).text == DEFAULT_PAIRS[0][1]
+    shelf.put("toy-b", run)
+    assert all(k not in reg.models for k in keys) and "toy-b@40" in reg.models
