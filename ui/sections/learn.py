@@ -177,8 +177,10 @@ def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
 
     shell.section_tabs["learn"].select(lambda: "learn", None, shell.section, api_visibility="private",
                                        concurrency_limit=None, show_progress="hidden")
-    parts.scrub.release(pick, [shell.run_state, parts.scrub], shell.direction, api_name="pick_frame",
-                        api_visibility="undocumented", queue=False).success(
+    # the number box answers with input, a drag with input as it goes and release at the end: the last wins
+    gr.on([parts.scrub.release, parts.scrub.input], pick, [shell.run_state, parts.scrub], shell.direction,
+          api_name="pick_frame", api_visibility="undocumented", concurrency_limit=None, show_progress="hidden",
+          trigger_mode="always_last").success(
         again, t_inputs, t_outputs, api_visibility="private", **shell.model_event())
     parts.form_btn.click(forms, [shell.run_state, shell.kind, shell.layer, shell.head], parts.form_plot,
                          api_name="head_forms", api_visibility="undocumented", show_progress="minimal",
