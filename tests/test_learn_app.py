@@ -90,3 +90,21 @@ def test_curves_figure_marks_the_current_frame():
                         current=4)
     assert list(fig.data[0].x) == [1, 5, 9] and list(fig.layout.xaxis.ticktext) == ["0", "4", "8"]
     assert fig.data[1].y[1] is None and fig.layout.shapes[0].x0 == 5
+
+
+@pytest.mark.parametrize("which", ["frame", "toy"])
+def test_every_view_draws_a_frame_and_the_toy(which, framed_run):
+    from model.decoding import DecodeOptions, translate
+    from model.frames import list_frames, load_frame
+    from model.toy import DEFAULT_PAIRS, ToySettings, train_toy
+    from ui.state import Selection
+    from ui.views import REGISTRY
+    if which == "frame":
+        lm, text = load_frame(list_frames(framed_run.frames)[2].path, framed_run.ckpt), TEXT
+    else:
+        lm, text = train_toy(DEFAULT_PAIRS, ToySettings(steps=20)).model_at(), DEFAULT_PAIRS[0][0]
+    run = Run.of(lm, lm.name, translate(lm, text, DecodeOptions(max_len=12)))
+    for name, spec in REGISTRY.items():
+        for view in ("grid", "head") if spec.draw is not None else ():
+            out = spec.draw(run, Selection(view=view), lm)
+            assert out is not None, name
