@@ -10,7 +10,6 @@ The JSON is rewritten after each frame, so an interrupted run keeps what it meas
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -19,11 +18,9 @@ import torch
 
 from .align_heads import val_texts
 from .alignment import read_pharaoh, reference_path
-from .frame_dynamics import Dynamics, Settings, ValSet, dictionary, measure, reference_reordering
+from .frame_dynamics import (DYNAMICS, Dynamics, Settings, ValSet, dictionary, measure, read_dynamics,
+                             reference_reordering, write_dynamics)
 from .frames import FrameError, list_frames, load_frame, parent_of, read_parent
-
-DYNAMICS = "dynamics.json"
-
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,22 +76,12 @@ def run(args, log=print) -> Dynamics:
         dyn = Dynamics(model=f"{parent.src_lang}-{parent.tgt_lang}", reference=reference_path(
             args.align_dir, parent.src_lang, parent.tgt_lang).name, settings=settings, dictionary=entries,
             reference_tau=reference_reordering(val.refs), frames=tuple(done))
-        write(out, dyn)
+        write_dynamics(out, dyn)
         f = done[-1]
         log(f"step {f.step}: val CE {f.val_ce:.3f} (smoothed {f.val_ce_smoothed:.3f}), BLEU {f.bleu:.1f}, "
             f"LM {f.lm_loss:.3f}, lexical {f.lexical_accuracy:.2f}, tau {f.reordering_tau:.2f}, "
             f"source share {f.source_share:.2f} ({time.perf_counter() - t0:.1f} s)")
     return dyn
-
-
-def write(path: Path, dyn: Dynamics) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(dyn.to_json(), indent=1, allow_nan=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def read(path) -> Dynamics:
-    return Dynamics.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def main(argv=None) -> int:
@@ -112,3 +99,6 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
+
+
+read = read_dynamics   # the command's JSON, read back (tests and benchmarks)

@@ -19,10 +19,12 @@ For one frame (a model at one update) and a fixed subset of the validation set (
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -42,6 +44,7 @@ from .transformer import NO_INTERVENTION, Interventions
 from .vocab import tokenize
 
 STATS = ("entropy", "prev", "same", "next", "bos", "eos")
+DYNAMICS = "dynamics.json"   # beside the frames it measures
 
 
 @dataclass(frozen=True)
@@ -327,3 +330,14 @@ class Dynamics:
         return cls(model=d["model"], reference=d["reference"], settings=Settings(**d["settings"]),
                    dictionary=tuple(tuple(e) for e in d["dictionary"]), reference_tau=d["reference_tau"],
                    frames=frames)
+
+
+def write_dynamics(path, dyn: Dynamics) -> None:
+    path = Path(path)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dyn.to_json(), indent=1, allow_nan=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_dynamics(path) -> Dynamics:
+    return Dynamics.from_json(json.loads(Path(path).read_text(encoding="utf-8")))

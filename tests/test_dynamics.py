@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import sacrebleu
 import torch
-import torch.nn.functional as F
 from scipy.stats import kendalltau
 
 from model.alignment import Reference
@@ -111,7 +110,6 @@ def test_head_statistics_and_importance_by_hand(measured, kind):
 
 def test_cross_head_aer_and_reordering_by_hand(measured):
     lm, val, _, f = measured
-    links_mean = []
     for h in (h for h in f.heads if h.kind == CROSS):
         best = 1.0
         for shift in (0, 1):                   # the row predicting word j, or the row where it is the input
@@ -134,7 +132,6 @@ def test_cross_head_aer_and_reordering_by_hand(measured):
         tau = kendalltau(np.arange(len(arg)), arg).statistic
         if not math.isnan(tau):
             taus.append(tau)
-        links_mean.append(arg)
     assert f.reordering_tau == pytest.approx(np.mean(taus), abs=1e-9)
 
 

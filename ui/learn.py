@@ -14,8 +14,7 @@ import numpy as np
 
 from model import catalog
 from model.checkpoint import Registry
-from model.dynamics import DYNAMICS, read
-from model.frame_dynamics import Dynamics
+from model.frame_dynamics import DYNAMICS, Dynamics, read_dynamics
 from model.frames import FRAMES_DIR, FrameError, offer_frames, read_info
 from model.names import DEC_SELF, ENC_SELF, Kind, hook_name
 from model.results import decoder_input
@@ -84,7 +83,7 @@ def frame_set(reg: Registry, model: str) -> FrameSet | None:
     dyn, folder = None, meta[0].path.parent if meta[0].path is not None else None
     if folder is not None and (folder / DYNAMICS).is_file():
         try:
-            dyn = read(folder / DYNAMICS)
+            dyn = read_dynamics(folder / DYNAMICS)
         except (OSError, ValueError, KeyError, TypeError):
             dyn = None
     return FrameSet(pair=keys[0].rpartition("@")[0], keys=tuple(keys), steps=tuple(m.step for m in meta),
