@@ -66,7 +66,7 @@ def switching(frames: Path, checkpoint: Path, n: int) -> dict:
 
 
 def toy(reps: int) -> dict:
-    from model.toy import train_toy
+    from model.families.toy import train_toy
     walls = []
     for _ in range(reps):
         r = train_toy()
@@ -77,7 +77,7 @@ def toy(reps: int) -> dict:
 
 def dynamics_one(frames: Path, checkpoint: Path, data: str) -> dict:
     from model.dynamics import main
-    from model.frames import list_frames
+    from model.families.frames import list_frames
     step = list_frames(frames)[0].step
     out = Path(tempfile.mkdtemp()) / "one.json"
     t0 = time.perf_counter()

@@ -4,7 +4,7 @@
         --out checkpoints/de-en/frames/dynamics.json
 
 The validation texts come from ``--data`` (Multi30k's val.<lang>.gz) and the reference alignment from
-``--align-dir`` (``<src>-<tgt>.val.align``). What is measured is described in model/frame_dynamics.py.
+``--align-dir`` (``<src>-<tgt>.val.align``). What is measured is described in model/analysis/dynamics.py.
 The JSON is rewritten after each frame, so an interrupted run keeps what it measured.
 """
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import torch
 
-from .align_heads import val_texts
-from .alignment import read_pharaoh, reference_path
-from .frame_dynamics import (DYNAMICS, Dynamics, Settings, ValSet, dictionary, measure, read_dynamics,
+from model.analysis.alignment.heads import val_texts
+from model.analysis.alignment.reference import read_pharaoh, reference_path
+from model.analysis.dynamics import (DYNAMICS, Dynamics, Settings, ValSet, dictionary, measure, read_dynamics,
                              reference_reordering, write_dynamics)
-from .frames import FrameError, list_frames, load_frame, parent_of, read_parent
+from model.families.frames import FrameError, list_frames, load_frame, parent_of, read_parent
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)

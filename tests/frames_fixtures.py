@@ -25,7 +25,7 @@ class FramedRun:
 
 def train_with_frames(root: Path, epochs: int = 12) -> FramedRun:
     """The copy task (about 4 updates an epoch), frames on the log schedule: 0, 4, 8, 16, 32, last."""
-    from model.train import main
+    from model.training.train import main
     splits = _copy_corpus(root / "data")
     torch.manual_seed(0)
     rc = main(TRAIN_FLAGS + ["--data", str(root / "data"), "--work", str(root / "work"), "--out", str(root / "ckpt"),

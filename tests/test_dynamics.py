@@ -12,14 +12,14 @@ import sacrebleu
 import torch
 from scipy.stats import kendalltau
 
-from model.alignment import Reference
-from model.attribution import attribute
-from model.computation import force
-from model.decoding import DecodeOptions, full_trace, translate
+from model.analysis.alignment.reference import Reference
+from model.analysis.attribution import attribute
+from model.analysis.computation import force
+from model.engine.decoding import DecodeOptions, full_trace, translate
 from model.dynamics import main, read
-from model.frame_dynamics import Settings, ValSet, dictionary, kendall_tau, measure
-from model.frames import list_frames, load_frame, read_parent
-from model.names import CROSS, DEC_SELF, ENC_SELF, hook_name
+from model.analysis.dynamics import Settings, ValSet, dictionary, kendall_tau, measure
+from model.families.frames import list_frames, load_frame, read_parent
+from model.engine.names import CROSS, DEC_SELF, ENC_SELF, hook_name
 
 from tests.frames_fixtures import framed_run  # noqa: F401 (a fixture)
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.checkpoint import load_checkpoint
-from model.decoding import DecodeOptions, translate
-from model.frames import FrameError, FrameModel, list_frames, load_frame, read_info, read_parent
+from model.families.ours import load_checkpoint
+from model.engine.decoding import DecodeOptions, translate
+from model.families.frames import FrameError, FrameModel, list_frames, load_frame, read_info, read_parent
 
 from tests.frames_fixtures import framed_run  # noqa: F401 (a fixture)
 
@@ -112,9 +112,9 @@ def test_a_frame_of_another_vocabulary_is_refused(framed_run, tmp_path):
 
 
 def test_frames_are_offered_like_added_models(framed_run):
-    from model import catalog
-    from model.checkpoint import load_all
-    from model.frames import offer_frames
+    from model.families import catalog
+    from model.families.ours import load_all
+    from model.families.frames import offer_frames
     reg = catalog.with_added_models(load_all(framed_run.ckpt), [], max_loaded=2)
     keys = offer_frames(reg, framed_run.frames, framed_run.ckpt)
     assert keys == [f"de-en@{s}" for s in (0, 4, 8, 16, 32, 48)]

@@ -55,7 +55,7 @@ def test_frames_are_offered_and_the_scrubber_makes_one_the_run(app_fns):
 
 
 def demo_shapes(demo):
-    from model import catalog
+    from model.families import catalog
     from ui.state import ModelShape
     return {k: ModelShape(i.cfg.n_encoder_layers, i.cfg.n_decoder_layers, i.cfg.n_heads)
             for k, i in catalog.infos(demo.registry).items()}
@@ -94,9 +94,9 @@ def test_curves_figure_marks_the_current_frame():
 
 @pytest.mark.parametrize("which", ["frame", "toy"])
 def test_every_view_draws_a_frame_and_the_toy(which, framed_run):
-    from model.decoding import DecodeOptions, translate
-    from model.frames import list_frames, load_frame
-    from model.toy import DEFAULT_PAIRS, ToySettings, train_toy
+    from model.engine.decoding import DecodeOptions, translate
+    from model.families.frames import list_frames, load_frame
+    from model.families.toy import DEFAULT_PAIRS, ToySettings, train_toy
     from ui.state import Selection
     from ui.views import REGISTRY
     if which == "frame":

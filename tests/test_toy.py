@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.decoding import DecodeOptions, translate
-from model.toy import DEFAULT_PAIRS, MAX_PAIRS, ToyError, ToyGate, ToySettings, parse_pairs, train_toy
+from model.engine.decoding import DecodeOptions, translate
+from model.families.toy import DEFAULT_PAIRS, MAX_PAIRS, ToyError, ToyGate, ToySettings, parse_pairs, train_toy
 
 FAST = ToySettings(steps=40)
 
@@ -77,9 +77,9 @@ def test_pairs_typed_by_a_user():
 
 
 def test_toy_runs_are_offered_and_the_oldest_withdrawn(run):
-    from model import catalog
-    from model.checkpoint import Registry
-    from model.toy import ToyShelf
+    from model.families import catalog
+    from model.families.ours import Registry
+    from model.families.toy import ToyShelf
     reg = catalog.with_added_models(Registry(), [], max_loaded=2)
     shelf = ToyShelf(reg, keep=1)
     keys = shelf.put("toy-a", run)

@@ -1,7 +1,7 @@
 """Watch it learn, without gradio: which training frames a server offers, the curves they draw, the words
 that name a frame, and one head's map in every frame.
 
-Frames are offered in the registry like added models, under '<pair>@<step>' keys (model/frames.py): a run
+Frames are offered in the registry like added models, under '<pair>@<step>' keys (model/families/frames.py): a run
 of a frame is an ordinary run, so every view, link and export works on it unchanged.
 """
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from model import catalog
-from model.checkpoint import Registry
-from model.frame_dynamics import DYNAMICS, Dynamics, read_dynamics
-from model.frames import FRAMES_DIR, FrameError, offer_frames, read_info
-from model.names import DEC_SELF, ENC_SELF, Kind, hook_name
-from model.results import decoder_input
+from model.analysis.dynamics import DYNAMICS, Dynamics, read_dynamics
+from model.engine.names import DEC_SELF, ENC_SELF, Kind, hook_name
+from model.engine.results import decoder_input
+from model.families import catalog
+from model.families.frames import FRAMES_DIR, FrameError, offer_frames, read_info
+from model.families.ours import Registry
 from viz.learning import Curve, HeadPanel
 
 

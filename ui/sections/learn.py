@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from model.decoding import DecodeOptions
-from model.toy import DEFAULT_PAIRS, ToyError, ToyGate, ToySettings, ToyShelf, parse_pairs
+from model.engine.decoding import DecodeOptions
+from model.families.toy import DEFAULT_PAIRS, ToyError, ToyGate, ToySettings, ToyShelf, parse_pairs
 from viz.common import message_figure
 from viz.learning import curves_figure, head_forms_figure, loss_figure
 

@@ -19,10 +19,12 @@ from pathlib import Path
 
 import torch
 
+from model.engine.config import TransformerConfig
+from model.engine.loaded import LoadedModel
+from model.engine.transformer import Transformer, tied_keys
+from model.engine.vocab import Vocab, load_vocabs
 from .catalog import ModelInfo, ModelStore, parameter_count
-from .checkpoint import CONFIG, VOCAB, WEIGHTS_CONFIG_KEY, CheckpointError, LoadedModel, Registry
-from .transformer import Transformer, TransformerConfig, tied_keys
-from .vocab import Vocab, load_vocabs
+from .ours import CONFIG, VOCAB, WEIGHTS_CONFIG_KEY, CheckpointError, Registry
 
 FRAME_KEY = "frame"          # safetensors metadata: the training state at the frame's update
 FRAMES_DIR = "frames"        # a checkpoint's frames, one level below it

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import Registry
+from model.engine.config import BOS_ID, EOS_ID, PAD_ID, TransformerConfig
+from model.engine.transformer import Transformer
+from model.engine.vocab import SPECIALS, Vocab
 from .frames import FrameInfo, FrameModel, Offer, frame_key, offer, withdraw
-from .transformer import BOS_ID, EOS_ID, PAD_ID, Transformer, TransformerConfig
-from .vocab import SPECIALS, Vocab
+from .ours import Registry
 
 DEFAULT_PAIRS = (("我 有 一 个 好 朋 友", "I have a good friend ."),
                  ("我 有 一 只 猫", "I have a cat ."),

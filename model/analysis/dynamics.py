@@ -30,18 +30,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .align_heads import prepare, rank_heads
-from .alignment import Reference, hard_links, pool_matrices
+from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.data import pad_batch
+from model.engine.decoding import DecodeOptions, full_trace, source_frame, source_ids, translate_batch
+from model.engine.hooks import capture
+from model.engine.loaded import LoadedModel
+from model.engine.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
+from model.engine.results import decoder_input
+from model.engine.vocab import tokenize
+from .alignment.heads import prepare, rank_heads
+from .alignment.reference import Reference, hard_links, pool_matrices
 from .attribution import alti_matrices
-from .checkpoint import LoadedModel
 from .computation import Computation
-from .data import pad_batch
-from .decoding import DecodeOptions, full_trace, source_frame, source_ids, translate_batch
-from .hooks import capture
-from .names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
-from .results import decoder_input
-from .transformer import NO_INTERVENTION, Interventions
-from .vocab import tokenize
 
 STATS = ("entropy", "prev", "same", "next", "bos", "eos")
 DYNAMICS = "dynamics.json"   # beside the frames it measures
