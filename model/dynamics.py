@@ -22,13 +22,17 @@ from model.analysis.dynamics import (DYNAMICS, Dynamics, Settings, ValSet, dicti
                              reference_reordering, write_dynamics)
 from model.families.frames import FrameError, list_frames, load_frame, parent_of, read_parent
 
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIRS = (str(ROOT / "data" / "multi30k"), str(ROOT.parent / "shared" / "multi30k"))  # shipped copy first
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--frames", required=True, help="a folder of step_NNNNN.safetensors frames")
     p.add_argument("--checkpoint", default=None, help="the checkpoint whose vocabulary the frames share "
                    "(default: the folder above --frames)")
     p.add_argument("--out", default=None, help=f"the JSON to write (default: FRAMES/{DYNAMICS})")
-    p.add_argument("--data", default="../shared/multi30k", help="folder with val.<lang>.gz")
+    p.add_argument("--data", default=None, help="folder with val.<lang>.gz (default: the first of "
+                   f"{', '.join(DATA_DIRS)} that has them)")
     p.add_argument("--align-dir", default="checkpoints/alignments", help="folder with <src>-<tgt>.val.align")
     p.add_argument("--sentences", type=int, default=Settings.sentences, help="validation sentences measured")
     p.add_argument("--alti-sentences", type=int, default=Settings.alti_sentences)
@@ -41,9 +45,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def load_val(args, src: str, tgt: str) -> tuple[ValSet, ValSet]:
     """(the measured subset, the whole validation set): texts and reference alignments."""
-    texts = val_texts([args.data], src, tgt)
+    dirs = [args.data] if args.data else list(DATA_DIRS)
+    texts = val_texts(dirs, src, tgt)
     if texts is None:
-        raise FrameError(f"no val.{src}.gz and val.{tgt}.gz in {args.data}")
+        raise FrameError(f"no val.{src}.gz and val.{tgt}.gz in {' or '.join(map(str, dirs))}")
     ref_path = reference_path(args.align_dir, src, tgt)
     if not ref_path.is_file():
         raise FrameError(f"no reference alignment {ref_path}")

@@ -98,7 +98,9 @@ def _by_step(fs: FrameSet, field: str, scale: float = 1.0) -> tuple[float, ...]:
 
 def curves(fs: FrameSet) -> list[Curve]:
     """The losses (left axis, nats), and where the dynamics were measured the competences and shares (right)."""
-    out = [Curve("train loss (label-smoothed)", fs.train_loss), Curve("validation loss", fs.val_loss)]
+    out = [Curve("training loss", fs.train_loss)]
+    if fs.val_loss != fs.train_loss:  # a toy run has no validation set: its frames carry the training loss twice
+        out.append(Curve("validation loss", fs.val_loss))
     if fs.dynamics is None:
         return out
     return out + [Curve("target-side LM loss (empty source)", _by_step(fs, "lm_loss")),
