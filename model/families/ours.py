@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .marian import MarianError, hf_model_type, load_marian, looks_like_hub_id
-from .transformer import Transformer, TransformerConfig, tied_keys
-from .vocab import Vocab, load_vocabs, save_vocabs
+from model.engine.config import TransformerConfig
+from model.engine.loaded import LoadedModel
+from model.engine.transformer import Transformer, tied_keys
+from model.engine.vocab import Vocab, load_vocabs, save_vocabs
+
+from . import marian
+
+LABEL = "ours"  # how the model list names this family
 
 CONFIG, WEIGHTS, VOCAB = "config.json", "model.safetensors", "vocab.json"
 WEIGHTS_CONFIG_KEY = "model_config"  # safetensors metadata: the config the weights were saved with
@@ -27,26 +30,6 @@ WEIGHTS_CONFIG_KEY = "model_config"  # safetensors metadata: the config the weig
 
 class CheckpointError(Exception):
     """A checkpoint folder is missing, incomplete, corrupt or does not match its config."""
-
-
-@dataclass
-class LoadedModel:
-    model: Transformer
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    src_lang: str
-    tgt_lang: str
-    path: Path | None = None
-    meta: dict = field(default_factory=dict)  # everything in config.json beside the model config
-    metrics: dict = field(default_factory=dict)  # metrics.json of the model card, if present
-
-    @property
-    def name(self) -> str:
-        return f"{self.src_lang}-{self.tgt_lang}"
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
 
 
 def state_dict_for_save(model: Transformer, dtype=torch.float16) -> dict[str, torch.Tensor]:
@@ -81,20 +64,34 @@ def _weights_config(path: Path) -> dict | None:
 
 def _load_marian(source: str, device) -> LoadedModel:
     try:
-        m = load_marian(source, device)
-    except MarianError as e:
+        return marian.load(source, device)
+    except marian.MarianError as e:
         raise CheckpointError(f"Marian model {source}: {e}") from None
-    return LoadedModel(m.model, m.src_vocab, m.tgt_vocab, m.src_lang, m.tgt_lang, m.path, m.meta, {})
+
+
+def claims(source) -> bool:
+    """Whether ``source`` is for this family: a local folder that no Hugging Face family claims."""
+    return Path(str(source)).is_dir() and not marian.claims(source)
+
+
+def owns(lm: LoadedModel) -> bool:
+    """Whether ``lm`` was loaded from one of our folders (converted families mark their meta's format)."""
+    return "format" not in lm.meta
 
 
 def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     """Rebuild the model saved in ``path``: one of our checkpoint folders, a Hugging Face Marian
     (OPUS-MT) folder, or a Marian Hub id such as ``Helsinki-NLP/opus-mt-de-en``. Raises
     :class:`CheckpointError` with a readable message."""
+    if marian.claims(path):
+        return _load_marian(str(path), device)
+    return load(path, device)
+
+
+def load(path, device: str | torch.device = "cpu") -> LoadedModel:
+    """Rebuild one of our checkpoint folders; :class:`CheckpointError` says what is wrong with it."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    if hf_model_type(Path(path)) or (not Path(path).is_dir() and looks_like_hub_id(str(path))):
-        return _load_marian(str(path), device)
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint folder not found: {path}")
@@ -234,81 +231,3 @@ def load_all(root, device: str = "cpu") -> Registry:
     if not reg.models and not reg.problems:
         reg.problems.append(f"no checkpoint folders under {root}")
     return reg
-
-
-# --------------------------------------------------------------------------- what a model card says
-
-def _flatten(d, prefix: str = ""):
-    if isinstance(d, dict):
-        for k, v in d.items():
-            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-    else:
-        yield prefix, d
-
-
-def headline_bleu(metrics: dict) -> tuple[float, str] | None:
-    """The most telling BLEU in a model card's metrics: test over val, beam over greedy, lowercased."""
-    best = None
-    for path, value in _flatten(metrics or {}):
-        p = path.lower()
-        if "bleu" not in p or isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if not math.isfinite(float(value)) or "signature" in p:
-            continue
-        score = ((8 if "test" in p else 0) + (4 if "beam" in p else 0) + (2 if "tokenized" in p else 0)
-                 + (1 if ("lc" in p or "lower" in p) else 0) - (8 if "no_unk" in p else 0))
-        if best is None or score > best[0]:
-            best = (score, float(value), path)
-    return (best[1], bleu_label(best[2])) if best else None
-
-
-def bleu_label(path: str) -> str:
-    """A metrics key such as ``bleu.test_2016_flickr.beam5.tokenized.bleu`` in words."""
-    p = path.lower()
-    split = "test" if "test" in p else "val" if "val" in p else ""
-    beam = re.search(r"beam(\d+)", p)
-    decoding = f"beam {beam.group(1)}" if beam else "greedy" if "greedy" in p else ""
-    metric = ("tokenized lowercased" if "tokenized" in p else "lowercased" if ("lower" in p or "lc" in p)
-              else "cased" if "cased" in p else "")
-    return ", ".join(x for x in (split, decoding, metric) if x) or path
-
-
-@dataclass(frozen=True)
-class ModelSummary:
-    """Size, shape and headline BLEU of a loaded model (the header, the About table, /models)."""
-    name: str
-    src_lang: str
-    tgt_lang: str
-    parameters: int
-    d_model: int
-    n_heads: int
-    d_ff: int
-    encoder_layers: int
-    decoder_layers: int
-    src_vocab: int
-    tgt_vocab: int
-    max_len: int
-    tied_embeddings: bool
-    dropout: float
-    bleu: float | None
-    bleu_source: str | None
-    path: str | None
-
-
-def summarize(lm: LoadedModel) -> ModelSummary:
-    cfg = lm.model.cfg
-    bleu = headline_bleu(lm.metrics)
-    return ModelSummary(lm.name, lm.src_lang, lm.tgt_lang, lm.model.num_parameters(), cfg.d_model, cfg.n_heads,
-                        cfg.d_ff, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.src_vocab_size, cfg.tgt_vocab_size,
-                        cfg.max_len, cfg.tie_embeddings, cfg.dropout, bleu[0] if bleu else None,
-                        bleu[1] if bleu else None, str(lm.path) if lm.path else None)
-
-
-def device_label(device) -> str:
-    device = torch.device(device)
-    if device.type == "cuda":
-        try:
-            return f"GPU ({torch.cuda.get_device_name(device)})"
-        except Exception:
-            return "GPU"
-    return "CPU"

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .checkpoint import LoadedModel
-from .results import Translation
-from .transformer import UNK_ID
-from .vocab import SPECIALS
+from model.engine.config import UNK_ID
+from model.engine.loaded import LoadedModel
+from model.engine.results import Translation
+from model.engine.vocab import SPECIALS
 
 BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")  # a byte-fallback piece
 SENTENCE_END = {".", "!", "?", "…"}

@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .analysis import pool_words
-from .checkpoint import LoadedModel
+from .config import NO_INTERVENTION, Interventions
 from .hooks import Trace
+from .loaded import LoadedModel
 from .names import CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
-from .transformer import NO_INTERVENTION, Interventions
 
 
 def decoder_input(start, target: list) -> list:
@@ -182,3 +181,14 @@ class StepView:
 def not_padding(tokens: list[str]) -> np.ndarray:
     """One bool per token (or word): False for <pad>, whose query rows the views blank."""
     return np.array([t != "<pad>" for t in tokens], dtype=bool)
+
+
+def pool_words(weights: np.ndarray, query_spans: list[list[int]], key_spans: list[list[int]]) -> np.ndarray:
+    """Attention over subword pieces as attention over words (Clark et al. 2019).
+
+    ``weights`` is (..., queries, keys); each span lists the piece indices of one word. A word's
+    weight as a key is the sum over its pieces, and as a query the mean over its pieces, so rows
+    that summed to 1 still do, and a word made of one piece is unchanged.
+    """
+    keys = np.stack([weights[..., span].sum(-1) for span in key_spans], -1)
+    return np.stack([keys[..., span, :].mean(-2) for span in query_spans], -2)

@@ -2,7 +2,7 @@
 
 Each request's hypotheses are a block of consecutive rows of the batch: one row at the first step, up
 to ``beam`` after. Every step runs the decoder once for all rows; then each block makes its own choice
-with :func:`model.decoding.choose`, the very code :func:`model.decoding.beam_search` runs, over its own
+with :func:`model.engine.decoding.choose`, the very code :func:`model.engine.decoding.beam_search` runs, over its own
 candidates, with its own finished list and step budget (the beam size and length penalty are the
 batch's: requests share a batch only with the same options). A request that is done leaves the batch
 (its rows are dropped from the cache). The sources are padded to the longest and the padding
@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .config import Interventions
 from .data import pad_batch
-from .decoding import (ROW_HOOKS, BeamSearchTrace, BeamStep, FinishedHypothesis, _decoder_step, _hides_nothing,
-                       _rows, _StepData, choose, generable)
+from .decoding import (ROW_HOOKS, BeamSearchTrace, BeamStep, FinishedHypothesis, decoder_step, hides_nothing,
+                       step_rows, StepData, choose, generable)
 from .hooks import capture
-from .transformer import Interventions, KVCache, Transformer
+from .transformer import KVCache, Transformer
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Search:
     src_ids: list[int]
     max_len: int
     best: FinishedHypothesis | None = None
-    steps: list[_StepData] = field(default_factory=list)
+    steps: list[StepData] = field(default_factory=list)
     history: list[BeamStep] = field(default_factory=list)
     finished: list[FinishedHypothesis] = field(default_factory=list)
     parents_in: list[int] = field(default_factory=lambda: [0])  # the rows' parents in the previous step
@@ -37,7 +38,7 @@ class Search:
     def rows(self) -> int:
         return len(self.parents_in)
 
-    def result(self, alpha: float) -> tuple[FinishedHypothesis, list[_StepData], BeamSearchTrace]:
+    def result(self, alpha: float) -> tuple[FinishedHypothesis, list[StepData], BeamSearchTrace]:
         return self.best, self.steps, BeamSearchTrace(self.history, self.finished, alpha)
 
 
@@ -101,7 +102,7 @@ def beam_search_many(model: Transformer, searches: list[Search], beam: int, alph
     cfg, L = model.cfg, len(model.decoder.layers)
     src = pad_batch([s.src_ids for s in searches], pad_id=cfg.pad_id).to(device)
     src_mask = model.src_mask(src, iv)
-    src_mask = None if _hides_nothing(src_mask) else src_mask
+    src_mask = None if hides_nothing(src_mask) else src_mask
     memory = model.encode(src, src_mask, iv)
     owner = torch.arange(len(searches), device=device)  # each row's request: its row of memory and mask
     ys = torch.full((len(searches), 1), cfg.decoder_start_id, dtype=torch.long, device=device)
@@ -113,14 +114,14 @@ def beam_search_many(model: Transformer, searches: list[Search], beam: int, alph
             # later steps read cross-attention's cached K/V, which cache.reorder keeps row by row
             mem = memory if iv.causal_mask else memory.index_select(0, owner)
             mask = None if src_mask is None else src_mask.index_select(0, owner)
-            logp = _decoder_step(model, ys, mem, mask, iv, cache).log_softmax(-1).float()
-            rows = (_rows(trace, ROW_HOOKS[0], L), _rows(trace, ROW_HOOKS[1], L)) if record else (None, None)
+            logp = decoder_step(model, ys, mem, mask, iv, cache).log_softmax(-1).float()
+            rows = (step_rows(trace, ROW_HOOKS[0], L), step_rows(trace, ROW_HOOKS[1], L)) if record else (None, None)
             trace.records.clear()
             tops = _top(scores[:, None] + generable(logp, cfg.never_generated), live, beam)
             logp_cpu, nxt, o = logp.cpu(), _Next(), 0
             for r, top in zip(live, tops):
                 n = r.rows
-                r.steps.append(_StepData(logp_cpu[o:o + n].clone(), *_block_rows(rows, o, r), r.parents_in))
+                r.steps.append(StepData(logp_cpu[o:o + n].clone(), *_block_rows(rows, o, r), r.parents_in))
                 _block_step(r, o, t, top, logp.size(1), ys, beam, cfg.eos_id, alpha, nxt)
                 o += n
             if not nxt.live:

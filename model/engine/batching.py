@@ -1,9 +1,9 @@
 """Decodes of several requests (greedy or beam) run as one padded batch, each result as if it had run alone.
 
 The search (encoder pass and every cached decoder step) runs once for the batch
-(:func:`model.beam_batch.beam_search_many`: each request's hypotheses a block of rows, with its own
+(:func:`model.engine.search.beam_search_many`: each request's hypotheses a block of rows, with its own
 finished list and step budget); each request's Translation is then finished by
-:func:`model.decoding.translate` itself (its own teacher-forced trace, step records, beam trace and
+:func:`model.engine.decoding.translate` itself (its own teacher-forced trace, step records, beam trace and
 text; looked up on its module at each call), so only the step probabilities (and the rows recorded
 during a decode) come from batched arithmetic, equal to a lone run's to float rounding. Runs that show
 source padding to the model are not batched: :func:`batchable` says which requests may share a batch.
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
 from . import decoding
-from .beam_batch import Search, beam_search_many
-from .checkpoint import LoadedModel
+from .config import NO_INTERVENTION, Interventions
 from .decoding import DecodeOptions, Translation, records_during_decode, source_ids
-from .transformer import NO_INTERVENTION, Interventions
+from .loaded import LoadedModel
+from .search import Search, beam_search_many
 
 
 def batchable(opts: DecodeOptions, iv: Interventions) -> bool:

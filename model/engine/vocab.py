@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
 
-from .transformer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from .config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>")
 assert [SPECIALS.index(s) for s in SPECIALS] == [UNK_ID, PAD_ID, BOS_ID, EOS_ID]

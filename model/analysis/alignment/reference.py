@@ -119,7 +119,7 @@ def pool_matrices(key_spans: Sequence[Sequence[int]], n_keys: int, query_spans: 
                   n_queries: int, query_shift: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(Q, K) pooling matrices so that ``Q @ A @ K`` turns a (queries, keys) piece matrix into a
     (query words, key words) one: a key word sums its pieces, a query word averages its pieces' rows
-    (analysis.pool_words' rule). ``query_shift`` reads each query word's rows that many positions later."""
+    (engine.results.pool_words' rule). ``query_shift`` reads each query word's rows that many positions later."""
     K = np.zeros((n_keys, len(key_spans)))
     for w, span in enumerate(key_spans):
         K[list(span), w] = 1.0

@@ -1,15 +1,15 @@
 """Contrastive attribution ("why this token rather than that one?") and attribution to the target prefix.
 
-- The target function. Without a foil: log p(token), as :mod:`model.attribution` has it. With a foil:
+- The target function. Without a foil: log p(token), as :mod:`model.analysis.attribution` has it. With a foil:
   the probability difference p(token) − p(foil) of Yin & Neubig (2022), which they use for contrastive
   saliency (Inseq's ``contrast_prob_diff``). A foil equal to the token gives 0 everywhere.
 - Gradient × input and integrated gradients of that function, over the source token embeddings (the target
   prefix held as it is) and over the target-prefix token embeddings, the start token included (the source
   held as it is). Each side has its own zero baseline and its own completeness check: its scores add up to
-  f(x) − f(that side's embeddings at 0), by the checked rule of :func:`model.attribution.integrated_gradients`
+  f(x) − f(that side's embeddings at 0), by the checked rule of :func:`model.analysis.attribution.integrated_gradients`
   (max(1 %, 1e-3 nats) for log p, max(1 %, 1e-4) for a probability difference).
 - ALTI+ (Ferrando et al. 2022) per target-prefix token, next to the source's: the shares of
-  :func:`model.attribution.alti_matrices`' row for this position. ALTI+ (like attention, rollout and the
+  :func:`model.analysis.attribution.alti_matrices`' row for this position. ALTI+ (like attention, rollout and the
   norm-based weights) says what the position reads, not which token it picks: it is the same for every foil,
   and said so wherever a foil is shown.
 """
@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from model.engine.decoding import Translation
+from model.engine.results import decoder_input
+from model.engine.transformer import Transformer
 from .attribution import (IG_ATOL, IG_MAX_STEPS, IG_START, Attribution, Gradients, IntegratedGradients, attribute,
                           encode_embedded, side_gradients)
-from .decoding import Translation
-from .results import decoder_input
-from .transformer import Transformer
 
 PROB_ATOL = 1e-4        # completeness floor for a probability difference (probability units, not nats)
 LOG_PROB = "log p(token)"

@@ -10,14 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .checkpoint import LoadedModel
+from .config import BOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions
 from .data import pad_batch
 from .hooks import Trace, capture
+from .loaded import LoadedModel
 from .masks import causal_mask
 from .names import CROSS, DEC_SELF
 from .results import (BeamSearchTrace, BeamStep, FinishedHypothesis, StepRecord, StepView,  # noqa: F401 (importable
                       Translation, Words, decoder_input, not_padding)                          # from here too)
-from .transformer import BOS_ID, NO_INTERVENTION, PAD_ID, UNK_ID, Interventions, KVCache, Transformer
+from .transformer import KVCache, Transformer
 from .vocab import SPECIALS
 
 ROW_HOOKS = ("decoder.layers.*.self_attn.hook_pattern", "decoder.layers.*.cross_attn.hook_pattern")
@@ -53,11 +54,11 @@ def generable(scores: torch.Tensor, never=NEVER_GENERATED) -> torch.Tensor:
     return out
 
 
-def _hides_nothing(mask: torch.Tensor | None) -> bool:
+def hides_nothing(mask: torch.Tensor | None) -> bool:
     return mask is None or bool(mask.all())
 
 
-def _decoder_step(model: Transformer, ys, memory, src_mask, iv, cache: KVCache | None):
+def decoder_step(model: Transformer, ys, memory, src_mask, iv, cache: KVCache | None):
     """Logits for the next token of every row of ``ys`` (n, t+1).
 
     With the causal mask on, only the newest token goes in and K/V come from the cache. With
@@ -65,7 +66,7 @@ def _decoder_step(model: Transformer, ys, memory, src_mask, iv, cache: KVCache |
     Masks that hide nothing are passed as None, which spares the attention modules all mask
     work (a hook capture still records them, all True).
     """
-    if _hides_nothing(src_mask):  # no <pad> or hidden token in the source
+    if hides_nothing(src_mask):  # no <pad> or hidden token in the source
         src_mask = None
     if iv.causal_mask and cache is not None:
         t = ys.size(1) - 1  # the newest position sees itself and every cached one
@@ -81,14 +82,14 @@ def greedy_batch(model: Transformer, src: torch.Tensor, max_len: int = 100,
     """Batched greedy decoding without capture (for evaluation). Returns ids up to and with <eos>."""
     B, device = src.size(0), src.device
     src_mask = model.src_mask(src, iv)
-    src_mask = None if _hides_nothing(src_mask) else src_mask  # None: no mask work in any step
+    src_mask = None if hides_nothing(src_mask) else src_mask  # None: no mask work in any step
     memory = model.encode(src, src_mask, iv)
     cfg = model.cfg
     ys = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=device)
     cache = KVCache(len(model.decoder.layers)) if use_cache else None
     done = torch.zeros(B, dtype=torch.bool, device=device)
     for _ in range(max_len):
-        nxt = generable(_decoder_step(model, ys, memory, src_mask, iv, cache), cfg.never_generated).argmax(-1)
+        nxt = generable(decoder_step(model, ys, memory, src_mask, iv, cache), cfg.never_generated).argmax(-1)
         nxt = nxt.masked_fill(done, cfg.pad_id)
         ys = torch.cat([ys, nxt[:, None]], 1)
         done |= nxt == cfg.eos_id
@@ -101,14 +102,14 @@ def greedy_batch(model: Transformer, src: torch.Tensor, max_len: int = 100,
 
 
 @dataclass
-class _StepData:
+class StepData:
     logp: torch.Tensor            # (n, V) log-probabilities of each input hypothesis
     rows_self: torch.Tensor | None   # (n, L, H, t+1)
     rows_cross: torch.Tensor | None  # (n, L, H, S)
     parents: list[int]            # for each input hypothesis, its index in the previous step's inputs
 
 
-def _rows(trace: Trace, pattern: str, n_layers: int) -> torch.Tensor:
+def step_rows(trace: Trace, pattern: str, n_layers: int) -> torch.Tensor:
     """Last query row of the newest call of every layer's hook: (n, L, H, K)."""
     rows = [trace.calls(pattern.replace("*", str(i)))[-1][:, :, -1, :] for i in range(n_layers)]
     return torch.stack(rows, 1)
@@ -118,13 +119,13 @@ def _rows(trace: Trace, pattern: str, n_layers: int) -> torch.Tensor:
 def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: int = 100,
                 alpha: float = 0.6, iv: Interventions = NO_INTERVENTION, record: bool = True,
                 use_cache: bool = True, prefix: tuple[int, ...] = ()
-                ) -> tuple[FinishedHypothesis, list[_StepData], BeamSearchTrace]:
+                ) -> tuple[FinishedHypothesis, list[StepData], BeamSearchTrace]:
     """Beam search for one source (1, S). Beam 1 is greedy decoding. The first len(prefix) steps keep
     one hypothesis and take the prefix's token whatever the model prefers (their log-probabilities, the
     model's own, are recorded and scored as usual)."""
     device, L = src.device, len(model.decoder.layers)
     src_mask = model.src_mask(src, iv)
-    src_mask = None if _hides_nothing(src_mask) else src_mask  # None: no mask work in any step
+    src_mask = None if hides_nothing(src_mask) else src_mask  # None: no mask work in any step
     memory = model.encode(src, src_mask, iv)
     eos, never = model.cfg.eos_id, model.cfg.never_generated
     ys = torch.full((1, 1), model.cfg.decoder_start_id, dtype=torch.long, device=device)
@@ -132,18 +133,18 @@ def beam_search(model: Transformer, src: torch.Tensor, beam: int = 4, max_len: i
     parents_in = [0]
     cache = KVCache(L) if use_cache else None
     finished: list[FinishedHypothesis] = []
-    steps: list[_StepData] = []
+    steps: list[StepData] = []
     history: list[BeamStep] = []
     names = ROW_HOOKS if record else ()
     with capture(model, names) as trace:
         for t in range(max_len):
             n = ys.size(0)
             rows_mask = None if src_mask is None else src_mask.expand(n, -1, -1, -1)
-            logp = _decoder_step(model, ys, memory.expand(n, -1, -1), rows_mask, iv, cache).log_softmax(-1).float()
-            steps.append(_StepData(
+            logp = decoder_step(model, ys, memory.expand(n, -1, -1), rows_mask, iv, cache).log_softmax(-1).float()
+            steps.append(StepData(
                 logp.cpu(),
-                _rows(trace, ROW_HOOKS[0], L) if record else None,
-                _rows(trace, ROW_HOOKS[1], L) if record else None,
+                step_rows(trace, ROW_HOOKS[0], L) if record else None,
+                step_rows(trace, ROW_HOOKS[1], L) if record else None,
                 parents_in))
             trace.records.clear()
             last = t == max_len - 1
@@ -201,7 +202,7 @@ def records_during_decode(opts: DecodeOptions, iv: Interventions) -> bool:
     return want_rows and not (opts.trace and iv.causal_mask)
 
 
-def lineage(hyp: FinishedHypothesis, steps: list[_StepData]) -> list[int]:
+def lineage(hyp: FinishedHypothesis, steps: list[StepData]) -> list[int]:
     """For each step 0..hyp.step, the input-hypothesis index the hypothesis went through."""
     idx = [0] * (hyp.step + 1)
     idx[hyp.step] = hyp.beam_index
@@ -234,7 +235,7 @@ def prepare_source(lm: LoadedModel, text: str, pad_to: int = 0) -> tuple[list[st
     return toks, truncated
 
 
-def _step_rows(s: int, b: int, sd: _StepData, self_all, cross_all) -> tuple:
+def _step_rows(s: int, b: int, sd: StepData, self_all, cross_all) -> tuple:
     """Step s's (L, H, s+1) self and (L, H, S) cross rows: from the trace's stacked patterns when
     given, else as recorded for input hypothesis b during the decode, else (None, None)."""
     if self_all is not None:
@@ -273,7 +274,7 @@ def check_prefix(model: Transformer, prefix: tuple[int, ...]) -> tuple[int, ...]
 
 def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
               iv: Interventions = NO_INTERVENTION, search=None) -> Translation:
-    """Decode ``text``. ``search`` replaces beam_search (same arguments and result): model.batching
+    """Decode ``text``. ``search`` replaces beam_search (same arguments and result): model.engine.batching
     hands in a search already run as part of a batch."""
     model, device = lm.model, lm.device
     model.validate_interventions(iv)
@@ -285,7 +286,7 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     want_rows = opts.record or opts.replace_unk
     rows_from_trace = want_rows and not records_during_decode(opts, iv)
     search = search or beam_search
-    extra = {"prefix": prefix} if prefix else {}  # model.batching's search takes no prefix (never batched)
+    extra = {"prefix": prefix} if prefix else {}  # model.engine.batching's search takes no prefix (never batched)
     best, steps, beam_trace = search(model, src, max(1, opts.beam), max_len, opts.length_penalty,
                                      iv, records_during_decode(opts, iv), **extra)
     path = lineage(best, steps)

@@ -19,8 +19,12 @@ from pathlib import Path
 
 import torch
 
-from .transformer import Transformer, TransformerConfig, tied_keys
-from .vocab import WORD_START, SubwordVocab, piece_word_spans
+from model.engine.config import TransformerConfig
+from model.engine.loaded import LoadedModel
+from model.engine.transformer import Transformer, tied_keys
+from model.engine.vocab import WORD_START, SubwordVocab, piece_word_spans
+
+LABEL = "OPUS-MT"  # how the model list names this family
 
 CONFIG, SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB = ("config.json", "source.spm", "target.spm", "vocab.json",
                                                        "target_vocab.json")
@@ -294,3 +298,21 @@ def load_marian(source, device: str | torch.device = "cpu") -> MarianModel:
     src_lang, tgt_lang = languages(folder, str(source))
     meta = {"format": "marian", "source": str(source), "activation": hf.get("activation_function")}
     return MarianModel(model.to(device).eval(), src_vocab, tgt_vocab, src_lang, tgt_lang, folder, meta)
+
+
+def claims(source) -> bool:
+    """Whether ``source`` is for this family: a folder with a Hugging Face config (the loader names a
+    model_type it cannot read), or a Hub id."""
+    path = Path(str(source))
+    return bool(hf_model_type(path)) or (not path.is_dir() and looks_like_hub_id(str(source)))
+
+
+def owns(lm: LoadedModel) -> bool:
+    """Whether ``lm`` was converted from a Marian checkpoint."""
+    return lm.meta.get("format") == "marian"
+
+
+def load(source, device: str | torch.device = "cpu") -> LoadedModel:
+    """:func:`load_marian` as the engine's :class:`LoadedModel` (no model card)."""
+    m = load_marian(source, device)
+    return LoadedModel(m.model, m.src_vocab, m.tgt_vocab, m.src_lang, m.tgt_lang, m.path, m.meta, {})

@@ -1,14 +1,14 @@
 """Which source tokens an output token came from, by six methods side by side.
 
 - raw cross-attention: one decoder layer's weights, mean over heads;
-- rollout (Abnar & Zuidema 2020, model/analysis.py): mean cross-attention through the encoder rollout;
+- rollout (Abnar & Zuidema 2020, model/analysis/profiles.py): mean cross-attention through the encoder rollout;
 - norm-based (Kobayashi et al. 2020), multi-head: ||sum_h alpha^h_ij f_h(x_j)|| instead of alpha_ij,
   f_h(x_j) the value vector of head h through its slice of W_O;
 - ALTI+ (Ferrando et al. 2022): each attention sublayer's output y_i = sum_j T_i(x_j) (+ residual,
   + bias); token j's share is max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1), normalised over j. Shares are
   rolled through the encoder, then through the decoder over source and target-prefix tokens. In a
   post-norm model y_i is LN(x_i + attention), decomposed with the token's sigma fixed as ALTI does for
-  post-LN encoders (model/postnorm.py); the biases and LN's beta belong to no token;
+  post-LN encoders (model/analysis/postnorm.py); the biases and LN's beta belong to no token;
 - gradient x input and integrated gradients (Sundararajan et al. 2017) on the scaled source token
   embeddings, for the log-probability of the output token, summed over the embedding dimension.
   Integrated gradients are checked as Sundararajan et al. prescribe: a composite Gauss-Legendre rule
@@ -25,13 +25,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from .analysis import rollout_views
+from model.engine.decoding import Translation
+from model.engine.names import Kind
+from model.engine.results import decoder_input
+from model.engine.transformer import Transformer
 from .computation import Computation
-from .decoding import Translation
-from .names import Kind
-from .results import decoder_input
 from .postnorm import Decomposed, ln_linear
-from .transformer import Transformer
+from .profiles import rollout_views
 
 METHODS = ("attention", "rollout", "norm", "alti", "grad_input", "integrated_gradients")
 
@@ -58,7 +58,7 @@ class Attribution:
     ig_tolerance: float = math.nan    # the gap allowed: max(1 % of |ig_delta|, IG_ATOL)
     ig_converged: bool = False        # the gap is within the tolerance (False: the cap came first)
     post_norm: bool = False           # the model normalises after each residual add: ALTI+ and the norm
-                                      # method read each term through that LayerNorm (model/postnorm.py)
+                                      # method read each term through that LayerNorm (model/analysis/postnorm.py)
 
     def ig_sum(self) -> float:
         return float(np.sum(self.integrated_gradients))

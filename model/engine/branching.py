@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .analysis import BeamTree
-from .checkpoint import LoadedModel
+from .beams import BeamTree
+from .config import NO_INTERVENTION, Interventions
 from .decoding import DecodeOptions, Translation, check_prefix, translate
-from .transformer import NO_INTERVENTION, Interventions
+from .loaded import LoadedModel
 
 
 @dataclass(frozen=True)

@@ -24,16 +24,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .alignment import (Counts, Reference, counts_of, hard_links, link_counts, pool_matrices, read_pharaoh,
+from model.analysis.profiles import encoder_rollout
+from model.engine.data import pad_batch
+from model.engine.decoding import DecodeOptions, source_ids
+from model.engine.hooks import capture
+from model.engine.loaded import LoadedModel
+from model.engine.names import CROSS, ENC_SELF, hook_name
+from model.engine.results import decoder_input
+from model.engine.vocab import tokenize
+from model.families.ours import WEIGHTS, load_all
+from model.training.corpus import read_split
+from .reference import (Counts, Reference, counts_of, hard_links, link_counts, pool_matrices, read_pharaoh,
                         reference_path)
-from .analysis import encoder_rollout
-from .checkpoint import WEIGHTS, LoadedModel, load_all
-from .data import pad_batch, read_split
-from .decoding import DecodeOptions, source_ids
-from .hooks import capture
-from .names import CROSS, ENC_SELF, hook_name
-from .results import decoder_input
-from .vocab import tokenize
 
 SOURCES = ("head", "layer", "all", "rollout")   # also the tie-break order
 VARIANTS = ("output", "shift")

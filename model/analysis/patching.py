@@ -17,6 +17,8 @@ its own replacements, so a scan over every head of a kind costs one batched pass
 Encoder-side positions (encoder sites, cross K/V) index the source: A and B need equal source
 lengths, or an explicit alignment of B's positions to A's; anything else is refused with
 :class:`PositionMismatch`. Decoder positions index the shared target prefix.
+
+The app's request and bench (two texts in, a decoded pair and a result out) are in patching_bench.py.
 """
 from __future__ import annotations
 
@@ -27,11 +29,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .data import pad_batch
-from .decoding import DecodeOptions, greedy_batch, source_ids
-from .names import ATTN_KINDS, CROSS, Kind, hook_name
-from .results import decoder_input
-from .transformer import Transformer
+from model.engine.names import ATTN_KINDS, CROSS, Kind, hook_name
+from model.engine.results import decoder_input
+from model.engine.transformer import Transformer
 
 SITES = ("z", "attn_out", "resid", "cross_kv")
 SITE_LABELS = {"z": "head output (hook_z)", "attn_out": "attention output", "resid": "residual stream",
@@ -225,7 +225,7 @@ def check_patch(model: Transformer, patch: Patch) -> None:
     """Raise PatchError when ``patch`` names a layer or head this model does not have."""
     cfg = model.cfg
     part = patch.part or (patch.kind.stack if patch.kind is not None else "decoder")
-    n = cfg.n_encoder_layers if part == "encoder" else cfg.n_decoder_layers
+    n = cfg.n_layers(part)
     if not 0 <= patch.layer < n:
         raise PatchError(f"no layer {patch.layer} in the {part} (it has {n})")
     if patch.head is not None and not 0 <= patch.head < cfg.n_heads:
@@ -436,7 +436,7 @@ def head_scan(model: Transformer, setup: PatchSetup, kind: Kind | str, positions
     """Every head of ``kind`` (layers × heads), each patched alone at ``positions``, in batched runs."""
     kind = Kind.of(kind)
     cfg = model.cfg
-    n_layers = cfg.n_encoder_layers if kind.stack == "encoder" else cfg.n_decoder_layers
+    n_layers = cfg.n_layers(kind)
     pos = None if positions is None else tuple(positions)
     patches = [Patch("z", layer, kind=kind, head=h, positions=pos) for layer in range(n_layers)
                for h in range(cfg.n_heads)]
@@ -460,7 +460,7 @@ def position_scan(model: Transformer, setup: PatchSetup, site: str = "resid", pa
         part = Kind.of(kind).stack
     elif site != "resid":
         raise PatchError(f"a position scan covers resid, attn_out or cross_kv, not {site!r}")
-    n_layers = cfg.n_encoder_layers if part == "encoder" else cfg.n_decoder_layers
+    n_layers = cfg.n_layers(part)
     source_side = site == "cross_kv" or part == "encoder"
     n_pos = len(setup.src_b) if source_side else len(setup.output)
     extra = {"resid": {"part": part, "point": point}, "attn_out": {"kind": kind}, "cross_kv": {}}[site]
@@ -481,13 +481,13 @@ def position_scan(model: Transformer, setup: PatchSetup, site: str = "resid", pa
 def _all_sites(model: Transformer) -> list[str]:
     cfg, names = model.cfg, []
     for kind in ATTN_KINDS:
-        n = cfg.n_encoder_layers if kind.stack == "encoder" else cfg.n_decoder_layers
+        n = cfg.n_layers(kind)
         for layer in range(n):
             names += [hook_name("z", kind, layer), f"{kind.stack}.layers.{layer}.{kind.module}"]
             if kind == CROSS:
                 names += [hook_name("k", kind, layer), hook_name("v", kind, layer)]
     for part, points in RESID_POINTS.items():
-        n = cfg.n_encoder_layers if part == "encoder" else cfg.n_decoder_layers
+        n = cfg.n_layers(part)
         names += [hook_name(f"resid_{p}", part, layer) for layer in range(n) for p in points]
     return names
 
@@ -520,135 +520,3 @@ def mean_activations(model: Transformer, pairs: Sequence[tuple[Sequence[int], Se
             out = out.transpose(1, 2)
         values[name] = out[keep].double().mean(0).to(out.dtype)  # (H, d_k) or (D,)
     return ActivationMeans(values=values, n_sentences=len(pairs), source=source or f"{len(pairs)} sentences")
-
-
-# ---------------------------------------------------------------------------- from texts (UI and API)
-
-@dataclass(frozen=True)
-class PatchRequest:
-    """What the bench asks, in plain values. ``scan``: "none" (one patch), "heads" (every head of
-    ``kind``) or "positions" (every layer × position of ``site``). ``output``: the target text the
-    decoder is forced on (empty: B's greedy output). ``target``/``foil``: target tokens (empty target:
-    B's output token at ``step``; empty foil: the metric is the target's probability)."""
-
-    text_a: str
-    text_b: str
-    site: str = "z"
-    kind: str = "decoder.cross_attn"
-    part: str = "decoder"
-    point: str = "post"
-    layer: int = 0
-    head: int | None = 0
-    positions: tuple[int, ...] | None = None
-    scan: str = "none"
-    step: int = 0
-    target: str = ""
-    foil: str = ""
-    output: str = ""
-    ablation: str = "patch"
-    align: tuple[tuple[int, int], ...] | None = None
-
-    def patch(self) -> Patch:
-        kind = self.kind if self.site in ("z", "attn_out") else None
-        head = int(self.head) if self.site in ("z", "cross_kv") and self.head is not None else None
-        return Patch(self.site, int(self.layer), kind=kind, head=head,
-                     part=self.part if self.site == "resid" else None, point=self.point, positions=self.positions)
-
-
-@dataclass(frozen=True)
-class PatchBench:
-    """One bench answer: both runs' tokens and translations, the setup, and the result or the scan."""
-
-    src_a_tokens: tuple[str, ...]
-    src_b_tokens: tuple[str, ...]
-    output_tokens: tuple[str, ...]   # the target the decoder was forced on
-    translation_a: str
-    translation_b: str
-    setup: PatchSetup
-    target_token: str = ""
-    foil_token: str | None = None
-    result: PatchResult | None = None
-    scan: PatchScan | None = None
-
-
-def _token_id(lm, token: str, what: str) -> int:
-    token = token.strip()
-    ids = lm.tgt_vocab.encode([token])
-    if not token or lm.tgt_vocab.decode(ids) != [token]:
-        raise PatchError(f"the {what} {token!r} is not a single token of the target vocabulary")
-    return ids[0]
-
-
-@dataclass(frozen=True)
-class SourceRun:
-    """One source as the bench runs it: its tokens and ids, and its greedy translation."""
-
-    src_tokens: tuple[str, ...]
-    src_ids: tuple[int, ...]
-    output_ids: tuple[int, ...]
-    text: str
-
-
-@torch.inference_mode()
-def decode_pair(lm, text_a: str, text_b: str) -> tuple[SourceRun, SourceRun]:
-    """Both sources framed as decoding frames them, and greedily decoded together in one batch."""
-    opts = DecodeOptions(record=False, replace_unk=False, trace=False)
-    framed = [source_ids(lm, t, opts) for t in (text_a, text_b)]
-    srcs = [ids for _, _, ids, _ in framed]
-    outs = greedy_batch(lm.model, pad_batch(srcs, lm.model.cfg.pad_id).to(lm.device),
-                        max(budget for *_, budget in framed))
-    # each row's own step budget, as a decode of that source alone would stop
-    outs = [out[:budget] for out, (*_, budget) in zip(outs, framed)]
-    return tuple(SourceRun(tuple(toks), tuple(ids), tuple(out), lm.tgt_vocab.to_text(lm.tgt_vocab.decode(out),
-                                                                                     lm.tgt_lang))
-                 for (toks, _, ids, _), out in zip(framed, outs))
-
-
-def setup_from_texts(lm, req: PatchRequest):
-    """(setup, run A, run B, the forced target's tokens) for ``req``."""
-    run_a, run_b = decode_pair(lm, req.text_a, req.text_b)
-    if req.output.strip():
-        out_ids = lm.tgt_vocab.encode(lm.tgt_vocab.tokens(req.output, lm.tgt_lang)) + [lm.model.cfg.eos_id]
-    else:
-        out_ids = list(run_b.output_ids)
-    out_tokens = lm.tgt_vocab.decode(out_ids)
-    if not 0 <= int(req.step) < len(out_ids):
-        raise PatchError(f"step {req.step} is outside the target (0 to {len(out_ids) - 1})")
-    target = _token_id(lm, req.target, "target") if req.target.strip() else out_ids[int(req.step)]
-    foil = _token_id(lm, req.foil, "foil") if req.foil.strip() else None
-    setup = PatchSetup(src_a=run_a.src_ids, src_b=run_b.src_ids, output=out_ids, step=int(req.step),
-                       target=target, foil=foil, align=req.align)
-    return setup, run_a, run_b, out_tokens
-
-
-def patch_bench(lm, req: PatchRequest, means: ActivationMeans | None = None) -> PatchBench:
-    """Run ``req`` on ``lm``: one patch, or a scan."""
-    setup, tr_a, tr_b, out_tokens = setup_from_texts(lm, req)
-    itos = lm.tgt_vocab.itos
-    model, common = lm.model, dict(ablation=req.ablation, means=means, tgt_tokens=itos)
-    result = scan = None
-    if req.scan == "heads":
-        scan = head_scan(model, setup, req.kind, req.positions, **common)
-    elif req.scan == "positions":
-        labels = tr_b.src_tokens if req.site == "cross_kv" or (
-            req.site == "resid" and req.part == "encoder") or (
-            req.site == "attn_out" and Kind.of(req.kind).stack == "encoder") else \
-            decoder_input(itos[model.cfg.decoder_start_id], out_tokens)
-        scan = position_scan(model, setup, req.site, req.part, req.point, position_labels=labels,
-                             kind=req.kind if req.site == "attn_out" else None, **common)
-    elif req.scan == "none":
-        result = patch_one(model, setup, req.patch(), **common)
-    else:
-        raise PatchError(f"unknown scan {req.scan!r}; expected none, heads or positions")
-    return PatchBench(tuple(tr_a.src_tokens), tuple(tr_b.src_tokens), tuple(out_tokens), tr_a.text, tr_b.text,
-                      setup, itos[setup.target], None if setup.foil is None else itos[setup.foil], result, scan)
-
-
-def validation_means(lm, sentences: Sequence[str], source: str) -> ActivationMeans:
-    """Mean activations over ``sentences`` (source texts), each teacher-forced on its greedy translation."""
-    opts = DecodeOptions()
-    srcs = [source_ids(lm, s, opts)[2] for s in sentences]
-    with torch.inference_mode():
-        outs = greedy_batch(lm.model, pad_batch(srcs, lm.model.cfg.pad_id).to(lm.device),
-                            min(lm.model.cfg.max_len - 1, 100))
-    return mean_activations(lm.model, list(zip(srcs, outs)), source)

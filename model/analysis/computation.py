@@ -14,13 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checkpoint import LoadedModel
-from .decoding import full_trace, generable, prepare_source, start_token
-from .hooks import Trace
-from .names import CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
+from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.decoding import full_trace, generable, prepare_source, start_token
+from model.engine.hooks import Trace
+from model.engine.loaded import LoadedModel
+from model.engine.names import CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
+from model.engine.results import StepRecord, Translation
+from model.engine.transformer import Transformer
 from .postnorm import SUBLAYERS, Decomposed, ln_linear
-from .results import StepRecord, Translation
-from .transformer import NO_INTERVENTION, Interventions, Transformer
 
 @dataclass
 class HeadComputation:
@@ -118,7 +119,7 @@ class Computation:
     def residual_norms(self, part: str) -> ResidualNorms:
         """What each sublayer adds to the residual stream. Pre-norm: differences of the stream. Post-norm
         (every add followed by a LayerNorm): each sublayer's share of the normalised output, LN(x + f(x))
-        decomposed with the token's sigma fixed (:mod:`model.postnorm`), and its raw output f(x)."""
+        decomposed with the token's sigma fixed (:mod:`model.analysis.postnorm`), and its raw output f(x)."""
         L, norm = self.n_layers(part), lambda t: t[0].float().norm(dim=-1).numpy()  # noqa: E731
         r = lambda p, i: self.get(p, part, i)  # noqa: E731
         resid = np.stack([norm(r("resid_pre", 0))] + [norm(r("resid_post", i)) for i in range(L)])

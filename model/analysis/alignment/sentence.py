@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .align_heads import (VARIANTS, HeadRanking, _batch_patterns, _entries, prepare, rank, sentence_counts, sha256,
-                          val_texts)
-from .alignment import Reference, read_pharaoh, reference_path
-from .checkpoint import WEIGHTS, LoadedModel
+from model.engine.loaded import LoadedModel
+from model.families.ours import WEIGHTS
+from .heads import (VARIANTS, HeadRanking, _batch_patterns, _entries, prepare, rank, sentence_counts, sha256,
+                    val_texts)
+from .reference import Reference, read_pharaoh, reference_path
 
 
 @dataclass(frozen=True)

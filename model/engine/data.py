@@ -1,41 +1,15 @@
-"""Multi30k loading (download when missing) and token-bucketed batches."""
+"""Token batches for the network: specials around ids, padded batches, token-bucketed training batches,
+and a peek at the first lines of a gzip text file."""
 from __future__ import annotations
 
 import gzip
-import os
 import random
-import shutil
-import tempfile
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .transformer import BOS_ID, EOS_ID, PAD_ID
-
-MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
-SPLITS = ("train", "val", "test_2016_flickr")
-
-
-def ensure_file(data_dir: str | Path, split: str, lang: str, base_url: str = MULTI30K_URL) -> Path:
-    """Path to ``{split}.{lang}.gz`` in data_dir, downloading it from ``base_url`` if absent."""
-    path = Path(data_dir) / f"{split}.{lang}.gz"
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    url = f"{base_url.rstrip('/')}/{split}.{lang}.gz"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
-    try:
-        with urllib.request.urlopen(url, timeout=60) as resp, os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(resp, out)
-        with gzip.open(tmp, "rt", encoding="utf-8") as f:  # refuse a truncated or non-gzip download
-            f.read()
-        os.replace(tmp, path)
-    except Exception as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise RuntimeError(f"could not download {url}: {e}") from e
-    return path
+from .config import BOS_ID, EOS_ID, PAD_ID
 
 
 def head_lines(path, n: int) -> list[str] | None:
@@ -48,18 +22,6 @@ def head_lines(path, n: int) -> list[str] | None:
             return [line.strip() for _, line in zip(range(n), f)]
     except (OSError, EOFError, UnicodeDecodeError):
         return None
-
-
-def read_split(data_dir, split: str, lang: str, base_url: str = MULTI30K_URL) -> list[str]:
-    with gzip.open(ensure_file(data_dir, split, lang, base_url), "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
-
-
-def load_pairs(data_dir, split, src, tgt, base_url: str = MULTI30K_URL) -> tuple[list[str], list[str]]:
-    s, t = read_split(data_dir, split, src, base_url), read_split(data_dir, split, tgt, base_url)
-    if len(s) != len(t):
-        raise ValueError(f"{split}: {len(s)} {src} lines but {len(t)} {tgt} lines")
-    return s, t
 
 
 def with_specials(ids: list[int]) -> list[int]:

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .alignment import Link
+from .reference import Link
 
 N_SAMPLERS = 3      # eflomal's default: independent samplers whose marginals are averaged
 

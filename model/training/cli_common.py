@@ -5,7 +5,8 @@ import sys
 
 import torch
 
-from .checkpoint import CheckpointError, LoadedModel, load_checkpoint
+from model.engine.loaded import LoadedModel
+from model.families.ours import CheckpointError, load_checkpoint
 
 
 def pick_device(name: str = "auto") -> str:

@@ -9,6 +9,8 @@ mapping: reading ``store[name]`` loads an added model if it is not loaded yet.
 from __future__ import annotations
 
 import json
+import math
+import re
 import struct
 import threading
 import zipfile
@@ -20,10 +22,14 @@ from typing import Callable
 
 import torch
 
-from .checkpoint import CheckpointError, LoadedModel, ModelSummary, Registry, _load_checked, summarize
+from model.engine.config import TransformerConfig
+from model.engine.loaded import LoadedModel
+from model.engine.transformer import Transformer
+
+from . import family_of, marian
 from .marian import (CONFIG, SMALL_FILES, WEIGHT_FILES, MarianError, hf_model_type, is_marian_folder, languages,
                      looks_like_hub_id, marian_config, read_vocabs)
-from .transformer import Transformer, TransformerConfig
+from .ours import CheckpointError, Registry, _load_checked
 
 
 @dataclass(frozen=True)
@@ -33,7 +39,7 @@ class ModelInfo:
     source: str          # what loads it: a folder or a Hub id
     src_lang: str
     tgt_lang: str
-    family: str          # "ours" or "OPUS-MT"
+    family: str          # the family's LABEL: "ours" or "OPUS-MT"
     parameters: int
     cfg: TransformerConfig
     pinned: bool = True  # loaded at start and never evicted
@@ -41,8 +47,7 @@ class ModelInfo:
 
     @classmethod
     def of_loaded(cls, key: str, lm: LoadedModel) -> "ModelInfo":
-        family = "OPUS-MT" if lm.meta.get("format") == "marian" else "ours"
-        return cls(key, str(lm.path or key), lm.src_lang, lm.tgt_lang, family, lm.model.num_parameters(),
+        return cls(key, str(lm.path or key), lm.src_lang, lm.tgt_lang, family_of(lm).LABEL, lm.model.num_parameters(),
                    lm.model.cfg)
 
 
@@ -113,7 +118,7 @@ def describe(source: str, key: str | None = None, listed: bool = True) -> ModelI
     except (OSError, ValueError, TypeError, AssertionError, RuntimeError) as e:
         raise CheckpointError(f"model {source}: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
     src, tgt = languages(folder, source)
-    return ModelInfo(key or model_key(source), source, src, tgt, "OPUS-MT", n, cfg, pinned=False, listed=listed)
+    return ModelInfo(key or model_key(source), source, src, tgt, marian.LABEL, n, cfg, pinned=False, listed=listed)
 
 
 def model_key(source: str) -> str:
@@ -262,3 +267,81 @@ def summaries(reg: Registry) -> dict[str, ModelSummary]:
             c.n_decoder_layers, c.src_vocab_size, c.tgt_vocab_size, c.max_len, c.tie_embeddings, c.dropout, None, None,
             i.source)
     return out
+
+
+# --------------------------------------------------------------------------- what the model list says
+
+def _flatten(d, prefix: str = ""):
+    if isinstance(d, dict):
+        for k, v in d.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    else:
+        yield prefix, d
+
+
+def headline_bleu(metrics: dict) -> tuple[float, str] | None:
+    """The most telling BLEU in a model card's metrics: test over val, beam over greedy, lowercased."""
+    best = None
+    for path, value in _flatten(metrics or {}):
+        p = path.lower()
+        if "bleu" not in p or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(float(value)) or "signature" in p:
+            continue
+        score = ((8 if "test" in p else 0) + (4 if "beam" in p else 0) + (2 if "tokenized" in p else 0)
+                 + (1 if ("lc" in p or "lower" in p) else 0) - (8 if "no_unk" in p else 0))
+        if best is None or score > best[0]:
+            best = (score, float(value), path)
+    return (best[1], bleu_label(best[2])) if best else None
+
+
+def bleu_label(path: str) -> str:
+    """A metrics key such as ``bleu.test_2016_flickr.beam5.tokenized.bleu`` in words."""
+    p = path.lower()
+    split = "test" if "test" in p else "val" if "val" in p else ""
+    beam = re.search(r"beam(\d+)", p)
+    decoding = f"beam {beam.group(1)}" if beam else "greedy" if "greedy" in p else ""
+    metric = ("tokenized lowercased" if "tokenized" in p else "lowercased" if ("lower" in p or "lc" in p)
+              else "cased" if "cased" in p else "")
+    return ", ".join(x for x in (split, decoding, metric) if x) or path
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """Size, shape and headline BLEU of a loaded model (the header, the About table, /models)."""
+    name: str
+    src_lang: str
+    tgt_lang: str
+    parameters: int
+    d_model: int
+    n_heads: int
+    d_ff: int
+    encoder_layers: int
+    decoder_layers: int
+    src_vocab: int
+    tgt_vocab: int
+    max_len: int
+    tied_embeddings: bool
+    dropout: float
+    bleu: float | None
+    bleu_source: str | None
+    path: str | None
+
+
+def summarize(lm: LoadedModel) -> ModelSummary:
+    cfg = lm.model.cfg
+    bleu = headline_bleu(lm.metrics)
+    return ModelSummary(lm.name, lm.src_lang, lm.tgt_lang, lm.model.num_parameters(), cfg.d_model, cfg.n_heads,
+                        cfg.d_ff, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.src_vocab_size, cfg.tgt_vocab_size,
+                        cfg.max_len, cfg.tie_embeddings, cfg.dropout, bleu[0] if bleu else None,
+                        bleu[1] if bleu else None, str(lm.path) if lm.path else None)
+
+
+def device_label(device) -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        try:
+            return f"GPU ({torch.cuda.get_device_name(device)})"
+        except Exception:
+            return "GPU"
+    return "CPU"

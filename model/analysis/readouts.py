@@ -1,17 +1,18 @@
-"""Readouts of a run: a :class:`Translation`'s trace read through the numpy analyses of analysis.py."""
+"""Readouts of a run: a :class:`Translation`'s trace read through the numpy analyses of profiles.py."""
 from __future__ import annotations
 
 import contextlib
 
 import numpy as np
 
-from .analysis import (BeamTree, Profiles, ProfileRow, RolloutViews, alignment_weights, average_profiles, beam_tree,
-                       head_profile, profiles_table, rollout_views, tree_layout)
-from .checkpoint import LoadedModel
-from .decoding import DecodeOptions, translate
-from .hooks import Trace
-from .names import ATTN_KINDS, CROSS, ENC_SELF
-from .results import Translation, not_padding
+from model.engine.beams import BeamTree, beam_tree
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.hooks import Trace
+from model.engine.loaded import LoadedModel
+from model.engine.names import ATTN_KINDS, CROSS, ENC_SELF
+from model.engine.results import Translation, not_padding
+from .profiles import (Profiles, ProfileRow, RolloutViews, alignment_weights, average_profiles, head_profile,
+                       profiles_table, rollout_views)
 
 
 def rollout_data(tr: Translation, layer: int | None = None) -> RolloutViews:
@@ -68,6 +69,5 @@ def beam_tree_data(lm: LoadedModel, tr: Translation, size: int | None = None) ->
             n.tokens = lm.tgt_vocab.decode(n.ids)
             n.text = lm.tgt_vocab.to_text(n.tokens, lm.tgt_lang)
     tree.length_penalty = tr.beam.length_penalty
-    tree.y = tree_layout(tree.nodes)
     tree.size = size
     return tree
