@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from model.align_sentence import find_val_pair, sentence_ranking, val_reference
-from model.alignment import reference_path
-from model.checkpoint import find_checkpoints, load_checkpoint
+from model.analysis.alignment.sentence import find_val_pair, sentence_ranking, val_reference
+from model.analysis.alignment.reference import reference_path
+from model.families.ours import find_checkpoints, load_checkpoint
 from ui import calls
 from ui.payload import reference_pairs, validation_sentences
 from ui.sections import analysis
