@@ -265,7 +265,7 @@ def header_markdown(reg: Registry) -> str:
                      f"vocab.json) under `{md_escape(reg.root)}` or point `ATTN_CHECKPOINTS` at them, then restart. "
                      "To train one: `python -m model.train --src de --tgt en --d-model 128 --heads 4 "
                      "--enc-layers 4 --dec-layers 4 --d-ff 512 --dropout 0.2 --lr 2e-3 --warmup 800` "
-                     "(see the README).")
+                     "(see docs/models.md).")
     return "\n\n".join(lines)
 
 
