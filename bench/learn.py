@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--frames", default=str(ROOT / "checkpoints" / "de-en" / "frames"))
     p.add_argument("--checkpoint", default=None, help="default: the folder above --frames")
-    p.add_argument("--data", default=str(ROOT.parent / "shared" / "multi30k"))
+    p.add_argument("--data", default=str(ROOT / "checkpoints" / "multi30k"))
     p.add_argument("--quick", action="store_true", help="fewer frames and repetitions, no dynamics run")
     p.add_argument("--out", default=str(ROOT / "bench" / "learn.json"))
     args = p.parse_args(argv)

@@ -23,7 +23,7 @@ from model.analysis.dynamics import (DYNAMICS, Dynamics, Settings, ValSet, dicti
 from model.families.frames import FrameError, list_frames, load_frame, parent_of, read_parent
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_DIRS = (str(ROOT / "data" / "multi30k"), str(ROOT.parent / "shared" / "multi30k"))  # shipped copy first
+DATA_DIRS = (str(ROOT / "checkpoints" / "multi30k"), str(ROOT.parent / "shared" / "multi30k"))  # shipped first
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -33,7 +33,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default=None, help=f"the JSON to write (default: FRAMES/{DYNAMICS})")
     p.add_argument("--data", default=None, help="folder with val.<lang>.gz (default: the first of "
                    f"{', '.join(DATA_DIRS)} that has them)")
-    p.add_argument("--align-dir", default="checkpoints/alignments", help="folder with <src>-<tgt>.val.align")
+    p.add_argument("--align-dir", default=str(ROOT / "checkpoints" / "alignments"), help="folder with <src>-<tgt>.val.align")
     p.add_argument("--sentences", type=int, default=Settings.sentences, help="validation sentences measured")
     p.add_argument("--alti-sentences", type=int, default=Settings.alti_sentences)
     p.add_argument("--dictionary-size", type=int, default=Settings.dictionary_size)

@@ -216,7 +216,7 @@ def test_shipped_dynamics_reproduce_for_one_frame(path, tmp_path):
     first = shipped.frames[0].step
     data = next((d for d in map(Path, DATA_DIRS) if (d / "val.de.gz").is_file()), None)
     if data is None:
-        pytest.fail("the shipped dynamics need Multi30k's val split (data/multi30k or ../shared/multi30k)")
+        pytest.fail("the shipped dynamics need Multi30k's val split (checkpoints/multi30k or ../shared/multi30k)")
     assert main(["--frames", str(path.parent), "--out", str(tmp_path / "one.json"), "--steps", str(first),
                  "--data", str(data), "--align-dir", str(ROOT / "checkpoints" / "alignments"),
                  "--sentences", str(s.sentences), "--alti-sentences", str(s.alti_sentences),
