@@ -26,14 +26,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA_DIRS = (str(ROOT / "checkpoints" / "multi30k"), str(ROOT.parent / "shared" / "multi30k"))  # shipped first
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--frames", required=True, help="a folder of step_NNNNN.safetensors frames")
     p.add_argument("--checkpoint", default=None, help="the checkpoint whose vocabulary the frames share "
                    "(default: the folder above --frames)")
     p.add_argument("--out", default=None, help=f"the JSON to write (default: FRAMES/{DYNAMICS})")
     p.add_argument("--data", default=None, help="folder with val.<lang>.gz (default: the first of "
                    f"{', '.join(DATA_DIRS)} that has them)")
-    p.add_argument("--align-dir", default=str(ROOT / "checkpoints" / "alignments"), help="folder with <src>-<tgt>.val.align")
+    p.add_argument("--align-dir", default=str(ROOT / "checkpoints" / "alignments"),
+                   help="folder with <src>-<tgt>.val.align")
     p.add_argument("--sentences", type=int, default=Settings.sentences, help="validation sentences measured")
     p.add_argument("--alti-sentences", type=int, default=Settings.alti_sentences)
     p.add_argument("--dictionary-size", type=int, default=Settings.dictionary_size)

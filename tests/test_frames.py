@@ -53,7 +53,8 @@ def test_tiny_run_frames_load_translate_and_carry_metadata(framed_run):
     assert last.frame.val_loss == pytest.approx(hist[-1]["val_loss"], abs=1e-3)
     assert last.frame.epoch == pytest.approx(hist[-1]["epoch"])
     # step 0 is the initialisation: not the trained weights, a higher validation loss
-    assert not torch.equal(models[0].model.encoder.layers[0].self_attn.w_q.weight, last.model.encoder.layers[0].self_attn.w_q.weight)
+    w_q = lambda lm: lm.model.encoder.layers[0].self_attn.w_q.weight  # noqa: E731
+    assert not torch.equal(w_q(models[0]), w_q(last))
     assert models[0].frame.val_loss > last.frame.val_loss
 
 

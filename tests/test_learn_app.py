@@ -75,7 +75,8 @@ def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns):
     steps = list(fns["train_toy"]("我 有 一 个 好 朋 友 ||| I have a good friend .", 0,
                                   SimpleNamespace(session_hash="session-1")))
     status, _, direction, text = steps[-1]
-    assert status.startswith("✓ trained") and direction.value == "toy-sessio@100" and text == "我 有 一 个 好 朋 友"
+    assert status.startswith("✓ trained") and direction.value == "toy-sessio@100"
+    assert text == "我 有 一 个 好 朋 友"
     v = run_of(fns, direction.value, text)
     assert v["Run"].tr.text == "I have a good friend ."
     assert "zh→en at step 100 of 100" in v["run-bar"] and "Frame 7 of 7" in v["frame-md"]

@@ -139,8 +139,9 @@ def _weights(path: Path, cfg: TransformerConfig) -> Transformer:
     model = Transformer(cfg)
     expected = set(model.state_dict()) - tied_keys(cfg)
     if set(state) != expected:
-        raise FrameError(f"frame {path.name}: weights do not match its config "
-                         f"(missing {sorted(expected - set(state))[:3]}, unexpected {sorted(set(state) - expected)[:3]})")
+        missing, unexpected = sorted(expected - set(state))[:3], sorted(set(state) - expected)[:3]
+        raise FrameError(f"frame {path.name}: weights do not match its config (missing {missing}, "
+                         f"unexpected {unexpected})")
     bad = [k for k, v in state.items() if tuple(v.shape) != tuple(model.state_dict()[k].shape)]
     if bad:
         raise FrameError(f"frame {path.name}: weight shapes do not match its config (e.g. {bad[0]})")
