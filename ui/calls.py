@@ -118,7 +118,10 @@ log = logging.getLogger(__name__)
 REGISTRIES: dict[str, Registry] = {}
 HERE = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = HERE / "checkpoints"
-DATA_DIRS = [HERE / "data" / "multi30k", HERE.parent / "shared" / "multi30k"]
+# Multi30k's validation and test texts ship with the app (never the training set), so a fresh clone or a
+# Space has what head profiles, the alignment ranking, the reference overlay and the examples read;
+# nothing outside the repository is consulted.
+DATA_DIRS = [DEFAULT_ROOT / "multi30k"]
 # Model calls share one lock: the queue's concurrency group already runs them one at a time; the
 # lock covers the start-up warm-up and anything called outside the queue (hooks are registered on
 # the shared model while a capture runs).

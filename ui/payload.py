@@ -185,15 +185,35 @@ def test_examples(lang: str, data_dirs, n: int = 3, max_chars: int = 90) -> list
     return found[0] if found else TEST_FALLBACK.get(lang, [])[:n]
 
 
-def reference_pairs(src_lang: str, tgt_lang: str, data_dirs, n: int = 12, max_chars: int = 90
-                    ) -> list[tuple[str, str]]:
-    """Up to ``n`` short (source, reference) pairs of the Multi30k test set (built-in ones if it is absent)."""
-    for d in data_dirs:
-        src = head_lines(Path(d) / f"test_2016_flickr.{src_lang}.gz", 4 * n + 200)
-        ref = head_lines(Path(d) / f"test_2016_flickr.{tgt_lang}.gz", 4 * n + 200)
-        if src and ref:
-            return [(s, r) for s, r in zip(src, ref) if s and r and len(s) <= max_chars][:n]
-    return list(zip(TEST_FALLBACK.get(src_lang, []), TEST_FALLBACK.get(tgt_lang, [])))[:n]
+@dataclass(frozen=True)
+class ReferencePair:
+    """A source sentence with its reference translation, and the Multi30k split it is from."""
+    split: str
+    source: str
+    reference: str
+
+    @property
+    def label(self) -> str:
+        # validation pairs have a reference word alignment, which Attention → Alignment draws after forcing
+        where = "validation" if self.split == "val" else "test"
+        return f"{where} · {self.source}  ⇒  {self.reference}"
+
+
+def reference_pairs(src_lang: str, tgt_lang: str, data_dirs, n: int = 12, max_chars: int = 90,
+                    splits=("val", "test_2016_flickr")) -> list[ReferencePair]:
+    """Up to ``n`` short (source, reference) pairs of each Multi30k split (built-in test pairs if none)."""
+    pairs = []
+    for split in splits:
+        for d in data_dirs:
+            src = head_lines(Path(d) / f"{split}.{src_lang}.gz", 4 * n + 200)
+            ref = head_lines(Path(d) / f"{split}.{tgt_lang}.gz", 4 * n + 200)
+            if src and ref:
+                pairs += [ReferencePair(split, s, r) for s, r in zip(src, ref) if s and r and len(s) <= max_chars][:n]
+                break
+    if pairs:
+        return pairs
+    return [ReferencePair("test_2016_flickr", s, r)
+            for s, r in zip(TEST_FALLBACK.get(src_lang, []), TEST_FALLBACK.get(tgt_lang, []))][:n]
 
 
 def validation_sentences(lang: str, data_dirs, n: int = 24, max_chars: int = 200) -> tuple[list[str], str]:

@@ -42,8 +42,9 @@ COPY_JS = """(link) => { try { if (link && navigator.clipboard) navigator.clipbo
  catch (e) {} return []; }"""
 
 
-def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tuple, str]:
-    """Averaged head-profile rows of a model over ``n`` validation sentences (computed once)."""
+def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tuple, str, int]:
+    """Averaged head-profile rows of a model over up to ``n`` validation sentences (computed once), where the
+    sentences came from, and how many there were."""
     key = (reg_key, name, int(n))
     with _PROFILE_LOCK:
         hit = _PROFILE_CACHE.get(key)
@@ -54,7 +55,7 @@ def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tup
     if progress is not None:  # one step: the call itself runs where no callback can reach
         progress(0, len(sentences))
     rows = calls.gpu_profiles(reg_key, name, sentences)
-    value = (tuple(rows), source)
+    value = (tuple(rows), source, len(sentences))
     with _PROFILE_LOCK:
         return _PROFILE_CACHE.setdefault(key, value)
 
@@ -153,9 +154,13 @@ def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
         if problem:
             return f"⚠️ {problem}", views.message_figure(problem), None, None
         n = max(1, min(int(n or PROFILE_SENTENCES), 64))
-        rows, source = cached_profiles(shell.reg_key, name, n, progress)
-        label = f" ({name}, mean over {n} sentences)"
-        md = f"Averaged over {md_escape(source)} for {md_escape(name)}; cached for this server's life."
+        rows, source, count = cached_profiles(shell.reg_key, name, n, progress)
+        # the title and the note name what was averaged, which is fewer than asked where few texts exist
+        label = f" ({name}, mean over {count} sentences)"
+        md = (f"{md_escape(name)}, averaged over {count} sentences: {md_escape(source)}; "
+              "cached for this server's life.")
+        if not source.startswith("val."):
+            md += " No validation texts ship for this source language, so these stand in for them."
     return md, views.profiles_view_figure(rows, stat, label), profile_rows_table(rows), (tuple(rows), label)
 
 
