@@ -33,7 +33,7 @@ def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:  # a named function: modules ho
 
 
 ACTIVATIONS = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh}
-POS_LAYOUTS = ("interleaved", "halves")
+POS_LAYOUTS = ("interleaved", "halves", "fairseq")
 
 
 class PreNormOnly(ValueError):
@@ -52,10 +52,10 @@ class TransformerConfig:
     src_vocab_size: int
     tgt_vocab_size: int
     d_model: int = 256
-    n_heads: int = 8
+    n_heads: int = 8                    # the encoder's heads per layer (and the decoder's, unless set below)
     n_encoder_layers: int = 3
     n_decoder_layers: int = 3
-    d_ff: int = 512
+    d_ff: int = 512                     # the encoder's feed-forward width (and the decoder's, unless set below)
     dropout: float = 0.1
     attn_dropout: float = 0.1
     max_len: int = 256
@@ -65,7 +65,9 @@ class TransformerConfig:
     # the shape of the network; every default is our own pre-norm model
     norm_first: bool = True          # LayerNorm before each sublayer (pre-norm); False: after each residual add
     activation: str = "relu"         # the feed-forward non-linearity: one of ACTIVATIONS
-    pos_layout: str = "interleaved"  # sinusoids: "interleaved" (sin, cos, sin, ...) or "halves" (all sin, then cos)
+    pos_layout: str = "interleaved"  # sinusoids: "interleaved" (sin, cos, sin, ...), "halves" (all sin, then cos)
+    #                                  or "fairseq" (sin then cos, M2M100/NLLB's frequencies)
+    pos_offset: int = 0               # position t reads row t + pos_offset of the table (M2M100: padding_idx + 1)
     final_norm: bool = True          # a LayerNorm after each stack's last layer
     logits_bias: bool = False        # a bias added to the generator's output
     embed_scale: float | None = None  # token embeddings are multiplied by this; None = sqrt(d_model)
@@ -74,12 +76,47 @@ class TransformerConfig:
     decoder_start_id: int = BOS_ID   # the decoder's first input
     eos_id: int = EOS_ID
     src_bos_id: int | None = BOS_ID  # put before the source (None: the source is its tokens then <eos>)
+    # a decoder shaped unlike the encoder (distilled students; Marian, M2M100 and NLLB configs allow it);
+    # None = as the encoder. Last, so that positional construction keeps its meaning.
+    n_decoder_heads: int | None = None
+    d_ff_decoder: int | None = None
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}; expected one of {sorted(ACTIVATIONS)}")
         if self.pos_layout not in POS_LAYOUTS:
             raise ValueError(f"unknown positional layout {self.pos_layout!r}; expected one of {POS_LAYOUTS}")
+
+    @property
+    def encoder_heads(self) -> int:
+        return self.n_heads
+
+    @property
+    def decoder_heads(self) -> int:
+        """Heads per layer of the decoder's self- and cross-attention."""
+        return self.n_heads if self.n_decoder_heads is None else int(self.n_decoder_heads)
+
+    @property
+    def decoder_ff(self) -> int:
+        return self.d_ff if self.d_ff_decoder is None else int(self.d_ff_decoder)
+
+    def heads(self, kind: str) -> int:
+        """Heads per layer of one attention kind (encoder self, decoder self or cross)."""
+        return self.encoder_heads if canonical_kind(kind) == ENC_SELF else self.decoder_heads
+
+    def layers(self, kind: str) -> int:
+        """Layers holding one attention kind."""
+        return self.n_encoder_layers if canonical_kind(kind) == ENC_SELF else self.n_decoder_layers
+
+    @property
+    def max_heads(self) -> int:
+        return max(self.encoder_heads, self.decoder_heads)
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether encoder and decoder have the same depth, heads and feed-forward width."""
+        return (self.n_encoder_layers, self.encoder_heads, self.d_ff) == \
+            (self.n_decoder_layers, self.decoder_heads, self.decoder_ff)
 
     @property
     def pre_norm(self) -> bool:
@@ -137,7 +174,14 @@ NO_INTERVENTION = Interventions()
 def sinusoidal_encoding(max_len: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
     """(max_len, d_model); even dimensions sin, odd dimensions cos (interleaved, as in the paper), or
     with ``layout="halves"`` the same frequencies as sin in the first half, cos in the second (Marian:
-    computed in float64 as it does, so converted models see the very table they were trained with)."""
+    computed in float64 as it does, so converted models see the very table they were trained with), or
+    with ``layout="fairseq"`` sin then cos at frequencies 10000^(-j / (d/2 - 1)), in float32 (M2M100, NLLB)."""
+    if layout == "fairseq":
+        half = d_model // 2
+        freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+        angle = torch.arange(max_len, dtype=torch.int64).float()[:, None] * freq[None]
+        pe = torch.cat([torch.sin(angle), torch.cos(angle)], 1)
+        return torch.cat([pe, torch.zeros(max_len, 1)], 1) if d_model % 2 else pe
     if layout == "halves":
         pos = torch.arange(max_len, dtype=torch.float64)[:, None]
         j = torch.arange(d_model, dtype=torch.float64)
@@ -273,7 +317,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.norm_first = cfg.norm_first
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.encoder_heads, cfg.attn_dropout)
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
         self.norm_1, self.norm_2 = _layer_norms(cfg, 2)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -290,9 +334,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.norm_first = cfg.norm_first
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=True)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.decoder_heads, cfg.attn_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.decoder_heads, cfg.attn_dropout, cross=True)
+        self.ff = FeedForward(cfg.d_model, cfg.decoder_ff, cfg.dropout, cfg.activation)
         self.norm_1, self.norm_2, self.norm_3 = _layer_norms(cfg, 3)
         self.dropout = nn.Dropout(cfg.dropout)
         # resid_mid: after self-attention; resid_mid_cross: after cross-attention
@@ -364,7 +408,8 @@ class _Stack(nn.Module):
         super().__init__()
         self.d_model, self.scale = cfg.d_model, cfg.token_scale
         self.tok_embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.register_buffer("pe", sinusoidal_encoding(cfg.max_len, cfg.d_model, cfg.pos_layout), persistent=False)
+        pe = sinusoidal_encoding(cfg.max_len + cfg.pos_offset, cfg.d_model, cfg.pos_layout)
+        self.register_buffer("pe", pe[cfg.pos_offset:] if cfg.pos_offset else pe, persistent=False)
         self.hook_embed = HookPoint()  # scaled token embeddings
         self.hook_pos = HookPoint()    # the positional encoding that was added (zeros when switched off)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -522,10 +567,8 @@ class Transformer(nn.Module):
         return self.hook_logits(self.generator(h))
 
     def validate_interventions(self, iv: Interventions) -> None:
-        n = {ENC_SELF: self.cfg.n_encoder_layers, DEC_SELF: self.cfg.n_decoder_layers,
-             CROSS: self.cfg.n_decoder_layers}
         for kind, layer, head in iv.ablate_heads:
-            if not (0 <= layer < n[kind] and 0 <= head < self.cfg.n_heads):
+            if not (0 <= layer < self.cfg.layers(kind) and 0 <= head < self.cfg.heads(kind)):
                 raise ValueError(f"no head ({kind}, layer {layer}, head {head}) in this model")
 
     def num_parameters(self) -> int:
