@@ -260,5 +260,5 @@ def summaries(reg: Registry) -> dict[str, ModelSummary]:
         out[key] = summarize(now[key]) if key in now else ModelSummary(
             key, i.src_lang, i.tgt_lang, i.parameters, c.d_model, c.n_heads, c.d_ff, c.n_encoder_layers,
             c.n_decoder_layers, c.src_vocab_size, c.tgt_vocab_size, c.max_len, c.tie_embeddings, c.dropout, None, None,
-            i.source)
+            i.source, c.decoder_heads, c.decoder_ff)
     return out

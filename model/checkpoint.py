@@ -293,6 +293,19 @@ class ModelSummary:
     bleu: float | None
     bleu_source: str | None
     path: str | None
+    decoder_heads: int | None = None  # where the decoder differs from the encoder (n_heads, d_ff)
+    decoder_ff: int | None = None
+
+    @property
+    def heads_label(self) -> str:
+        """'8', or 'encoder 8, decoder 4' for a model whose sides differ."""
+        dec = self.decoder_heads
+        return str(self.n_heads) if dec in (None, self.n_heads) else f"encoder {self.n_heads}, decoder {dec}"
+
+    @property
+    def ff_label(self) -> str:
+        dec = self.decoder_ff
+        return str(self.d_ff) if dec in (None, self.d_ff) else f"encoder {self.d_ff}, decoder {dec}"
 
 
 def summarize(lm: LoadedModel) -> ModelSummary:
@@ -301,7 +314,8 @@ def summarize(lm: LoadedModel) -> ModelSummary:
     return ModelSummary(lm.name, lm.src_lang, lm.tgt_lang, lm.model.num_parameters(), cfg.d_model, cfg.n_heads,
                         cfg.d_ff, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.src_vocab_size, cfg.tgt_vocab_size,
                         cfg.max_len, cfg.tie_embeddings, cfg.dropout, bleu[0] if bleu else None,
-                        bleu[1] if bleu else None, str(lm.path) if lm.path else None)
+                        bleu[1] if bleu else None, str(lm.path) if lm.path else None, cfg.decoder_heads,
+                        cfg.decoder_ff)
 
 
 def device_label(device) -> str:
