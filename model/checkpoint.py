@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .m2m100 import M2M100Error, is_m2m100_source, load_m2m100
 from .marian import MarianError, hf_model_type, load_marian, looks_like_hub_id
 from .transformer import Transformer, TransformerConfig, tied_keys
 from .vocab import Vocab, load_vocabs, save_vocabs
@@ -79,6 +80,14 @@ def _weights_config(path: Path) -> dict | None:
     return json.loads(raw) if raw else None
 
 
+def _load_m2m100(source: str, device) -> LoadedModel:
+    try:
+        m = load_m2m100(source, device)
+    except M2M100Error as e:
+        raise CheckpointError(f"M2M100/NLLB model {source}: {e}") from None
+    return LoadedModel(m.model, m.vocab, m.vocab, m.src_lang, m.tgt_lang, m.path, m.meta, {})
+
+
 def _load_marian(source: str, device) -> LoadedModel:
     try:
         m = load_marian(source, device)
@@ -89,10 +98,13 @@ def _load_marian(source: str, device) -> LoadedModel:
 
 def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     """Rebuild the model saved in ``path``: one of our checkpoint folders, a Hugging Face Marian
-    (OPUS-MT) folder, or a Marian Hub id such as ``Helsinki-NLP/opus-mt-de-en``. Raises
+    (OPUS-MT) or M2M100/NLLB folder, or a Hub id such as ``Helsinki-NLP/opus-mt-de-en`` or
+    ``facebook/nllb-200-distilled-600M``. Raises
     :class:`CheckpointError` with a readable message."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
+    if is_m2m100_source(path):
+        return _load_m2m100(str(path), device)
     if hf_model_type(Path(path)) or (not Path(path).is_dir() and looks_like_hub_id(str(path))):
         return _load_marian(str(path), device)
     path = Path(path)

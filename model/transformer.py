@@ -131,8 +131,9 @@ class TransformerConfig:
 
     @property
     def never_generated(self) -> tuple[int, ...]:
-        """Ids decoding never chooses as a next token: the decoder's start token and <pad>."""
-        return tuple(sorted({self.decoder_start_id, self.pad_id}))
+        """Ids decoding never chooses as a next token: the decoder's start token and <pad> (but never <eos>:
+        M2M100 and NLLB start decoding with </s>, which also ends a sentence)."""
+        return tuple(sorted({self.decoder_start_id, self.pad_id} - {self.eos_id}))
 
     def to_dict(self) -> dict:
         return asdict(self)
