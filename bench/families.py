@@ -28,10 +28,10 @@ from pathlib import Path
 
 import torch
 
-from model.hooks import capture
-from model.m2m100 import convert_state_dict as m2m_convert
-from model.m2m100 import m2m100_config
-from model.transformer import Transformer
+from model.engine.hooks import capture
+from model.families.m2m100 import convert_state_dict as m2m_convert
+from model.families.m2m100 import m2m100_config
+from model.engine.transformer import Transformer
 
 from . import marian as bm
 from .common import interleaved, paired_ratio, stats
@@ -177,7 +177,7 @@ LOAD = """
 import json, resource, sys, time
 import torch
 torch.set_num_threads(1)
-from model.checkpoint import load_checkpoint
+from model.families.ours import load_checkpoint
 t0 = time.perf_counter()
 if sys.argv[1] != "-":
     lm = load_checkpoint(sys.argv[1])

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli_common import load_or_exit
-from .decoding import DecodeOptions, translate
-from .m2m100 import with_languages
+from model.engine.decoding import DecodeOptions, translate
+from model.families.m2m100 import with_languages
+from model.training.cli_common import load_or_exit
 
 
 def main(argv=None) -> int:

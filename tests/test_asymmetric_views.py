@@ -11,11 +11,12 @@ import torch
 
 pytest.importorskip("transformers")  # builds the tiny random Marian folder (a development requirement)
 
-from model.checkpoint import load_checkpoint, summarize  # noqa: E402
-from model.contrast import attribute_contrast  # noqa: E402
-from model.decoding import DecodeOptions, translate  # noqa: E402
-from model.names import ATTN_KINDS, CROSS, ENC_SELF  # noqa: E402
-from model.patching import PatchSetup, head_scan  # noqa: E402
+from model.families.ours import load_checkpoint
+from model.families.catalog import summarize  # noqa: E402
+from model.analysis.contrast import attribute_contrast  # noqa: E402
+from model.engine.decoding import DecodeOptions, translate  # noqa: E402
+from model.engine.names import ATTN_KINDS, CROSS, ENC_SELF  # noqa: E402
+from model.analysis.patching import PatchSetup, head_scan  # noqa: E402
 from tests.test_marian import build_marian  # noqa: E402
 from ui.present import head_choices  # noqa: E402
 from ui.state import ModelShape, Run, Selection  # noqa: E402

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.checkpoint import load_checkpoint, save_checkpoint
-from model.decoding import greedy_batch
-from model.names import CROSS, DEC_SELF, ENC_SELF
-from model.transformer import Interventions, KVCache, Transformer, TransformerConfig
-from model.vocab import SPECIALS, Vocab
+from model.families.ours import load_checkpoint, save_checkpoint
+from model.engine.decoding import greedy_batch
+from model.engine.names import CROSS, DEC_SELF, ENC_SELF
+from model.engine.config import Interventions, TransformerConfig
+from model.engine.transformer import KVCache, Transformer
+from model.engine.vocab import SPECIALS, Vocab
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = torch.load(ROOT / "tests" / "data" / "shipped_logits.pt", weights_only=True)

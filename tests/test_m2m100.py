@@ -18,11 +18,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # a development requirement: the reference
 
-from model.checkpoint import CheckpointError, load_all, load_checkpoint  # noqa: E402
-from model.decoding import DecodeOptions, source_ids, translate  # noqa: E402
-from model.hooks import capture  # noqa: E402
-from model.m2m100 import M2M100Vocab, with_languages  # noqa: E402
-from model.names import ATTN_KINDS, CROSS, ENC_SELF, hook_name  # noqa: E402
+from model.families.ours import CheckpointError, load_all, load_checkpoint  # noqa: E402
+from model.engine.decoding import DecodeOptions, source_ids, translate  # noqa: E402
+from model.engine.hooks import capture  # noqa: E402
+from model.families.m2m100 import M2M100Vocab, with_languages  # noqa: E402
+from model.engine.names import ATTN_KINDS, CROSS, ENC_SELF, hook_name  # noqa: E402
 from tests.test_marian import DE, EN, PROBES, _cli, _fill_hub_cache, cut  # noqa: E402
 
 FAMILIES = {"m2m100": ("de", "en", "fr"), "nllb": ("deu_Latn", "eng_Latn", "fra_Latn")}

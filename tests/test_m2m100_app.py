@@ -12,10 +12,10 @@ from gradio_client import Client
 
 pytest.importorskip("transformers")  # builds the tiny random model (a development requirement)
 
-from model import catalog  # noqa: E402
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.decoding import DecodeOptions, translate  # noqa: E402
-from model.m2m100 import with_languages  # noqa: E402
+from model.families import catalog  # noqa: E402
+from model.families.ours import load_checkpoint  # noqa: E402
+from model.engine.decoding import DecodeOptions, translate  # noqa: E402
+from model.families.m2m100 import with_languages  # noqa: E402
 from tests.app_fixtures import launch, make_checkpoint  # noqa: E402
 from tests.test_m2m100 import build_m2m100  # noqa: E402
 from ui import languages  # noqa: E402

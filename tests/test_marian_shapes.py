@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 transformers = pytest.importorskip("transformers")  # a development requirement: the reference
 
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.decoding import beam_search, greedy_batch  # noqa: E402
-from model.hooks import capture  # noqa: E402
-from model.names import ATTN_KINDS, hook_name  # noqa: E402
+from model.families.ours import load_checkpoint  # noqa: E402
+from model.engine.decoding import beam_search, greedy_batch  # noqa: E402
+from model.engine.hooks import capture  # noqa: E402
+from model.engine.names import ATTN_KINDS, hook_name  # noqa: E402
 from tests.test_marian import EN, PROBES, _randomise, build_marian  # noqa: E402
 
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json")

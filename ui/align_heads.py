@@ -14,10 +14,10 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 
-from model.align_heads import HeadRanking, ranking_for
-from model.align_sentence import ValReference, sentence_ranking, val_reference
-from model.alignment import reference_path
-from model.names import CROSS
+from model.analysis.alignment.heads import HeadRanking, ranking_for
+from model.analysis.alignment.reference import reference_path
+from model.analysis.alignment.sentence import ValReference, sentence_ranking, val_reference
+from model.engine.names import CROSS
 from viz.align_rank import aer_grid
 
 from . import calls, views

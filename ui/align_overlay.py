@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model.align_heads import _specials
-from model.align_sentence import find_val_pair
-from model.vocab import tokenize
+from model.analysis.alignment.heads import _specials
+from model.analysis.alignment.sentence import find_val_pair
+from model.engine.vocab import tokenize
 
 from . import calls
 from .state import Run

@@ -6,23 +6,23 @@ from dataclasses import asdict
 
 import gradio as gr
 
-from model.branching import branch_of, parse_prefix
-from model.contrast import resolve_foil
+from model.analysis.contrast import resolve_foil
+from model.engine.branching import branch_of, parse_prefix
 from pathlib import Path
 
-from model import catalog
-from model.checkpoint import CheckpointError
-from model.decoding import DecodeOptions
-from model.names import CROSS, Kind
-from model.transformer import PreNormOnly
+from model.engine.config import PreNormOnly
+from model.engine.decoding import DecodeOptions
+from model.engine.names import CROSS, Kind
+from model.families import catalog
+from model.families.ours import CheckpointError
 
-from model.patching import PatchRequest
+from model.analysis.patching_bench import PatchRequest
 
 from . import calls, contrast, patching
 from .inside import attribution_payload
 from .payload import attention_mask, numbers, to_json
-from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
 from .present import choice_label, clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
+from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
 
 log = logging.getLogger("attention-explorer")
 

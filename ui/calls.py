@@ -18,18 +18,19 @@ import threading
 import time
 from pathlib import Path
 
-from model import decoding
-from model.analysis import ProfileRow
-from model.batching import MicroBatcher, batchable, translate_many
-from model.readouts import average_head_profiles
-from model import catalog
-from model.checkpoint import CheckpointError, Registry, load_all
-from model.computation import Forced, force
-from model.contrast import Contrast, Foil, attribute_contrast
-from model.decoding import DecodeOptions, Translation, full_trace, hypothesis
-from model.hooks import Trace
-from model.patching import ActivationMeans, PatchBench, PatchRequest, patch_bench, validation_means
-from model.transformer import NO_INTERVENTION, Interventions
+from model.analysis.computation import Forced, force
+from model.analysis.contrast import Contrast, Foil, attribute_contrast
+from model.analysis.patching import ActivationMeans
+from model.analysis.patching_bench import PatchBench, PatchRequest, patch_bench, validation_means
+from model.analysis.profiles import ProfileRow
+from model.analysis.readouts import average_head_profiles
+from model.engine import decoding
+from model.engine.batching import MicroBatcher, batchable, translate_many
+from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.decoding import DecodeOptions, Translation, full_trace, hypothesis
+from model.engine.hooks import Trace
+from model.families import catalog
+from model.families.ours import CheckpointError, Registry, load_all
 
 from . import settings
 from .cache import ResultCache
@@ -253,7 +254,7 @@ def gpu_translate_one(reg_key: str, name: str, text: str, opts: DecodeOptions,
 @model_call(duration=60)
 def gpu_translate_many(reg_key: str, name: str, texts: list[str], opts: DecodeOptions,
                        iv: Interventions = NO_INTERVENTION) -> list[Translation]:
-    """Decodes (greedy or beam) of several visitors' sentences as one batch (model.batching)."""
+    """Decodes (greedy or beam) of several visitors' sentences as one batch (model.engine.batching)."""
     with MODEL_LOCK:
         return translate_many(_lm(reg_key, name), texts, opts, iv)
 
@@ -280,7 +281,7 @@ def _decode(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Interve
 @cached
 def gpu_translate(reg_key: str, name: str, text: str, opts: DecodeOptions,
                   iv: Interventions = NO_INTERVENTION) -> Translation:
-    """One decode (greedy or beam): cached, and batched with other visitors' where model.batching allows."""
+    """One decode (greedy or beam): cached, and batched with other visitors' where model.engine.batching allows."""
     return _decode(reg_key, name, text, opts, iv)
 
 
@@ -364,7 +365,7 @@ def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[ProfileR
 @cached
 @model_call(duration=60)
 def gpu_patch_means(reg_key: str, name: str, sentences: tuple[str, ...], source: str) -> ActivationMeans:
-    """Mean activations of ``sentences`` for mean ablation (model.patching.validation_means)."""
+    """Mean activations of ``sentences`` for mean ablation (model.analysis.patching_bench.validation_means)."""
     with MODEL_LOCK:
         return validation_means(_lm(reg_key, name), list(sentences), source)
 

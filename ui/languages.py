@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from model import catalog
+from model.families import catalog
 
 from .present import LANG_NAMES, model_choices
 

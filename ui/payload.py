@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from model.checkpoint import LoadedModel
-from model.data import head_lines
-from model.decoding import Translation
-from model.names import ATTN_KINDS
+from model.engine.data import head_lines
+from model.engine.decoding import Translation
+from model.engine.loaded import LoadedModel
+from model.engine.names import ATTN_KINDS
 
 from .present import KIND_JSON, describe_interventions
 

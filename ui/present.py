@@ -9,13 +9,15 @@ import unicodedata
 
 import numpy as np
 
-from model import catalog
-from model.checkpoint import LoadedModel, Registry, device_label
-from model.guardrails import check_run
-from model.decoding import Translation
-from model.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
-from model.transformer import Interventions
-from model.vocab import DROPPED_CATEGORIES, SPACED_CATEGORIES, SPECIALS, UNSPACED_NOTE, has_unspaced
+from model.analysis.guardrails import check_run
+from model.engine.config import Interventions
+from model.engine.decoding import Translation
+from model.engine.loaded import LoadedModel
+from model.engine.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
+from model.engine.vocab import DROPPED_CATEGORIES, SPACED_CATEGORIES, SPECIALS, UNSPACED_NOTE, has_unspaced
+from model.families import catalog
+from model.families.catalog import device_label
+from model.families.ours import Registry
 
 from viz.common import STEP_ROW_TITLE, step_row_labels
 

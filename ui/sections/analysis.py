@@ -9,22 +9,22 @@ from pathlib import Path
 
 import gradio as gr
 
-from model import analysis as an
-from model import readouts
-from model.branching import describe
-from model.transformer import ENC_SELF
+from model.analysis import profiles as an
+from model.analysis import readouts
+from model.engine.branching import describe
+from model.engine.transformer import ENC_SELF
 from viz import export as v_export
 from viz import profiles as v_prof
 
+from . import VIEW, Shell, layer_choices, head_choices as head_numbers, log, safe, sub_view, track_subtabs
+from . import interventions, patching
 from .. import align_heads, calls, views, whatif
 from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
 from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, is_blank, md_escape,
                        no_model_message)
 from ..state import ModelShape, PairRun, Selection, link_url
-from . import VIEW, Shell, layer_choices, head_choices as head_numbers, log, safe, sub_view, track_subtabs
-from .bar import KIND_CHOICES
 from .about import about_markdown
-from . import interventions, patching
+from .bar import KIND_CHOICES
 from .interventions import toggles_of
 
 STAT_CHOICES = [(v_prof.STAT_LABELS[s], s) for s in an.STATS]

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from model.attribution import IG_START, METHODS
-from model.contrast import resolve_foil
+from model.analysis.attribution import IG_START, METHODS
+from model.analysis.contrast import resolve_foil
 
+from . import VIEW, RunContext, Shell, encodings, log, sub_view, track_subtabs
 from .. import calls, contrast, inside, views
 from ..payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
 from ..state import Run, Selection, WhatIf
 from ..views import stamp_of
-from . import VIEW, RunContext, Shell, encodings, log, sub_view, track_subtabs
 from .translate import base_url, make_run, read_inputs
 
 SID = "computation"
@@ -199,8 +199,8 @@ class HeldAttribution:
     run_id: str
     position: int
     steps: int
-    foil: object  # model.contrast.Foil or None
-    attr: object  # model.contrast.Contrast (piece level)
+    foil: object  # model.analysis.contrast.Foil or None
+    attr: object  # model.analysis.contrast.Contrast (piece level)
 
 
 def _attribute(shell: Shell, run: Run, position, steps, held, picked: bool = False, foil=None,

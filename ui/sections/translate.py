@@ -8,12 +8,13 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from model import catalog
-from model.branching import describe
-from model.checkpoint import CheckpointError
-from model.decoding import DecodeOptions, check_prefix
-from model.transformer import CROSS
+from model.engine.branching import describe
+from model.engine.decoding import DecodeOptions, check_prefix
+from model.engine.transformer import CROSS
+from model.families import catalog
+from model.families.ours import CheckpointError
 
+from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log, safe, subview_values
 from .. import calls, inside, languages, views, whatif
 from ..payload import examples_for
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, direction_hint, is_blank,
@@ -21,7 +22,6 @@ from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, 
                        source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
 from ..state import ModelShape, Run, RunInputs, Selection, from_query
-from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log, safe, subview_values
 
 CHIP_COLORS = {"token": "#dde7f7", "<unk>": "#f4a6a6", "replaced <unk>": "#ffd27f", "special": "#d9d9d9"}
 # The replay shows at most REPLAY_FRAMES moments of the decode: Gradio's processing of a streamed frame
