@@ -184,8 +184,8 @@ if sys.argv[1] != "-":
     n = lm.model.num_parameters()
 else:
     n = 0
-print(json.dumps({"seconds": time.perf_counter() - t0, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "parameters": n}))
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": time.perf_counter() - t0, "peak_rss_mb": peak, "parameters": n}))
 """
 
 
