@@ -29,7 +29,7 @@ from .app_fixtures import SENTENCES, launch, make_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints" / "alignments"
-DATA = ROOT.parent / "shared" / "multi30k"
+DATA = ROOT / "checkpoints" / "multi30k"  # the validation texts ship with the app
 
 
 # --------------------------------------------------------------------------- metrics
@@ -141,7 +141,6 @@ def _val(lang: str) -> list[str]:
         return f.read().splitlines()
 
 
-@pytest.mark.skipif(not (DATA / "val.de.gz").is_file(), reason="Multi30k's val files are not beside the repository")
 @pytest.mark.parametrize("path", sorted(SHIPPED.glob("*.val.align")), ids=lambda p: p.name)
 def test_the_shipped_reference_covers_the_validation_set(path):
     src, tgt = path.name.split(".")[0].split("-")
@@ -295,3 +294,17 @@ def test_alignment_heads_endpoint(client, server):
     assert {"output", "shift", "best", "precision"} <= set(out["ranking"][0]) | set(out["ranking"][0]["output"])
     with pytest.raises(Exception, match="Unknown direction"):
         client.predict("xx-yy", api_name="/alignment_heads")
+
+
+def test_a_sentence_that_cannot_be_ranked_leaves_the_whole_ranking_on_screen(server):
+    from ui import calls
+    from ui.align_heads import show
+    demo = server[0]
+    key = next(k for k, r in calls.REGISTRIES.items() if r is demo.registry)
+    md, fig, rows = show(key, demo.registry, None, "de-en", "")
+    for typed in ("9999", "seven"):
+        bad_md, bad_fig, bad_rows = show(key, demo.registry, None, "de-en", typed)
+        assert bad_md.startswith("⚠️") and "whole set" in bad_md and md in bad_md
+        assert bad_rows == rows and bad_fig.to_dict() == fig.to_dict()
+    one_md, _, one_rows = show(key, demo.registry, None, "de-en", "1")
+    assert "validation sentence 1" in one_md and one_rows != rows

@@ -16,7 +16,7 @@ from . import calls
 from .state import Run
 
 NOT_FORCED = ("no reference links: they are drawn when the current run is a validation sentence teacher-forced "
-              "on its reference (Computation → Forced decoding)")
+              "on its reference (Computation → Forced decoding: pick a validation pair)")
 
 
 @dataclass(frozen=True)

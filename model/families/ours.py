@@ -170,7 +170,7 @@ def load(path, device: str | torch.device = "cpu") -> LoadedModel:
     return LoadedModel(model, src_vocab, tgt_vocab, src_lang, tgt_lang, path, meta, metrics)
 
 
-DATA_FOLDERS = ("alignments",)  # folders beside the checkpoints that hold data about them, not a model
+DATA_FOLDERS = ("alignments", "multi30k", "trust")  # folders beside the checkpoints that hold data about them, not a model
 
 
 def candidate_dirs(root: Path) -> list[Path]:
