@@ -90,7 +90,7 @@ def head_choices(lm: LoadedModel) -> list[str]:
     cfg = lm.model.cfg
     n = {ENC_SELF: cfg.n_encoder_layers, DEC_SELF: cfg.n_decoder_layers,
          CROSS: cfg.n_decoder_layers}
-    return [head_label(k, l, h) for k in ATTN_KINDS for l in range(n[k]) for h in range(cfg.n_heads)]
+    return [head_label(k, l, h) for k in ATTN_KINDS for l in range(n[k]) for h in range(cfg.heads(k))]
 
 
 _HEAD_RE = re.compile(r"^\s*([a-z_.]+)\s*[ :/,-]?\s*l?(\d+)\s*[ .:/,-]?\s*h?(\d+)\s*$", re.I)
@@ -270,7 +270,7 @@ def header_markdown(reg: Registry) -> str:
     for name, s in catalog.summaries(reg).items():
         bleu = f", BLEU {s.bleu:.1f} ({md_escape(s.bleu_source)})" if s.bleu is not None else ", BLEU n/a"
         parts.append(f"**{md_escape(direction_label(name, reg))}:** {fmt_params(s.parameters)} parameters, "
-                     f"{s.encoder_layers}+{s.decoder_layers} layers × {s.n_heads} heads{bleu}")
+                     f"{s.encoder_layers}+{s.decoder_layers} layers × {s.heads_label} heads{bleu}")
     lines.append("<details><summary>Type a sentence, watch the Transformer translate it, then open any head, "
                  "step or mask. Models and device…</summary>\n\n" + " · ".join(parts) + "\n</details>")
     if reg.problems:

@@ -98,7 +98,8 @@ class Shell:
 
     def shapes(self) -> dict[str, ModelShape]:
         """Every offered model's layers and heads, read from its config (an added model need not be loaded)."""
-        return {name: ModelShape(i.cfg.n_encoder_layers, i.cfg.n_decoder_layers, i.cfg.n_heads)
+        return {name: ModelShape(i.cfg.n_encoder_layers, i.cfg.n_decoder_layers, i.cfg.encoder_heads,
+                                 i.cfg.decoder_heads)
                 for name, i in catalog.infos(self.reg).items()}
 
     def sel_controls(self) -> dict:

@@ -25,7 +25,7 @@ class BarParts:
 def build(shell: Shell) -> BarParts:
     lm = shell.default_lm
     n_layers = lm.model.cfg.n_decoder_layers if lm else 1
-    n_heads = lm.model.cfg.n_heads if lm else 1
+    n_heads = lm.model.cfg.max_heads if lm else 1  # one list for every kind: each view keeps to its kind's
     gr.Markdown(header_markdown(shell.reg), elem_id="header")
     with gr.Column(elem_id="run-bar-box"):
         with gr.Row(elem_id="run-bar-row"):
@@ -62,4 +62,4 @@ def _follow(shell: Shell, run, ctx: RunContext) -> list:
     shape = ModelShape.of(shell.lm(run))
     sel = ctx.sel.fit(shape)
     link = link_url(ctx.base_url, run.inputs, sel) if run.inputs is not None else ""
-    return [gr.Dropdown(choices=head_choices(shape.n_heads), value=sel.head), link]
+    return [gr.Dropdown(choices=head_choices(shape.max_heads), value=sel.head), link]

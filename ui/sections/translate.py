@@ -15,7 +15,7 @@ from model.families import catalog
 from model.families.ours import CheckpointError
 
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log, safe, subview_values
-from .. import calls, domain, inside, trust, views, whatif
+from .. import calls, domain, inside, languages, trust, views, whatif
 from ..payload import examples_for
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, direction_hint, is_blank,
                        md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar, run_notices,
@@ -57,6 +57,7 @@ def build(shell: Shell) -> TranslateParts:
                                               value=shell.default_model, label="Direction", elem_id="direction")
                 translate_btn = gr.Button("Translate", variant="primary", elem_id="translate-btn", scale=0,
                                           min_width=110)
+            shell.parts["languages"] = languages.build(shell)  # a many-to-many model's pair (hidden otherwise)
             with gr.Accordion("More settings: decoding", open=False, elem_id="decoding-box"):
                 shell.decoding = gr.Radio([("Greedy", "greedy"), ("Beam search", "beam")], value="greedy",
                                           label="Decoding", elem_id="decoding")
@@ -303,6 +304,7 @@ def wire(shell: Shell) -> tuple:
     # notice must not be overwritten by a hint computed before it lands
     shell.direction.input(lambda run, name: direction_notice(shell, run, name), [shell.run_state, shell.direction],
                           p["notice"], api_name="direction_hint", api_visibility="undocumented", **VIEW)
+    languages.wire(shell, *p["languages"])
     _wire_thumbnails(shell)
     _wire_first_screen(shell, outputs)
     return event
