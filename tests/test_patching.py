@@ -239,7 +239,7 @@ def test_patch_bench_from_texts(tiny_lm):
     # B's final encoder states replaced by A's: B's decoder reads A's source
     assert one.result.patched == pytest.approx(one.result.clean, abs=1e-9)
     assert bench.setup.target == bench.setup.output[0]
-    with pytest.raises(P.PatchError, match="not a single token"):
+    with pytest.raises(P.PatchError, match="not a word of the target vocabulary"):
         P.patch_bench(tiny_lm, P.PatchRequest("hund", "katze", foil="zebra"))
 
 

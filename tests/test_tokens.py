@@ -79,3 +79,19 @@ def test_the_same_rules_on_a_marian_vocabulary(marian):
     assert not m.ok and "pieces here" in m.message
     u = resolve_token(marian, "qqqxyzzy")
     assert not u.ok and "not a word of the target vocabulary" in u.message
+
+
+def test_the_patching_bench_and_the_attribution_foil_read_the_same_token():
+    """The bench used to read a typed "dog" as the mid-word piece: it now reads ▁dog, as Attribution does."""
+    from model import patching as P
+    from model.checkpoint import load_checkpoint
+    from model.contrast import resolve_foil
+    lm = load_checkpoint(ROOT / "checkpoints" / "de-en", "cpu")
+    req = P.PatchRequest("Der Hund jagt die Katze.", "Die Katze jagt den Hund.", layer=0, head=0, target="cat",
+                         foil="dog", step=1)
+    bench = P.patch_bench(lm, req)
+    assert (bench.target_token, bench.foil_token) == ("▁cat", "▁dog")
+    assert bench.setup.foil == resolve_foil(lm.tgt_vocab, "dog", "en").id == lm.tgt_vocab.stoi["▁dog"]
+    assert any("▁dog" in n for n in bench.notes)
+    with pytest.raises(P.PatchError, match="pieces here"):
+        P.patch_bench(lm, P.PatchRequest(req.text_a, req.text_b, foil="unbelievable"))

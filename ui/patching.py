@@ -104,6 +104,7 @@ def summary(bench: PatchBench) -> str:
              f"**B (corrupted):** {md_escape(' '.join(bench.src_b_tokens))} → {md_escape(bench.translation_b)}  ",
              f"**Both forced on:** {steps}  ",
              f"**How:** {md_escape(w.ablation_note)}  ",
+             *(f"**Read:** {md_escape(n)}  " for n in bench.notes),
              f"**Metric:** {md_escape(w.metric_label)}: A = {w.clean:.4g}, B = {w.corrupted:.4g}"]
     if bench.result is not None:
         r = bench.result
