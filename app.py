@@ -20,7 +20,7 @@ import torch
 from ui import calls, settings
 from ui.api import make_api, make_continue_api
 from ui.style import CSS, HEAD
-from ui.sections import Shell, bar, lazy_section
+from ui.sections import Shell, bar, build_link_notice, lazy_section
 from ui.sections import analysis, attention, branch, computation, generation, interventions, translate
 from ui.views import warm_up
 
@@ -49,6 +49,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         shell.run_state, shell.section, shell.subviews = gr.State(None), gr.State("translate"), gr.State({})
         shell.bar = bar.build(shell)
         attention.build_click_proxy(shell)  # on the page from the start: the first screen's panels drive it
+        build_link_notice(shell)
         with gr.Tabs(elem_id="sections", overflow_behavior="wrap") as shell.tabs:
             for label, sid, section in SECTIONS:
                 with gr.Tab(label, id=sid) as shell.section_tabs[sid]:

@@ -14,6 +14,7 @@ from model import catalog
 from model.checkpoint import Registry
 from viz.common import message_figure
 
+from ..present import md_escape
 from ..state import SUBVIEWS, ModelShape, Run, Selection
 from ..views import REGISTRY, stamp_of
 
@@ -80,6 +81,7 @@ class Shell:
     parts: dict = field(default_factory=dict)  # each section's own components, by name (read in that module only)
     # what a link restores, set by the section that owns it: "bench" (patching), "attribution" (computation)
     restorers: dict = field(default_factory=dict)
+    link_notice: gr.Markdown | None = None  # what a link could not use, above every section
 
     @property
     def default_model(self):
@@ -136,6 +138,17 @@ class Shell:
 
     def model_event(self) -> dict:
         return dict(concurrency_id=MODEL_GROUP, concurrency_limit=self.model_concurrency)
+
+
+def build_link_notice(shell: Shell) -> None:
+    """Above the sections: what the link that opened the page could not use, seen whichever section it
+    opens (the run's own notices stay in Translate & watch); the next run clears it."""
+    shell.link_notice = gr.Markdown("", elem_id="link-notice")
+    shell.on_run([shell.link_notice], lambda run, ctx: [""])
+
+
+def link_notice_md(problems: list[str]) -> str:
+    return "\n\n".join(f"⚠️ {md_escape(p)}" for p in problems)
 
 
 def safe(fn, what: str, n_out: int = 1):
