@@ -117,6 +117,16 @@ class Shell:
         return Selection.of(kind, layer, head, step, query, units, view, scale, section,
                             (subviews or {}).get(section, SUBVIEWS.get(section, ("",))[0]))
 
+    def with_selection(self, fn: Callable) -> Callable:
+        """``fn(sel, *rest)`` as the handler of ``[*self.selection_inputs(), *rest]``: the selection arrives
+        as one :class:`Selection`, read from the controls themselves (never a stale copy)."""
+        k = len(self.selection_inputs())
+
+        def handler(*args):
+            return fn(self.selection(*args[:k]), *args[k:])
+        handler.__name__ = getattr(fn, "__name__", "handler")
+        return handler
+
     def on_run(self, outputs: list, fn: Callable) -> None:
         self.refreshers.append(Refresher(list(outputs), fn))
 
