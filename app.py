@@ -20,7 +20,7 @@ import torch
 from ui import calls, settings
 from ui.api import make_api, make_continue_api
 from ui.style import CSS, HEAD
-from ui.sections import Shell, bar, build_link_notice, lazy_section
+from ui.sections import Shell, bar, build_link_notice, clear_link_notice, lazy_section
 from ui.sections import analysis, attention, branch, computation, generation, interventions, translate
 from ui.views import warm_up
 
@@ -58,6 +58,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         _lazy(shell)
         for _, _, section in SECTIONS[1:]:
             section.wire(shell)
+        clear_link_notice(shell)
         translate_event = translate.wire(shell)  # last: a new run refreshes every section
         interventions.wire_preset(shell, translate_event)
         branch.wire(shell)  # continue from here, and the run history

@@ -152,8 +152,12 @@ class Shell:
 
 def build_link_notice(shell: Shell) -> None:
     """Above the sections: what the link that opened the page could not use, seen whichever section it
-    opens (the run's own notices stay in Translate & watch); the next run clears it."""
+    opens (the run's own notices stay in Translate & watch)."""
     shell.link_notice = gr.Markdown("", elem_id="link-notice")
+
+
+def clear_link_notice(shell: Shell) -> None:
+    """The next run clears the link's notice (registered last: the run's other outputs keep their order)."""
     shell.on_run([shell.link_notice], lambda run, ctx: [""])
 
 
