@@ -56,9 +56,9 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                     setattr(shell, sid, section.build(shell))  # the parts the other sections read
         bar.follow_runs(shell)
         _lazy(shell)
+        clear_link_notice(shell)
         for _, _, section in SECTIONS[1:]:
             section.wire(shell)
-        clear_link_notice(shell)
         translate_event = translate.wire(shell)  # last: a new run refreshes every section
         interventions.wire_preset(shell, translate_event)
         branch.wire(shell)  # continue from here, and the run history
