@@ -28,7 +28,7 @@ from tests.app_fixtures import named, all_strings, launch, make_checkpoint
 from viz.common import esc
 from ui import present
 
-C_OUT = ["cmp_notice", "cmp_stale", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "cmp_kind"]
+C_OUT = ["cmp_notice", "cmp_stale", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "kind", "layer", "head"]
 DE = "Zwei Hunde spielen im Schnee."
 BIG = ("Ein Mann fährt mit dem Fahrrad durch die Stadt. " * 1100)[:50_000]
 PAYLOAD = ('Ein <script>alert("x")</script> Mann <img src=x onerror=alert(1)> y</b><i>z '
