@@ -14,7 +14,7 @@ from model import catalog
 from model.checkpoint import Registry
 from viz.common import message_figure
 
-from ..present import md_escape
+from ..present import md_escape, parse_heads
 from ..state import SUBVIEWS, ModelShape, Run, Selection
 from ..views import REGISTRY, stamp_of
 
@@ -116,6 +116,17 @@ class Shell:
         section = section or "translate"
         return Selection.of(kind, layer, head, step, query, units, view, scale, section,
                             (subviews or {}).get(section, SUBVIEWS.get(section, ("",))[0]))
+
+    def select_head(self, run, label) -> tuple:
+        """The one selection set to the head a list or a table names ('cross L1 H2'): values for the bar's
+        kind, layer (with the kind's layer choices) and head; skips when ``label`` names no head."""
+        try:
+            ((kind, layer, head),) = parse_heads([label])
+        except ValueError:
+            return gr.skip(), gr.skip(), gr.skip()
+        shape = self.shape(run.model if run is not None else self.default_model)
+        n = shape.layers(kind) if shape else layer + 1
+        return kind, gr.Dropdown(choices=layer_choices(n), value=min(layer, n - 1)), head
 
     def with_selection(self, fn: Callable) -> Callable:
         """``fn(sel, *rest)`` as the handler of ``[*self.selection_inputs(), *rest]``: the selection arrives

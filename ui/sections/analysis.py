@@ -184,15 +184,19 @@ def wire(shell: Shell) -> None:
         try:
             row = evt.row_value
             label = f"{row[0]} L{int(row[1])} H{int(row[2])}"
-            return label, views.head_map_figure(run, label, shell.lm(run))
+            return label, views.head_map_figure(run, label, shell.lm(run)), *shell.select_head(run, label)
         except Exception:
             log.exception("head select failed")
-            return gr.skip(), views.message_figure("This head's map could not be drawn.")
+            return gr.skip(), views.message_figure("This head's map could not be drawn."), *(gr.skip(),) * 3
 
-    p["prof_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"]],
+    # a row or a picked head sets the one selection too: every view that shows one head then shows it
+    bar = [shell.kind, shell.layer, shell.head]
+    p["prof_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"], *bar],
                            api_visibility="private", **VIEW)
     p["prof_pick"].input(head_map, [shell.run_state, p["prof_pick"]], p["prof_head_plot"], api_name="head_map",
                          api_visibility="undocumented", **VIEW)
+    p["prof_pick"].input(shell.select_head, [shell.run_state, p["prof_pick"]], bar,
+                         api_visibility="private", queue=False)
     align_heads.wire(shell)
     _wire_pair(shell)
     patching.wire(shell)
