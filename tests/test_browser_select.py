@@ -10,7 +10,7 @@ import pytest
 
 from tests.app_fixtures import served
 from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
-from tests.test_browser import _translate, _wait_done
+from tests.test_browser import _plot, _wait_done
 
 pytestmark = pytest.mark.browser
 SENTENCE = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
@@ -44,7 +44,7 @@ def _open(browser, app_url, **query):
     return pg
 
 
-def _text_has(page, sel: str, text: str, timeout: int = 90_000):
+def _text_has(page, sel: str, text: str, timeout: int = 180_000):
     page.wait_for_function("([s, t]) => (document.querySelector(s) || {}).innerText?.includes(t)",
                            arg=[sel, text], timeout=timeout)
 
@@ -83,4 +83,114 @@ def test_a_link_without_text_still_names_its_bad_parameters(browser, app_url):
     notice = pg.locator("#link-notice").inner_text()
     for key in ("model", "layer", "head", "section"):
         assert f"link's {key}" in notice, notice
+    pg.close()
+
+
+def _pick(page, sel: str, label: str):
+    page.locator(f"{sel} input").first.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Backspace")
+    page.keyboard.type(label)
+    page.wait_for_timeout(300)
+    page.keyboard.press("Enter")
+    page.keyboard.press("Escape")
+
+
+def _title_has(page, sel: str, text: str, timeout: int = 180_000):
+    page.wait_for_function("([s, t]) => document.querySelector(s + ' .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes(t)", arg=[sel, text], timeout=timeout)
+
+
+def test_the_head_chosen_in_the_bar_is_the_head_every_view_shows(page):
+    """Masks' comparison, Two sentences and a single patch show the bar's head, and follow it."""
+    page.locator("#attn-kind input[value='decoder.cross_attn']").check()
+    _pick(page, "#attn-layer", "layer 1")
+    _pick(page, "#attn-head", "head 2")
+    _tab(page, "Masks & interventions")
+    page.locator("#compare-btn").click()
+    _title_has(page, "#cmp-maps", "Decoder cross-attention, layer 1, head 2")
+    _pick(page, "#attn-head", "head 3")
+    _title_has(page, "#cmp-maps", "layer 1, head 3")
+
+    _tab(page, "Analysis & export")
+    _plot(page, "#prof-heat")  # the head profiles it opens on come first, in the same model queue
+    _tab(page, "Two sentences")
+    page.locator("#pair-btn").click()
+    _title_has(page, "#pair-plot", "Decoder cross-attention, layer 1, head 3")
+    page.get_by_label("This one patch (the head selected above)").check()
+    _text_has(page, "#patch-sel", "layer 1, head 3")
+    page.locator("#patch-btn").click()
+    _text_has(page, "#patch-md", "L1 H3")
+    assert "Patched:" in page.locator("#patch-md").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "one-selection-patch.png"), full_page=False)
+    # the bar moves: the maps follow, and the patch of another head is cleared rather than left up
+    _pick(page, "#attn-head", "head 0")
+    _title_has(page, "#pair-plot", "layer 1, head 0")
+    _text_has(page, "#patch-md", "The selection changed")
+    _text_has(page, "#patch-sel", "layer 1, head 0")
+
+
+def test_two_sentences_follows_the_runs_direction_and_clears_when_edited(page):
+    """After an en→de run the boxes hold English sentences and Compare runs exactly those; editing A clears
+    the result (and the bench's) rather than leaving one for other sentences."""
+    page.locator("#input-text textarea").fill("Two dogs are playing in the snow.")
+    page.locator("#direction input").first.click()
+    page.locator("#direction [data-testid=dropdown-option]", has_text="English → German").first.click()
+    before = page.locator("#run-status").inner_text()
+    page.locator("#translate-btn").click()
+    _wait_done(page, before)
+    _tab(page, "Analysis & export")
+    _plot(page, "#prof-heat")
+    _tab(page, "Two sentences")
+    page.wait_for_function("() => document.querySelector('#pair-a textarea').value === 'The man sees the woman.'",
+                           timeout=30_000)
+    assert page.locator("#pair-b textarea").input_value() == "The woman sees the man."
+    page.locator("#pair-btn").click()
+    _text_has(page, "#pair-md", "The man sees the woman.")
+    md = page.locator("#pair-md").inner_text()
+    assert "A: The man sees the woman." in md and "B: The woman sees the man." in md
+    box = page.locator("#pair-a textarea")
+    box.click()
+    box.press("End")
+    box.press_sequentially(" Really.")  # typed, as a person edits it
+    _text_has(page, "#pair-md", "A or B changed")
+    assert "→" not in page.locator("#pair-md").inner_text()  # no translation of the sentences before
+    assert "A or B changed" in page.locator("#patch-md").inner_text()
+
+
+@pytest.fixture(scope="module")
+def shipped_url(tmp_path_factory):
+    """The app on the shipped de-en model (a SentencePiece vocabulary holding both ▁dog and the piece dog)."""
+    from pathlib import Path
+
+    from tests.app_fixtures import launch
+    check_chromium()
+    root = tmp_path_factory.mktemp("shipped")
+    (root / "de-en").symlink_to(Path(__file__).resolve().parent.parent / "checkpoints" / "de-en")
+    demo, url = launch(root, warm=False)
+    try:
+        yield url
+    finally:
+        demo.close()
+
+
+def test_a_foil_typed_in_the_bench_is_the_word_not_the_mid_word_piece(browser, shipped_url):
+    pg = load(new_page(browser), shipped_url)
+    _tab(pg, "Analysis & export")
+    _plot(pg, "#prof-heat")
+    _tab(pg, "Two sentences")
+    pg.locator("#pair-a textarea").fill("Der Hund jagt die Katze.")
+    pg.locator("#pair-b textarea").fill("Die Katze jagt den Hund.")
+    pg.get_by_label("This one patch (the head selected above)").check()
+    pg.locator("#patch-foil textarea, #patch-foil input").first.fill("dog")
+    pg.locator("#patch-btn").click()
+    _text_has(pg, "#patch-md", "Metric:")
+    md = pg.locator("#patch-md").inner_text()
+    assert "logit('▁dog')" in md and "logit('dog')" not in md, md
+    assert "logit('▁cat')" in md and "at step 1" in md  # the target: the first step where A and B differ
+    assert "read as the word-start piece ▁dog" in md
+    # a word of several pieces is refused in words, never guessed
+    pg.locator("#patch-foil textarea, #patch-foil input").first.fill("unbelievable")
+    pg.locator("#patch-btn").click()
+    _text_has(pg, "#patch-md", "pieces here")
     pg.close()

@@ -195,11 +195,14 @@ def wire(shell: Shell) -> None:
     def fill(run):
         if run is None:
             gr.Warning("Translate a sentence first.")
-            return gr.skip(), gr.skip()
-        return run.tr.src_text, patching.variant(run.tr.src_text)
+            return (gr.skip(),) * 8
+        # new sentences: the results of the old ones go (as when A or B is typed)
+        return (run.tr.src_text, patching.variant(run.tr.src_text), "", views.message_figure("Press Compare "
+                "sentences."), None, "", views.message_figure("Press Run patching."), None)
 
-    filled = p["patch_fill"].click(fill, shell.run_state, [p["pair_a"], p["pair_b"]], api_visibility="private",
-                                   queue=False)
+    results = [p["pair_text"], p["pair_plot"], p["pair_state"], p["patch_md"], p["patch_plot"], p["patch_state"]]
+    filled = p["patch_fill"].click(fill, shell.run_state, [p["pair_a"], p["pair_b"], *results],
+                                   api_visibility="private", queue=False)
     # the step dropdown follows A, B and the target text (their tokens, before the bench runs)
     sync = ([shell.run_state, shell.direction, p["pair_a"], p["pair_b"], p["patch_output"], p["patch_step"]],
             p["patch_step"])
