@@ -44,7 +44,7 @@ def _lazy(shell: Shell) -> None:
 def build_app(root=None, device: str | None = None, warm: bool = True, max_queue: int | None = None) -> gr.Blocks:
     reg_key, reg = calls.load_registry(root, device)
     env = settings.read()
-    shell = Shell(reg_key, reg, env.model_concurrency)
+    shell = Shell(reg_key, reg, max(env.event_concurrency, env.model_concurrency))
     with gr.Blocks(title="Attention Explorer") as demo:
         shell.run_state, shell.section, shell.subviews = gr.State(None), gr.State("translate"), gr.State({})
         shell.bar = bar.build(shell)

@@ -1,4 +1,4 @@
-"""The one resolver from typed text to a target token (model.tokens), on our shipped de-en vocabulary and on
+"""The one resolver from typed text to a target token (model.engine.tokens), on our shipped de-en vocabulary and on
 a tiny random Marian one: a word is its word-start piece, a piece typed with ▁ is taken as it is, a word of
 several pieces and an unknown word are reported in words, never guessed."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from model.tokens import resolve_token
-from model.vocab import load_vocabs
+from model.engine.tokens import resolve_token
+from model.engine.vocab import load_vocabs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,7 +21,7 @@ def ours():
 @pytest.fixture(scope="module")
 def marian(tmp_path_factory):
     pytest.importorskip("transformers")
-    from model.checkpoint import load_checkpoint
+    from model.families.ours import load_checkpoint
     from tests.test_marian import build_marian
     return load_checkpoint(build_marian(tmp_path_factory.mktemp("marian") / "opus-mt-de-en")).tgt_vocab
 
@@ -83,9 +83,9 @@ def test_the_same_rules_on_a_marian_vocabulary(marian):
 
 def test_the_patching_bench_and_the_attribution_foil_read_the_same_token():
     """The bench used to read a typed "dog" as the mid-word piece: it now reads ▁dog, as Attribution does."""
-    from model import patching as P
-    from model.checkpoint import load_checkpoint
-    from model.contrast import resolve_foil
+    from model.analysis import patching_bench as P
+    from model.families.ours import load_checkpoint
+    from model.analysis.contrast import resolve_foil
     lm = load_checkpoint(ROOT / "checkpoints" / "de-en", "cpu")
     req = P.PatchRequest("Der Hund jagt die Katze.", "Die Katze jagt den Hund.", layer=0, head=0, target="cat",
                          foil="dog", step=1)

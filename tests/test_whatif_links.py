@@ -200,7 +200,7 @@ def test_the_step_choices_follow_b_and_the_target_text(demo):
 def test_the_target_step_starts_where_a_and_b_differ(demo):
     """A step left at 0 moves to the first step where A's translation and the target both runs are forced on
     differ (at a step where they agree a patch has nothing to restore); a step the user chose stays."""
-    from model.decoding import DecodeOptions, translate
+    from model.engine.decoding import DecodeOptions, translate
     steps = next(f.fn for f in demo.fns.values()
                  if [getattr(c, "elem_id", None) for c in f.outputs] == ["patch-step"] and len(f.inputs) == 6)
     lm, run = demo.registry.models["de-en"], _run(demo)

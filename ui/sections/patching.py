@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import gradio as gr
 
-from model.patching import RESID_POINTS, PatchError, PatchRequest
+from model.analysis.patching import RESID_POINTS, PatchError
+from model.analysis.patching_bench import PatchRequest
 
+from . import Shell, log
 from .. import patching, views, whatif
 from ..api import Api
 from ..present import KIND_LABELS, is_blank, md_escape, no_model_message, clean_input
 from ..state import PatchLink, Selection
-from . import Shell, log
 
 SITE_CHOICES = [("Head output (hook_z)", "z"), ("Attention output", "attn_out"), ("Residual stream", "resid"),
                 ("Cross-attention K/V", "cross_kv")]
