@@ -324,6 +324,8 @@ def run_bar(model: str, tr: Translation, reg: Registry, forced: bool = False) ->
     """The one line naming the current run, which every section shows."""
     lm = reg.models.get(model)
     arrow = f"{lm.src_lang}→{lm.tgt_lang}" if lm else model
+    if getattr(lm, "frame", None) is not None:  # a training frame: which update of its run
+        arrow = f"{arrow} at {lm.frame.label}"
     decoding = "greedy" if tr.beam is None else f"beam {max(len(s.tokens) for s in tr.beam.steps)}"
     decoding = "teacher-forced on a reference" if forced else decoding
     if tr.prefix_len and not forced:  # a branch: the start was forced, the model went on

@@ -25,7 +25,7 @@ from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, cano
 SUBVIEWS: dict[str, tuple[str, ...]] = {
     "translate": ("",), "attention": ("maps", "alignment", "rollout"), "generation": ("steps", "beam-tree"),
     "interventions": ("",), "computation": ("encodings", "inside", "residual", "lens", "attribution", "forced"),
-    "analysis": ("profiles", "pair", "export", "about")}
+    "analysis": ("profiles", "pair", "export", "about"), "learn": ("",)}
 SECTIONS = tuple(SUBVIEWS)
 VIEWS = ("grid", "head", "scores", "mean")
 SCALES = ("shared", "head")

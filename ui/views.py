@@ -461,6 +461,7 @@ REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
     _spec("analysis", "pair", ""),
     _spec("analysis", "export", ""),
     _spec("analysis", "about", ""),
+    _spec("learn", "", ""),    # its curves follow the run (a refresher); the head-forming map is on demand
 )}
 
 
