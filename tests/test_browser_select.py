@@ -194,3 +194,11 @@ def test_a_foil_typed_in_the_bench_is_the_word_not_the_mid_word_piece(browser, s
     pg.locator("#patch-btn").click()
     _text_has(pg, "#patch-md", "pieces here")
     pg.close()
+
+
+def test_copy_link_says_it_copied(page):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.locator("#link-btn").click()
+    page.wait_for_function("() => /copied|from the box/i.test(document.querySelector('#link-btn')?.textContent)",
+                           timeout=30_000)
+    assert page.locator("#link-box input, #link-box textarea").first.input_value().startswith("http")

@@ -36,8 +36,13 @@ PROFILE_SENTENCES = 16
 _PROFILE_CACHE: dict[tuple, tuple] = {}
 _PROFILE_LOCK = threading.Lock()
 LINK_JS = """(...args) => [...args.slice(0, -1), window.location.origin + window.location.pathname]"""
-COPY_JS = """(link) => { try { if (link && navigator.clipboard) navigator.clipboard.writeText(link).catch(() => {}); }
- catch (e) {} return []; }"""
+# copies the link, and says so on the button for two seconds (or that the browser refused: the box holds it)
+COPY_JS = """(link) => { const b = document.querySelector('#link-btn'); const say = (t) => { if (!b) return;
+ const was = b.dataset.label || b.textContent; b.dataset.label = was; b.textContent = t;
+ clearTimeout(b.__copied); b.__copied = setTimeout(() => { b.textContent = was; }, 2000); };
+ try { if (link && navigator.clipboard) navigator.clipboard.writeText(link).then(() => say('✓ Link copied'),
+ () => say('Copy it from the box')); else say('Copy it from the box'); } catch (e) { say('Copy it from the box'); }
+ return []; }"""
 
 
 def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tuple, str, int]:
