@@ -20,7 +20,7 @@ import torch
 from ui import calls, settings
 from ui.api import make_api, make_continue_api
 from ui.style import CSS, HEAD
-from ui.sections import Shell, bar, lazy_section
+from ui.sections import Shell, bar, build_link_notice, clear_link_notice, lazy_section
 from ui.sections import analysis, attention, branch, computation, generation, interventions, translate
 from ui.sections import learn, tour
 from ui.views import warm_up
@@ -51,6 +51,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         shell.bar = bar.build(shell)
         attention.build_click_proxy(shell)  # on the page from the start: the first screen's panels drive it
         shell.tour = tour.build(shell)  # its start button on the first screen, its stops in place of the sections
+        build_link_notice(shell)
         with gr.Tabs(elem_id="sections", overflow_behavior="wrap") as shell.tabs:
             for label, sid, section in SECTIONS:
                 with gr.Tab(label, id=sid) as shell.section_tabs[sid]:
@@ -59,6 +60,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                 learn_parts = learn.build(shell)
         bar.follow_runs(shell)
         _lazy(shell)
+        clear_link_notice(shell)
         for _, _, section in SECTIONS[1:]:
             section.wire(shell)
         learn.follow_runs(shell, learn_parts)

@@ -21,7 +21,7 @@ EVENTS = {  # in the order a visitor meets them; the inputs each changes, by ele
     "translate_stream": {}, "on_replay": {},  # one click: the front end runs the replay when the translate ends
     "open_generation": {}, "open_interventions": {}, "open_computation": {},
     "compare_ui": {"tog-positional": False}, "attention_view": {"attn-kind": "encoder.self_attn"},
-    "step_view": {"step-slider": 1}, "compare_maps": {"cmp-kind": "decoder.self_attn"},
+    "step_view": {"step-slider": 1}, "compare_maps": {"attn-kind": "decoder.self_attn"},
     "head_computation": {"head-query": 1}, "attribution_view": {"attr-pos": 1}, "forced_view": {},
 }
 

@@ -19,7 +19,7 @@ from ui import present
 from ui import calls
 
 # Outputs of the UI translate event, in order (the gr.State output is not sent to clients).
-C_OUT = ["cmp_notice", "cmp_stale", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "cmp_kind"]
+C_OUT = ["cmp_notice", "cmp_stale", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "kind", "layer", "head"]
 DE = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
 EN = "Two dogs are playing in the snow."
 
@@ -253,7 +253,7 @@ def test_compare_ui_event(client):
     r = dict(zip(C_OUT, out))
     assert "causal mask off" in r["cmp_notice"] and "source padding mask off" in r["cmp_notice"]
     assert plot_json(r["prob_plot"])["data"] and len(plot_json(r["cmp_plot"])["data"]) >= 3
-    assert r["cmp_kind"] == "decoder.self_attn"  # the map follows the causal toggle
+    assert r["kind"] == "decoder.self_attn"  # the selection follows the causal toggle
     assert "deleted" in r["cmp_notice"] or "substituted" in r["cmp_notice"] or "identical" in r["cmp_notice"]
     mod_chips = r["mod_chips"]["value"] if "__type__" in r["mod_chips"] else r["mod_chips"]
     assert all(label in ("token", "differs") for _, label in chip_tokens(mod_chips))

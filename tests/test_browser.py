@@ -104,7 +104,7 @@ def test_compare_causal_off_shows_the_upper_triangle_and_goes_stale(page):
     _translate(page, "Zwei Hunde spielen im Schnee.")
     page.get_by_role("tab", name="Masks & interventions").click()
     page.locator("#tog-causal input").uncheck()
-    page.wait_for_function("() => document.querySelector('#cmp-kind input[value=\"decoder.self_attn\"]').checked",
+    page.wait_for_function("() => document.querySelector('#attn-kind input[value=\"decoder.self_attn\"]').checked",
                            timeout=30_000)
     page.locator("#compare-btn").click()
     page.wait_for_function("() => (document.querySelector('#cmp-notice')||{}).innerText?.includes('causal mask off')",

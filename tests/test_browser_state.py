@@ -150,8 +150,8 @@ def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
     _pick(page, "#prof-pick", "enc L2 H0")
     page.wait_for_function("() => document.querySelector('#prof-head-plot .js-plotly-plot')?.layout.title.text"
                            ".includes('layer 2, head 0')", timeout=30_000)
-    _tab(page, "Two sentences")
-    assert "layer 2 (last)" in _options(page, "#pair-layer")
+    _tab(page, "Two sentences")  # its maps read the one selection: the bar offers the deeper model's layers
+    assert "layer 2 (last)" in _options(page, "#attn-layer")
 
 
 def test_a_link_after_forced_decoding_restores_the_forced_run(page, browser):

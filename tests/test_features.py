@@ -279,12 +279,12 @@ def test_app_export_and_link(client):
     S, T = len(meta["src_tokens"]), len(meta["output_tokens"])
     assert data["decoder.layers.1.cross_attn.hook_pattern"].shape == (1, 4, T, S)
     out = client.predict("alignment", "decoder.cross_attn", "grid", 0, 0, "words", "shared", "all", "layer", "entropy",
-                         "encoder.self_attn", 0, 0, "HTML", api_name="/export_figure")
+                         "HTML", api_name="/export_figure")
     html_text = open(out if isinstance(out, str) else out["path"], encoding="utf-8").read()
     assert "sankey" in html_text and len(html_text) > 1_000_000  # plotly.js inline: works offline
     assert '<script src="http' not in html_text and "<b>" not in html_text
     out = client.predict("alignment", "decoder.cross_attn", "grid", 0, 0, "words", "shared", "all", "layer", "entropy",
-                         "encoder.self_attn", 0, 0, "PNG", api_name="/export_figure")
+                         "PNG", api_name="/export_figure")
     png = open(out if isinstance(out, str) else out["path"], "rb").read()  # CI installs kaleido and chromium
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
     assert meta["settings"]["run"] == "greedy" and meta["settings"]["teacher_forced"] is False

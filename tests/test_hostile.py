@@ -28,7 +28,7 @@ from tests.app_fixtures import named, all_strings, launch, make_checkpoint
 from viz.common import esc
 from ui import present
 
-C_OUT = ["cmp_notice", "cmp_stale", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "cmp_kind"]
+C_OUT = ["cmp_notice", "cmp_stale", "base_chips", "mod_chips", "prob_plot", "cmp_plot", "masks_plot", "kind", "layer", "head"]
 DE = "Zwei Hunde spielen im Schnee."
 BIG = ("Ein Mann fährt mit dem Fahrrad durch die Stadt. " * 1100)[:50_000]
 PAYLOAD = ('Ein <script>alert("x")</script> Mann <img src=x onerror=alert(1)> y</b><i>z '
@@ -182,7 +182,7 @@ def test_exported_figure_html_is_inert(client):
     ui_translate(client, PAYLOAD, max_len=8)
     for which in ("attention", "alignment", "rollout"):
         out = client.predict(which, "encoder.self_attn", "head", 0, 0, "words", "shared", "all", "layer", "entropy",
-                             "encoder.self_attn", 0, 0, "HTML", api_name="/export_figure")
+                             "HTML", api_name="/export_figure")
         page = open(out if isinstance(out, str) else out["path"], encoding="utf-8").read()
         for raw in ('alert("x")</script', "<img src", "<svg onload", "y</b><i", "onerror=alert"):
             assert raw not in page, (which, raw)

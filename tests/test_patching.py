@@ -240,7 +240,7 @@ def test_patch_bench_from_texts(tiny_lm):
     # B's final encoder states replaced by A's: B's decoder reads A's source
     assert one.result.patched == pytest.approx(one.result.clean, abs=1e-9)
     assert bench.setup.target == bench.setup.output[0]
-    with pytest.raises(P.PatchError, match="not a single token"):
+    with pytest.raises(PB.PatchError, match="not a word of the target vocabulary"):
         PB.patch_bench(tiny_lm, PB.PatchRequest("hund", "katze", foil="zebra"))
 
 

@@ -87,14 +87,19 @@ def _run(demo):
 
 
 def _bench_controls(b: PatchLink) -> tuple:
-    return (b.site, b.scan, b.kind, b.part, b.point, b.layer, b.head, b.positions, b.step, b.foil, b.ablation,
-            b.output)
+    return (b.site, b.scan, b.part, b.point, b.positions, b.step, b.foil, b.ablation, b.output)
 
 
 def _bench_handler(demo):
-    """The bench button's own handler: (run, model, A, B, *controls) -> (summary, figure, steps, PatchLink)."""
-    return next(f.fn for f in demo.fns.values()
-                if [getattr(c, "elem_id", None) for c in f.outputs] == ["patch-md", "patch-plot", "patch-step", None])
+    """The bench button's own handler, as (run, model, A, B, bench) -> (summary, figure, steps, PatchLink): the
+    bench's kind, layer and head are the selection bar's, which the handler reads first."""
+    fn = next(f.fn for f in demo.fns.values() if [getattr(c, "elem_id", None) for c in f.outputs]
+              == ["patch-md", "patch-plot", "patch-step", None, None])
+
+    def call(run, model, a, b, bench: PatchLink):
+        bar = (bench.kind, bench.layer, bench.head, 0, None, "words", "grid", "shared", "analysis", {"analysis": "pair"})
+        return fn(*bar, run, model, a, b, *_bench_controls(bench))[:4]
+    return call
 
 
 def test_a_link_re_runs_the_bench_and_shows_the_same_map(demo):
@@ -108,7 +113,7 @@ def test_a_link_re_runs_the_bench_and_shows_the_same_map(demo):
     fig = values["patch-plot"]
     assert fig.data[0].type == "heatmap" and len(fig.data[0].z) == 2 and len(fig.data[0].z[0]) == 4
     # the bench's own button, with the same controls, draws the same map
-    md, direct, _, shown = _bench_handler(demo)(values["Run"], "de-en", A, B, *_bench_controls(bench))
+    md, direct, _, shown = _bench_handler(demo)(values["Run"], "de-en", A, B, bench)
     assert md == values["patch-md"] and shown == bench
     assert [list(r) for r in direct.data[0].z] == [list(r) for r in fig.data[0].z]
     # a bench the model refuses (encoder positions, sources of different lengths) says why, no traceback
@@ -179,15 +184,29 @@ def test_the_step_choices_follow_b_and_the_target_text(demo):
     """Before the bench runs, the step dropdown lists the tokens it will force: the target text's, else B's
     translation's, <eos> last; the bench then measures exactly those steps."""
     steps = next(f.fn for f in demo.fns.values()
-                 if [getattr(c, "elem_id", None) for c in f.outputs] == ["patch-step"] and len(f.inputs) == 5)
+                 if [getattr(c, "elem_id", None) for c in f.outputs] == ["patch-step"] and len(f.inputs) == 6)
     bench = _bench_handler(demo)
     run = _run(demo)
     for text_b, output in ((B, ""), (B, "a man reads a book"), ("Ein Mann.", "dogs are")):
-        d = steps(run, "de-en", text_b, output, 1)
-        _, _, after, _ = bench(run, "de-en", A, text_b, *_bench_controls(PatchLink(A, text_b, scan="none",
-                                                                                   output=output)))
+        d = steps(run, "de-en", A, text_b, output, 1)
+        _, _, after, _ = bench(run, "de-en", A, text_b, PatchLink(A, text_b, scan="none", output=output))
         assert d.choices == after.choices and d.value == 1  # the bench forces the tokens listed
-    assert [label for label, _ in steps(run, "de-en", B, "dogs are", 9).choices] == \
+    assert [label for label, _ in steps(run, "de-en", A, B, "dogs are", 9).choices] == \
         ["step 0: dogs", "step 1: are", "step 2: <eos>"]
-    assert steps(run, "de-en", B, "dogs are", 9).value == 2  # a step past the target: its last
-    assert isinstance(steps(run, "de-en", "  ", "", 0), dict)  # nothing to read: left as it is (a skip)
+    assert steps(run, "de-en", A, B, "dogs are", 9).value == 2  # a step past the target: its last
+    assert isinstance(steps(run, "de-en", A, "  ", "", 0), dict)  # nothing to read: left as it is (a skip)
+
+
+def test_the_target_step_starts_where_a_and_b_differ(demo):
+    """A step left at 0 moves to the first step where A's translation and the target both runs are forced on
+    differ (at a step where they agree a patch has nothing to restore); a step the user chose stays."""
+    from model.engine.decoding import DecodeOptions, translate
+    steps = next(f.fn for f in demo.fns.values()
+                 if [getattr(c, "elem_id", None) for c in f.outputs] == ["patch-step"] and len(f.inputs) == 6)
+    lm, run = demo.registry.models["de-en"], _run(demo)
+    a = lm.tgt_vocab.decode(translate(lm, A, DecodeOptions(replace_unk=False, record=False, trace=False)).output_ids)
+    assert len(a) > 3 and "<unk>" not in a[:2]
+    other = next(w for w in ("dogs", "snow", "woman", "park") if w != a[2])
+    target = " ".join([*a[:2], other, "."])   # A's first two tokens, then another word
+    assert steps(run, "de-en", A, B, target, 0).value == 2
+    assert steps(run, "de-en", A, B, target, 1).value == 1

@@ -215,15 +215,17 @@ def wire(shell) -> None:
         try:
             row = evt.row_value
             if row is None or row[3] in ("", None):
-                return gr.skip(), views.message_figure("This row is not a single head: pick a head's row.")
+                return gr.skip(), views.message_figure("This row is not a single head: pick a head's row."), \
+                    *(gr.skip(),) * 3
             label = head_label(CROSS, int(row[2]), int(row[3]))
-            return label, views.head_map_figure(run, label, shell.lm(run))
+            return label, views.head_map_figure(run, label, shell.lm(run)), *shell.select_head(run, label)
         except Exception:
             log.exception("alignment row select failed")
-            return gr.skip(), views.message_figure("This head's map could not be drawn.")
+            return gr.skip(), views.message_figure("This head's map could not be drawn."), *(gr.skip(),) * 3
 
     p["align_btn"].click(on_rank, [shell.run_state, shell.direction, p["align_sentence"]], [p["align_md"], p["align_heat"], p["align_table"]],
                          api_visibility="private", **shell.model_event())
-    p["align_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"]],
+    p["align_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"], shell.kind, shell.layer,
+                                                        shell.head],
                             api_visibility="private", concurrency_limit=4, show_progress="hidden")
     gr.api(make_api(shell.reg_key), api_name="alignment_heads", **shell.model_event())

@@ -70,16 +70,31 @@ def run_bench(reg_key: str, name: str, req: PatchRequest) -> PatchBench:
     return calls.gpu_patch(reg_key, name, req, means)
 
 
+def _greedy_ids(reg_key: str, name: str, text: str) -> list[int]:
+    opts = DecodeOptions(replace_unk=False, record=False, trace=False)
+    return list(calls.gpu_translate(reg_key, name, str(text)[:MAX_TEXT], opts).output_ids)
+
+
 def target_tokens(reg_key: str, name: str, text_b: str, output: str = "") -> list[str]:
     """The tokens the bench forces both runs on, before it runs: ``output`` as the target vocabulary splits
     it (no model call), else B's greedy translation (one cached decode), <eos> last either way."""
     lm = calls.REGISTRIES[reg_key].models[name]
+    return lm.tgt_vocab.decode(_target_ids(reg_key, name, text_b, output))
+
+
+def _target_ids(reg_key: str, name: str, text_b: str, output: str = "") -> list[int]:
+    lm = calls.REGISTRIES[reg_key].models[name]
     if str(output or "").strip():
-        ids = lm.tgt_vocab.encode(lm.tgt_vocab.tokens(str(output)[:MAX_TEXT], lm.tgt_lang)) + [lm.model.cfg.eos_id]
-    else:
-        opts = DecodeOptions(replace_unk=False, record=False, trace=False)
-        ids = list(calls.gpu_translate(reg_key, name, str(text_b)[:MAX_TEXT], opts).output_ids)
-    return lm.tgt_vocab.decode(ids)
+        return lm.tgt_vocab.encode(lm.tgt_vocab.tokens(str(output)[:MAX_TEXT], lm.tgt_lang)) + [lm.model.cfg.eos_id]
+    return _greedy_ids(reg_key, name, text_b)
+
+
+def first_difference(reg_key: str, name: str, text_a: str, text_b: str, output: str = "") -> int:
+    """The first step where A's own translation and the target both runs are forced on differ: where a
+    patch has something to restore (at a step where they agree, A and B mostly say the same). 0 when
+    they never differ."""
+    a, target = _greedy_ids(reg_key, name, text_a), _target_ids(reg_key, name, text_b, output)
+    return next((i for i, (x, y) in enumerate(zip(a, target)) if x != y), 0)
 
 
 def _what(bench: PatchBench):
@@ -105,6 +120,7 @@ def summary(bench: PatchBench) -> str:
              f"**B (corrupted):** {md_escape(' '.join(bench.src_b_tokens))} → {md_escape(bench.translation_b)}  ",
              f"**Both forced on:** {steps}  ",
              f"**How:** {md_escape(w.ablation_note)}  ",
+             *(f"**Read:** {md_escape(n)}  " for n in bench.notes),
              f"**Metric:** {md_escape(w.metric_label)}: A = {w.clean:.4g}, B = {w.corrupted:.4g}"]
     if bench.result is not None:
         r = bench.result

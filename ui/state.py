@@ -19,7 +19,8 @@ from model.engine.beams import BeamTree
 from model.engine.config import Interventions
 from model.engine.decoding import Translation
 from model.engine.hooks import Trace
-from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, canonical_kind
+from model.engine.names import Kind
+from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF
 
 # Sections and the sub-views (inner tabs) of each, in page order; "" is a section without sub-tabs.
 SUBVIEWS: dict[str, tuple[str, ...]] = {
@@ -115,8 +116,9 @@ class RunInputs:
 
 @dataclass(frozen=True)
 class Selection:
-    """What every view points at. ``query`` None is each view's own default query."""
-    kind: str = CROSS
+    """What every view points at. ``query`` None is each view's own default query. ``kind`` is the engine's
+    :class:`Kind` (made one where a value enters, in :meth:`of` and the link reader)."""
+    kind: Kind = CROSS
     layer: int = 0
     head: int = 0
     step: int = 0
@@ -150,12 +152,10 @@ def _int(value, default: int) -> int:
         return default
 
 
-def _kind(value) -> str | None:
-    value = str(value or "")
-    if value in SHORT_KINDS:
-        return SHORT_KINDS[value]
+def _kind(value) -> Kind | None:
+    """The engine's Kind for a value from a control or a link (Kind.of knows the short names); None if none."""
     try:
-        return canonical_kind(value)
+        return Kind.of(str(value or ""))
     except ValueError:
         return None
 

@@ -32,7 +32,7 @@ from viz import steps as vs
 from viz.common import STEP_ROW_TITLE, message_figure, step_row_labels
 
 from . import inside
-from .present import KIND_LABELS, decoder_rows, kind_of, parse_heads, unspaced_caption
+from .present import KIND_LABELS, decoder_rows, kind_of, md_escape, parse_heads, unspaced_caption
 from .state import BeamView, CompareRun, PairRun, Run, Selection
 
 FIRST = "Translate a sentence first."
@@ -138,8 +138,8 @@ def step_figures(run: Run | None, t, head=None):
     special = ("<unk>", "<pad>", "<bos>", "<eos>")
     prefix = [(tok, "special" if tok in special else "token") for tok in sv.prefix[:-1]] + [(sv.prefix[-1], "input")]
     prefix.append((sv.token, "new"))
-    md = (f"**Step {sv.t} of 0–{sv.n - 1}** (steps count from 0). The decoder reads the {len(sv.prefix)} token(s) on the left and "
-          f"produces **{sv.token}** with probability {sv.prob:.1%}.")
+    md = (f"**Step {sv.t} of 0–{sv.n - 1}** (steps count from 0). The decoder reads the {len(sv.prefix)} token(s) "
+          f"on the left and produces **{md_escape(sv.token)}** with probability {sv.prob:.1%}.")  # <eos> is not a tag
     if sv.t < tr.prefix_len:  # a branch's forced step: the bars are what the model would have chosen
         own = next((tok for tok in sv.topk_tokens if tok not in ("<bos>", "<pad>")), sv.topk_tokens[0])
         steps = "step 0" if tr.prefix_len == 1 else f"steps 0–{tr.prefix_len - 1}"

@@ -61,9 +61,9 @@ def export_settings(run: Run, bench: PatchLink | None, held) -> dict:
 def load_outputs(shell) -> list:
     """The components a link's bench and foil set on load."""
     p = shell.parts
-    keys = ["pair_a", "pair_b", "patch_site", "patch_scan", "patch_kind", "patch_part", "patch_point", "patch_layer",
-            "patch_head", "patch_pos", "patch_step", "patch_foil", "patch_ablation", "patch_output", "patch_md",
-            "patch_plot", "patch_state", "attr_pos", "attr_foil", "attr_foil_text", "attr_md", "attr_plot",
+    keys = ["pair_a", "pair_b", "patch_site", "patch_scan", "patch_part", "patch_point", "patch_sel", "patch_pos",
+            "patch_step", "patch_foil", "patch_ablation", "patch_output", "patch_md", "patch_plot", "patch_state",
+            "patch_model", "attr_pos", "attr_foil", "attr_foil_text", "attr_md", "attr_plot",
             "attr_table", "attr_state"]
     return [p[k] for k in keys if k in p]
 

@@ -22,6 +22,7 @@ import torch
 
 from model.engine.decoding import Translation
 from model.engine.results import decoder_input
+from model.engine.tokens import resolve_token
 from model.engine.transformer import Transformer
 from .attribution import (IG_ATOL, IG_MAX_STEPS, IG_START, Attribution, Gradients, IntegratedGradients, attribute,
                           encode_embedded, side_gradients)
@@ -63,23 +64,14 @@ class Foil:
 
 
 def resolve_foil(vocab, asked, lang: str) -> Foil | None:
-    """The target token ``asked`` names: an exact vocabulary entry ("▁vieux", "<eos>"), or one word the
-    vocabulary segments (its first piece, said in ``note``, when it has several). None for a blank foil;
-    ValueError with a message a person can act on for anything else."""
-    asked = "" if asked is None else str(asked).strip()
-    if not asked:
+    """The target token ``asked`` names, read by :func:`model.tokens.resolve_token` (the resolver the
+    patching bench shares): None for a blank foil; ValueError with its message for text it cannot take."""
+    choice = resolve_token(vocab, asked, lang)
+    if choice is None:
         return None
-    if asked in vocab.stoi:
-        return Foil(vocab.stoi[asked], asked, asked)
-    if len(asked.split()) > 1:
-        raise ValueError(f"A foil is one target token: type one word, not {asked[:40]!r}.")
-    pieces = vocab.tokens(asked, lang)
-    ids = vocab.encode(pieces)
-    if not pieces or ids[0] == vocab.stoi.get("<unk>", 0) or len(vocab.join(pieces)) != 1:
-        raise ValueError(f"{asked[:40]!r} is not a word of the target vocabulary.")
-    note = "" if len(pieces) == 1 else (f"“{asked}” is {len(pieces)} pieces here ({' '.join(pieces)}): the foil is "
-                                        f"its first piece {pieces[0]}, the one this step would choose")
-    return Foil(ids[0], pieces[0], asked, note)
+    if not choice.ok:
+        raise ValueError(choice.message)
+    return Foil(choice.id, choice.piece, choice.asked, choice.message)
 
 
 @dataclass

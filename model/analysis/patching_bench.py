@@ -12,6 +12,7 @@ from model.engine.data import pad_batch
 from model.engine.decoding import DecodeOptions, greedy_batch, source_ids
 from model.engine.names import Kind
 from model.engine.results import decoder_input
+from model.engine.tokens import resolve_token
 
 from .patching import (ActivationMeans, Patch, PatchError, PatchResult, PatchScan, PatchSetup, head_scan,
                        mean_activations, patch_one, position_scan)
@@ -62,14 +63,21 @@ class PatchBench:
     foil_token: str | None = None
     result: PatchResult | None = None
     scan: PatchScan | None = None
+    notes: tuple[str, ...] = ()      # what typed tokens were read as (e.g. "dog" as the word-start ▁dog)
 
 
 def _token_id(lm, token: str, what: str) -> int:
-    token = token.strip()
-    ids = lm.tgt_vocab.encode([token])
-    if not token or lm.tgt_vocab.decode(ids) != [token]:
-        raise PatchError(f"the {what} {token!r} is not a single token of the target vocabulary")
-    return ids[0]
+    """The one target token typed as the bench's ``what``, read as Attribution's foil box reads it."""
+    choice = resolve_token(lm.tgt_vocab, token, lm.tgt_lang)
+    if choice is None or not choice.ok:
+        raise PatchError(f"the {what}: " + (choice.message if choice else "empty"))
+    return choice.id
+
+
+def token_notes(lm, req: "PatchRequest") -> tuple[str, ...]:
+    """What the typed target and foil were read as, where that is not the text itself."""
+    return tuple(f"{what}: {c.message}" for what, text in (("target", req.target), ("foil", req.foil))
+                 if (c := resolve_token(lm.tgt_vocab, text, lm.tgt_lang)) is not None and c.ok and c.message)
 
 
 @dataclass(frozen=True)
@@ -134,7 +142,8 @@ def patch_bench(lm, req: PatchRequest, means: ActivationMeans | None = None) -> 
     else:
         raise PatchError(f"unknown scan {req.scan!r}; expected none, heads or positions")
     return PatchBench(tuple(tr_a.src_tokens), tuple(tr_b.src_tokens), tuple(out_tokens), tr_a.text, tr_b.text,
-                      setup, itos[setup.target], None if setup.foil is None else itos[setup.foil], result, scan)
+                      setup, itos[setup.target], None if setup.foil is None else itos[setup.foil], result, scan,
+                      notes=token_notes(lm, req))
 
 
 def validation_means(lm, sentences: Sequence[str], source: str) -> ActivationMeans:

@@ -14,6 +14,7 @@ from model.families import catalog
 from model.families.ours import Registry
 from viz.common import message_figure
 
+from ..present import md_escape, parse_heads
 from ..state import SUBVIEWS, ModelShape, Run, Selection
 from ..views import REGISTRY, stamp_of
 
@@ -81,6 +82,7 @@ class Shell:
     parts: dict = field(default_factory=dict)  # each section's own components, by name (read in that module only)
     # what a link restores, set by the section that owns it: "bench" (patching), "attribution" (computation)
     restorers: dict = field(default_factory=dict)
+    link_notice: gr.Markdown | None = None  # what a link could not use, above every section
 
     @property
     def default_model(self):
@@ -117,6 +119,27 @@ class Shell:
         return Selection.of(kind, layer, head, step, query, units, view, scale, section,
                             (subviews or {}).get(section, SUBVIEWS.get(section, ("",))[0]))
 
+    def select_head(self, run, label) -> tuple:
+        """The one selection set to the head a list or a table names ('cross L1 H2'): values for the bar's
+        kind, layer (with the kind's layer choices) and head; skips when ``label`` names no head."""
+        try:
+            ((kind, layer, head),) = parse_heads([label])
+        except ValueError:
+            return gr.skip(), gr.skip(), gr.skip()
+        shape = self.shape(run.model if run is not None else self.default_model)
+        n = shape.layers(kind) if shape else layer + 1
+        return kind, gr.Dropdown(choices=layer_choices(n), value=min(layer, n - 1)), head
+
+    def with_selection(self, fn: Callable) -> Callable:
+        """``fn(sel, *rest)`` as the handler of ``[*self.selection_inputs(), *rest]``: the selection arrives
+        as one :class:`Selection`, read from the controls themselves (never a stale copy)."""
+        k = len(self.selection_inputs())
+
+        def handler(*args):
+            return fn(self.selection(*args[:k]), *args[k:])
+        handler.__name__ = getattr(fn, "__name__", "handler")
+        return handler
+
     def on_run(self, outputs: list, fn: Callable) -> None:
         self.refreshers.append(Refresher(list(outputs), fn))
 
@@ -138,6 +161,21 @@ class Shell:
 
     def model_event(self) -> dict:
         return dict(concurrency_id=MODEL_GROUP, concurrency_limit=self.model_concurrency)
+
+
+def build_link_notice(shell: Shell) -> None:
+    """Above the sections: what the link that opened the page could not use, seen whichever section it
+    opens (the run's own notices stay in Translate & watch)."""
+    shell.link_notice = gr.Markdown("", elem_id="link-notice")
+
+
+def clear_link_notice(shell: Shell) -> None:
+    """The next run clears the link's notice (registered last: the run's other outputs keep their order)."""
+    shell.on_run([shell.link_notice], lambda run, ctx: [""])
+
+
+def link_notice_md(problems: list[str]) -> str:
+    return "\n\n".join(f"⚠️ {md_escape(p)}" for p in problems)
 
 
 def safe(fn, what: str, n_out: int = 1):

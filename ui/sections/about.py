@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 from model.engine.hooks import hook_names
 from model.families import catalog
@@ -36,7 +37,7 @@ def about_markdown(reg: Registry) -> str:
                 ("vocabulary (source / target)", lambda s: f"{s['src_vocab']:,} / {s['tgt_vocab']:,}"),
                 ("max positions", lambda s: s["max_len"]), ("tied embeddings", lambda s: s["tied_embeddings"]),
                 ("headline BLEU", lambda s: "n/a" if s["bleu"] is None else f"{s['bleu']:.2f} ({s['bleu_source']})"),
-                ("checkpoint", lambda s: s["path"])]
+                ("checkpoint", lambda s: Path(str(s["path"])).name)]  # its folder's name: no server path
         out.append("## The models")
         out.append("| | " + " | ".join(md_escape(direction_label(n, reg)) for n in sums) + " |\n|---|" +
                    "---|" * len(sums) + "\n" + "\n".join(

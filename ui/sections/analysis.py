@@ -12,11 +12,10 @@ import gradio as gr
 from model.analysis import profiles as an
 from model.analysis import readouts
 from model.engine.branching import describe
-from model.engine.transformer import ENC_SELF
 from viz import export as v_export
 from viz import profiles as v_prof
 
-from . import VIEW, Shell, layer_choices, head_choices as head_numbers, log, safe, sub_view, track_subtabs
+from . import VIEW, Shell, log, safe, sub_view, track_subtabs
 from . import interventions, patching
 from .. import align_heads, calls, trust, views, whatif
 from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
@@ -24,7 +23,6 @@ from ..present import (KIND_SHORT, clean_input, describe_interventions, head_cho
                        no_model_message)
 from ..state import ModelShape, PairRun, Selection, link_url
 from .about import about_markdown
-from .bar import KIND_CHOICES
 from .interventions import toggles_of
 
 STAT_CHOICES = [(v_prof.STAT_LABELS[s], s) for s in an.STATS]
@@ -38,8 +36,13 @@ PROFILE_SENTENCES = 16
 _PROFILE_CACHE: dict[tuple, tuple] = {}
 _PROFILE_LOCK = threading.Lock()
 LINK_JS = """(...args) => [...args.slice(0, -1), window.location.origin + window.location.pathname]"""
-COPY_JS = """(link) => { try { if (link && navigator.clipboard) navigator.clipboard.writeText(link).catch(() => {}); }
- catch (e) {} return []; }"""
+# copies the link, and says so on the button for two seconds (or that the browser refused: the box holds it)
+COPY_JS = """(link) => { const b = document.querySelector('#link-btn'); const say = (t) => { if (!b) return;
+ const was = b.dataset.label || b.textContent; b.dataset.label = was; b.textContent = t;
+ clearTimeout(b.__copied); b.__copied = setTimeout(() => { b.textContent = was; }, 2000); };
+ try { if (link && navigator.clipboard) navigator.clipboard.writeText(link).then(() => say('✓ Link copied'),
+ () => say('Copy it from the box')); else say('Copy it from the box'); } catch (e) { say('Copy it from the box'); }
+ return []; }"""
 
 
 def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tuple, str, int]:
@@ -68,7 +71,6 @@ def profile_rows_table(rows) -> list[list]:
 def build(shell: Shell) -> None:
     p = shell.parts
     lm = shell.default_lm
-    n_layers = max(lm.model.cfg.n_decoder_layers, lm.model.cfg.n_encoder_layers) if lm else 1
     sub_tabs = {}
     with gr.Tabs(overflow_behavior="wrap", elem_id="analysis-tabs") as tabs:
         with gr.Tab("Head profiles", id="profiles") as prof_tab:
@@ -94,16 +96,13 @@ def build(shell: Shell) -> None:
             align_heads.build(p)
         with gr.Tab("Two sentences", id="pair") as _t:
             sub_tabs["pair"] = _t
-            gr.Markdown("Two inputs, the same layer and head, one colour scale.", elem_classes="explain")
+            gr.Markdown("Two inputs in the current run's direction, the head chosen in the selection bar above, "
+                        "one colour scale. Editing A or B clears the results below until you run them again.",
+                        elem_classes="explain")
             with gr.Row():
                 pair_a, pair_b = PAIR_DEFAULTS.get(lm.src_lang if lm else "de", PAIR_DEFAULTS["de"])
                 p["pair_a"] = gr.Textbox(pair_a, label="Sentence A", elem_id="pair-a")
                 p["pair_b"] = gr.Textbox(pair_b, label="Sentence B", elem_id="pair-b")
-            with gr.Row():
-                p["pair_kind"] = gr.Radio(KIND_CHOICES, value=ENC_SELF, label="Attention", elem_id="pair-kind")
-                p["pair_layer"] = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="pair-layer")
-                p["pair_head"] = gr.Dropdown(head_numbers(lm.model.cfg.max_heads if lm else 1), value=0, label="Head",
-                                             elem_id="pair-head")
             p["pair_btn"] = gr.Button("Compare sentences", variant="primary", elem_id="pair-btn")
             p["pair_text"] = gr.Markdown(elem_id="pair-md")
             p["pair_plot"] = gr.Plot(label="Side by side", elem_id="pair-plot", show_label=False)
@@ -129,15 +128,12 @@ def build(shell: Shell) -> None:
             gr.Markdown(about_markdown(shell.reg), elem_id="about")
     p["prof_tab"] = prof_tab
     shell.subtabs["analysis"], p["analysis_sub_tabs"] = tabs, sub_tabs
-    shell.on_run([p["prof_pick"], p["pair_layer"], p["pair_head"]], lambda run, ctx: _choices(shell, run))
+    shell.on_run([p["prof_pick"]], lambda run, ctx: _choices(shell, run))
 
 
 def _choices(shell: Shell, run) -> list:
-    """The heads and layers of the run's model (another direction may have more layers)."""
-    lm = shell.lm(run)
-    shape = ModelShape.of(lm)
-    return [gr.Dropdown(choices=head_choices(lm)),
-            gr.Dropdown(choices=layer_choices(shape.max_layers)), gr.Dropdown(choices=head_numbers(shape.max_heads))]
+    """The heads of the run's model (another direction may have more layers)."""
+    return [gr.Dropdown(choices=head_choices(shell.lm(run)))]
 
 
 def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
@@ -198,52 +194,90 @@ def wire(shell: Shell) -> None:
         try:
             row = evt.row_value
             label = f"{row[0]} L{int(row[1])} H{int(row[2])}"
-            return label, views.head_map_figure(run, label, shell.lm(run))
+            return label, views.head_map_figure(run, label, shell.lm(run)), *shell.select_head(run, label)
         except Exception:
             log.exception("head select failed")
-            return gr.skip(), views.message_figure("This head's map could not be drawn.")
+            return gr.skip(), views.message_figure("This head's map could not be drawn."), *(gr.skip(),) * 3
 
-    p["prof_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"]],
+    # a row or a picked head sets the one selection too: every view that shows one head then shows it
+    bar = [shell.kind, shell.layer, shell.head]
+    p["prof_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"], *bar],
                            api_visibility="private", **VIEW)
     p["prof_pick"].input(head_map, [shell.run_state, p["prof_pick"]], p["prof_head_plot"], api_name="head_map",
                          api_visibility="undocumented", **VIEW)
+    p["prof_pick"].input(shell.select_head, [shell.run_state, p["prof_pick"]], bar,
+                         api_visibility="private", queue=False)
     align_heads.wire(shell)
     _wire_pair(shell)
     patching.wire(shell)
     _wire_export(shell)
 
 
+PAIR_EDITED = "A or B changed since: press **Compare sentences** (or **Run patching**) for these two."
+
+
+def _pair(shell: Shell, text_a, text_b, run, name, sel: Selection):
+    """(summary, figure, PairRun) of A and B decoded by the run's model, drawn for the selection's head."""
+    name = run.model if run is not None else name
+    problem = no_model_message(shell.reg, name)
+    if problem:
+        return f"⚠️ {problem}", views.message_figure(problem), gr.skip()
+    text_a, text_b = pair_texts(text_a, text_b, shell.reg.models[name].src_lang)
+    text_a, _ = clean_input(text_a)
+    text_b, _ = clean_input(text_b)
+    if is_blank(text_a) or is_blank(text_b):
+        return "✏️ Type two sentences.", views.message_figure("Type two sentences."), gr.skip()
+    try:
+        a, b = calls.gpu_pair(shell.reg_key, name, text_a, text_b)
+        pair = PairRun(name, a, b)
+        md = (f"**A:** {md_escape(a.src_text)} → {md_escape(a.text)}  \n"
+              f"**B:** {md_escape(b.src_text)} → {md_escape(b.text)}")
+        return md, views.pair_view_figure(pair, sel.kind, sel.layer, sel.head), pair
+    except Exception as e:
+        log.exception("pair failed")
+        return (f"⚠️ The comparison failed ({md_escape(type(e).__name__)}).",
+                views.message_figure("The two sentences could not be drawn."), gr.skip())
+
+
+def follow_direction(run, text_a, text_b, pair, bench_model) -> tuple:
+    """After a run: A and B in its source language where they are another language's untouched examples,
+    and no result left from another model or from other sentences. Values for (A, B, the pair's summary,
+    plot and state, the bench's summary, plot and state, the bench's model); a skip where nothing changes."""
+    skip = gr.skip()
+    if run is None:
+        return (skip,) * 9
+    texts, mine = (text_a, text_b), PAIR_DEFAULTS.get(run.tr.src_lang)
+    new = mine if mine is not None and texts in PAIR_DEFAULTS.values() and texts != mine else None
+    pair_stale = new is not None or (isinstance(pair, PairRun) and pair.model != run.model)
+    bench_stale = new is not None or (bench_model is not None and bench_model != run.model)
+    return (*(new or (skip, skip)),
+            *(("", views.message_figure("Press Compare sentences."), None) if pair_stale else (skip,) * 3),
+            *(("", views.message_figure("Press Run patching."), None, None) if bench_stale else (skip,) * 4))
+
+
 def _wire_pair(shell: Shell) -> None:
     p = shell.parts
 
     def on_pair(text_a, text_b, run, name, kind, layer, head):
-        name = run.model if run is not None else name
-        problem = no_model_message(shell.reg, name)
-        if problem:
-            return f"⚠️ {problem}", views.message_figure(problem), gr.skip()
-        text_a, text_b = pair_texts(text_a, text_b, shell.reg.models[name].src_lang)
-        text_a, _ = clean_input(text_a)
-        text_b, _ = clean_input(text_b)
-        if is_blank(text_a) or is_blank(text_b):
-            return "✏️ Type two sentences.", views.message_figure("Type two sentences."), gr.skip()
-        try:
-            a, b = calls.gpu_pair(shell.reg_key, name, text_a, text_b)
-            pair = PairRun(name, a, b)
-            md = (f"**A:** {md_escape(a.src_text)} → {md_escape(a.text)}  \n"
-                  f"**B:** {md_escape(b.src_text)} → {md_escape(b.text)}")
-            return md, views.pair_view_figure(pair, kind, layer, head), pair
-        except Exception as e:
-            log.exception("pair failed")
-            return (f"⚠️ The comparison failed ({md_escape(type(e).__name__)}).",
-                    views.message_figure("The two sentences could not be drawn."), gr.skip())
+        return _pair(shell, text_a, text_b, run, name, Selection.of(kind, layer, head))
 
-    p["pair_btn"].click(on_pair, [p["pair_a"], p["pair_b"], shell.run_state, shell.direction, p["pair_kind"],
-                                  p["pair_layer"], p["pair_head"]], [p["pair_text"], p["pair_plot"], p["pair_state"]],
+    p["pair_btn"].click(on_pair, [p["pair_a"], p["pair_b"], shell.run_state, shell.direction, shell.kind,
+                                  shell.layer, shell.head], [p["pair_text"], p["pair_plot"], p["pair_state"]],
                         api_name="pair_view", api_visibility="undocumented", **shell.model_event())
-    gr.on([p["pair_kind"].input, p["pair_layer"].input, p["pair_head"].input],
-          safe(views.pair_view_figure, "two-sentence view"),
-          [p["pair_state"], p["pair_kind"], p["pair_layer"], p["pair_head"]], p["pair_plot"],
-          api_visibility="private", **VIEW)
+    # the maps follow the one selection, however it changes (the bar, a link, a panel or a profile click)
+    gr.on([shell.sel_state.change], safe(lambda pair, sel: views.pair_view_figure(pair, sel.kind, sel.layer, sel.head)
+                                         if isinstance(pair, PairRun) else gr.skip(), "two-sentence view"),
+          [p["pair_state"], shell.sel_state], p["pair_plot"], api_visibility="private", **VIEW)
+    results = [p["pair_text"], p["pair_plot"], p["pair_state"], p["patch_md"], p["patch_plot"], p["patch_state"]]
+    # a result never outlives its inputs: editing A or B clears both results at once
+    gr.on([p["pair_a"].input, p["pair_b"].input],
+          lambda: (PAIR_EDITED, views.message_figure("Press Compare sentences."), None, PAIR_EDITED,
+                   views.message_figure("Press Run patching."), None),
+          None, results, api_visibility="private", queue=False, show_progress="hidden")
+    shell.run_state.change(follow_direction, [shell.run_state, p["pair_a"], p["pair_b"], p["pair_state"],
+                                              p["patch_model"]],
+                           [p["pair_a"], p["pair_b"], *results, p["patch_model"]], api_visibility="private",
+                           **VIEW)
 
 
 def run_settings(run) -> dict:
@@ -295,8 +329,8 @@ def _wire_export(shell: Shell) -> None:
                                       p["attr_state"]], p["export_files"],
                           api_name="export_run", api_visibility="undocumented", concurrency_limit=4)
 
-    def on_figure(which, run, kind, view, layer, head, units, scale, roll, amode, bview, pstate, pstat, pair, pkind,
-                  player, phead, fmt="HTML"):
+    def on_figure(which, run, kind, view, layer, head, units, scale, roll, amode, bview, pstate, pstat, pair,
+                  fmt="HTML"):
         lm = shell.lm(run)
         builders = {
             "attention": lambda: views.attention_figure(run, kind, view, layer, head, units, lm, scale),
@@ -305,7 +339,7 @@ def _wire_export(shell: Shell) -> None:
             "beam": lambda: views.beam_view_figure(bview),
             "profiles": lambda: views.profiles_view_figure(pstate[0], pstat, pstate[1]) if pstate else
             views.message_figure("Open Head profiles first."),
-            "pair": lambda: views.pair_view_figure(pair, pkind, player, phead),
+            "pair": lambda: views.pair_view_figure(pair, kind, layer, head),  # the one selection's head
         }
         which = which if which in builders else "attention"
         fig = builders[which]()
@@ -321,8 +355,7 @@ def _wire_export(shell: Shell) -> None:
     p["fig_btn"].click(on_figure, [p["fig_choice"], shell.run_state, shell.kind, shell.view, shell.layer, shell.head,
                                    shell.units, shell.scale, shell.attention.rollout_layer, shell.attention.align_mode,
                                    shell.generation.beam_state,
-                                   p["prof_state"], p["prof_stat"], p["pair_state"], p["pair_kind"], p["pair_layer"],
-                                   p["pair_head"], p["fig_format"]], p["fig_file"], api_name="export_figure",
+                                   p["prof_state"], p["prof_stat"], p["pair_state"], p["fig_format"]], p["fig_file"], api_name="export_figure",
                        api_visibility="undocumented", concurrency_limit=4)
 
     def on_link(run, bench, attr_held, *rest):

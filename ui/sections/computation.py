@@ -220,10 +220,18 @@ def _attribute(shell: Shell, run: Run, position, steps, held, picked: bool = Fal
                            calls.gpu_contrast(shell.reg_key, run.model, run.tr, position, steps, foil))
 
 
-def _foil_choices(run, position) -> tuple:
-    """The foil controls for a step: its own top candidates to pick from, and no foil until one is picked."""
+def _foil_choices(run, position, typed: str = "") -> tuple:
+    """The foil controls for a step: its own top candidates to pick from, and no foil until one is picked
+    (``typed``: the foil kept for this step, shown in the box)."""
     n = 0 if run is None else len(run.tr.output_ids)
-    return gr.Dropdown(choices=contrast.foil_choices(run, inside.clamp(position, n)), value=None), ""
+    return gr.Dropdown(choices=contrast.foil_choices(run, inside.clamp(position, n)), value=None), typed
+
+
+def _kept_foil(run: Run, position, held) -> str | None:
+    """The foil held for this run and output position (a link's or one typed): a redraw keeps it."""
+    if not isinstance(held, HeldAttribution) or held.run_id != run.id or held.foil is None:
+        return None
+    return held.foil.asked if inside.clamp(position, len(run.tr.output_ids)) == held.position else None
 
 
 def _attribution_failed(e: Exception) -> tuple:
@@ -264,12 +272,13 @@ def _wire_attribution(shell: Shell) -> None:
     foils = [p["attr_foil"], p["attr_foil_text"]]
 
     def view(run, sel, position, steps, held):
+        kept = _kept_foil(run, position, held)  # a redraw of the same question keeps its foil (a link's too)
         try:
-            h = _attribute(shell, run, position, steps, held)
+            h = _attribute(shell, run, position, steps, held, foil_text=kept)
         except Exception as e:
             return [gr.skip(), *_attribution_failed(e), held, gr.skip(), gr.skip()]
         return [gr.Dropdown(choices=inside.position_choices(run), value=h.position),
-                *_attribution_values(run, h.attr, sel.units), h, *_foil_choices(run, h.position)]
+                *_attribution_values(run, h.attr, sel.units), h, *_foil_choices(run, h.position, kept or "")]
 
     sub_view(shell, "computation/attribution", p["attr_tab"],
              [p["attr_pos"], p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"], *foils],

@@ -12,7 +12,7 @@ import gradio as gr
 
 from model.engine.config import NO_INTERVENTION
 from model.engine.decoding import prepare_source
-from model.engine.transformer import CROSS, DEC_SELF, ENC_SELF
+from model.engine.transformer import DEC_SELF, ENC_SELF
 
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log
 from . import head_choices as sel_head_choices
@@ -21,7 +21,6 @@ from ..payload import word_order_demo
 from ..present import (describe_interventions, diff_summary, head_choices, head_label, make_interventions,
                        md_escape, notice_md, parse_heads, parse_positions, src_token_choices, token_diff)
 from ..state import CompareRun, ModelShape, Run, RunInputs, Selection, Toggles
-from .bar import KIND_CHOICES
 from .translate import base_url, opts_from
 
 DIFF_COLORS = {"token": "#dde7f7", "differs": "#f4a6a6"}
@@ -76,8 +75,8 @@ def build(shell: Shell) -> InterventionsParts:
                                             label="Ablate heads", info=EXPLAIN["heads"], elem_id="tog-heads")
             p["ablate_src"] = gr.Dropdown([], value=[], multiselect=True, label="Ablate source tokens",
                                           info=EXPLAIN["src"], elem_id="tog-src")
-            p["cmp_kind"] = gr.Radio(KIND_CHOICES, value=CROSS, label="Map to compare (follows the toggle)",
-                                     elem_id="cmp-kind")
+            gr.Markdown("The maps below show the head selected above (attention, layer, head); a mask toggle "
+                        "moves that selection to the attention it changes.", elem_classes="explain")
             with gr.Row():
                 p["compare_btn"] = gr.Button("Compare with the current run", variant="primary",
                                              elem_id="compare-btn")
@@ -201,21 +200,30 @@ def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, sr
         p["cmp_plot"]: views.compare_maps_figure(cmp, kind, layer, head, lm),
         p["masks_plot"]: views.masks_figure(shell.reg, run.model, mod.src_tokens, mod.output_tokens, iv,
                                             "Masks of the modified run (True = attend)"),
-        p["cmp_state"]: cmp, p["cmp_kind"]: kind or gr.skip(),
+        p["cmp_state"]: cmp, **_selected(shell, run, kind, layer, head),
     }
+
+
+def _selected(shell: Shell, run, kind, layer, head) -> dict:
+    """The one selection set to the map Compare chose (the toggle's attention, an ablated head)."""
+    if not kind:
+        return {}
+    n_layers = ModelShape.of(shell.lm(run)).layers(kind)
+    layer = min(int(layer), n_layers - 1)
+    return {shell.kind: kind, shell.layer: gr.Dropdown(choices=layer_choices(n_layers), value=layer), shell.head: head}
 
 
 def _compare_outputs(shell: Shell) -> list:
     p = shell.parts
     return [p["cmp_notice"], p["cmp_stale"], p["base_chips"], p["mod_chips"], p["prob_plot"], p["cmp_plot"],
-            p["masks_plot"], p["cmp_state"], p["cmp_kind"]]
+            p["masks_plot"], p["cmp_state"], shell.kind, shell.layer, shell.head]
 
 
 def compare_io(shell: Shell) -> tuple[list, list, list]:
     """(toggles, inputs, outputs) of Compare, named once."""
     p = shell.parts
     toggles = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"]]
-    return toggles, [shell.run_state, *toggles, p["cmp_kind"], shell.layer, shell.head], _compare_outputs(shell)
+    return toggles, [shell.run_state, *toggles, shell.kind, shell.layer, shell.head], _compare_outputs(shell)
 
 
 def wire(shell: Shell) -> None:
@@ -240,8 +248,8 @@ def wire(shell: Shell) -> None:
             log.exception("mask preview failed")
             return views.message_figure("The masks could not be drawn."), gr.skip(), gr.skip()
 
-    tog_in = [shell.run_state, p["cmp_state"], *toggles, p["cmp_kind"]]
-    gr.on([c.input for c in toggles], on_toggle, tog_in, [p["masks_plot"], p["cmp_stale"], p["cmp_kind"]],
+    tog_in = [shell.run_state, p["cmp_state"], *toggles, shell.kind]
+    gr.on([c.input for c in toggles], on_toggle, tog_in, [p["masks_plot"], p["cmp_stale"], shell.kind],
           api_name="masks", api_visibility="undocumented", **VIEW)
 
     def on_maps(cmp, kind, layer, head):
@@ -253,9 +261,13 @@ def wire(shell: Shell) -> None:
             log.exception("compare maps failed")
             return views.message_figure("This map could not be drawn.")
 
-    gr.on([c.input for c in (p["cmp_kind"], shell.layer, shell.head)], on_maps,
-          [p["cmp_state"], p["cmp_kind"], shell.layer, shell.head], p["cmp_plot"], api_name="compare_maps",
+    # the maps follow the one selection, however it changes (the bar, a toggle, a link, a panel click)
+    gr.on([c.input for c in (shell.kind, shell.layer, shell.head)], on_maps,
+          [p["cmp_state"], shell.kind, shell.layer, shell.head], p["cmp_plot"], api_name="compare_maps",
           api_visibility="undocumented", **VIEW)
+    shell.sel_state.change(lambda cmp, sel: on_maps(cmp, sel.kind, sel.layer, sel.head) if cmp is not None
+                           else gr.skip(), [p["cmp_state"], shell.sel_state], p["cmp_plot"], api_visibility="private",
+                           **VIEW)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from model.engine.transformer import CROSS
 from model.families import catalog
 from model.families.ours import CheckpointError
 
-from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log, safe, subview_values
+from . import VIEW, RunContext, Shell, layer_choices, lazy_values, link_notice_md, log, safe, subview_values
 from .. import calls, domain, inside, languages, trust, views, whatif
 from ..payload import examples_for
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, direction_hint, is_blank,
@@ -351,8 +351,11 @@ def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, l
     if restored is not None and refused:
         restored = replace(restored, problems=[refused, *restored.problems])
     first = shell.parts.get("first_example")
-    if restored is None and first is not None:
-        restored = from_query({"text": first[0], "model": first[1]}, shapes)
+    if restored is None and first is not None:  # no text: the first example, with the rest of the link
+        linked = {k: v for k, v in params.items() if k != "text"}
+        restored = from_query({"model": first[1], **linked, "text": first[0]}, shapes)
+        if linked and refused:
+            restored.problems.insert(0, refused)
     if restored is None:
         return None
     sel, inputs = restored.sel, restored.inputs
@@ -390,13 +393,26 @@ def _controls(shell: Shell, inputs: RunInputs, sel: Selection) -> dict:
     return values
 
 
+def _past_the_run(run: Run, inputs: RunInputs, sel: Selection, shown: Selection) -> list[str]:
+    """What the link names past this run: a step after its last, source positions after its last."""
+    out = []
+    if shown.step != sel.step:
+        out.append(f"The link's step {sel.step} is past this run's last step; step {shown.step} is shown.")
+    n = len(run.tr.src_tokens)
+    past = [i for i in inputs.toggles.src if i >= n]
+    if past:
+        out.append(f"The link's hide={','.join(map(str, past))} names source positions past this run's last "
+                   f"({n - 1}); they are not hidden.")
+    return out
+
+
 def _wire_first_screen(shell: Shell, outputs: list) -> None:
     """On page load: the shared link's run and screen, or the first example, translated at once."""
     p = shell.parts
     lazy = shell.lazy
     lazy_outputs = [c for lz in lazy.values() for c in (lz.stamp, *lz.outputs)]
     sub_outputs = [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]
-    head_outputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, shell.kind, shell.layer,
+    head_outputs = [shell.link_notice, shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, shell.kind, shell.layer,
                     shell.head, shell.units, shell.step, shell.view, shell.scale, shell.tabs, shell.section,
                     shell.subviews, *shell.subtabs.values(), shell.computation.ref_text, shell.computation.forced_md,
                     shell.computation.forced_plot, *shell.interventions.outputs]
@@ -414,9 +430,6 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
             return _controls(shell, inputs, sel) | values
         sel = sel.fit(ModelShape.of(shell.lm(run)))
         shown = replace(sel, step=min(sel.step, max(0, run.n_steps - 1)))
-        if shown.step != sel.step:
-            values[p["notice"]] = (values.get(p["notice"]) or "") + \
-                f"\n\nℹ️ The link's step {sel.step} is past this run's last step; step {shown.step} is shown."
         if sel.section in lazy:  # the section the link opens, drawn at once (under the run's own values)
             extra = (shown.step,) if sel.section == "generation" else ()
             values = lazy_values(shell, sel.section, run, *extra) | values
@@ -428,6 +441,8 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
             values[shell.bar.link_box] = link
         if bad:
             values[p["notice"]] = "\n\n".join(x for x in (values.get(p["notice"]), whatif.notice(bad)) if x)
+        late = _past_the_run(run, inputs, sel, shown)
+        values[shell.link_notice] = link_notice_md([*problems, *late, *bad])
         return _controls(shell, inputs, shown) | values | {shell.step: gr.Slider(
             minimum=0, maximum=max(1, run.n_steps - 1), value=shown.step)}
 
