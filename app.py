@@ -59,11 +59,11 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             with gr.Tab("Watch it learn", id="learn") as shell.section_tabs["learn"]:
                 learn_parts = learn.build(shell)
         bar.follow_runs(shell)
+        learn.follow_runs(shell, learn_parts)  # before any section takes the list of what a run refreshes
         _lazy(shell)
         clear_link_notice(shell)
         for _, _, section in SECTIONS[1:]:
             section.wire(shell)
-        learn.follow_runs(shell, learn_parts)
         translate_event = translate.wire(shell)  # last: a new run refreshes every section
         interventions.wire_preset(shell, translate_event)
         tour.wire(shell, translate_event)

@@ -299,6 +299,7 @@ def test_past_the_queue_bound_requests_get_busy_try_again(tmp_path, monkeypatch)
         if t.name == "warm-up":
             t.join(60)
     make_checkpoint(tmp_path / "de-en", "de", "en")
+    monkeypatch.setenv("ATTN_EVENT_CONCURRENCY", "1")  # one event at a time: the next ones wait in the queue
     demo, url = launch(tmp_path, warm=False, max_queue=2)
     entered, release = threading.Event(), threading.Event()
     orig = decoding.translate
