@@ -26,6 +26,7 @@ from model import catalog
 from model.checkpoint import CheckpointError, Registry, load_all
 from model.computation import Forced, force
 from model.contrast import Contrast, Foil, attribute_contrast
+from model.decoderlens import DecoderLens, decoder_lens
 from model.decoding import DecodeOptions, Translation, full_trace, hypothesis
 from model.hooks import Trace
 from model.patching import ActivationMeans, PatchBench, PatchRequest, patch_bench, validation_means
@@ -375,3 +376,12 @@ def gpu_patch(reg_key: str, name: str, req: PatchRequest, means: ActivationMeans
     """One activation-patching request: one patch, or a scan in batched runs."""
     with MODEL_LOCK:
         return patch_bench(_lm(reg_key, name), req, means)
+
+
+@cached
+@model_call(duration=60)
+def gpu_decoderlens(reg_key: str, name: str, text: str, opts: DecodeOptions,
+                    iv: Interventions = NO_INTERVENTION) -> DecoderLens:
+    """DecoderLens: one decode of ``text`` per encoder layer, the decoder reading that layer's output."""
+    with MODEL_LOCK:
+        return decoder_lens(_lm(reg_key, name), text, opts, iv)

@@ -23,7 +23,8 @@ from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Interventio
 # Sections and the sub-views (inner tabs) of each, in page order; "" is a section without sub-tabs.
 SUBVIEWS: dict[str, tuple[str, ...]] = {
     "translate": ("",), "attention": ("maps", "alignment", "rollout"), "generation": ("steps", "beam-tree"),
-    "interventions": ("",), "computation": ("encodings", "inside", "residual", "lens", "attribution", "forced"),
+    "interventions": ("",), "computation": ("encodings", "inside", "residual", "lens", "attribution", "forced",
+                                                       "decoderlens"),
     "analysis": ("profiles", "pair", "export", "about")}
 SECTIONS = tuple(SUBVIEWS)
 VIEWS = ("grid", "head", "scores", "mean")
