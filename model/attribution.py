@@ -13,7 +13,7 @@
   embeddings, for the log-probability of the output token, summed over the embedding dimension.
   Integrated gradients are checked as Sundararajan et al. prescribe: a composite Gauss-Legendre rule
   is refined until the scores add up to f(x) - f(baseline) within 1 % (or 1e-3 nats), and until each
-  token's own error estimate (what its score changed by when its panels were last halved) is within
+  token's own error estimate (what its score changed by against the rule a level coarser) is within
   1 % of the largest score: errors of opposite sign cancel in a sum, and a person reads the bars one by
   one. At most IG_MAX_STEPS path points; the steps used, the gap and the per-token error reached, and
   whether both held travel with them.
@@ -208,7 +208,9 @@ class _Panel:
     b: float
     values: torch.Tensor    # (S,) the panel's share of the integral, per source token
     err: float = math.inf   # estimated error of its total (inf: not known yet)
-    token_err: torch.Tensor | None = None  # (S,) estimated error of each token's share (None: not known yet)
+    # (S,) signed, per token: half what the parent's value changed by when it was halved (None: never halved).
+    # Summed over the panels it is the change between the rule and the one a level coarser everywhere.
+    token_err: torch.Tensor | None = None
 
 
 def _log_prob(model: Transformer, emb: torch.Tensor, src: torch.Tensor, dec_in: torch.Tensor,
@@ -280,25 +282,33 @@ def _halve(f, emb: torch.Tensor, panels: list[_Panel], split: list[_Panel]) -> l
             out.append(p)
             continue
         (left, lv), (right, rv) = replaced[id(p)]
-        change = (lv + rv - p.values).abs().double() / 2
+        change = (lv + rv - p.values).double() / 2
         err = abs(float(lv.sum() + rv.sum() - p.values.sum())) / 2
         out += [_Panel(*left, lv, err, change), _Panel(*right, rv, err, change)]
     return out
 
 
 def _token_errors(panels: list[_Panel]) -> torch.Tensor | None:
-    """(S,) each token's estimated error: the sum of its panels' estimates (None while one is unknown)."""
+    """(S,) each token's estimated error: how far its value moved from the rule one level coarser everywhere
+    (None while a panel was never halved). The coarser rule's error, so an over-estimate of this one's."""
     if any(p.token_err is None for p in panels):
         return None
-    return torch.stack([p.token_err for p in panels]).sum(0)
+    return torch.stack([p.token_err for p in panels]).sum(0).abs()
 
 
-def _token_split(panels: list[_Panel], token_tol: float) -> list[_Panel]:
-    """The panels to halve for the per-token check: those whose estimate is unknown, and those whose
-    estimate for some token exceeds its even share of the tolerance (with these made exact, every
-    token's sum would be within it)."""
-    share = token_tol / len(panels)
-    return [p for p in panels if p.token_err is None or float(p.token_err.max()) > share]
+def _token_split(panels: list[_Panel], errors: torch.Tensor | None, token_tol: float) -> list[_Panel]:
+    """The panels to halve for the per-token check: every panel while one was never halved; else, for each
+    token over the tolerance, its panels with the largest changes, holding 80 % of its summed |change|
+    (as :func:`_refine` does for the total)."""
+    if errors is None:
+        return [p for p in panels if p.token_err is None] or list(panels)
+    bad = errors > token_tol
+    d = torch.stack([p.token_err.abs() for p in panels])[:, bad]                   # (P, tokens over)
+    ranked, order = d.sort(0, descending=True)
+    before = ranked.cumsum(0) - ranked                 # what the panels ranked above each one hold
+    take = before < 0.8 * ranked.sum(0, keepdim=True)
+    chosen = set(order[take].tolist())
+    return [p for i, p in enumerate(panels) if i in chosen]
 
 
 def integrated_gradients(f, emb: torch.Tensor, delta: float, start: int = IG_START,
@@ -321,7 +331,7 @@ def integrated_gradients(f, emb: torch.Tensor, delta: float, start: int = IG_STA
         room = max_steps // IG_PANEL - len(panels)  # each halving adds one panel
         if (gap <= tolerance and token_error <= token_tol) or room <= 0:
             break
-        split = _token_split(panels, token_tol) if token_error > token_tol else []
+        split = _token_split(panels, errors, token_tol) if token_error > token_tol else []
         if gap > tolerance:
             split += [p for p in _refine(panels, gap) if all(p is not q for q in split)]
         split = sorted(split, key=lambda p: -p.err)[:room]
