@@ -21,8 +21,9 @@ from model.results import decoder_input
 from model.transformer import Transformer
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
-DATA = [Path(__file__).resolve().parents[2] / "shared" / "multi30k", Path(__file__).resolve().parent.parent / "data"
-        / "multi30k"]
+ROOT = Path(__file__).resolve().parent.parent
+# the repository's own data folder, the shared one beside the checkout, or beside a worktree's folder
+DATA = [ROOT / "data" / "multi30k", ROOT.parent / "shared" / "multi30k", ROOT.parent.parent / "shared" / "multi30k"]
 LONG_EN = ("A man in a blue shirt and a woman in a red dress are walking their two small dogs along the sandy beach "
            "near the old wooden pier at sunset while three children play football in the shallow waves nearby.")
 REF_PANELS, REF_NODES, REF_AGREE = 1024, 3, 2e-3

@@ -460,6 +460,7 @@ REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
     _spec("analysis", "pair", ""),
     _spec("analysis", "export", ""),
     _spec("analysis", "about", ""),
+    _spec("analysis", "sidebyside", "kind layer head units scale"),  # a second model's run: drawn by its section
 )}
 
 

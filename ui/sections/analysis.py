@@ -24,7 +24,7 @@ from ..state import ModelShape, PairRun, Selection, link_url
 from . import VIEW, Shell, layer_choices, head_choices as head_numbers, log, safe, sub_view, track_subtabs
 from .bar import KIND_CHOICES
 from .about import about_markdown
-from . import interventions, patching
+from . import interventions, patching, sidebyside
 from .interventions import toggles_of
 
 STAT_CHOICES = [(v_prof.STAT_LABELS[s], s) for s in an.STATS]
@@ -126,6 +126,8 @@ def build(shell: Shell) -> None:
         with gr.Tab("About", id="about") as _t:
             sub_tabs["about"] = _t
             gr.Markdown(about_markdown(shell.reg), elem_id="about")
+        with gr.Tab("Two models", id="sidebyside") as _t:
+            p["sbs"] = sidebyside.build(shell, _t)  # a registered view: sub_view keeps its sub-tab
     p["prof_tab"] = prof_tab
     shell.subtabs["analysis"], p["analysis_sub_tabs"] = tabs, sub_tabs
     shell.on_run([p["prof_pick"], p["pair_layer"], p["pair_head"]], lambda run, ctx: _choices(shell, run))
@@ -161,6 +163,7 @@ def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
 
 def wire(shell: Shell) -> None:
     p = shell.parts
+    sidebyside.wire(shell, p["sbs"])
     prof_out = [p["prof_md"], p["prof_heat"], p["prof_table"], p["prof_state"]]
     prof_in = [shell.run_state, shell.direction, p["prof_scope"], p["prof_n"], p["prof_stat"]]
 
@@ -271,13 +274,13 @@ def run_settings(run) -> dict:
 def _wire_export(shell: Shell) -> None:
     p = shell.parts
 
-    def on_export(run, decoding, beam, max_len, bench=None, held=None):
+    def on_export(run, decoding, beam, max_len, bench=None, held=None, second=None):
         if run is None or run.tr.trace is None:
             gr.Warning("Translate a sentence first.")
             return None
         tr = run.tr
         settings = run_settings(run) | {"controls": {"decoding": decoding, "beam": beam, "max_len": max_len}}
-        settings |= whatif.export_settings(run, bench, held)  # the patch bench and the foil, where set
+        settings |= whatif.export_settings(run, bench, held, second)  # the bench, the foil, the second model
         folder = Path(tempfile.mkdtemp(prefix="attn-export-"))
         # the opt-in points too (each head's output after W_O, the logits): one more teacher-forced pass
         full = calls.gpu_full_trace(shell.reg_key, run.model, tr).arrays()
@@ -286,7 +289,7 @@ def _wire_export(shell: Shell) -> None:
         return [str(npz), str(js)]
 
     p["export_btn"].click(on_export, [shell.run_state, shell.decoding, shell.beam, shell.max_len, p["patch_state"],
-                                      p["attr_state"]], p["export_files"],
+                                      p["attr_state"], p["sbs"].held], p["export_files"],
                           api_name="export_run", api_visibility="undocumented", concurrency_limit=4)
 
     def on_figure(which, run, kind, view, layer, head, units, scale, roll, amode, bview, pstate, pstat, pair, pkind,
@@ -319,7 +322,7 @@ def _wire_export(shell: Shell) -> None:
                                    p["pair_head"], p["fig_format"]], p["fig_file"], api_name="export_figure",
                        api_visibility="undocumented", concurrency_limit=4)
 
-    def on_link(run, bench, attr_held, *rest):
+    def on_link(run, bench, attr_held, second, *rest):
         """The link to this screen: the run on it (not the text box, which may have been edited since), its
         Masks & interventions toggles, and the selection (the one state every control writes)."""
         *toggles, sel, base = rest
@@ -328,11 +331,11 @@ def _wire_export(shell: Shell) -> None:
         inputs = replace(run.inputs, toggles=toggles_of(*toggles))
         sel = sel if isinstance(sel, Selection) else Selection()
         return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))),
-                        whatif.on_screen(sel, run, bench, attr_held))
+                        whatif.on_screen(sel, run, bench, attr_held, second))
 
     toggles = interventions.compare_io(shell)[0]
     link_box = shell.bar.link_box
-    link_in = [shell.run_state, p["patch_state"], p["attr_state"], *toggles, shell.sel_state, link_box]
+    link_in = [shell.run_state, p["patch_state"], p["attr_state"], p["sbs"].held, *toggles, shell.sel_state, link_box]
     for dep in p.get("link_events", ()):  # a bench run or a foil changes what the link to this screen names
         dep.then(on_link, link_in, link_box, js=LINK_JS, api_visibility="private", queue=False)
     shell.bar.link_btn.click(on_link, link_in, link_box, js=LINK_JS, api_name="make_link",
