@@ -22,6 +22,7 @@ from ui.api import make_api, make_continue_api
 from ui.style import CSS, HEAD
 from ui.sections import Shell, bar, lazy_section
 from ui.sections import analysis, attention, branch, computation, generation, interventions, translate
+from ui.sections import learn
 from ui.views import warm_up
 
 SECTIONS = [("Translate & watch", "translate", translate), ("Attention", "attention", attention),
@@ -44,7 +45,7 @@ def _lazy(shell: Shell) -> None:
 def build_app(root=None, device: str | None = None, warm: bool = True, max_queue: int | None = None) -> gr.Blocks:
     reg_key, reg = calls.load_registry(root, device)
     env = settings.read()
-    shell = Shell(reg_key, reg, env.model_concurrency)
+    shell = Shell(reg_key, reg, max(env.event_concurrency, env.model_concurrency))
     with gr.Blocks(title="Attention Explorer") as demo:
         shell.run_state, shell.section, shell.subviews = gr.State(None), gr.State("translate"), gr.State({})
         shell.bar = bar.build(shell)
@@ -53,13 +54,17 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
             for label, sid, section in SECTIONS:
                 with gr.Tab(label, id=sid) as shell.section_tabs[sid]:
                     setattr(shell, sid, section.build(shell))  # the parts the other sections read
+            with gr.Tab("Watch it learn", id="learn") as shell.section_tabs["learn"]:
+                learn_parts = learn.build(shell)
         bar.follow_runs(shell)
         _lazy(shell)
         for _, _, section in SECTIONS[1:]:
             section.wire(shell)
+        learn.follow_runs(shell, learn_parts)
         translate_event = translate.wire(shell)  # last: a new run refreshes every section
         interventions.wire_preset(shell, translate_event)
         branch.wire(shell)  # continue from here, and the run history
+        learn.wire(shell, learn_parts, translate_event)
         translate.wire_load(shell, demo)
         api_translate, api_compare, api_attribution, api_models = make_api(reg_key)
         gr.api(api_translate, api_name="translate", **shell.model_event())

@@ -26,7 +26,11 @@ BENCHES = [
     Bench("cold_start", "from `python app.py` to the server answering and to the first translation answered"),
     Bench("load", "concurrent gradio_client users: throughput, latency, errors, memory, leak check"),
     Bench("serving", "old serving against new side by side: load, the UI's Translate event, a classroom, busy"),
+    Bench("classroom", "40 clients open one link (within 5 s, then at once): before the cache, cache, model slots"),
     Bench("replicas", "one app process against two behind nginx (needs nginx)"),
+    Bench("trust", "trust signals: what they add to a Translate click; AUROC and precision at 90 % recall per "
+                   "signal and direction"),
+    Bench("trust_layers", "the attention-based trust signals read from every decoder layer: AUROC per layer"),
     Bench("patching", "activation patching: one head, a scan of every head, a layer × position scan; bytes"),
     Bench("zerogpu_boundary", "what ZeroGPU's fork-and-pickle boundary adds to a model call"),
     Bench("gpu_threshold", "CPU time of one translation, our 4 M model against an OPUS-MT-sized Marian (sets "

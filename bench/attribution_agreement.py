@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.attribution import attribute, spearman
-from model.decoding import DecodeOptions, translate
+from model.analysis.attribution import attribute, spearman
+from model.engine.decoding import DecodeOptions, translate
 
 from .common import entry, figure, model, sentences, standalone
 

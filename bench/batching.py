@@ -22,11 +22,13 @@ import time
 
 import torch
 
-from model.batching import MicroBatcher, translate_many
-from model.decoding import (ROW_HOOKS, BeamSearchTrace, BeamStep, DecodeOptions, FinishedHypothesis, _decoder_step,
-                            _hides_nothing, _rows, _StepData, generable, length_penalty, translate)
-from model.hooks import capture
-from model.transformer import NO_INTERVENTION, KVCache
+from model.engine.batching import MicroBatcher, translate_many
+from model.engine.config import NO_INTERVENTION
+from model.engine.decoding import (ROW_HOOKS, BeamSearchTrace, BeamStep, DecodeOptions, FinishedHypothesis,
+                                   decoder_step, hides_nothing, step_rows, StepData, generable, length_penalty,
+                                   translate)
+from model.engine.hooks import capture
+from model.engine.transformer import KVCache
 
 from .common import entry, figure, interleaved, model, paired_ratio, sentences, standalone, stats
 
@@ -35,16 +37,16 @@ OPTIONS = {"translate event": DecodeOptions(beam=BEAM),
            "beam tree": DecodeOptions(beam=BEAM, record=False, trace=False, replace_unk=False)}
 
 
-# Kept on purpose: the previous model.decoding.beam_search (before batched beam search, its candidate loop
-# inlined), the "before" of part 1; it repeats lines of today's model.decoding by design. Not loaded from git
+# Kept on purpose: the previous model.engine.decoding.beam_search (before batched beam search, its candidate loop
+# inlined), the "before" of part 1; it repeats lines of today's model.engine.decoding by design. Not loaded from git
 # history: that needs git and the history where the bench runs, and the old module imported beside the new.
 @torch.inference_mode()
 def previous_beam_search(model, src, beam=4, max_len=100, alpha=0.6, iv=NO_INTERVENTION, record=True,
                          use_cache=True):
-    """model.decoding.beam_search before batched beam search: the reference for the lone path."""
+    """model.engine.decoding.beam_search before batched beam search: the reference for the lone path."""
     device, L = src.device, len(model.decoder.layers)
     src_mask = model.src_mask(src, iv)
-    src_mask = None if _hides_nothing(src_mask) else src_mask
+    src_mask = None if hides_nothing(src_mask) else src_mask
     memory = model.encode(src, src_mask, iv)
     eos, never = model.cfg.eos_id, model.cfg.never_generated
     ys = torch.full((1, 1), model.cfg.decoder_start_id, dtype=torch.long, device=device)
@@ -54,9 +56,9 @@ def previous_beam_search(model, src, beam=4, max_len=100, alpha=0.6, iv=NO_INTER
         for t in range(max_len):
             n = ys.size(0)
             rows_mask = None if src_mask is None else src_mask.expand(n, -1, -1, -1)
-            logp = _decoder_step(model, ys, memory.expand(n, -1, -1), rows_mask, iv, cache).log_softmax(-1).float()
-            steps.append(_StepData(logp.cpu(), _rows(trace, ROW_HOOKS[0], L) if record else None,
-                                   _rows(trace, ROW_HOOKS[1], L) if record else None, parents_in))
+            logp = decoder_step(model, ys, memory.expand(n, -1, -1), rows_mask, iv, cache).log_softmax(-1).float()
+            steps.append(StepData(logp.cpu(), step_rows(trace, ROW_HOOKS[0], L) if record else None,
+                                   step_rows(trace, ROW_HOOKS[1], L) if record else None, parents_in))
             trace.records.clear()
             last = t == max_len - 1
             cand = (scores[:, None] + generable(logp, never)).view(-1)

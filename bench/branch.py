@@ -45,7 +45,7 @@ def branch_figures(st: dict, per: dict, cpu: dict) -> list[dict]:
 
 
 def run(cfg) -> dict:
-    from model.branching import step_prefix
+    from model.engine.branching import step_prefix
     from ui import calls
     from ui.sections import translate
 

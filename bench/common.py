@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.checkpoint import load_checkpoint
-from model.data import head_lines
+from model.engine.data import head_lines
+from model.families.ours import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_JSON, RESULTS_MD = ROOT / "bench" / "results.json", ROOT / "bench" / "RESULTS.md"

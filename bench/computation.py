@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
-from model.attribution import alti_matrices, attribute
-from model.computation import Computation, force
-from model.decoding import DecodeOptions, translate
+from model.analysis.attribution import alti_matrices, attribute
+from model.analysis.computation import Computation, force
+from model.engine.decoding import DecodeOptions, translate
 
 from .common import entry, figure, model, sentences, standalone
 

@@ -4,7 +4,7 @@
    (``record=False, trace=False, replace_unk=False``) and with everything (``record=True, trace=True``,
    as the app asks). The four variants are interleaved sentence by sentence; a sentence's latency is the
    median of its repetitions; p50 / p95 over the sentences.
-2. Exactly 30 output tokens: encode, then 30 steps of ``model.decoding._decoder_step`` with a ``KVCache``
+2. Exactly 30 output tokens: encode, then 30 steps of ``model.engine.decoding.decoder_step`` with a ``KVCache``
    or with ``cache=None`` (the prefix recomputed), ``<eos>`` banned so every sentence runs 30 steps. One
    sentence at a time (target: cache ≥ 2× faster), 5 rows as a beam does, and all 20 as one batch.
 """
@@ -14,9 +14,10 @@ import statistics
 
 import torch
 
-from model.data import pad_batch
-from model.decoding import DecodeOptions, _decoder_step, prepare_source, translate
-from model.transformer import BOS_ID, EOS_ID, NO_INTERVENTION, KVCache
+from model.engine.config import BOS_ID, EOS_ID, NO_INTERVENTION
+from model.engine.data import pad_batch
+from model.engine.decoding import DecodeOptions, decoder_step, prepare_source, translate
+from model.engine.transformer import KVCache
 
 from .common import entry, figure, interleaved, model, paired_ratio, sentences, standalone, stats
 
@@ -39,7 +40,7 @@ def forced(m, src: torch.Tensor, cached: bool, rows: int = 1) -> torch.Tensor:
     ys = torch.full((memory.size(0), 1), BOS_ID, dtype=torch.long)
     cache = KVCache(len(m.decoder.layers)) if cached else None
     for _ in range(TOKENS):
-        logits = _decoder_step(m, ys, memory, mask, NO_INTERVENTION, cache)
+        logits = decoder_step(m, ys, memory, mask, NO_INTERVENTION, cache)
         logits[:, EOS_ID] = float("-inf")
         ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], 1)
     return ys

@@ -20,10 +20,10 @@ from collections import Counter
 
 import numpy as np
 
-from model.bleu import sacre_bleu
-from model.checkpoint import load_checkpoint
-from model.decoderlens import decoder_lens
-from model.decoding import DecodeOptions
+from model.training.bleu import sacre_bleu
+from model.families.ours import load_checkpoint
+from model.analysis.decoderlens import decoder_lens
+from model.engine.decoding import DecodeOptions
 from ui import decoderlens as lens_view
 
 from .common import ROOT, entry, figure, sentences, standalone

@@ -17,11 +17,12 @@ import warnings
 import torch
 from torch import nn
 
-from model.data import pad_batch, with_specials
-from model.hooks import capture
-from model.masks import causal_mask, padding_mask, to_ignore_mask
-from model.transformer import PAD_ID, Transformer, sinusoidal_encoding
-from model.vocab import tokenize_corpus
+from model.engine.config import PAD_ID
+from model.engine.data import pad_batch, with_specials
+from model.engine.hooks import capture
+from model.engine.masks import causal_mask, padding_mask, to_ignore_mask
+from model.engine.transformer import Transformer, sinusoidal_encoding
+from model.engine.vocab import tokenize_corpus
 
 from .common import entry, figure, interleaved, model, paired_ratio, sentences, standalone
 

@@ -2,7 +2,7 @@
 
 ``python -m bench.gpu_threshold [--quick]``: on this CPU, one torch thread, the app's own model call
 (the cached greedy decode plus the teacher-forced pass that captures every hook point, as
-``model.decoding.translate`` runs them: ``bench.marian.ours_everything``) of a 20-token source with exactly 20 output tokens (</s> and <pad> banned), for our shipped
+``model.engine.decoding.translate`` runs them: ``bench.marian.ours_everything``) of a 20-token source with exactly 20 output tokens (</s> and <pad> banned), for our shipped
 4 M-parameter de-en model and for an OPUS-MT-sized random Marian (d 512, 6 + 6 layers, 8 heads, a
 58,101-token vocabulary: ``bench.marian.build``), variants interleaved. The figure that sets
 ``ATTN_GPU_THRESHOLD_M`` is the CPU cost per million parameters: a model whose translation costs more
@@ -15,7 +15,7 @@ import statistics
 
 import torch
 
-from model.checkpoint import load_checkpoint
+from model.families.ours import load_checkpoint
 
 from .common import ROOT, entry, figure, interleaved, standalone
 from .marian import NoEos, build, ours_everything

@@ -30,7 +30,7 @@ FALLBACK = ["Ein Mann fährt Fahrrad auf einer belebten Straße.", "Zwei Hunde s
 
 def bare_text_tools() -> None:
     """Whitespace tokens and plain joins where spaCy or sacremoses are missing (a bare GPU machine)."""
-    from model import vocab
+    from model.engine import vocab
     try:
         import spacy  # noqa: F401
         import sacremoses  # noqa: F401
@@ -54,9 +54,9 @@ def timed(fn, reps: int = 3) -> float:
 
 
 def work(lm, sentences: list[str]) -> dict:
-    from model.analysis import average_head_profiles
-    from model.attribution import attribute
-    from model.decoding import DecodeOptions, translate
+    from model.analysis.profiles import average_head_profiles
+    from model.analysis.attribution import attribute
+    from model.engine.decoding import DecodeOptions, translate
     tr = translate(lm, sentences[0], DecodeOptions())
     pos = len(tr.output_ids) // 2
     return {"translate_s": timed(lambda: translate(lm, sentences[0], DecodeOptions())),
@@ -71,11 +71,11 @@ def main(argv=None) -> int:
     p.add_argument("--sentences", default="", help="a text file, one source sentence a line (default: the test set)")
     args = p.parse_args(argv)
     bare_text_tools()
-    from model.checkpoint import load_checkpoint
+    from model.families.ours import load_checkpoint
     if args.sentences:
         sentences = Path(args.sentences).read_text(encoding="utf-8").splitlines()[:64]
     elif DATA.exists():
-        from model.data import head_lines
+        from model.engine.data import head_lines
         sentences = head_lines(DATA, 64)
     else:
         sentences = [FALLBACK[i % len(FALLBACK)] for i in range(64)]

@@ -4,7 +4,7 @@
 74 M-parameter model). The model is built here (no download): d_model 512, 6 + 6 layers, 8 heads,
 d_ff 2048, a 58,101-token vocabulary, swish, scaled embeddings, sin-then-cos positions, <pad> as the
 decoder start. With transformers installed, a random ``MarianMTModel`` is built and converted with
-``model.marian.convert_state_dict``; without it, our engine is built from the same config.
+``model.families.marian.convert_state_dict``; without it, our engine is built from the same config.
 
 CPU, one torch thread, greedy over 20 random sources (8-30 tokens), exactly ``--tokens`` output tokens
 (</s> banned in both), each sentence alone as the app runs it, variants interleaved:
@@ -29,10 +29,10 @@ import time
 
 import torch
 
-from model.decoding import greedy_batch
-from model.hooks import capture
-from model.marian import convert_state_dict, marian_config
-from model.transformer import Transformer
+from model.engine.decoding import greedy_batch
+from model.engine.hooks import capture
+from model.engine.transformer import Transformer
+from model.families.marian import convert_state_dict, marian_config
 
 from .common import interleaved, paired_ratio, stats
 

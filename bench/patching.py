@@ -2,7 +2,7 @@
 
 Pairs: the first Multi30k test sentences (A) and their variant with two words swapped (B, as the
 bench's "A = the current run, B = a variant" button makes them). Timed per pair, in process, the
-model call behind one click of *Run patching* (``ui.patching`` → ``model.patching.patch_bench``, the
+model call behind one click of *Run patching* (``ui.patching`` → ``model.analysis.patching_bench.patch_bench``, the
 result cache bypassed): both greedy decodes, run A, and B's patched runs batched (B copies stacked in
 the batch dimension). Variants: one head's ``hook_z`` (cross-attention L1 H0, every position); a scan
 over every cross-attention head (layers × heads); a scan of the encoder residual stream over every
@@ -18,7 +18,8 @@ import time
 
 import gradio as gr
 
-from model import patching as P
+from model.analysis import patching as P
+from model.analysis import patching_bench as PB
 from ui import patching as up
 
 from .common import entry, figure, model, sentences, standalone, stats
@@ -28,7 +29,7 @@ REPS, REPS_QUICK = 5, 2
 TARGET_ONE_MS, TARGET_SCAN_MS, TARGET_KB = 150.0, 2000.0, 300.0
 
 
-def _bytes(bench: P.PatchBench, name: str) -> tuple[float, float]:
+def _bytes(bench: PB.PatchBench, name: str) -> tuple[float, float]:
     """(kB of the UI click's outputs, kB of the /patch JSON)."""
     plot = gr.Plot().postprocess(up.figure(bench))
     steps = [[f"step {i}: {t}", i] for i, t in enumerate(bench.output_tokens)]  # the step dropdown's choices
@@ -64,17 +65,17 @@ def run(cfg) -> dict:
     for text in texts:
         b_text = up.variant(text)
         for v, kw in variants.items():
-            req = P.PatchRequest(text, b_text, **kw)
+            req = PB.PatchRequest(text, b_text, **kw)
             try:
-                ms[v] += _time(lambda: P.patch_bench(lm, req), reps)
+                ms[v] += _time(lambda: PB.patch_bench(lm, req), reps)
             except P.PositionMismatch:  # the swap changed the number of pieces: no encoder positions to patch
                 skipped += 1
                 continue
-            bench = P.patch_bench(lm, req)
+            bench = PB.patch_bench(lm, req)
             ui, api = _bytes(bench, name)
             kb_ui.append(ui)
             kb_api.append(api)
-        setup = P.setup_from_texts(lm, P.PatchRequest(text, b_text))[0]
+        setup = PB.setup_from_texts(lm, PB.PatchRequest(text, b_text))[0]
         heads = [P.Patch("z", layer, kind="decoder.cross_attn", head=h)
                  for layer in range(lm.model.cfg.n_decoder_layers) for h in range(lm.model.cfg.n_heads)]
         ms["engine_one_head"] += _time(lambda: P.run_patches(lm.model, setup, heads[:1]), reps)

@@ -12,7 +12,7 @@ import pickle
 import statistics
 import time
 
-from model.decoding import DecodeOptions
+from model.engine.decoding import DecodeOptions
 
 from .common import ROOT, entry, figure, sentences, standalone
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli_common import load_or_exit
-from .decoding import DecodeOptions, translate
+from model.engine.decoding import DecodeOptions, translate
+from model.training.cli_common import load_or_exit
 
 
 def main(argv=None) -> int:

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import torch
 
-from model.checkpoint import save_checkpoint
-from model.transformer import Transformer, TransformerConfig
-from model.vocab import Vocab, tokenize
+from model.engine.config import TransformerConfig
+from model.engine.transformer import Transformer
+from model.engine.vocab import Vocab, tokenize
+from model.families.ours import save_checkpoint
 
 SENTENCES = {
     "de": ["Ein Mann fährt mit dem Fahrrad durch die Stadt.", "Zwei Hunde spielen im Schnee.",

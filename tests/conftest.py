@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.checkpoint import LoadedModel
-from model.transformer import Transformer, TransformerConfig
-from model.vocab import SPECIALS, Vocab
+from model.engine.config import TransformerConfig
+from model.engine.loaded import LoadedModel
+from model.engine.transformer import Transformer
+from model.engine.vocab import SPECIALS, Vocab
 
 WORDS = ("haus", "katze", "hund", "baum", "auto", "ball", "rot", "blau", "gross", "klein")
 
@@ -77,7 +78,7 @@ def train_flags() -> list[str]:
 @pytest.fixture(scope="session")
 def trained_copy(tmp_path_factory) -> dict:
     """One copy-task model trained in-process with ``model.train.main`` (shared by several tests)."""
-    from model.train import main
+    from model.training.train import main
     root = tmp_path_factory.mktemp("copy")
     splits = _copy_corpus(root / "data")
     torch.manual_seed(0)

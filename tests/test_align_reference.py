@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from model import eflomal_ref, wordalign
-from model.align_heads import rank_heads
-from model.align_sentence import find_val_pair, sentence_ranking, val_reference
-from model.alignment import read_pharaoh, score_corpus, write_pharaoh
-from model.checkpoint import load_checkpoint
-from model.computation import force
-from model.vocab import tokenize
-from model.wordalign import align_corpus, transpose
+from model.analysis.alignment import eflomal_ref, wordalign
+from model.analysis.alignment.heads import rank_heads
+from model.analysis.alignment.reference import read_pharaoh, score_corpus, write_pharaoh
+from model.analysis.alignment.sentence import find_val_pair, sentence_ranking, val_reference
+from model.analysis.alignment.wordalign import align_corpus, transpose
+from model.analysis.computation import force
+from model.engine.vocab import tokenize
+from model.families.ours import load_checkpoint
 from ui import views
 from ui.align_overlay import NOT_FORCED, overlay_of
 from ui.state import Run, RunInputs

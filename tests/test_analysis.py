@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from model.analysis import head_profile, rollout, source_attribution
+from model.analysis.profiles import head_profile, rollout, source_attribution
 
 
 def test_rollout_two_layers_by_hand():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gradio_client import Client
 
-from model.attribution import METHODS
+from model.analysis.attribution import METHODS
 
 from tests.app_fixtures import named, served
 

@@ -11,9 +11,9 @@ from gradio_client import Client
 
 pytest.importorskip("transformers")  # builds the tiny random Marian folders (a development requirement)
 
-from model import catalog  # noqa: E402
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.decoding import DecodeOptions, translate  # noqa: E402
+from model.engine.decoding import DecodeOptions, translate  # noqa: E402
+from model.families import catalog  # noqa: E402
+from model.families.ours import load_checkpoint  # noqa: E402
 from tests.app_fixtures import launch, make_checkpoint, named  # noqa: E402
 from tests.test_marian import build_marian, cut, damage  # noqa: E402
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from model.attribution import METHODS, _log_prob, alti_matrices, attribute, gradients, spearman
-from model.computation import Computation, force
-from model.transformer import BOS_ID
+from model.analysis.attribution import METHODS, _log_prob, alti_matrices, attribute, gradients, spearman
+from model.analysis.computation import Computation, force
+from model.engine.config import BOS_ID
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ import torch
 
 pytest.importorskip("transformers")  # builds the stand-in OPUS-MT folder
 
-from model.batching import translate_many  # noqa: E402
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.decoding import DecodeOptions, translate  # noqa: E402
+from model.engine.batching import translate_many  # noqa: E402
+from model.engine.decoding import DecodeOptions, translate  # noqa: E402
+from model.families.ours import load_checkpoint  # noqa: E402
 from tests.test_marian import DE, PROBES, build_marian  # noqa: E402
 from tests.test_serving_batching import assert_same_beam, assert_same_run  # noqa: E402
 

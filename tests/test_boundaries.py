@@ -1,4 +1,6 @@
-"""The layers' import rules: model/ and viz/ never import gradio; viz/ never imports torch or model."""
+"""The layers' import rules: model/ and viz/ never import gradio; viz/ never imports torch or model; ui/
+never imports model.training; model/'s wings import only downward (engine <- families <- analysis <-
+training); no import circle among model's modules. Imports inside functions count too."""
 from __future__ import annotations
 
 import ast
@@ -7,6 +9,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# What each wing of model/ may import besides itself. The alignment analyses rank heads over the
+# checkpoints on disk and their validation split, so they read the loader (families.ours) and the
+# corpus reader (training.corpus): the one place analysis reaches outside the engine.
+WINGS = {"engine": set(), "families": {"engine"}, "analysis": {"engine", "families"},
+         "training": {"engine", "families", "analysis"}}
+EXCEPTIONS = {("model.analysis.alignment", "model.training.corpus")}
 
 
 def imported(path: Path) -> set[str]:
@@ -25,7 +34,7 @@ def imported(path: Path) -> set[str]:
                                                ("viz", {"gradio", "torch", "model", "ui", "..", "tests"}),
                                                ("bench", {"tests"})])
 def test_layers_import_only_what_they_may(package, forbidden):
-    bad = {str(p.relative_to(ROOT)): sorted(imported(p) & forbidden) for p in (ROOT / package).glob("*.py")}
+    bad = {str(p.relative_to(ROOT)): sorted(imported(p) & forbidden) for p in (ROOT / package).rglob("*.py")}
     assert {k: v for k, v in bad.items() if v} == {}
 
 
@@ -36,26 +45,100 @@ def test_the_rule_catches_a_violation(tmp_path):
     assert {"torch", "gradio"} <= imported(f)
 
 
-def package_imports(pkg: Path) -> dict[str, set[str]]:
-    """Module -> the modules of the same package it imports, anywhere in the file (inside functions
-    too, where an import could hide a circle)."""
-    own = {p.stem for p in pkg.glob("*.py")}
-    graph = {}
-    for path in pkg.glob("*.py"):
-        deps = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                deps |= {a.name.split(".")[1] for a in node.names if a.name.startswith(pkg.name + ".")}
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level == 0 and not (base == pkg.name or base.startswith(pkg.name + ".")):
-                    continue
-                if node.level > 1:
-                    continue
-                sub = base.split(".")[1] if node.level == 0 and "." in base else base if node.level else ""
-                deps |= {sub.split(".")[0]} if sub else {a.name for a in node.names if a.name in own}
-        graph[path.stem] = (deps & own) - {path.stem}
-    return graph
+# --------------------------------------------------------------------------- dotted module graph
+
+def module_name(root: Path, path: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(root: Path, dotted: str) -> bool:
+    p = root.joinpath(*dotted.split("."))
+    return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
+
+
+def module_imports(root: Path, path: Path, top: str) -> set[str]:
+    """The modules of package ``top`` that ``path`` imports, as dotted names, anywhere in the file
+    (inside functions too, where an import could hide a circle). ``from pkg import mod`` names ``pkg.mod``."""
+    here = module_name(root, path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            subs = {f"{base}.{a.name}" for a in node.names if is_module(root, f"{base}.{a.name}")}
+            found |= subs if len(subs) == len(node.names) else subs | {base}
+    return {m for m in found if m == top or m.startswith(top + ".")} - {here}
+
+
+def graph_of(root: Path, top: str = "model") -> dict[str, set[str]]:
+    return {module_name(root, p): module_imports(root, p, top) for p in (root / top).rglob("*.py")}
+
+
+def wing_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) >= 2 and parts[1] in WINGS else None
+
+
+def wing_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        wing = wing_of(mod)
+        if wing is None:  # model/__init__ and the thin entry modules may use any wing
+            continue
+        for dep in sorted(deps):
+            other = wing_of(dep)
+            allowed = other in (WINGS[wing] | {wing}) or any(
+                mod.startswith(a) and dep.startswith(b) for a, b in EXCEPTIONS)
+            if not allowed:
+                bad.append(f"{mod} -> {dep}")
+    return bad
+
+
+def test_model_wings_import_only_downward():
+    graph = graph_of(ROOT)
+    assert {"model.engine.decoding", "model.families.ours", "model.analysis.readouts",
+            "model.training.train"} <= set(graph)
+    assert "model.engine.loaded" in graph["model.engine.decoding"]  # the parser sees package imports
+    assert wing_violations(graph) == []
+
+
+def test_engine_imports_nothing_else_of_model():
+    graph = graph_of(ROOT)
+    engine = {m: d for m, d in graph.items() if m.startswith("model.engine")}
+    assert len(engine) >= 15
+    assert {m: sorted(d - set(engine)) for m, d in engine.items() if d - set(engine)} == {}
+
+
+def test_ui_never_imports_training_and_viz_nothing_of_model():
+    for pkg, forbidden in (("ui", "model.training"), ("viz", "model")):
+        bad = {}
+        for p in [*(ROOT / pkg).rglob("*.py"), *([ROOT / "app.py"] if pkg == "ui" else [])]:
+            hits = sorted(m for m in module_imports(ROOT, p, "model") if m.startswith(forbidden))
+            if hits:
+                bad[str(p.relative_to(ROOT))] = hits
+        assert bad == {}, f"{pkg} imports {forbidden}"
+
+
+def test_the_wing_rules_catch_violations_inside_functions(tmp_path):
+    for d in ("model/engine", "model/analysis", "model/training", "ui"):
+        (tmp_path / d).mkdir(parents=True)
+        (tmp_path / d / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "model/__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "model/engine/core.py").write_text("def f():\n    from ..analysis import deep\n", encoding="utf-8")
+    (tmp_path / "model/analysis/deep.py").write_text("from model.engine import core\n", encoding="utf-8")
+    (tmp_path / "model/training/fit.py").write_text("import model.analysis.deep\n", encoding="utf-8")
+    (tmp_path / "ui/view.py").write_text("def g():\n    from model.training import fit\n", encoding="utf-8")
+    graph = graph_of(tmp_path)
+    assert graph["model.engine.core"] == {"model.analysis.deep"}
+    assert wing_violations(graph) == ["model.engine.core -> model.analysis.deep"]
+    assert module_imports(tmp_path, tmp_path / "ui/view.py", "model") == {"model.training.fit"}
+    assert find_cycle(graph) is not None
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -79,9 +162,12 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_model_has_no_import_circle():
-    graph = package_imports(ROOT / "model")
-    assert {"names", "hooks", "transformer", "results", "decoding", "readouts"} <= set(graph)
-    assert "decoding" in graph["readouts"] and "analysis" in graph["results"]  # the parser sees package imports
+    # a package's __init__ runs before its modules: a module importing its own package's __init__
+    # is no circle unless that __init__ imports it back, which the graph below still shows
+    graph = graph_of(ROOT)
+    assert {"model.engine.names", "model.engine.hooks", "model.engine.transformer", "model.engine.results",
+            "model.engine.decoding", "model.analysis.readouts"} <= set(graph)
+    assert "model.engine.decoding" in graph["model.analysis.readouts"]
     assert find_cycle(graph) is None, f"import circle: {' -> '.join(find_cycle(graph))}"
 
 
@@ -91,8 +177,10 @@ def test_the_circle_check_sees_imports_inside_functions(tmp_path):
     (pkg / "a.py").write_text("from .b import f\n", encoding="utf-8")
     (pkg / "b.py").write_text("def f():\n    from model import c\n", encoding="utf-8")
     (pkg / "c.py").write_text("def g():\n    import model.a\n", encoding="utf-8")
-    graph = package_imports(pkg)
-    assert graph == {"a": {"b"}, "b": {"c"}, "c": {"a"}}
-    assert find_cycle(graph) in (["a", "b", "c", "a"], ["b", "c", "a", "b"], ["c", "a", "b", "c"])
+    graph = graph_of(tmp_path)
+    assert graph == {"model.a": {"model.b"}, "model.b": {"model.c"}, "model.c": {"model.a"}}
+    assert find_cycle(graph) in (["model.a", "model.b", "model.c", "model.a"],
+                                 ["model.b", "model.c", "model.a", "model.b"],
+                                 ["model.c", "model.a", "model.b", "model.c"])
     (pkg / "c.py").write_text("import numpy\n", encoding="utf-8")
-    assert find_cycle(package_imports(pkg)) is None
+    assert find_cycle(graph_of(tmp_path)) is None

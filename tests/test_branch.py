@@ -1,13 +1,13 @@
-"""Continue from here: decoding on from a forced target prefix (model.branching, DecodeOptions.prefix)."""
+"""Continue from here: decoding on from a forced target prefix (model.engine.branching, DecodeOptions.prefix)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from model import branching
-from model.analysis import beam_tree
-from model.decoding import DecodeOptions, beam_search, check_prefix, generable, translate
-from model.transformer import BOS_ID, EOS_ID, PAD_ID
+from model.engine import branching
+from model.engine.beams import beam_tree
+from model.engine.config import BOS_ID, EOS_ID, PAD_ID
+from model.engine.decoding import DecodeOptions, beam_search, check_prefix, generable, translate
 
 TEXT = "haus katze hund baum"
 MAX = 12  # output budget of these tests (the source's own budget, 2 × 6 + 10, is larger)

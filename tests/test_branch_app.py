@@ -7,7 +7,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from model import readouts
+from model.analysis import readouts
 from tests.app_fixtures import launch, make_checkpoint, named
 from tests.test_preset_back import handler, outputs
 from ui.sections.analysis import run_settings

@@ -2,8 +2,8 @@
 import json
 import shutil
 
-from model.card import main as card_main
-from model.checkpoint import load_checkpoint
+from model.families.ours import load_checkpoint
+from model.training.card import main as card_main
 
 
 def test_card_writes_metrics_and_markdown(trained_copy, tmp_path):

@@ -12,9 +12,10 @@ import pytest
 import sacrebleu
 import torch
 
-from model.checkpoint import CheckpointError, find_checkpoints, load_checkpoint, save_checkpoint
-from model.cli_common import load_or_exit
-from model.transformer import BOS_ID, EOS_ID, PAD_ID, Transformer
+from model.engine.config import BOS_ID, EOS_ID, PAD_ID
+from model.engine.transformer import Transformer
+from model.families.ours import CheckpointError, find_checkpoints, load_checkpoint, save_checkpoint
+from model.training.cli_common import load_or_exit
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = torch.tensor([[BOS_ID, 4, 5, 6, 7, EOS_ID], [BOS_ID, 8, 9, EOS_ID, PAD_ID, PAD_ID]])
@@ -176,7 +177,7 @@ def test_evaluate_cli_prints_both_bleus_with_signatures(trained_copy, tmp_path):
 
 
 def test_evaluate_json(trained_copy, capsys):
-    from model.evaluate import main
+    from model.training.evaluate import main
     assert main(["--checkpoint", str(trained_copy["ckpt"]), "--data", str(trained_copy["data"]),
                  "--split", "test_2016_flickr", "--beam", "2", "--limit", "5", "--json", "--device", "cpu"]) == 0
     res = json.loads(capsys.readouterr().out)

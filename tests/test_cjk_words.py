@@ -5,7 +5,7 @@ import io
 import numpy as np
 import pytest
 
-from model.vocab import UNSPACED_NOTE, has_unspaced, is_unspaced, piece_word_spans
+from model.engine.vocab import UNSPACED_NOTE, has_unspaced, is_unspaced, piece_word_spans
 from viz import attention as va
 from viz.common import FONT_FAMILY, MAX_LABEL, message_figure, short
 
@@ -51,7 +51,7 @@ def test_digits_latin_words_and_specials_beside_chinese(sp):
 
 
 def test_marian_vocab_joins_chinese_pieces_into_piece_words(sp):
-    from model.marian import MarianVocab
+    from model.families.marian import MarianVocab
     itos = ["</s>", "<unk>"] + [sp.id_to_piece(i) for i in range(3, sp.get_piece_size())] + ["<pad>"]
     vocab = MarianVocab(itos, sp.serialized_model_proto())
     tokens = vocab.tokens(ZH[1]) + ["</s>"]
@@ -83,8 +83,8 @@ def test_fonts_render_chinese():
 def test_a_chinese_run_says_its_words_are_pieces(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     import tests.test_marian as tm
-    from model.checkpoint import load_checkpoint
-    from model.decoding import DecodeOptions, translate
+    from model.families.ours import load_checkpoint
+    from model.engine.decoding import DecodeOptions, translate
     from ui import present, views
     from ui.state import Run
     monkeypatch.setattr(tm, "DE", ZH)  # the source side's SentencePiece model learns Chinese

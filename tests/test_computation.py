@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.computation import Computation, force, force_ids, hook_name
-from model.decoding import DecodeOptions, beam_search, generable, translate
-from model.hooks import capture
-from model.transformer import BOS_ID, EOS_ID, PAD_ID
+from model.analysis.computation import Computation, force, force_ids, hook_name
+from model.engine.config import BOS_ID, EOS_ID, PAD_ID
+from model.engine.decoding import DecodeOptions, beam_search, generable, translate
+from model.engine.hooks import capture
 
 KINDS = [("encoder.self_attn", "encoder", "resid_pre", "resid_mid"),
          ("decoder.self_attn", "decoder", "resid_pre", "resid_mid"),
@@ -168,7 +168,7 @@ def test_force_rejects_empty_text(tiny_lm):
 
 def test_translation_trace_holds_every_hook_but_the_opt_in_ones(tiny_lm):
     # a run keeps every hook but the large opt-in ones, which the export adds by a teacher-forced pass
-    from model.hooks import hook_names
+    from model.engine.hooks import hook_names
     tr = translate(tiny_lm, "haus katze", DecodeOptions(max_len=5))
     opt_in = {n for n in hook_names(tiny_lm.model) if n.endswith(("hook_logits", "hook_result", ".ff.hook_pre",
                                                                   ".ff.hook_post"))}

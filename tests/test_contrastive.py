@@ -10,13 +10,13 @@ import pytest
 import torch
 from gradio_client import Client
 
-from model.attribution import attribute
-from model.checkpoint import load_checkpoint
-from model.computation import force
-from model.contrast import (LOG_PROB, PROB_ATOL, PROB_DIFF, Foil, Target, attribute_contrast, prefix_word_spans,
-                            resolve_foil)
-from model.decoding import DecodeOptions, translate
-from model.vocab import Vocab
+from model.analysis.attribution import attribute
+from model.analysis.computation import force
+from model.analysis.contrast import (LOG_PROB, PROB_ATOL, PROB_DIFF, Foil, Target, attribute_contrast,
+                                     prefix_word_spans, resolve_foil)
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.vocab import Vocab
+from model.families.ours import load_checkpoint
 
 from tests.app_fixtures import named, served
 

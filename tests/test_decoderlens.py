@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from model.checkpoint import LoadedModel
-from model.decoderlens import cut_encoder, decoder_lens
-from model.decoding import DecodeOptions, translate
-from model.names import ENC_SELF
-from model.transformer import Interventions, Transformer
-from model.vocab import SPECIALS, Vocab
+from model.engine.loaded import LoadedModel
+from model.analysis.decoderlens import cut_encoder, decoder_lens
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.names import ENC_SELF
+from model.engine.config import Interventions
+from model.engine.transformer import Transformer
+from model.engine.vocab import SPECIALS, Vocab
 
 from .conftest import WORDS
 

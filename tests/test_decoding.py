@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from model.data import pad_batch
-from model.decoding import (DecodeOptions, beam_search, full_trace, generable, greedy_batch, length_penalty,
-                            translate)
-from model.transformer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Interventions
-from model import decoding
+from model.engine import decoding
+from model.engine.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Interventions
+from model.engine.data import pad_batch
+from model.engine.decoding import (DecodeOptions, beam_search, full_trace, generable, greedy_batch,
+                                   length_penalty, translate)
 
 SOURCES = [[4, 5, 6], [7, 8, 9, 10, 11, 12, 13], [13, 4], [9, 9, 9, 5, 6]]
 

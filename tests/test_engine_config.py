@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.checkpoint import CheckpointError, WEIGHTS, load_checkpoint, save_checkpoint
-from model.decoding import greedy_batch
-from model.transformer import (KVCache, PreNormOnly, Transformer, TransformerConfig, require_pre_norm,
-                               sinusoidal_encoding)
+from model.engine.config import PreNormOnly, TransformerConfig, require_pre_norm
+from model.engine.decoding import greedy_batch
+from model.engine.transformer import KVCache, Transformer, sinusoidal_encoding
+from model.families.ours import CheckpointError, WEIGHTS, load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "checkpoints" / "de-en"
@@ -149,7 +149,7 @@ def test_shipped_checkpoint_logits_bit_identical_to_the_old_engine(tmp_path):
         assert torch.equal(lm.model(src, tgt), old_model(src, tgt))
         # the lean cached step too: greedy output ids and each step's logits
         new_ids = greedy_batch(lm.model, src, 12)
-        for model, mod in ((lm.model, sys.modules["model.transformer"]), (old_model, old)):
+        for model, mod in ((lm.model, sys.modules["model.engine.transformer"]), (old_model, old)):
             mask = model.src_mask(src)
             mem, cache, steps = model.encode(src, mask), mod.KVCache(len(model.decoder.layers)), []
             for t in range(tgt.size(1)):
@@ -169,7 +169,7 @@ def test_shipped_checkpoint_matches_the_plain_reference():
 
 
 def test_old_config_without_the_new_keys_loads_with_the_defaults(tmp_path, tiny_model):
-    from model.vocab import SPECIALS, Vocab
+    from model.engine.vocab import SPECIALS, Vocab
     v = Vocab(list(SPECIALS) + [f"w{i}" for i in range(tiny_model.cfg.src_vocab_size - 4)])
     path = save_checkpoint(tmp_path / "ck", tiny_model, v, v, "de", "en")
     new_keys = {f.name for f in dataclasses.fields(TransformerConfig)} - set(json.loads(
@@ -190,7 +190,7 @@ def test_old_config_without_the_new_keys_loads_with_the_defaults(tmp_path, tiny_
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_config_round_trips_through_a_checkpoint(tmp_path, tiny_cfg, variant):
-    from model.vocab import SPECIALS, Vocab
+    from model.engine.vocab import SPECIALS, Vocab
     model = _random_model(tiny_cfg, **VARIANTS[variant])
     v = Vocab(list(SPECIALS) + [f"w{i}" for i in range(tiny_cfg.src_vocab_size - 4)])
     lm = load_checkpoint(save_checkpoint(tmp_path / "ck", model, v, v, "de", "en", dtype=torch.float32))
@@ -201,7 +201,7 @@ def test_config_round_trips_through_a_checkpoint(tmp_path, tiny_cfg, variant):
 
 
 def test_an_unknown_activation_in_a_checkpoint_is_a_clear_error(tmp_path, tiny_model):
-    from model.vocab import SPECIALS, Vocab
+    from model.engine.vocab import SPECIALS, Vocab
     v = Vocab(list(SPECIALS) + [f"w{i}" for i in range(tiny_model.cfg.src_vocab_size - 4)])
     path = save_checkpoint(tmp_path / "ck", tiny_model, v, v, "de", "en")
     meta = json.loads((path / "config.json").read_text())

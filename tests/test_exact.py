@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from model.attribution import IG_ATOL, IG_RTOL, attribute, integrated_gradients
-from model.checkpoint import load_checkpoint
-from model.computation import Computation, force
-from model.decoding import DecodeOptions, translate
+from model.analysis.attribution import IG_ATOL, IG_RTOL, attribute, integrated_gradients
+from model.analysis.computation import Computation, force
+from model.engine.decoding import DecodeOptions, translate
+from model.families.ours import load_checkpoint
 from ui import inside
 from ui.payload import numbers
 from tests.app_fixtures import launch, make_checkpoint

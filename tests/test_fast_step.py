@@ -1,7 +1,8 @@
 """The lean cached decode step (no hooks) computes what the decoder layers compute."""
 import torch
 
-from model.transformer import BOS_ID, KVCache
+from model.engine.config import BOS_ID
+from model.engine.transformer import KVCache
 
 
 def _run_steps(model, src, tokens, force_modules: bool):

@@ -23,14 +23,14 @@ import torch
 from gradio_client import Client
 
 import app
-from model.checkpoint import load_checkpoint
-from model.decoding import DecodeOptions
-from model.hooks import HookPoint
+from model.engine.decoding import DecodeOptions
+from model.engine.hooks import HookPoint
+from model.families.ours import load_checkpoint
 from tests.app_fixtures import free_port, launch, make_checkpoint, wait_ready
-from model import decoding
+from model.engine import decoding
 from ui import present
 from ui import payload
-from model import checkpoint
+from model.families import ours as checkpoint
 from ui import calls
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,15 +12,16 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from model import analysis as an
-from model import readouts
-from model.names import ATTN_KINDS
+from model.analysis import profiles as an
+from model.analysis import readouts
+from model.engine.beams import beam_tree
+from model.engine.names import ATTN_KINDS
 from viz import alignment as v_align
 from viz import beam as v_beam
 from viz import pair as v_pair
 from viz import profiles as v_prof
 from viz import rollout as v_roll
-from model import decoding
+from model.engine import decoding
 from ui import payload
 from tests.app_fixtures import all_strings
 analysis = an
@@ -100,7 +101,7 @@ def fake_beam():
 
 def test_beam_tree_by_hand():
     steps, finished = fake_beam()
-    tree = an.beam_tree(steps, finished)
+    tree = beam_tree(steps, finished)
     nodes = tree.nodes
     assert len(nodes) == 1 + 4 + 3
     a, b, c, d = nodes[1:5]
@@ -112,7 +113,7 @@ def test_beam_tree_by_hand():
     assert b.status == d.status == "finished"  # on the path of a finished (losing) hypothesis
     short = nodes[tree.finished[1]]
     assert short.parent == a.id and short.status == "finished"
-    y = an.tree_layout(nodes)
+    y = v_beam.tree_layout(nodes)
     assert len(y) == len(nodes) and sorted(y[n] for n in tree.finished) == [0.0, 1.0, 2.0]
     for n in nodes:
         n.token = f"t{n.token_id}"
@@ -127,7 +128,7 @@ def test_beam_tree_marks_pruned_branches():
     steps = [NS(parents=[0, 0], tokens=[4, 5], scores=[-0.1, -0.5]),
              NS(parents=[0], tokens=[6], scores=[-0.3])]
     finished = [NS(ids=[4, 6, 3], score=-0.4, normalized=-0.3, step=2, beam_index=0)]
-    tree = an.beam_tree(steps, finished)
+    tree = beam_tree(steps, finished)
     statuses = {n.token_id: n.status for n in tree.nodes[1:]}
     assert statuses[5] == "pruned" and statuses[4] == statuses[6] == "chosen"
 
@@ -173,7 +174,7 @@ def test_deep_link_round_trip():
 # --------------------------------------------------------------------------- on a tiny model
 
 def test_export_matches_live_trace(tiny_lm, tmp_path):
-    from model.decoding import DecodeOptions
+    from model.engine.decoding import DecodeOptions
     tr = decoding.translate(tiny_lm, "haus katze hund", DecodeOptions(max_len=6))
     npz, js = payload.write_export(tr, "de-en", tmp_path, tiny_lm, {"decoding": "greedy"})
     data = np.load(npz)
@@ -189,7 +190,7 @@ def test_export_matches_live_trace(tiny_lm, tmp_path):
 
 
 def test_beam_tree_and_hypothesis_on_tiny_model(tiny_lm):
-    from model.decoding import DecodeOptions
+    from model.engine.decoding import DecodeOptions
     tr = decoding.translate(tiny_lm, "haus katze hund", DecodeOptions(beam=3, max_len=6))
     tree = readouts.beam_tree_data(tiny_lm, tr)
     best = tree.nodes[tree.best]

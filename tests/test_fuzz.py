@@ -5,10 +5,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from model.checkpoint import LoadedModel
-from model.decoding import DecodeOptions, translate
-from model.transformer import Transformer, TransformerConfig
-from model.vocab import Vocab, tokenize
+from model.engine.config import TransformerConfig
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.loaded import LoadedModel
+from model.engine.transformer import Transformer
+from model.engine.vocab import Vocab, tokenize
 
 WORDS = {"de": "ein mann hund frau spielt im schnee . die der".split(),
          "en": "a man dog woman plays in the snow . the".split()}

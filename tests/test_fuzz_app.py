@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import app
-from model.transformer import ATTN_KINDS
-from model.vocab import tokenize
+from model.engine.transformer import ATTN_KINDS
+from model.engine.vocab import tokenize
 from tests.app_fixtures import SENTENCES, all_strings, make_checkpoint
 from viz.common import esc
 from ui import present
 from ui import payload
-from model import readouts
+from model.analysis import readouts
 from ui import calls
 from ui import state
 from ui import views

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from model.checkpoint import load_checkpoint
-from model.decoding import DecodeOptions, translate
-from model.guardrails import Repetition, RunCheck, check_run, repetition
+from model.analysis.guardrails import Repetition, RunCheck, check_run, repetition
+from model.engine.decoding import DecodeOptions, translate
+from model.families.ours import load_checkpoint
 from ui.present import run_notices
 
 ROOT = Path(__file__).resolve().parent.parent / "checkpoints"

@@ -6,10 +6,11 @@ import threading
 import pytest
 import torch
 
-from model.decoding import greedy_batch
-from model.hooks import HookPoint, capture, hook_names
-from model.masks import causal_mask, padding_mask, target_mask, to_ignore_mask
-from model.transformer import BOS_ID, EOS_ID, PAD_ID, Interventions, KVCache, sinusoidal_encoding
+from model.engine.config import BOS_ID, EOS_ID, PAD_ID, Interventions
+from model.engine.decoding import greedy_batch
+from model.engine.hooks import HookPoint, capture, hook_names
+from model.engine.masks import causal_mask, padding_mask, target_mask, to_ignore_mask
+from model.engine.transformer import KVCache, sinusoidal_encoding
 
 ATTN_HOOKS = ["hook_q", "hook_k", "hook_v", "hook_scores", "hook_mask", "hook_pattern", "hook_z", "hook_result"]
 FF_HOOKS = ["ff.hook_pre", "ff.hook_post"]
@@ -212,7 +213,7 @@ def test_sdpa_and_explicit_paths_agree(tiny_model, iv):
 def test_eval_mode_has_no_dropout_on_either_path(tiny_cfg):
     """Dropout configured but model in eval(): both paths deterministic and equal (SDPA gets dropout_p=0)."""
     from dataclasses import replace
-    from model.transformer import Transformer
+    from model.engine.transformer import Transformer
     torch.manual_seed(1)
     model = Transformer(replace(tiny_cfg, dropout=0.5, attn_dropout=0.5)).eval()
     src, tgt = batch()
@@ -227,7 +228,7 @@ def test_eval_mode_has_no_dropout_on_either_path(tiny_cfg):
 
 def test_explicit_path_only_when_capturing(tiny_model, monkeypatch):
     """No capture -> fused SDPA is called; capture -> it is not."""
-    import model.transformer as tr
+    import model.engine.transformer as tr
     calls = []
     real = tr.F.scaled_dot_product_attention
     monkeypatch.setattr(tr.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -360,7 +361,7 @@ def test_kind_is_typed_once_and_reads_as_its_string():
     import json
     import pickle
 
-    from model.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
+    from model.engine.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind, hook_name
     assert [Kind.of(k) for k in ("enc", "self", "cross")] == [ENC_SELF, DEC_SELF, CROSS]
     assert Kind.of("decoder.cross_attn") is CROSS and Kind.of(CROSS) is CROSS
     assert [(k.stack, k.module) for k in ATTN_KINDS] == [("encoder", "self_attn"), ("decoder", "self_attn"),
@@ -376,7 +377,7 @@ def test_kind_is_typed_once_and_reads_as_its_string():
 
 
 def test_trace_stack_is_every_layer_of_a_point(tiny_model):
-    from model.names import CROSS, DEC_SELF
+    from model.engine.names import CROSS, DEC_SELF
     src, tgt = batch()
     with capture(tiny_model) as trace:
         tiny_model(src, tgt)
@@ -390,7 +391,7 @@ def test_trace_stack_is_every_layer_of_a_point(tiny_model):
 
 
 def test_decoder_input_is_the_start_then_the_target_but_its_last():
-    from model.results import decoder_input
+    from model.engine.results import decoder_input
     assert decoder_input(BOS_ID, [7, 8, EOS_ID]) == [BOS_ID, 7, 8]
     assert decoder_input("<pad>", ["a", "b"]) == ["<pad>", "a"]  # any start token (Marian starts with <pad>)
     assert decoder_input(BOS_ID, []) == [BOS_ID]

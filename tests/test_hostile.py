@@ -19,11 +19,11 @@ import pytest
 
 from ui import calls, settings
 
-from model import decoding
+from model.engine import decoding
 from gradio_client import Client
 
 import app
-from model import checkpoint as ckpt_module
+from model.families import ours as ckpt_module
 from tests.app_fixtures import named, all_strings, launch, make_checkpoint
 from viz.common import esc
 from ui import present

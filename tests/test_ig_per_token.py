@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 import torch
 
-from model.attribution import IG_START, IG_TOKEN_RTOL, _log_prob, gradients
-from model.checkpoint import load_checkpoint
-from model.decoding import DecodeOptions, translate
-from model.results import decoder_input
-from model.transformer import Transformer
+from model.analysis.attribution import IG_START, IG_TOKEN_RTOL, _log_prob, gradients
+from model.families.ours import load_checkpoint
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.results import decoder_input
+from model.engine.transformer import Transformer
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 ROOT = Path(__file__).resolve().parent.parent
-# the repository's own data folder, the shared one beside the checkout, or beside a worktree's folder
-DATA = [ROOT / "data" / "multi30k", ROOT.parent / "shared" / "multi30k", ROOT.parent.parent / "shared" / "multi30k"]
+# the test texts shipped beside the checkpoints, else a Multi30k folder in the checkout or beside it
+DATA = [ROOT / "checkpoints" / "multi30k", ROOT / "data" / "multi30k", ROOT.parent / "shared" / "multi30k"]
 LONG_EN = ("A man in a blue shirt and a woman in a red dress are walking their two small dogs along the sandy beach "
            "near the old wooden pier at sunset while three children play football in the shallow waves nearby.")
 REF_PANELS, REF_NODES, REF_AGREE, REF_LEVELS = 256, 3, 2e-3, 14

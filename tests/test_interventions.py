@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from model.hooks import capture
-from model.transformer import (ATTN_KINDS, BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, Interventions,
-                               Kind, sinusoidal_encoding)
+from model.engine.config import BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, Interventions
+from model.engine.hooks import capture
+from model.engine.transformer import ATTN_KINDS, Kind, sinusoidal_encoding
 
 SRC = torch.tensor([[BOS_ID, 4, 5, 6, 7, 8, EOS_ID]])
 PADDED = torch.cat([SRC, torch.full((1, 3), PAD_ID)], 1)
@@ -163,7 +163,7 @@ def test_src_padding_mask_off_only_matters_with_padding(tiny_model):
 
 def test_interventions_reach_generation(tiny_lm):
     """The same options work on decoding: the recorded rows follow the intervention."""
-    from model.decoding import DecodeOptions, translate
+    from model.engine.decoding import DecodeOptions, translate
     opts = DecodeOptions(max_len=6, trace=True)
     tr = translate(tiny_lm, "haus katze hund", opts, Interventions(ablate_src_tokens={1}))
     for rec in tr.steps:
@@ -179,7 +179,7 @@ def test_interventions_reach_generation(tiny_lm):
 
 
 def _ablation_compare(tiny_lm, heads):
-    from model.decoding import DecodeOptions, full_trace, translate
+    from model.engine.decoding import DecodeOptions, full_trace, translate
     from ui.state import CompareRun
     iv = Interventions(ablate_heads=heads)
     opts = DecodeOptions(max_len=6, trace=True)

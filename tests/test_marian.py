@@ -17,10 +17,12 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # a development requirement: the reference
 
-from model.checkpoint import CheckpointError, load_all, load_checkpoint  # noqa: E402
-from model.decoding import DecodeOptions, beam_search, greedy_batch, translate  # noqa: E402
-from model.hooks import capture  # noqa: E402
-from model.marian import MarianVocab  # noqa: E402
+from model import families  # noqa: E402
+from model.engine.decoding import DecodeOptions, beam_search, greedy_batch, translate  # noqa: E402
+from model.engine.hooks import capture  # noqa: E402
+from model.families.catalog import ModelInfo  # noqa: E402
+from model.families.marian import MarianVocab  # noqa: E402
+from model.families.ours import CheckpointError, load_all, load_checkpoint, save_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DE = ["Ein Mädchen läuft über die Straße.", "Zwei Hunde spielen im Schnee!", "Der Mann kauft 3 Äpfel für 4,50 €.",
@@ -235,6 +237,17 @@ def test_translate_runs_every_capture_on_a_marian_model(lm):
 
 # --------------------------------------------------------------------------- loading and bad input
 
+def test_the_family_registry_tells_the_families_apart(marian_dir, lm, tiny_lm, tmp_path):
+    ours_dir = save_checkpoint(tmp_path / "ours", tiny_lm.model, tiny_lm.src_vocab, tiny_lm.tgt_vocab, "de", "en")
+    assert families.detect(marian_dir) is families.marian and families.detect(ours_dir) is families.ours
+    assert families.detect("Helsinki-NLP/opus-mt-xx-yy") is families.marian  # a Hub id is no folder
+    assert families.detect(tmp_path / "missing") is families.ours  # whose loader says what is missing
+    assert families.family_of(lm) is families.marian
+    assert families.family_of(load_checkpoint(ours_dir)) is families.ours
+    assert ModelInfo.of_loaded("x", lm).family == "OPUS-MT"
+    assert ModelInfo.of_loaded("y", tiny_lm).family == "ours"
+
+
 def _copy(marian_dir: Path, dest: Path) -> Path:
     shutil.copytree(marian_dir, dest)
     return dest
@@ -284,7 +297,7 @@ def test_bad_folders_get_a_clear_message_and_the_others_keep_loading(marian_dir,
     damage(d, how)
     with pytest.raises(CheckpointError, match=message):
         load_checkpoint(d)
-    from model.marian import MarianError, load_marian
+    from model.families.marian import MarianError, load_marian
     with pytest.raises(MarianError, match=message):
         load_marian(d)
     reg = load_all(root)
@@ -327,8 +340,8 @@ def test_hub_id_loads_from_a_prefilled_cache_offline(marian_dir, lm, tmp_path):
 # --------------------------------------------------------------------------- the views on a post-norm model
 
 def test_views_derived_for_pre_norm_use_their_post_norm_forms_and_the_others_stay_true(lm):
-    from model.attribution import alti_matrices
-    from model.computation import Computation, force
+    from model.analysis.attribution import alti_matrices
+    from model.analysis.computation import Computation, force
     fo = force(lm, PROBES[0], EN[0])
     tr = fo.translation
     assert tr.src_ids[-1] == lm.model.cfg.eos_id and tr.decoder_input_tokens[0] == "<pad>"

@@ -1,4 +1,4 @@
-"""Activation patching between a clean run A and a corrupted run B (model.patching), on a tiny random model
+"""Activation patching between a clean run A and a corrupted run B (model.analysis.patching), on a tiny random model
 in float64, checked against the model's own forward with hand-written hooks."""
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from model import patching as P
-from model.hooks import capture
-from model.names import CROSS, DEC_SELF, ENC_SELF, hook_name
-from model.results import decoder_input
-from model.transformer import Interventions
+from model.analysis import patching as P
+from model.analysis import patching_bench as PB
+from model.engine.config import Interventions
+from model.engine.hooks import capture
+from model.engine.names import CROSS, DEC_SELF, ENC_SELF, hook_name
+from model.engine.results import decoder_input
 
 SRC_A = (2, 5, 6, 7, 8, 3)
 SRC_B = (2, 8, 6, 7, 5, 3)     # two words swapped: the same length
@@ -229,18 +230,18 @@ def test_position_scan_equals_one_by_one_patches(model):
 
 def test_patch_bench_from_texts(tiny_lm):
     tiny_lm.model.double()
-    req = P.PatchRequest("hund ball katze", "katze ball hund", scan="heads", kind="cross", step=0)
-    bench = P.patch_bench(tiny_lm, req)
+    req = PB.PatchRequest("hund ball katze", "katze ball hund", scan="heads", kind="cross", step=0)
+    bench = PB.patch_bench(tiny_lm, req)
     assert bench.scan is not None and bench.scan.values.shape == (2, 4) and bench.result is None
     assert bench.src_a_tokens == ("<bos>", "hund", "ball", "katze", "<eos>")
-    one = P.patch_bench(tiny_lm, replace(req, scan="none", site="resid", part="encoder", layer=1, positions=None))
+    one = PB.patch_bench(tiny_lm, replace(req, scan="none", site="resid", part="encoder", layer=1, positions=None))
     assert one.result.patch == P.Patch("resid", 1, part="encoder")
     assert one.result.clean != pytest.approx(one.result.corrupted, abs=1e-6)
     # B's final encoder states replaced by A's: B's decoder reads A's source
     assert one.result.patched == pytest.approx(one.result.clean, abs=1e-9)
     assert bench.setup.target == bench.setup.output[0]
     with pytest.raises(P.PatchError, match="not a single token"):
-        P.patch_bench(tiny_lm, P.PatchRequest("hund", "katze", foil="zebra"))
+        PB.patch_bench(tiny_lm, PB.PatchRequest("hund", "katze", foil="zebra"))
 
 
 # ---------------------------------------------------------------------------- figures (viz.patching)
@@ -293,11 +294,11 @@ A_TEXT, B_TEXT = "Ein Mann liest ein Buch.", "Ein Buch liest ein Mann."
 
 
 def test_api_patch_matches_the_engine(app):
-    from model.checkpoint import load_checkpoint
+    from model.families.ours import load_checkpoint
     client, path = app
     out = client.predict(A_TEXT, B_TEXT, "de-en", "z", "cross", 1, 2, api_name="/patch")
     lm = load_checkpoint(path)
-    want = P.patch_bench(lm, P.PatchRequest(A_TEXT, B_TEXT, site="z", kind="decoder.cross_attn", layer=1, head=2))
+    want = PB.patch_bench(lm, PB.PatchRequest(A_TEXT, B_TEXT, site="z", kind="decoder.cross_attn", layer=1, head=2))
     assert out["ablation"] == "patch" and "run A" in out["ablation_note"] and out["metric"] == "prob"
     assert out["result"]["patched_where"] == want.result.patch.describe()
     for key in ("clean", "corrupted"):
@@ -324,8 +325,8 @@ def test_api_patch_refuses_mismatched_lengths_clearly(app):
 
 
 def test_the_pair_decoded_in_one_batch_equals_two_greedy_decodes(tiny_lm):
-    from model.decoding import DecodeOptions, translate
-    a, b = P.decode_pair(tiny_lm, "hund ball katze rot", "katze")
+    from model.engine.decoding import DecodeOptions, translate
+    a, b = PB.decode_pair(tiny_lm, "hund ball katze rot", "katze")
     for run, text in ((a, "hund ball katze rot"), (b, "katze")):
         tr = translate(tiny_lm, text, DecodeOptions(record=False, replace_unk=False, trace=False))
         assert run.output_ids == tuple(tr.output_ids) and run.src_ids == tuple(tr.src_ids) and run.text == tr.text

@@ -7,10 +7,10 @@ import torch
 
 pytest.importorskip("transformers")
 
-from model.attribution import _shares, alti_matrices, attention_block, attribute, cross_norms  # noqa: E402
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.computation import Computation, force  # noqa: E402
-from model.postnorm import SUBLAYERS, layer_norm64, ln_linear  # noqa: E402
+from model.analysis.attribution import _shares, alti_matrices, attention_block, attribute, cross_norms  # noqa: E402
+from model.analysis.computation import Computation, force  # noqa: E402
+from model.analysis.postnorm import SUBLAYERS, layer_norm64, ln_linear  # noqa: E402
+from model.families.ours import load_checkpoint  # noqa: E402
 from tests.test_marian import EN, PROBES, build_marian  # noqa: E402
 
 
@@ -135,7 +135,7 @@ def test_post_ln_alti_equals_a_brute_force_computation(comp, lm, forced):
     # the LayerNorm matters: the pre-norm formula (no norm) gives other shares on this model
     d = attention_block(comp, "encoder.self_attn", 0)
     x = comp.get("resid_pre", "encoder", 0)[0].double()
-    from model.attribution import _token_terms
+    from model.analysis.attribution import _token_terms
     terms, y = _token_terms(comp, "encoder.self_attn", 0)
     terms[torch.arange(len(x)), torch.arange(len(x))] += x
     assert not np.allclose(_shares(terms, y + x).numpy(), _shares(d.terms, d.output).numpy(), atol=1e-3)
@@ -193,7 +193,7 @@ def test_logit_lens_is_the_models_own_mapping_layer_by_layer(lm, marian_dir, for
 
 
 def test_the_positional_views_name_marians_sin_then_cos_halves(lm):
-    from model.checkpoint import Registry
+    from model.families.ours import Registry
     from ui import views
     reg = Registry(models={"de-en": lm}, pe={"de-en": lm.model.encoder.pe.detach().numpy().copy()})
     heat, curves, _, compared = views.positional_figures(reg, "de-en", 16, "0, 1, 20")
@@ -222,7 +222,7 @@ def test_one_heads_norm_view_says_it_is_the_attention_term_alone(lm, forced):
 
 
 def test_ablated_heads_add_nothing_to_the_decompositions(lm):
-    from model.transformer import Interventions
+    from model.engine.config import Interventions
     iv = Interventions(ablate_heads=frozenset({("encoder.self_attn", 0, 1), ("decoder.cross_attn", 1, 0)}))
     tr = force(lm, PROBES[1], EN[1], iv).translation
     comp = Computation(tr.trace, lm.model, tr.interventions)

@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from model import batching
-from model.analysis import beam_tree
-from model.batching import MicroBatcher, translate_many
-from model.checkpoint import LoadedModel
-from model.decoding import DecodeOptions, source_ids, translate
-from model.transformer import EOS_ID, NO_INTERVENTION, Interventions, Transformer
-from model.vocab import SPECIALS, Vocab
+from model.engine import batching
+from model.engine.batching import MicroBatcher, translate_many
+from model.engine.beams import beam_tree
+from model.engine.config import EOS_ID, NO_INTERVENTION, Interventions
+from model.engine.decoding import DecodeOptions, source_ids, translate
+from model.engine.loaded import LoadedModel
+from model.engine.transformer import Transformer
+from model.engine.vocab import SPECIALS, Vocab
 from tests.conftest import WORDS
 
 TEXTS = ["katze", "hund baum rot blau gross klein haus", "auto ball", "rot rot blau", "haus katze hund baum auto"]

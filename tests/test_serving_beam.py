@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from model import batching, decoding
-from model.decoding import DecodeOptions
+from model.engine import batching, decoding
+from model.engine.decoding import DecodeOptions
 from tests.app_fixtures import make_checkpoint
 from tests.test_serving_batching import assert_same_beam, assert_same_run
 from ui import calls

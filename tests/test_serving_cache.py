@@ -7,9 +7,9 @@ import threading
 import numpy as np
 import pytest
 
-from model import decoding
-from model.decoding import DecodeOptions
-from model.transformer import NO_INTERVENTION, Interventions
+from model.engine import decoding
+from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.decoding import DecodeOptions
 from tests.app_fixtures import make_checkpoint
 from tests.test_serving_batching import assert_same_run
 from ui import calls

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from model.checkpoint import find_checkpoints, load_checkpoint
-from model.decoding import DecodeOptions, translate
-from model.transformer import TransformerConfig
+from model.engine.config import TransformerConfig
+from model.engine.decoding import DecodeOptions, translate
+from model.families.ours import find_checkpoints, load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 SHIPPED = find_checkpoints(ROOT)
@@ -68,7 +68,7 @@ def test_shipped_card_matches_checkpoint(path):
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_header_names_the_headline_metric_in_words(path):
-    from model.checkpoint import headline_bleu
+    from model.families.catalog import headline_bleu
     lm = load_checkpoint(path)
     tok = lm.metrics["bleu"]["test_2016_flickr"][f"beam{lm.metrics['beam']}"]["tokenized"]["bleu"]
     assert headline_bleu(lm.metrics) == (tok, f"test, beam {lm.metrics['beam']}, tokenized lowercased")
@@ -77,7 +77,7 @@ def test_header_names_the_headline_metric_in_words(path):
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_word_order_preset_changes_the_translation(path):
     """The preset's sentence: switching the positional encoding off changes the greedy translation."""
-    from model.transformer import Interventions
+    from model.engine.config import Interventions
     from ui.payload import WORD_ORDER
     lm = load_checkpoint(path)
     demo = WORD_ORDER[lm.name]

@@ -7,7 +7,7 @@ from urllib.parse import parse_qsl, urlsplit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.transformer import ATTN_KINDS
+from model.engine.transformer import ATTN_KINDS
 from ui.settings import MAX_BEAM, MAX_OUTPUT_TOKENS
 from ui.state import (SCALES, SUBVIEWS, UNITS, VIEWS, ModelShape, RunInputs, Selection, Toggles, from_query,
                       link_url)

@@ -12,16 +12,17 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from model.analysis import pool_words
-from model.bleu import moses_tokenize, tokenized_bleu
-from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from model.decoding import DecodeOptions, translate, translate_batch
-from model.transformer import Transformer, TransformerConfig
-from model.vocab import SubwordVocab, tokenize, tokenize_corpus
+from model.engine.config import TransformerConfig
+from model.engine.decoding import DecodeOptions, translate, translate_batch
+from model.engine.results import pool_words
+from model.engine.transformer import Transformer
+from model.engine.vocab import SubwordVocab, tokenize, tokenize_corpus
+from model.families.ours import CheckpointError, load_checkpoint, save_checkpoint
+from model.training.bleu import moses_tokenize, tokenized_bleu
 from tests.app_fixtures import SENTENCES, make_checkpoint
-from model import decoding
+from model.engine import decoding
 from ui import payload
-from model import analysis, readouts
+from model.analysis import profiles as analysis, readouts
 from ui import state
 from ui import views
 
@@ -145,7 +146,7 @@ def write_tiny_data(root: Path) -> Path:
 
 
 def test_prepare_then_train_without_spacy(tmp_path):
-    from model.prepare import main as prepare_main
+    from model.training.prepare import main as prepare_main
     data = write_tiny_data(tmp_path)
     prep = tmp_path / "prep"
     assert prepare_main(["--langs", "de", "en", "--data", str(data), "--out", str(prep), "--vocab-size", "400"]) == 0
@@ -221,7 +222,7 @@ def test_attention_view_reads_as_words_by_default(tmp_path, sv):
 
 def test_norm_weights_and_attribution_follow_the_units(tmp_path, sv):
     """Computation's attention-like views pool pieces into words when Units says words."""
-    from model.attribution import attribute
+    from model.analysis.attribution import attribute
     from ui import inside
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(max_len=5))
@@ -239,7 +240,7 @@ def test_norm_weights_and_attribution_follow_the_units(tmp_path, sv):
 
 def test_compare_and_profiles_read_as_words(tmp_path, sv):
     """Compare maps and head profiles of a subword model are over words; rows still sum to 1."""
-    from model.transformer import Interventions
+    from model.engine.config import Interventions
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     text = "Ein Feuerwehrmann fährt."
     base = translate(lm, text, DecodeOptions(max_len=5))

@@ -8,8 +8,8 @@ from dataclasses import fields, replace
 
 import pytest
 
-from model.decoding import DecodeOptions, translate
-from model.transformer import CROSS, ENC_SELF
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.transformer import CROSS, ENC_SELF
 from ui.state import SUBVIEWS, Run, Selection
 from ui.views import REGISTRY, stamp_of
 
@@ -78,7 +78,7 @@ def test_a_changed_field_changes_what_is_drawn(name, run, tiny_lm):
 
 
 def test_an_export_says_what_kind_of_run_it_holds(tiny_lm):
-    from model.computation import force
+    from model.analysis.computation import force
     from ui.sections.analysis import run_settings
     from ui.state import RunInputs
     tr = translate(tiny_lm, "haus katze hund", DecodeOptions(max_len=6))
@@ -97,7 +97,7 @@ def test_an_export_says_what_kind_of_run_it_holds(tiny_lm):
 def test_forced_decoding_is_drawn_from_the_run_it_shows(tiny_lm):
     """Computation → Forced decoding is a registered view drawn from (run, selection) alone: a forced run's
     readout, and for any other run (a later Translate) the hint, never the previous forced run's."""
-    from model.computation import force
+    from model.analysis.computation import force
     from ui.state import RunInputs
     spec = REGISTRY["computation/forced"]
     forced = force(tiny_lm, "haus katze hund", "katze hund")

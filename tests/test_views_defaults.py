@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from model.decoding import DecodeOptions, translate
-from model.transformer import CROSS, DEC_SELF, ENC_SELF
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.transformer import CROSS, DEC_SELF, ENC_SELF
 from ui import inside, views
 from ui.state import Run
 
@@ -36,7 +36,7 @@ def test_logit_lens_says_why_layer_0_names_its_input(run, tiny_lm):
 
 
 def test_changing_direction_says_translate_is_needed(tiny_lm):
-    from model.checkpoint import Registry
+    from model.families.ours import Registry
     from ui.present import direction_hint
     reg = Registry({"de-en": tiny_lm, "en-de": tiny_lm})
     hint = direction_hint("de-en", "en-de", reg)

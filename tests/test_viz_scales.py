@@ -76,7 +76,7 @@ def test_thumbnails_name_tokens_and_outline_the_selected_head():
 
 def test_about_names_directions_without_stray_escapes_or_a_fixed_port(tiny_lm):
     import dataclasses
-    from model.checkpoint import Registry
+    from model.families.ours import Registry
     from ui.sections.about import about_markdown
     lm = dataclasses.replace(tiny_lm, metrics={"bleu": 1.0}) if dataclasses.is_dataclass(tiny_lm) else tiny_lm
     if not dataclasses.is_dataclass(tiny_lm):

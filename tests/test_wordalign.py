@@ -15,19 +15,21 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from model.align_heads import (HeadRanking, _Item, heads_path, load_ranking, rank_heads, ranking_for, save_ranking,
-                               sentence_counts, sha256)
-from model.alignment import Counts, Reference, counts_of, parse_pharaoh, read_pharaoh, score, score_corpus
-from model.checkpoint import WEIGHTS, find_checkpoints, load_checkpoint
-from model.vocab import tokenize
-from model.wordalign import align_corpus, build_references, grow_diag_final_and, symmetrise, transpose
+from model.analysis.alignment.heads import (HeadRanking, _Item, heads_path, load_ranking, rank_heads, ranking_for,
+                                            save_ranking, sentence_counts, sha256)
+from model.analysis.alignment.reference import (Counts, Reference, counts_of, parse_pharaoh, read_pharaoh, score,
+                                                score_corpus)
+from model.analysis.alignment.wordalign import (align_corpus, build_references, grow_diag_final_and, symmetrise,
+                                                transpose)
+from model.engine.vocab import tokenize
+from model.families.ours import WEIGHTS, find_checkpoints, load_checkpoint
 from viz.align_rank import aer_grid
 
 from .app_fixtures import SENTENCES, launch, make_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints" / "alignments"
-DATA = ROOT.parent / "shared" / "multi30k"
+DATA = ROOT / "checkpoints" / "multi30k"  # the validation texts ship with the app
 
 
 # --------------------------------------------------------------------------- metrics
@@ -58,7 +60,7 @@ def test_corpus_scores_sum_counts_before_dividing():
 
 
 def test_pharaoh_lines_round_trip_and_transpose():
-    from model.alignment import format_pharaoh
+    from model.analysis.alignment.reference import format_pharaoh
     ref = parse_pharaoh("2-0 0-1 1?1 3?2")
     assert parse_pharaoh(format_pharaoh(ref)) == ref
     assert transpose(transpose(ref)) == ref
@@ -139,7 +141,6 @@ def _val(lang: str) -> list[str]:
         return f.read().splitlines()
 
 
-@pytest.mark.skipif(not (DATA / "val.de.gz").is_file(), reason="Multi30k's val files are not beside the repository")
 @pytest.mark.parametrize("path", sorted(SHIPPED.glob("*.val.align")), ids=lambda p: p.name)
 def test_the_shipped_reference_covers_the_validation_set(path):
     src, tgt = path.name.split(".")[0].split("-")
@@ -229,7 +230,7 @@ def test_a_current_shipped_ranking_is_read_and_a_stale_one_recomputed(tmp_path):
     _write_corpus(data, {"val": {"de": SENTENCES["de"], "en": SENTENCES["en"]}})
     refs = align_corpus([tokenize(s, "de") for s in SENTENCES["de"]], [tokenize(t, "en") for t in SENTENCES["en"]])
     align.mkdir()
-    from model.alignment import write_pharaoh
+    from model.analysis.alignment.reference import write_pharaoh
     write_pharaoh(align / "de-en.val.align", refs)
     fresh = ranking_for(lm, align, [data])
     marked = HeadRanking(**{**fresh.__dict__, "seconds": 12345.0})
@@ -257,7 +258,7 @@ def test_the_aer_grid_figure_opens_heads_only():
 def aligned_app(tmp_path_factory, **checkpoint):
     """The app on a tiny de-en checkpoint with a reference alignment of the validation sentences (made by our
     aligner) and those sentences as Multi30k's val files; yields (demo, url, root)."""
-    from model.alignment import write_pharaoh
+    from model.analysis.alignment.reference import write_pharaoh
     from ui import calls
     root = tmp_path_factory.mktemp("align-ckpts")
     make_checkpoint(root / "de-en", "de", "en", seed=0, **checkpoint)
@@ -293,3 +294,17 @@ def test_alignment_heads_endpoint(client, server):
     assert {"output", "shift", "best", "precision"} <= set(out["ranking"][0]) | set(out["ranking"][0]["output"])
     with pytest.raises(Exception, match="Unknown direction"):
         client.predict("xx-yy", api_name="/alignment_heads")
+
+
+def test_a_sentence_that_cannot_be_ranked_leaves_the_whole_ranking_on_screen(server):
+    from ui import calls
+    from ui.align_heads import show
+    demo = server[0]
+    key = next(k for k, r in calls.REGISTRIES.items() if r is demo.registry)
+    md, fig, rows = show(key, demo.registry, None, "de-en", "")
+    for typed in ("9999", "seven"):
+        bad_md, bad_fig, bad_rows = show(key, demo.registry, None, "de-en", typed)
+        assert bad_md.startswith("⚠️") and "whole set" in bad_md and md in bad_md
+        assert bad_rows == rows and bad_fig.to_dict() == fig.to_dict()
+    one_md, _, one_rows = show(key, demo.registry, None, "de-en", "1")
+    assert "validation sentence 1" in one_md and one_rows != rows

@@ -12,9 +12,9 @@ from gradio_client import Client
 
 pytest.importorskip("transformers")  # builds the tiny random Marian folder (a development requirement)
 
-from model.catalog import ModelInfo, ModelStore  # noqa: E402
-from model.checkpoint import Registry  # noqa: E402
-from model.transformer import TransformerConfig  # noqa: E402
+from model.engine.config import TransformerConfig  # noqa: E402
+from model.families.catalog import ModelInfo, ModelStore  # noqa: E402
+from model.families.ours import Registry  # noqa: E402
 from tests.app_fixtures import app_process, free_port, make_checkpoint  # noqa: E402
 from tests.test_marian import build_marian  # noqa: E402
 from tests.test_zerogpu import EMULATION, ROOT, logged  # noqa: E402

@@ -14,10 +14,10 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 
-from model.align_heads import HeadRanking, ranking_for
-from model.align_sentence import ValReference, sentence_ranking, val_reference
-from model.alignment import reference_path
-from model.names import CROSS
+from model.analysis.alignment.heads import HeadRanking, ranking_for
+from model.analysis.alignment.reference import reference_path
+from model.analysis.alignment.sentence import ValReference, sentence_ranking, val_reference
+from model.engine.names import CROSS
 from viz.align_rank import aer_grid
 
 from . import calls, views
@@ -138,15 +138,20 @@ def show(reg_key: str, reg, run, name, sentence=None) -> tuple:
     problem = no_model_message(reg, name)
     if problem:
         return f"⚠️ {problem}", views.message_figure(problem), None
+    note = ""
     try:
         index = parse_sentence(sentence)
         if index is not None:
             pair, r = gpu_sentence_ranking(reg_key, name, index)
             return ranking_markdown(r, pair), ranking_figure(r), ranking_rows(r)
+    except ValueError as e:
+        # a sentence that cannot be scored leaves the whole set's ranking on screen, not an empty one
+        note = f"⚠️ {md_escape(str(e))}. The whole set's ranking is shown.\n\n"
+    try:
         r = cached_ranking(reg_key, name)
     except ValueError as e:
-        return f"⚠️ {md_escape(str(e))}", views.message_figure("No alignment ranking for this model."), None
-    return ranking_markdown(r), ranking_figure(r), ranking_rows(r)
+        return f"{note}⚠️ {md_escape(str(e))}", views.message_figure("No alignment ranking for this model."), None
+    return note + ranking_markdown(r), ranking_figure(r), ranking_rows(r)
 
 
 def make_api(reg_key: str):

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model.align_heads import _specials
-from model.align_sentence import find_val_pair
-from model.vocab import tokenize
+from model.analysis.alignment.heads import _specials
+from model.analysis.alignment.sentence import find_val_pair
+from model.engine.vocab import tokenize
 
 from . import calls
 from .state import Run
 
 NOT_FORCED = ("no reference links: they are drawn when the current run is a validation sentence teacher-forced "
-              "on its reference (Computation → Forced decoding)")
+              "on its reference (Computation → Forced decoding: pick a validation pair)")
 
 
 @dataclass(frozen=True)

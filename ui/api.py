@@ -6,23 +6,24 @@ from dataclasses import asdict
 
 import gradio as gr
 
-from model.branching import branch_of, parse_prefix
-from model.contrast import resolve_foil
+from model.analysis.contrast import resolve_foil
+from model.engine.branching import branch_of, parse_prefix
 from pathlib import Path
 
-from model import catalog
-from model.checkpoint import CheckpointError
-from model.decoding import DecodeOptions
-from model.names import CROSS, Kind
-from model.transformer import PreNormOnly
+from model.engine.config import PreNormOnly
+from model.engine.decoding import DecodeOptions
+from model.engine.names import CROSS, Kind
+from model.families import catalog
+from model.families.ours import CheckpointError
 
-from model.patching import PatchRequest
+from model.analysis.patching_bench import PatchRequest
 
 from . import calls, contrast, patching
 from .inside import attribution_payload
 from .payload import attention_mask, numbers, to_json
-from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
 from .present import choice_label, clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
+from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
+from .trust import report_of, trust_payload
 
 log = logging.getLogger("attention-explorer")
 
@@ -84,17 +85,21 @@ class Api:
         (encoder_self, decoder_self, cross), each layers x heads x queries x keys, at the model's float32
         precision (`decimals`: round every number to that many places instead, 0-9, for a smaller answer).
         `attention_mask` gives, per kind, queries x keys booleans (True = attended, the same for every layer
-        and head): a masked cell has weight 0 and False there, a weight that is or rounds to 0 has True."""
+        and head): a masked cell has weight 0 and False there, a weight that is or rounds to 0 has True.
+        `trust`: the signals that say when not to trust the output (Seq-Logprob, the ALTI+ source share,
+        cross-attention on the end of the source, ignored source tokens, step entropy, the guardrails), each
+        with the percent of the model's validation translations it is worse than (docs/trust.md)."""
         name = _api_model(self.reg_key, direction)
         decimals = _decimals(decimals)
         text, notices = clean_input(text)
         if is_blank(text):
             return {"model": name, "translation": "", "src_tokens": [], "output_tokens": [], "steps": [],
-                    "attention": {}, "notices": notices + ["The input is empty: type a sentence to translate."]}
+                    "attention": {}, "notices": notices + ["The input is empty: type a sentence to translate."],
+                    "trust": None}
         opts = DecodeOptions(beam=_api_int(beam, "beam", 1, MAX_BEAM), max_len=_api_int(max_len, "max_len", 1, MAX_OUTPUT_TOKENS))
         tr = _run("translation", calls.gpu_translate, self.reg_key, name, text, opts)
         return to_json(tr, run_notices(tr, notices, self.reg.models[name]), name, lm=self.reg.models[name],
-                       decimals=decimals)
+                       decimals=decimals) | {"trust": trust_payload(report_of(self.reg_key, name, tr))}
 
     def compare(self, text: str, direction: str = "", beam: int = 1, max_len: int = 100, pad_to: int = 0,
                 src_padding_mask: bool = True, causal_mask: bool = True, positional_encoding: bool = True,
@@ -197,7 +202,8 @@ class Api:
         opts = DecodeOptions(beam=beam, max_len=_api_int(max_len, "max_len", 1, MAX_OUTPUT_TOKENS), prefix=ids)
         tr = _run("translation", calls.gpu_translate, self.reg_key, name, text, opts)
         b = branch_of(lm, tr, beam)
-        return to_json(tr, run_notices(tr, notices, lm), name, lm=lm, decimals=decimals) | {"branch": {
+        return to_json(tr, run_notices(tr, notices, lm), name, lm=lm, decimals=decimals) | {
+            "trust": trust_payload(report_of(self.reg_key, name, tr)), "branch": {
             "prefix_ids": list(b.prefix_ids), "prefix_tokens": list(b.prefix_tokens), "prefix_len": tr.prefix_len,
             "forced_steps": list(range(tr.prefix_len)), "then": b.then, "description": b.description}}
 

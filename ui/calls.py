@@ -7,6 +7,7 @@ torch; this module only looks it up.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -18,19 +19,20 @@ import threading
 import time
 from pathlib import Path
 
-from model import decoding
-from model.analysis import ProfileRow
-from model.batching import MicroBatcher, batchable, translate_many
-from model.readouts import average_head_profiles
-from model import catalog
-from model.checkpoint import CheckpointError, Registry, load_all
-from model.computation import Forced, force
-from model.contrast import Contrast, Foil, attribute_contrast
-from model.decoderlens import DecoderLens, decoder_lens
-from model.decoding import DecodeOptions, Translation, full_trace, hypothesis
-from model.hooks import Trace
-from model.patching import ActivationMeans, PatchBench, PatchRequest, patch_bench, validation_means
-from model.transformer import NO_INTERVENTION, Interventions
+from model.analysis.computation import Forced, force
+from model.analysis.contrast import Contrast, Foil, attribute_contrast
+from model.analysis.patching import ActivationMeans
+from model.analysis.patching_bench import PatchBench, PatchRequest, patch_bench, validation_means
+from model.analysis.profiles import ProfileRow
+from model.analysis.readouts import average_head_profiles
+from model.engine import decoding
+from model.engine.batching import MicroBatcher, batchable, translate_many
+from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.decoding import DecodeOptions, Translation, full_trace, hypothesis
+from model.engine.hooks import Trace
+from model.families import catalog
+from model.families.ours import CheckpointError, Registry, load_all
+from model.analysis.decoderlens import DecoderLens, decoder_lens
 
 from . import settings
 from .cache import ResultCache
@@ -91,9 +93,10 @@ def model_call(duration: int = 60, work: bool = False):
         @functools.wraps(fn)
         def call(reg_key: str, name: str, *args, **kwargs):
             REGISTRIES[reg_key].models[name]  # noqa: B018  loaded (or reloaded after eviction) here
-            if wrapped is not None and (work or gpu_calls_wrapped() or large_model(reg_key, name)):
-                return wrapped(reg_key, name, *args, **kwargs)
-            return fn(reg_key, name, *args, **kwargs)
+            with model_slot():
+                if wrapped is not None and (work or gpu_calls_wrapped() or large_model(reg_key, name)):
+                    return wrapped(reg_key, name, *args, **kwargs)
+                return fn(reg_key, name, *args, **kwargs)
         call.gpu = wrapped
         return call
     return deco
@@ -116,19 +119,50 @@ log = logging.getLogger(__name__)
 REGISTRIES: dict[str, Registry] = {}
 HERE = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = HERE / "checkpoints"
-DATA_DIRS = [HERE / "data" / "multi30k", HERE.parent / "shared" / "multi30k"]
+# Multi30k's validation and test texts ship with the app (never the training set), so a fresh clone or a
+# Space has what head profiles, the alignment ranking, the reference overlay and the examples read;
+# nothing outside the repository is consulted.
+DATA_DIRS = [DEFAULT_ROOT / "multi30k"]
 # Model calls share one lock: the queue's concurrency group already runs them one at a time; the
 # lock covers the start-up warm-up and anything called outside the queue (hooks are registered on
 # the shared model while a capture runs).
 MODEL_LOCK = threading.RLock()
 
 
+class ModelSlots:
+    """At most ATTN_MODEL_CONCURRENCY model calls at once. The page's events may run more at once than
+    that (ATTN_EVENT_CONCURRENCY): one answered from the result cache never waits for a model call. A
+    thread takes one slot however deeply its calls nest, always before MODEL_LOCK (one order: no deadlock)."""
+
+    def __init__(self, n: int):
+        self.n = max(1, int(n))
+        self._free = threading.BoundedSemaphore(self.n)
+        self._depth = threading.local()
+
+    @contextlib.contextmanager
+    def __call__(self):
+        depth = getattr(self._depth, "n", 0)
+        if depth == 0:
+            self._free.acquire()
+        self._depth.n = depth + 1
+        try:
+            yield
+        finally:
+            self._depth.n = depth
+            if depth == 0:
+                self._free.release()
+
+
+model_slot = ModelSlots(settings.read().model_concurrency)
+
+
 def _fresh_lock_in_child() -> None:
     """A forked GPU worker (ZeroGPU) inherits MODEL_LOCK as it was at the fork: held, if another thread of
     the server (or the batcher that asked for the call) had it, by a thread that does not exist there, and
     the real package runs the call on a new thread. The child's memory is its own: it needs a free lock."""
-    global MODEL_LOCK
+    global MODEL_LOCK, model_slot
     MODEL_LOCK = threading.RLock()
+    model_slot = ModelSlots(model_slot.n)
 
 
 os.register_at_fork(after_in_child=_fresh_lock_in_child)
@@ -140,8 +174,11 @@ RESULTS = ResultCache(settings.read().cache_mb * 2**20)
 def configure() -> None:
     """The result cache's bound and the batch size, from the settings (read when an app is built)."""
     s = settings.read()
+    global model_slot
     RESULTS.max_bytes = s.cache_mb * 2**20
     BATCHER.max_batch = s.batch_max
+    if model_slot.n != max(1, s.model_concurrency):
+        model_slot = ModelSlots(s.model_concurrency)
 
 
 def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
@@ -223,7 +260,8 @@ def _freeze(value):
 
 def _computed(gpu_fn, args, kwargs):
     log.info("cache miss: %s runs", gpu_fn.__name__)  # benchmarks count the model calls by it
-    return gpu_fn(*args, **kwargs)
+    with model_slot():  # a miss waits its turn here, before the batcher and MODEL_LOCK
+        return gpu_fn(*args, **kwargs)
 
 
 def cached(gpu_fn):
@@ -254,7 +292,7 @@ def gpu_translate_one(reg_key: str, name: str, text: str, opts: DecodeOptions,
 @model_call(duration=60)
 def gpu_translate_many(reg_key: str, name: str, texts: list[str], opts: DecodeOptions,
                        iv: Interventions = NO_INTERVENTION) -> list[Translation]:
-    """Decodes (greedy or beam) of several visitors' sentences as one batch (model.batching)."""
+    """Decodes (greedy or beam) of several visitors' sentences as one batch (model.engine.batching)."""
     with MODEL_LOCK:
         return translate_many(_lm(reg_key, name), texts, opts, iv)
 
@@ -281,7 +319,7 @@ def _decode(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Interve
 @cached
 def gpu_translate(reg_key: str, name: str, text: str, opts: DecodeOptions,
                   iv: Interventions = NO_INTERVENTION) -> Translation:
-    """One decode (greedy or beam): cached, and batched with other visitors' where model.batching allows."""
+    """One decode (greedy or beam): cached, and batched with other visitors' where model.engine.batching allows."""
     return _decode(reg_key, name, text, opts, iv)
 
 
@@ -365,7 +403,7 @@ def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[ProfileR
 @cached
 @model_call(duration=60)
 def gpu_patch_means(reg_key: str, name: str, sentences: tuple[str, ...], source: str) -> ActivationMeans:
-    """Mean activations of ``sentences`` for mean ablation (model.patching.validation_means)."""
+    """Mean activations of ``sentences`` for mean ablation (model.analysis.patching_bench.validation_means)."""
     with MODEL_LOCK:
         return validation_means(_lm(reg_key, name), list(sentences), source)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.attribution import METHODS
-from model.contrast import Contrast, Side, prefix_word_spans
+from model.analysis.attribution import METHODS
+from model.analysis.contrast import Contrast, Side, prefix_word_spans
 from viz.contrast import source_prefix_attribution
 
 from .inside import METHOD_LABELS

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from model.decoderlens import DecoderLens, LensLayer
-from model.decoding import DecodeOptions
-from model.names import CROSS
-from model.transformer import NO_INTERVENTION, Interventions
+from model.analysis.decoderlens import DecoderLens, LensLayer
+from model.engine.decoding import DecodeOptions
+from model.engine.names import CROSS
+from model.engine.config import NO_INTERVENTION, Interventions
 from viz import attention as va
 from viz.decoderlens import lens_figure
 

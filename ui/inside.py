@@ -1,14 +1,14 @@
 """Figures of the computation under a run (one head's arithmetic, the residual stream, the logit
 lens, attribution, forced decoding, the embedding steps), assembled with ``viz.computation`` from
-``model.computation`` readouts of the run's trace. No gradio here."""
+``model.analysis.computation`` readouts of the run's trace. No gradio here."""
 from __future__ import annotations
 
 import numpy as np
 
-from model.attribution import IG_MAX_STEPS, METHODS, Attribution
-from model.computation import Computation, Forced
-from model import analysis as an
-from model.transformer import ENC_SELF
+from model.analysis.attribution import IG_MAX_STEPS, METHODS, Attribution
+from model.analysis.computation import Computation, Forced
+from model.engine.results import pool_words
+from model.engine.transformer import ENC_SELF
 from viz import computation as vc
 from viz.common import message_figure, step_row_labels
 
@@ -97,7 +97,7 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str =
     notes = [] if lm.model.cfg.norm_first else [POST_NORM_HEAD_NOTE]
     if run.by_word(units):
         words, q, k = run.tr.attention_by_word(lm, kind)
-        pattern, norm = words[layer, head], an.pool_words(norm, *run.tr.word_spans(lm, kind))
+        pattern, norm = words[layer, head], pool_words(norm, *run.tr.word_spans(lm, kind))
         outputs, unit = run.out_words, "words"
         notes.append(unspaced_caption(q, k).removeprefix("; "))
     if kind != ENC_SELF:

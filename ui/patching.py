@@ -6,8 +6,9 @@ import re
 
 import numpy as np
 
-from model.decoding import DecodeOptions
-from model.patching import PatchBench, PatchError, PatchRequest
+from model.analysis.patching import PatchError
+from model.analysis.patching_bench import PatchBench, PatchRequest
+from model.engine.decoding import DecodeOptions
 from viz import patching as v_patch
 
 from . import calls

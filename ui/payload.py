@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from model.checkpoint import LoadedModel
-from model.data import head_lines
-from model.decoding import Translation
-from model.names import ATTN_KINDS
+from model.engine.data import head_lines
+from model.engine.decoding import Translation
+from model.engine.loaded import LoadedModel
+from model.engine.names import ATTN_KINDS
 
 from .present import KIND_JSON, describe_interventions
 
@@ -68,8 +68,9 @@ def to_json(tr: Translation, notices: list[str] | None = None, model: str | None
     return out
 
 
-def export_metadata(tr: Translation, model: str, lm: LoadedModel | None = None, settings: dict | None = None) -> dict:
-    """The JSON that goes with an export: tokens, settings, model id."""
+def export_metadata(tr: Translation, model: str, lm: LoadedModel | None = None, settings: dict | None = None,
+                    trust: dict | None = None) -> dict:
+    """The JSON that goes with an export: tokens, settings, model id, and the trust signals where given."""
     card = None
     if lm is not None:
         card = {"name": lm.name, "checkpoint": lm.path.name if lm.path else None,
@@ -80,11 +81,12 @@ def export_metadata(tr: Translation, model: str, lm: LoadedModel | None = None, 
             "translation": tr.text, "settings": dict(settings or {}),
             "interventions": describe_interventions(tr.interventions),
             "hooks": sorted(tr.trace.arrays()) if tr.trace is not None else [],
-            **(word_fields(lm, tr) if lm is not None else {})}
+            **(word_fields(lm, tr) if lm is not None else {}), **({"trust": trust} if trust is not None else {})}
 
 
 def write_export(tr: Translation, model: str, folder, lm: LoadedModel | None = None,
-                 settings: dict | None = None, extra: dict | None = None) -> tuple[Path, Path]:
+                 settings: dict | None = None, extra: dict | None = None, trust: dict | None = None
+                 ) -> tuple[Path, Path]:
     """``<folder>/attention-trace.npz`` (every tensor by hook name, plus ``extra`` arrays) and
     ``<folder>/attention-run.json``; returns both paths."""
     folder = Path(folder)
@@ -93,7 +95,7 @@ def write_export(tr: Translation, model: str, folder, lm: LoadedModel | None = N
         raise ValueError("the run holds no trace to export")
     npz, js = folder / "attention-trace.npz", folder / "attention-run.json"
     np.savez_compressed(npz, **tr.trace.arrays(), **(extra or {}))
-    js.write_text(json.dumps(export_metadata(tr, model, lm, settings), ensure_ascii=False, indent=1),
+    js.write_text(json.dumps(export_metadata(tr, model, lm, settings, trust), ensure_ascii=False, indent=1),
                   encoding="utf-8")
     return npz, js
 
@@ -183,15 +185,35 @@ def test_examples(lang: str, data_dirs, n: int = 3, max_chars: int = 90) -> list
     return found[0] if found else TEST_FALLBACK.get(lang, [])[:n]
 
 
-def reference_pairs(src_lang: str, tgt_lang: str, data_dirs, n: int = 12, max_chars: int = 90
-                    ) -> list[tuple[str, str]]:
-    """Up to ``n`` short (source, reference) pairs of the Multi30k test set (built-in ones if it is absent)."""
-    for d in data_dirs:
-        src = head_lines(Path(d) / f"test_2016_flickr.{src_lang}.gz", 4 * n + 200)
-        ref = head_lines(Path(d) / f"test_2016_flickr.{tgt_lang}.gz", 4 * n + 200)
-        if src and ref:
-            return [(s, r) for s, r in zip(src, ref) if s and r and len(s) <= max_chars][:n]
-    return list(zip(TEST_FALLBACK.get(src_lang, []), TEST_FALLBACK.get(tgt_lang, [])))[:n]
+@dataclass(frozen=True)
+class ReferencePair:
+    """A source sentence with its reference translation, and the Multi30k split it is from."""
+    split: str
+    source: str
+    reference: str
+
+    @property
+    def label(self) -> str:
+        # validation pairs have a reference word alignment, which Attention → Alignment draws after forcing
+        where = "validation" if self.split == "val" else "test"
+        return f"{where} · {self.source}  ⇒  {self.reference}"
+
+
+def reference_pairs(src_lang: str, tgt_lang: str, data_dirs, n: int = 12, max_chars: int = 90,
+                    splits=("val", "test_2016_flickr")) -> list[ReferencePair]:
+    """Up to ``n`` short (source, reference) pairs of each Multi30k split (built-in test pairs if none)."""
+    pairs = []
+    for split in splits:
+        for d in data_dirs:
+            src = head_lines(Path(d) / f"{split}.{src_lang}.gz", 4 * n + 200)
+            ref = head_lines(Path(d) / f"{split}.{tgt_lang}.gz", 4 * n + 200)
+            if src and ref:
+                pairs += [ReferencePair(split, s, r) for s, r in zip(src, ref) if s and r and len(s) <= max_chars][:n]
+                break
+    if pairs:
+        return pairs
+    return [ReferencePair("test_2016_flickr", s, r)
+            for s, r in zip(TEST_FALLBACK.get(src_lang, []), TEST_FALLBACK.get(tgt_lang, []))][:n]
 
 
 def validation_sentences(lang: str, data_dirs, n: int = 24, max_chars: int = 200) -> tuple[list[str], str]:

@@ -9,13 +9,15 @@ import unicodedata
 
 import numpy as np
 
-from model import catalog
-from model.checkpoint import LoadedModel, Registry, device_label
-from model.guardrails import check_run
-from model.decoding import Translation
-from model.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
-from model.transformer import Interventions
-from model.vocab import DROPPED_CATEGORIES, SPACED_CATEGORIES, SPECIALS, UNSPACED_NOTE, has_unspaced
+from model.analysis.guardrails import check_run
+from model.engine.config import Interventions
+from model.engine.decoding import Translation
+from model.engine.loaded import LoadedModel
+from model.engine.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
+from model.engine.vocab import DROPPED_CATEGORIES, SPACED_CATEGORIES, SPECIALS, UNSPACED_NOTE, has_unspaced
+from model.families import catalog
+from model.families.catalog import device_label
+from model.families.ours import Registry
 
 from viz.common import STEP_ROW_TITLE, step_row_labels
 
@@ -263,7 +265,7 @@ def header_markdown(reg: Registry) -> str:
                      f"vocab.json) under `{md_escape(reg.root)}` or point `ATTN_CHECKPOINTS` at them, then restart. "
                      "To train one: `python -m model.train --src de --tgt en --d-model 128 --heads 4 "
                      "--enc-layers 4 --dec-layers 4 --d-ff 512 --dropout 0.2 --lr 2e-3 --warmup 800` "
-                     "(see the README).")
+                     "(see docs/models.md).")
     return "\n\n".join(lines)
 
 
@@ -322,6 +324,8 @@ def run_bar(model: str, tr: Translation, reg: Registry, forced: bool = False) ->
     """The one line naming the current run, which every section shows."""
     lm = reg.models.get(model)
     arrow = f"{lm.src_lang}→{lm.tgt_lang}" if lm else model
+    if getattr(lm, "frame", None) is not None:  # a training frame: which update of its run
+        arrow = f"{arrow} at {lm.frame.label}"
     decoding = "greedy" if tr.beam is None else f"beam {max(len(s.tokens) for s in tr.beam.steps)}"
     decoding = "teacher-forced on a reference" if forced else decoding
     if tr.prefix_len and not forced:  # a branch: the start was forced, the model went on

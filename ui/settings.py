@@ -26,6 +26,10 @@ class Settings:
     # (bench.serving). With the models on a GPU (ATTN_DEVICE=cuda) set it to 8: the decodes (greedy or beam) of
     # the events in flight then share one batch, and on ZeroGPU one GPU call.
     model_concurrency: int = 1
+    # ATTN_EVENT_CONCURRENCY: the page's model events in flight. Only ATTN_MODEL_CONCURRENCY of them run the
+    # model at once (calls.model_slot); the others are answered from the result cache or wait there, so
+    # a class opening one link is not served one by one.
+    event_concurrency: int = 8
     # ATTN_TORCH_THREADS: torch threads on the CPU. Model calls run one at a time, and idle OpenMP workers
     # spinning between small ops take the CPU the web server needs (16 users on 2 cores: about 7-8 req/s
     # with 1 thread, 5.4 with 2).
@@ -83,6 +87,7 @@ def read(env=None) -> Settings:
                     zero_gpu=env.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true"),
                     checkpoints=env.get("ATTN_CHECKPOINTS", ""), queue_size=_int(env, "ATTN_QUEUE_SIZE", 64),
                     model_concurrency=_int(env, "ATTN_MODEL_CONCURRENCY", 1),
+                    event_concurrency=_int(env, "ATTN_EVENT_CONCURRENCY", 8),
                     torch_threads=_int(env, "ATTN_TORCH_THREADS", 1),
                     cache_mb=_int(env, "ATTN_CACHE_MB", 128, least=0), batch_max=_int(env, "ATTN_BATCH", 16),
                     models=_list(env, "ATTN_MODELS"), allow_any_model=_flag(env, "ATTN_ALLOW_ANY_MODEL"),

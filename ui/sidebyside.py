@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model import catalog
+from model.families import catalog
 
 from . import views
 from .present import md_escape

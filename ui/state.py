@@ -14,18 +14,19 @@ import uuid
 from dataclasses import dataclass, field, fields, replace
 from urllib.parse import urlencode
 
-from model.analysis import BeamTree
-from model.computation import Forced
-from model.decoding import Translation
-from model.hooks import Trace
-from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Interventions, canonical_kind
+from model.analysis.computation import Forced
+from model.engine.beams import BeamTree
+from model.engine.config import Interventions
+from model.engine.decoding import Translation
+from model.engine.hooks import Trace
+from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, canonical_kind
 
 # Sections and the sub-views (inner tabs) of each, in page order; "" is a section without sub-tabs.
 SUBVIEWS: dict[str, tuple[str, ...]] = {
     "translate": ("",), "attention": ("maps", "alignment", "rollout"), "generation": ("steps", "beam-tree"),
     "interventions": ("",), "computation": ("encodings", "inside", "residual", "lens", "attribution", "forced",
                                                        "decoderlens"),
-    "analysis": ("profiles", "pair", "export", "about", "sidebyside")}
+    "analysis": ("profiles", "pair", "export", "about", "sidebyside"), "learn": ("",)}
 SECTIONS = tuple(SUBVIEWS)
 VIEWS = ("grid", "head", "scores", "mean")
 SCALES = ("shared", "head")
@@ -364,7 +365,7 @@ def whatif_query(w: WhatIf) -> dict[str, str]:
 
 
 def _patch_link(r: _Reader, shape: ModelShape | None) -> PatchLink | None:
-    from model.patching import ABLATIONS, RESID_POINTS, SITES
+    from model.analysis.patching import ABLATIONS, RESID_POINTS, SITES
     a, b = (str(r.params.get(k) or "").strip() for k in ("pa", "pb"))
     if not any(k in r.params for k in _PATCH_KEYS):
         return None

@@ -12,12 +12,14 @@ from typing import Callable
 
 import numpy as np
 
-from model import analysis as an
-from model import catalog, readouts
-from model.checkpoint import Registry
-from model.decoding import mask_preview, not_padding
-from model.results import decoder_input
-from model.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION, Interventions
+from model.analysis import profiles as an
+from model.analysis import readouts
+from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.decoding import mask_preview, not_padding
+from model.engine.results import decoder_input, pool_words
+from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF
+from model.families import catalog
+from model.families.ours import Registry
 from viz import alignment as v_align
 from viz import attention as va
 from viz import beam as v_beam
@@ -65,7 +67,7 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None) -> KindView:
         attn, q, k = tr.attention_by_word(lm, kind, trace)
         q_tok, k_tok = tr.axes(kind)
         full = np.broadcast_to(tr.mask(kind, trace), (len(q_tok), len(k_tok))).astype(float)
-        mask = an.pool_words(full, *tr.word_spans(lm, kind)) > 0
+        mask = pool_words(full, *tr.word_spans(lm, kind)) > 0
         outputs, unit = run.out_words, "words"
         caption = unspaced_caption(q, k)
     else:
@@ -148,7 +150,7 @@ def step_figures(run: Run | None, t, head=None):
                         title=f"Top-{len(sv.topk_tokens)} next tokens at step {sv.t}")
     cross_w, src, over = sv.cross, tr.src_tokens, "the source"
     if run.src_spans is not None:  # subword model: a source word's weight is the sum over its pieces
-        cross_w = an.pool_words(cross_w[..., None, :], [[0]], run.src_spans)[..., 0, :]
+        cross_w = pool_words(cross_w[..., None, :], [[0]], run.src_spans)[..., 0, :]
         src, over = run.src_words, "the source words"
     h = None if head in (None, "", "mean") else clamp(head, cross_w.shape[1])
     weights = cross_w[-1].mean(0) if h is None else cross_w[-1, h]
@@ -322,8 +324,8 @@ def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
     roll, attr, src, out, dec_in = d.rollout, d.attribution, tr.src_tokens, tr.output_tokens, \
         tr.decoder_input_tokens
     if run.by_word(units):  # keys summed, queries averaged over a word's pieces
-        roll = an.pool_words(roll, run.src_spans, run.src_spans)
-        attr = an.pool_words(attr, run.out_spans, run.src_spans)
+        roll = pool_words(roll, run.src_spans, run.src_spans)
+        attr = pool_words(attr, run.out_spans, run.src_spans)
         src, out, dec_in = run.src_words, run.out_words, decoder_input("<bos>", run.out_words)
         which += "; pieces pooled into words" + unspaced_caption(src)
     rows, title = decoder_rows(dec_in, out)
@@ -347,7 +349,7 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
             "mean": "cross-attention, mean of every layer and head", "rollout": "rollout attribution"}[mode]
     src, out, dec_in = tr.src_tokens, tr.output_tokens, tr.decoder_input_tokens
     if run.by_word(units):  # keys summed, queries averaged over a word's pieces
-        w = an.pool_words(w, run.out_spans, run.src_spans)
+        w = pool_words(w, run.out_spans, run.src_spans)
         src, out, dec_in = run.src_words, run.out_words, decoder_input("<bos>", run.out_words)
         what += "; pieces pooled into words" + unspaced_caption(src, out)
     rows, title = decoder_rows(dec_in, out)
@@ -362,7 +364,7 @@ def beam_view_figure(view: BeamView | None):
     if view is None:
         return message_figure("Open this view after translating to see the beam search.")
     tree = view.tree
-    return v_beam.beam_tree_figure(tree.nodes, tree.y, length_penalty=tree.length_penalty,
+    return v_beam.beam_tree_figure(tree.nodes, v_beam.tree_layout(tree.nodes), length_penalty=tree.length_penalty,
                                    title=f"Beam search tree: {len(tree.nodes) - 1} hypotheses explored, "
                                          f"{len(tree.finished)} finished")
 
@@ -461,6 +463,7 @@ REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
     _spec("analysis", "export", ""),
     _spec("analysis", "about", ""),
     _spec("analysis", "sidebyside", "kind layer head units scale"),  # a second model's run: drawn by its section
+    _spec("learn", "", ""),    # its curves follow the run (a refresher); the head-forming map is on demand
 )}
 
 
@@ -483,7 +486,7 @@ def warm_up(reg_key: str) -> None:
     import logging
     import traceback
 
-    from model.decoding import DecodeOptions
+    from model.engine.decoding import DecodeOptions
 
     from . import calls
     from .payload import EVERYDAY

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 import plotly.graph_objects as go
 
 from .common import CHOSEN_COLOR, base_layout, esc, figure, short
@@ -31,6 +32,29 @@ class BeamNode(Protocol):
     rank_norm: int | None
     rank_raw: int | None
     text: str
+
+
+def tree_layout(nodes: Sequence[BeamNode]) -> list[float]:
+    """A y position per node: leaves in depth-first order, parents at the mean of their children."""
+    children: dict[int, list[int]] = {}
+    for n in nodes:
+        if n.parent is not None:
+            children.setdefault(n.parent, []).append(n.id)
+    y = [0.0] * len(nodes)
+    counter = [0]
+
+    def visit(i: int) -> float:  # iterative depth would be nicer; trees here are <= ~250 deep
+        kids = children.get(i, [])
+        if not kids:
+            y[i] = float(counter[0])
+            counter[0] += 1
+        else:
+            y[i] = float(np.mean([visit(k) for k in kids]))
+        return y[i]
+
+    if nodes:
+        visit(0)
+    return y
 
 
 def _step_label(nodes: Sequence[BeamNode], n: BeamNode, step_rows: bool) -> str:

@@ -267,7 +267,7 @@ def max_colorbar(zmax: float, what: str = "head") -> dict:
 
 
 def mask_array(mask, shape: tuple[int, ...]) -> np.ndarray:
-    """A boolean mask (True = attend, model/masks.py) broadcast to ``shape`` (..., queries, keys)."""
+    """A boolean mask (True = attend, model/engine/masks.py) broadcast to ``shape`` (..., queries, keys)."""
     m = np.asarray(mask, dtype=bool)
     while m.ndim > len(shape) and m.shape[0] == 1:
         m = m[0]

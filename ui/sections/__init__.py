@@ -10,8 +10,8 @@ from typing import Callable
 
 import gradio as gr
 
-from model import catalog
-from model.checkpoint import Registry
+from model.families import catalog
+from model.families.ours import Registry
 from viz.common import message_figure
 
 from ..state import SUBVIEWS, ModelShape, Run, Selection

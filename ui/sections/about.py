@@ -5,9 +5,9 @@ import html
 import json
 from dataclasses import asdict
 
-from model import catalog
-from model.checkpoint import Registry
-from model.hooks import hook_names
+from model.engine.hooks import hook_names
+from model.families import catalog
+from model.families.ours import Registry
 
 from ..present import direction_label, md_escape
 

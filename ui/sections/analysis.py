@@ -9,22 +9,22 @@ from pathlib import Path
 
 import gradio as gr
 
-from model import analysis as an
-from model import readouts
-from model.branching import describe
-from model.transformer import ENC_SELF
+from model.analysis import profiles as an
+from model.analysis import readouts
+from model.engine.branching import describe
+from model.engine.transformer import ENC_SELF
 from viz import export as v_export
 from viz import profiles as v_prof
 
-from .. import align_heads, calls, views, whatif
+from . import VIEW, Shell, layer_choices, head_choices as head_numbers, log, safe, sub_view, track_subtabs
+from . import interventions, patching, sidebyside
+from .. import align_heads, calls, trust, views, whatif
 from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
 from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, is_blank, md_escape,
                        no_model_message)
 from ..state import ModelShape, PairRun, Selection, link_url
-from . import VIEW, Shell, layer_choices, head_choices as head_numbers, log, safe, sub_view, track_subtabs
-from .bar import KIND_CHOICES
 from .about import about_markdown
-from . import interventions, patching, sidebyside
+from .bar import KIND_CHOICES
 from .interventions import toggles_of
 
 STAT_CHOICES = [(v_prof.STAT_LABELS[s], s) for s in an.STATS]
@@ -42,8 +42,9 @@ COPY_JS = """(link) => { try { if (link && navigator.clipboard) navigator.clipbo
  catch (e) {} return []; }"""
 
 
-def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tuple, str]:
-    """Averaged head-profile rows of a model over ``n`` validation sentences (computed once)."""
+def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tuple, str, int]:
+    """Averaged head-profile rows of a model over up to ``n`` validation sentences (computed once), where the
+    sentences came from, and how many there were."""
     key = (reg_key, name, int(n))
     with _PROFILE_LOCK:
         hit = _PROFILE_CACHE.get(key)
@@ -54,7 +55,7 @@ def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tup
     if progress is not None:  # one step: the call itself runs where no callback can reach
         progress(0, len(sentences))
     rows = calls.gpu_profiles(reg_key, name, sentences)
-    value = (tuple(rows), source)
+    value = (tuple(rows), source, len(sentences))
     with _PROFILE_LOCK:
         return _PROFILE_CACHE.setdefault(key, value)
 
@@ -155,9 +156,13 @@ def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
         if problem:
             return f"⚠️ {problem}", views.message_figure(problem), None, None
         n = max(1, min(int(n or PROFILE_SENTENCES), 64))
-        rows, source = cached_profiles(shell.reg_key, name, n, progress)
-        label = f" ({name}, mean over {n} sentences)"
-        md = f"Averaged over {md_escape(source)} for {md_escape(name)}; cached for this server's life."
+        rows, source, count = cached_profiles(shell.reg_key, name, n, progress)
+        # the title and the note name what was averaged, which is fewer than asked where few texts exist
+        label = f" ({name}, mean over {count} sentences)"
+        md = (f"{md_escape(name)}, averaged over {count} sentences: {md_escape(source)}; "
+              "cached for this server's life.")
+        if not source.startswith("val."):
+            md += " No validation texts ship for this source language, so these stand in for them."
     return md, views.profiles_view_figure(rows, stat, label), profile_rows_table(rows), (tuple(rows), label)
 
 
@@ -285,7 +290,8 @@ def _wire_export(shell: Shell) -> None:
         # the opt-in points too (each head's output after W_O, the logits): one more teacher-forced pass
         full = calls.gpu_full_trace(shell.reg_key, run.model, tr).arrays()
         extra = {k: v for k, v in full.items() if k not in tr.trace.arrays()}
-        npz, js = write_export(tr, run.model, folder, shell.lm(run), settings, extra)
+        signals = trust.trust_payload(trust.report_of(shell.reg_key, run.model, tr))
+        npz, js = write_export(tr, run.model, folder, shell.lm(run), settings, extra, signals)
         return [str(npz), str(js)]
 
     p["export_btn"].click(on_export, [shell.run_state, shell.decoding, shell.beam, shell.max_len, p["patch_state"],

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from model import analysis as an
+from model.analysis import profiles as an
 
+from . import VIEW, Shell, layer_choices, log, sub_view, track_subtabs
 from .. import align_overlay, views
 from ..state import ModelShape, Selection
-from . import VIEW, Shell, layer_choices, log, sub_view, track_subtabs
 
 VIEW_CHOICES = [("All heads", "grid"), ("One head", "head"), ("Scores → mask → softmax", "scores"),
                 ("Mean per layer", "mean")]

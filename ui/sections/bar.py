@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from model.transformer import CROSS
+from model.engine.transformer import CROSS
 
+from . import RunContext, Shell, branch, head_choices, layer_choices, track_selection
 from ..present import KIND_LABELS, header_markdown
 from ..state import ModelShape, link_url
-from . import RunContext, Shell, branch, head_choices, layer_choices, track_selection
 
 KIND_CHOICES = [(label, kind) for kind, label in KIND_LABELS.items()]
 UNIT_CHOICES = [("Words", "words"), ("Pieces", "pieces")]

@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from model import branching
+from model.engine import branching
 
+from . import VIEW, RunContext, Shell, lazy_values, log, subview_values
 from ..present import md_escape
 from ..state import Run, RunInputs, Toggles
-from . import VIEW, RunContext, Shell, lazy_values, log, subview_values
 from .translate import base_url, translate_values
 
 HISTORY_SIZE = 8  # runs kept per session (each holds its trace: a few MB)

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from model.attribution import IG_START, METHODS
-from model.contrast import resolve_foil
+from model.analysis.attribution import IG_START, METHODS
+from model.analysis.contrast import resolve_foil
 
+from . import VIEW, RunContext, Shell, decoderlens, encodings, log, sub_view, track_subtabs
 from .. import calls, contrast, inside, views
 from ..payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
 from ..state import Run, Selection, WhatIf
 from ..views import stamp_of
-from . import VIEW, RunContext, Shell, decoderlens, encodings, log, sub_view, track_subtabs
 from .translate import base_url, make_run, read_inputs
 
 SID = "computation"
@@ -103,8 +103,8 @@ def build(shell: Shell) -> ComputationParts:
                         "cross-entropy −log p of each reference token (the training loss), the perplexity, and where "
                         "the model's own top-1 choice differs. The forced run becomes the current run, so every "
                         "attention view shows it.", elem_classes="explain")
-            p["ref_example"] = gr.Dropdown([], label="A test-set sentence with its reference", elem_id="ref-example",
-                                         allow_custom_value=True)
+            p["ref_example"] = gr.Dropdown([], label="A validation or test pair with its reference",
+                                         elem_id="ref-example", allow_custom_value=True)
             p["ref_text"] = gr.Textbox(label="Reference translation (of the sentence above)", lines=1, max_lines=4,
                                        elem_id="ref-text")
             p["force_btn"] = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
@@ -138,7 +138,7 @@ def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words
     return [gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
             inside.head_figure(run, lm, kind, layer, head, query), inside.residual_figure(run, lm, part),
             inside.norm_weight_figure(run, lm, kind, layer, head, units), inside.lens_figure(run, lm),
-            gr.Dropdown(choices=[(f"{s}  ⇒  {r}", i) for i, (s, r) in enumerate(pairs)], value=None)]
+            gr.Dropdown(choices=[(pair.label, i) for i, pair in enumerate(pairs)], value=None)]
 
 
 def wire(shell: Shell) -> None:
@@ -203,8 +203,8 @@ class HeldAttribution:
     run_id: str
     position: int
     steps: int
-    foil: object  # model.contrast.Foil or None
-    attr: object  # model.contrast.Contrast (piece level)
+    foil: object  # model.analysis.contrast.Foil or None
+    attr: object  # model.analysis.contrast.Contrast (piece level)
 
 
 def _attribute(shell: Shell, run: Run, position, steps, held, picked: bool = False, foil=None,
@@ -311,7 +311,7 @@ def _wire_forced(shell: Shell) -> None:
         pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS) if lm else []
         if i is None or not 0 <= int(i) < len(pairs):
             return gr.skip(), gr.skip()
-        return pairs[int(i)]
+        return pairs[int(i)].source, pairs[int(i)].reference
 
     p["ref_example"].input(on_example, [shell.direction, p["ref_example"]], [shell.text, p["ref_text"]],
                            api_visibility="private", queue=False, show_progress="hidden")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from .. import inside, views
 from . import VIEW, Shell, log
+from .. import inside, views
 
 PART_CHOICES = [("Source (encoder)", "encoder"), ("Decoder input", "decoder")]
 

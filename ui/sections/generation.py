@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from model import readouts
+from model.analysis import readouts
 from viz import beam as v_beam
 
+from . import VIEW, Shell, branch, log, sub_view, track_subtabs
 from .. import calls, views
 from ..present import md_escape
 from ..state import BeamView
-from . import VIEW, Shell, branch, log, sub_view, track_subtabs
 
 PREFIX_COLORS = {"token": "#dde7f7", "special": "#d9d9d9", "input": "#b8cff0", "new": "#ffb347"}
 

@@ -10,16 +10,17 @@ from typing import Callable
 
 import gradio as gr
 
-from model.decoding import prepare_source
-from model.transformer import CROSS, DEC_SELF, ENC_SELF, NO_INTERVENTION
+from model.engine.config import NO_INTERVENTION
+from model.engine.decoding import prepare_source
+from model.engine.transformer import CROSS, DEC_SELF, ENC_SELF
 
+from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log
+from . import head_choices as sel_head_choices
 from .. import calls, views
 from ..payload import word_order_demo
 from ..present import (describe_interventions, diff_summary, head_choices, head_label, make_interventions,
                        md_escape, notice_md, parse_heads, parse_positions, src_token_choices, token_diff)
 from ..state import CompareRun, ModelShape, Run, RunInputs, Selection, Toggles
-from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log
-from . import head_choices as sel_head_choices
 from .bar import KIND_CHOICES
 from .translate import base_url, opts_from
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import gradio as gr
 
-from model.names import CROSS
-from model.patching import RESID_POINTS, PatchError, PatchRequest
+from model.analysis.patching import RESID_POINTS, PatchError
+from model.analysis.patching_bench import PatchRequest
+from model.engine.names import CROSS
 
+from . import Shell, head_choices, layer_choices, log
 from .. import patching, views, whatif
 from ..api import Api
 from ..present import is_blank, md_escape, no_model_message, clean_input
 from ..state import ModelShape, PatchLink
-from . import Shell, head_choices, layer_choices, log
 from .bar import KIND_CHOICES
 
 SITE_CHOICES = [("Head output (hook_z)", "z"), ("Attention output", "attn_out"), ("Residual stream", "resid"),

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from model.align_heads import val_texts
-from model.alignment import reference_path
-from model.catalog import infos
+from model.analysis.alignment.heads import val_texts
+from model.analysis.alignment.reference import reference_path
+from model.families.catalog import infos
 
 from .. import align_heads, calls, views
 from .. import decoderlens as lens_view

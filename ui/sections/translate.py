@@ -8,20 +8,20 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from model import catalog
-from model.branching import describe
-from model.checkpoint import CheckpointError
-from model.decoding import DecodeOptions, check_prefix
-from model.transformer import CROSS
+from model.engine.branching import describe
+from model.engine.decoding import DecodeOptions, check_prefix
+from model.engine.transformer import CROSS
+from model.families import catalog
+from model.families.ours import CheckpointError
 
-from .. import calls, inside, views, whatif
+from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log, safe, subview_values
+from .. import calls, inside, trust, views, whatif
 from ..payload import examples_for
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, direction_hint, is_blank,
                        md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar, run_notices,
                        source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
 from ..state import ModelShape, Run, RunInputs, Selection, from_query
-from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log, safe, subview_values
 
 CHIP_COLORS = {"token": "#dde7f7", "<unk>": "#f4a6a6", "replaced <unk>": "#ffd27f", "special": "#d9d9d9"}
 # The replay shows at most REPLAY_FRAMES moments of the decode: Gradio's processing of a streamed frame
@@ -73,6 +73,7 @@ def build(shell: Shell) -> TranslateParts:
             p["out_text"] = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
             # what the notices say is about this translation: read after it (and a phone shows it first)
             p["notice"] = gr.Markdown(elem_id="notice")
+            p["trust"] = gr.Markdown(elem_id="trust-signals")  # signals that say when not to trust it
             p["watch_step"] = gr.Markdown(elem_id="watch-step")
             p["watch_strip"] = gr.HighlightedText(label="Source, shaded by the cross-attention of the step being "
                                                         "generated (last layer, mean of heads)",
@@ -99,6 +100,7 @@ def build(shell: Shell) -> TranslateParts:
                   p["watch_heads"], shell.run_state, shell.run_bar],
                  lambda run, ctx: _final(shell, run, 0 if ctx.replay else None,
                                          outlined(ctx.sel.kind, ctx.sel.layer, ctx.sel.head)))
+    shell.on_run([p["trust"]], lambda run, ctx: [trust.panel(shell.reg_key, run)])
     return TranslateParts(p["run_status"])
 
 

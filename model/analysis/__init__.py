@@ -1,0 +1,1 @@
+"""Analyses of a run: readouts, profiles, computation, attribution, contrast, patching, guardrails and\nthe alignment references. They import the engine (and, for the alignment rankings, the loader)."""

@@ -1,0 +1,25 @@
+"""Shared bits of the command-line tools: device choice and friendly checkpoint errors."""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from model.engine.loaded import LoadedModel
+from model.families.ours import CheckpointError, load_checkpoint
+
+
+def pick_device(name: str = "auto") -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda asked for, but no CUDA device is available")
+    return name
+
+
+def load_or_exit(path, device: str) -> LoadedModel:
+    try:
+        return load_checkpoint(path, pick_device(device))
+    except CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

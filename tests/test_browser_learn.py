@@ -1,0 +1,71 @@
+"""A real browser on Watch it learn: the scrubber makes a frame the run (the grid and the run bar change),
+the link restores the frame on a fresh page, and "watch a head form" draws one panel per frame."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.app_fixtures import launch
+from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, new_page, wait_done
+from tests.frames_fixtures import train_with_frames
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    check_chromium()
+    run = train_with_frames(tmp_path_factory.mktemp("framed"))
+    root = tmp_path_factory.mktemp("ck")
+    shutil.copytree(run.ckpt, root / "de-en")
+    shutil.copytree(run.frames, root / "de-en" / "frames")
+    demo, url = launch(root, warm=False)
+    yield url
+    demo.close()
+
+
+def _status(page) -> str:
+    return page.locator("#run-status").inner_text()
+
+
+def _grid_json(page) -> str:
+    return page.evaluate("() => JSON.stringify(document.querySelector('#attn-plot .js-plotly-plot').data"
+                         ".map(t => t.z))")
+
+
+def test_scrubber_link_and_head_forming(app_url):
+    with chromium() as browser:
+        page = new_page(browser)
+        page.goto(app_url + "?text=haus+katze+hund&model=de-en")
+        wait_done(page)
+        page.get_by_role("tab", name="Attention", exact=True).click()
+        page.wait_for_selector("#attn-plot .js-plotly-plot", timeout=60_000)
+        grid = _grid_json(page)
+        assert "at step" not in page.locator("#run-bar").inner_text()
+        page.get_by_role("tab", name="Watch it learn", exact=True).click()
+        page.wait_for_function("() => document.querySelector('#frame-md').innerText.includes('Frame 6 of 6')",
+                               timeout=30_000)
+        before = _status(page)
+        box = page.locator("#frame-scrub input[type=number]")
+        box.fill("2")
+        box.press("Enter")
+        wait_done(page, before)
+        page.wait_for_function("() => document.querySelector('#run-bar').innerText.includes('at step 8 of 48')",
+                               timeout=30_000)
+        assert "Frame 3 of 6" in page.locator("#frame-md").inner_text()
+        page.locator("#form-btn").click()
+        page.wait_for_function("() => { const p = document.querySelector('#form-plot .js-plotly-plot');"
+                               " return p && p.data && p.data.length === 6 }", timeout=90_000)
+        page.screenshot(path=str(ARTIFACTS / "learn-head-forms.png"), full_page=True)
+        page.get_by_role("tab", name="Attention", exact=True).click()
+        page.wait_for_function("(old) => { const p = document.querySelector('#attn-plot .js-plotly-plot');"
+                               " return p && JSON.stringify(p.data.map(t => t.z)) !== old }", arg=grid,
+                               timeout=60_000)
+        page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('de-en%408')",
+                               timeout=30_000)
+        link = page.locator("#link-box input").input_value()
+        fresh = new_page(browser)
+        fresh.goto(link)
+        wait_done(fresh)
+        assert "at step 8 of 48" in fresh.locator("#run-bar").inner_text()

@@ -1,0 +1,111 @@
+"""Watch it learn in the app (in-process): the scrubber makes a frame the run's model, the run bar and
+the link name it, "watch a head form" draws one panel per frame, the toy trainer's limits."""
+from __future__ import annotations
+
+import shutil
+from types import SimpleNamespace
+from urllib.parse import parse_qs, urlsplit
+
+import gradio as gr
+import pytest
+
+from tests.frames_fixtures import framed_run  # noqa: F401 (a fixture)
+from ui.state import Run, from_query
+from viz.learning import Curve, curves_figure
+
+CROSS = "decoder.cross_attn"
+TEXT = "haus katze hund"
+
+
+@pytest.fixture(scope="module")
+def app_fns(framed_run, tmp_path_factory):
+    import app
+    root = tmp_path_factory.mktemp("ck")
+    shutil.copytree(framed_run.ckpt, root / "de-en")
+    shutil.copytree(framed_run.frames, root / "de-en" / "frames")
+    demo = app.build_app(root, device="cpu", warm=False)
+    return demo, {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
+
+
+def run_of(fns, model: str, text: str = TEXT) -> dict:
+    values = fns["translate_stream"](text, model, "greedy", 4, 20, CROSS, "grid", 0, 0, "words", "shared",
+                                     "translate", {})
+    return {getattr(c, "elem_id", None) or type(v).__name__: v for c, v in values.items()}
+
+
+def test_frames_are_offered_and_the_scrubber_makes_one_the_run(app_fns):
+    demo, fns = app_fns
+    assert [k for k in demo.registry.names if "@" in k] == [f"de-en@{s}" for s in (0, 4, 8, 16, 32, 48)]
+    first = run_of(fns, "de-en")
+    assert "Frame 6 of 6" in first["frame-md"] and "finished model" in first["frame-md"]
+    assert first["frame-scrub"].maximum == 5
+    pick = fns["pick_frame"](first["Run"], 2)
+    assert pick.value == "de-en@8"
+    v = run_of(fns, pick.value)
+    assert v["Run"].model == "de-en@8"
+    assert "de→en at step 8 of 48" in v["run-bar"]
+    assert "Frame 3 of 6" in v["frame-md"] and v["frame-scrub"].value == 2
+    query = parse_qs(urlsplit(v["link-box"]).query)
+    assert query["model"] == ["de-en@8"]                   # the link carries the frame
+    restored = from_query({k: x[0] for k, x in query.items()}, demo_shapes(demo))
+    assert restored.inputs.model == "de-en@8" and not restored.problems
+    # another frame is another model: the same sentence gets that frame's own attention
+    other = run_of(fns, "de-en@48")["Run"]
+    assert (other.tr.steps[0].cross_attn != v["Run"].tr.steps[0].cross_attn).any()
+
+
+def demo_shapes(demo):
+    from model.families import catalog
+    from ui.state import ModelShape
+    return {k: ModelShape(i.cfg.n_encoder_layers, i.cfg.n_decoder_layers, i.cfg.n_heads)
+            for k, i in catalog.infos(demo.registry).items()}
+
+
+def test_watch_a_head_form_draws_one_panel_per_frame(app_fns):
+    _, fns = app_fns
+    run = run_of(fns, "de-en@16")["Run"]
+    fig = fns["head_forms"](run, CROSS, 1, 2)
+    assert [t.type for t in fig.data] == ["heatmap"] * 6
+    titles = [a.text for a in fig.layout.annotations]
+    assert [t.split(":")[0] for t in titles] == [f"step {s}" for s in (0, 4, 8, 16, 32, 48)]
+
+
+def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns):
+    _, fns = app_fns
+    steps = list(fns["train_toy"]("我 有 一 个 好 朋 友 ||| I have a good friend .", 0,
+                                  SimpleNamespace(session_hash="session-1")))
+    status, _, direction, text = steps[-1]
+    assert status.startswith("✓ trained") and direction.value == "toy-sessio@100"
+    assert text == "我 有 一 个 好 朋 友"
+    v = run_of(fns, direction.value, text)
+    assert v["Run"].tr.text == "I have a good friend ."
+    assert "zh→en at step 100 of 100" in v["run-bar"] and "Frame 7 of 7" in v["frame-md"]
+    with pytest.raises(gr.Error, match="already trained its toy model"):
+        list(fns["train_toy"]("a ||| b", 0, SimpleNamespace(session_hash="session-1")))
+    with pytest.raises(gr.Error, match="separated by a tab"):
+        list(fns["train_toy"]("no separator here", 0, SimpleNamespace(session_hash="session-2")))
+
+
+def test_curves_figure_marks_the_current_frame():
+    fig = curves_figure([0, 4, 8], [Curve("loss", (3.0, 2.0, 1.0)), Curve("share", (0.1, float("nan"), 0.5), "y2")],
+                        current=4)
+    assert list(fig.data[0].x) == [1, 5, 9] and list(fig.layout.xaxis.ticktext) == ["0", "4", "8"]
+    assert fig.data[1].y[1] is None and fig.layout.shapes[0].x0 == 5
+
+
+@pytest.mark.parametrize("which", ["frame", "toy"])
+def test_every_view_draws_a_frame_and_the_toy(which, framed_run):
+    from model.engine.decoding import DecodeOptions, translate
+    from model.families.frames import list_frames, load_frame
+    from model.families.toy import DEFAULT_PAIRS, ToySettings, train_toy
+    from ui.state import Selection
+    from ui.views import REGISTRY
+    if which == "frame":
+        lm, text = load_frame(list_frames(framed_run.frames)[2].path, framed_run.ckpt), TEXT
+    else:
+        lm, text = train_toy(DEFAULT_PAIRS, ToySettings(steps=20)).model_at(), DEFAULT_PAIRS[0][0]
+    run = Run.of(lm, lm.name, translate(lm, text, DecodeOptions(max_len=12)))
+    for name, spec in REGISTRY.items():
+        for view in ("grid", "head") if spec.draw is not None else ():
+            out = spec.draw(run, Selection(view=view), lm)
+            assert out is not None, name

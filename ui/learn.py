@@ -1,0 +1,135 @@
+"""Watch it learn, without gradio: which training frames a server offers, the curves they draw, the words
+that name a frame, and one head's map in every frame.
+
+Frames are offered in the registry like added models, under '<pair>@<step>' keys (model/families/frames.py): a run
+of a frame is an ordinary run, so every view, link and export works on it unchanged.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from model.analysis.dynamics import DYNAMICS, Dynamics, read_dynamics
+from model.engine.names import DEC_SELF, ENC_SELF, Kind, hook_name
+from model.engine.results import decoder_input
+from model.families import catalog
+from model.families.frames import FRAMES_DIR, FrameError, offer_frames, read_info
+from model.families.ours import Registry
+from viz.learning import Curve, HeadPanel
+
+
+@dataclass(frozen=True)
+class FrameSet:
+    """One checkpoint's frames as offered: their keys in step order, and the dynamics measured on them."""
+    pair: str
+    keys: tuple[str, ...]
+    steps: tuple[int, ...]
+    train_loss: tuple[float, ...]
+    val_loss: tuple[float, ...]
+    updates_total: int
+    dynamics: Dynamics | None
+
+    def key_at(self, index: int) -> str:
+        return self.keys[max(0, min(int(index), len(self.keys) - 1))]
+
+    def index_of(self, key: str) -> int | None:
+        return self.keys.index(key) if key in self.keys else None
+
+
+def step_of(key: str) -> int | None:
+    """The step a '<pair>@<step>' key names (None for any other model)."""
+    head, sep, tail = key.rpartition("@")
+    return int(tail) if sep and head and tail.isdigit() else None
+
+
+def offer_shipped(reg: Registry, problems: list[str] | None = None) -> list[FrameSet]:
+    """Offer the frames shipped beside each of ``reg``'s checkpoints (``<checkpoint>/frames``)."""
+    sets = []
+    for name, lm in list(catalog.loaded(reg).items()):
+        folder = Path(lm.path) / FRAMES_DIR if lm.path and Path(lm.path).is_dir() else None
+        if folder is None or not folder.is_dir() or step_of(name) is not None:
+            continue
+        try:
+            offer_frames(reg, folder, lm.path)
+            sets.append(frame_set(reg, name))
+        except (FrameError, ValueError, KeyError, OSError) as e:
+            (problems if problems is not None else reg.problems).append(f"frames of {name}: {e}")
+    return sets
+
+
+def family_keys(reg: Registry, model: str) -> list[str]:
+    """The frames of the run that ``model`` belongs to ('de-en' or 'de-en@512' -> every 'de-en@<step>'), in
+    step order; empty when it has none."""
+    base = model.rpartition("@")[0] if step_of(model) is not None else model
+    return sorted((k for k in catalog.infos(reg) if k.rpartition("@")[0] == base and step_of(k) is not None),
+                  key=step_of)
+
+
+def _info(reg: Registry, key: str):
+    source = Path(catalog.infos(reg)[key].source)
+    return read_info(source) if source.is_file() else reg.models[key].frame  # a toy frame lives in memory
+
+
+def frame_set(reg: Registry, model: str) -> FrameSet | None:
+    """The frames of ``model``'s run offered in ``reg`` (None when it has none), with the dynamics measured
+    on them when they were shipped beside the frames."""
+    keys = family_keys(reg, model)
+    if not keys:
+        return None
+    meta = [_info(reg, k) for k in keys]
+    dyn, folder = None, meta[0].path.parent if meta[0].path is not None else None
+    if folder is not None and (folder / DYNAMICS).is_file():
+        try:
+            dyn = read_dynamics(folder / DYNAMICS)
+        except (OSError, ValueError, KeyError, TypeError):
+            dyn = None
+    return FrameSet(pair=keys[0].rpartition("@")[0], keys=tuple(keys), steps=tuple(m.step for m in meta),
+                    train_loss=tuple(m.train_loss for m in meta), val_loss=tuple(m.val_loss for m in meta),
+                    updates_total=meta[-1].updates_total, dynamics=dyn)
+
+
+def _by_step(fs: FrameSet, field: str, scale: float = 1.0) -> tuple[float, ...]:
+    got = {f.step: getattr(f, field) for f in fs.dynamics.frames} if fs.dynamics else {}
+    return tuple(got[s] * scale if s in got and got[s] is not None else math.nan for s in fs.steps)
+
+
+def curves(fs: FrameSet) -> list[Curve]:
+    """The losses (left axis, nats), and where the dynamics were measured the competences and shares (right)."""
+    out = [Curve("training loss", fs.train_loss)]
+    if fs.val_loss != fs.train_loss:  # a toy run has no validation set: its frames carry the training loss twice
+        out.append(Curve("validation loss", fs.val_loss))
+    if fs.dynamics is None:
+        return out
+    return out + [Curve("target-side LM loss (empty source)", _by_step(fs, "lm_loss")),
+                  Curve("greedy BLEU / 100", _by_step(fs, "bleu", 0.01), "y2"),
+                  Curve("lexical accuracy", _by_step(fs, "lexical_accuracy"), "y2"),
+                  Curve("reordering (Kendall's tau)", _by_step(fs, "reordering_tau"), "y2"),
+                  Curve("ALTI+ source share", _by_step(fs, "source_share"), "y2")]
+
+
+def frame_label(src_lang: str, tgt_lang: str, step: int, total: int) -> str:
+    """'de→en at step 512 of 8,060' (the run bar's words for a frame)."""
+    return f"{src_lang}→{tgt_lang} at step {step:,} of {total:,}"
+
+
+def frame_markdown(fs: FrameSet, index: int) -> str:
+    k = max(0, min(int(index), len(fs.steps) - 1))
+    return (f"**Frame {k + 1} of {len(fs.steps)}** · {fs.pair} at step **{fs.steps[k]:,}** of "
+            f"{fs.updates_total:,} · train loss {fs.train_loss[k]:.2f} · validation loss {fs.val_loss[k]:.2f}")
+
+
+def head_panel(step: int, tr, kind: str, layer: int, head: int) -> HeadPanel:
+    """One frame's map of the watched head on its own translation of the sentence (teacher-forced trace)."""
+    kind = Kind.of(kind)
+    w = tr.trace[hook_name("pattern", kind, layer)][0, head].float().numpy()
+    if kind == ENC_SELF:
+        queries, keys = tr.src_tokens, tr.src_tokens
+    else:
+        dec_in = decoder_input(tr.start_token, list(tr.output_tokens))[:w.shape[0]]
+        queries = dec_in
+        keys = dec_in if kind == DEC_SELF else tr.src_tokens
+    return HeadPanel(step=step, weights=np.asarray(w)[:len(queries), :len(keys)], queries=list(queries),
+                     keys=list(keys), translation=tr.text)

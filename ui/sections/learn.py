@@ -1,0 +1,192 @@
+"""Watch it learn: the training frames of the current run's model (curves over log steps, a scrubber that
+makes a frame the current run's model, one head's map across every frame) and a toy model trained live.
+
+A frame is a model in the registry ('de-en@512'): picking one sets Direction to it and runs the current
+sentence again, so every section, the run bar, the link and the exports show that frame. The toy trainer
+runs in its own concurrency group and its own thread (one intra-op thread), never in the model group that
+serves translations.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import gradio as gr
+
+from model.engine.decoding import DecodeOptions
+from model.families.toy import DEFAULT_PAIRS, ToyError, ToyGate, ToySettings, ToyShelf, parse_pairs
+from viz.common import message_figure
+from viz.learning import curves_figure, head_forms_figure, loss_figure
+
+from .. import calls, learn
+from ..present import model_choices
+from ..state import Run
+from . import Shell, log
+
+TOY_GROUP = "toy"   # the toy trainer's own concurrency group: it never queues behind or ahead of translations
+DEFAULT_TEXT = "\n".join(f"{s} ||| {t}" for s, t in DEFAULT_PAIRS)
+NO_FRAMES = "This run's model has no training frames. Frames ship beside a checkpoint (checkpoints/<pair>/frames)."
+
+
+@dataclass
+class LearnParts:
+    frame_md: gr.Markdown
+    scrub: gr.Slider
+    curves: gr.Plot
+    form_btn: gr.Button
+    form_plot: gr.Plot
+    toy_pairs: gr.Textbox
+    toy_seed: gr.Number
+    toy_btn: gr.Button
+    toy_status: gr.Markdown
+    toy_plot: gr.Plot
+
+
+@dataclass
+class Toys:
+    """The server's toy limits and the toy runs it keeps (one of each per registry)."""
+    gate: ToyGate
+    shelf: ToyShelf
+
+
+TOYS: dict[str, Toys] = {}
+
+
+def build(shell: Shell) -> LearnParts:
+    learn.offer_shipped(shell.reg)
+    gr.Markdown("Every frame is the model at one update of its training run. Move the scrubber to make that "
+                "frame the current run's model: every section then shows it on the current sentence.")
+    frame_md = gr.Markdown(NO_FRAMES, elem_id="frame-md")
+    scrub = gr.Slider(0, 1, value=0, step=1, label="Frame", elem_id="frame-scrub", interactive=True)
+    curves = gr.Plot(show_label=False, elem_id="frame-curves")
+    with gr.Row():
+        form_btn = gr.Button("Watch the selected head form", elem_id="form-btn", size="sm", scale=0)
+        gr.Markdown("One panel per frame: the head chosen above (kind, layer, head) on the current sentence, "
+                    "each frame on its own greedy translation.")
+    form_plot = gr.Plot(show_label=False, elem_id="form-plot")
+    with gr.Accordion("Train a toy model here (about 100 steps, a few seconds)", open=False, elem_id="toy-box"):
+        toy_pairs = gr.Textbox(DEFAULT_TEXT, lines=4, max_lines=12, label="Sentence pairs (source ||| target, "
+                               "one a line, at most 50; words split on spaces)", elem_id="toy-pairs")
+        with gr.Row():
+            toy_seed = gr.Number(0, precision=0, label="Seed", minimum=0, maximum=2**31 - 1, scale=0, min_width=120)
+            toy_btn = gr.Button("Train", variant="primary", elem_id="toy-btn", scale=0)
+        toy_status = gr.Markdown("", elem_id="toy-status")
+        toy_plot = gr.Plot(show_label=False, elem_id="toy-plot")
+    TOYS.setdefault(shell.reg_key, Toys(ToyGate(cap=1), ToyShelf(shell.reg)))
+    return LearnParts(frame_md, scrub, curves, form_btn, form_plot, toy_pairs, toy_seed, toy_btn, toy_status, toy_plot)
+
+
+def _frame_values(shell: Shell, run: Run | None) -> list:
+    """The markdown, the scrubber and the curves for the frames of ``run``'s model."""
+    fs = learn.frame_set(shell.reg, run.model) if run is not None else None
+    if fs is None:
+        return [NO_FRAMES, gr.Slider(minimum=0, maximum=1, value=0, interactive=False),
+                message_figure("No training frames for this model.")]
+    k = fs.index_of(run.model)
+    shown = len(fs.keys) - 1 if k is None else k
+    fig = curves_figure(fs.steps, learn.curves(fs), fs.steps[k] if k is not None else None,
+                        f"Training of {fs.pair}: {len(fs.steps)} frames")
+    md = learn.frame_markdown(fs, shown) + ("" if k is not None else " · the run shows the finished model")
+    return [md, gr.Slider(minimum=0, maximum=max(1, len(fs.keys) - 1), value=shown, interactive=True), fig]
+
+
+def _pick(shell: Shell, run: Run | None, index):
+    """The scrubber's frame becomes Direction (the run that follows uses it)."""
+    fs = learn.frame_set(shell.reg, run.model) if run is not None else None
+    if fs is None:
+        raise gr.Error(NO_FRAMES)
+    return gr.Dropdown(choices=model_choices(shell.reg), value=fs.key_at(index))
+
+
+def _head_forms(shell: Shell, run: Run | None, kind, layer, head):
+    if run is None:
+        return message_figure("Translate a sentence first.")
+    keys = learn.family_keys(shell.reg, run.model)
+    if not keys:
+        return message_figure("No training frames for this model.")
+    opts = DecodeOptions(max_len=min(60, 2 * len(run.tr.src_tokens) + 10))
+    panels = []
+    for key in keys:
+        tr = calls.gpu_translate(shell.reg_key, key, run.tr.src_text, opts)
+        panels.append(learn.head_panel(learn.step_of(key), tr, kind, int(layer), int(head)))
+    return head_forms_figure(panels, f"{kind} layer {layer} head {head}")
+
+
+def _toy(shell: Shell, pairs_text: str, seed, request: gr.Request):
+    """Train (a generator: the status and the loss curve as it goes), then offer the toy's frames and
+    make its last frame Direction with its first source sentence as the text."""
+    try:
+        pairs = parse_pairs(pairs_text or "")
+    except ToyError as e:
+        raise gr.Error(str(e)) from None
+    session = getattr(request, "session_hash", None) or "anonymous"
+    toys, settings = TOYS[shell.reg_key], ToySettings(seed=int(seed or 0))
+    losses, done, box = [], threading.Event(), {}
+    q: queue.Queue = queue.Queue()
+
+    def work():
+        try:
+            box["run"] = toys.gate.train(session, pairs, settings, progress=lambda s, n, loss: q.put(loss))
+        except ToyError as e:
+            box["error"] = str(e)
+        except Exception as e:  # noqa: BLE001  reported as a message, never a stack trace
+            log.error("toy training failed: %s", e)
+            box["error"] = "the toy training failed"
+        finally:
+            done.set()
+    threading.Thread(target=work, name="toy-training", daemon=True).start()
+    while not done.is_set() or not q.empty():
+        time.sleep(0.25)
+        while not q.empty():
+            losses.append(q.get())
+        yield (f"Training… step {len(losses)} of {settings.steps}", loss_figure(losses, settings.steps), gr.skip(),
+               gr.skip())
+    if "error" in box:
+        raise gr.Error(box["error"])
+    run = box["run"]
+    keys = toys.shelf.put(f"toy-{session[:6]}", run)
+    note = " (stopped at the time limit)" if run.stopped_early else ""
+    yield (f"✓ trained {len(run.losses)} steps in {run.seconds:.1f} s{note}; every view now shows the toy model, "
+           f"and the scrubber above walks through its {len(keys)} frames.", loss_figure(run.losses, settings.steps),
+           gr.Dropdown(choices=model_choices(shell.reg), value=keys[-1]), pairs[0][0])
+
+
+def follow_runs(shell: Shell, parts: LearnParts) -> None:
+    """Before the translate event is wired: every run redraws the frames of its model."""
+    shell.on_run([parts.frame_md, parts.scrub, parts.curves], lambda run, ctx: _frame_values(shell, run))
+
+
+def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
+    """The scrubber, "watch a head form" and the toy trainer; the first and the last run the current
+    sentence again (``translate_event``) on the model they picked."""
+    translate, t_inputs, t_outputs = translate_event
+
+    def again(*a, request: gr.Request = None):
+        return translate(*a, request=request, replay=False)
+
+    def pick(run, index):
+        return _pick(shell, run, index)
+
+    def forms(run, kind, layer, head):
+        return _head_forms(shell, run, kind, layer, head)
+
+    def toy(pairs_text, seed, request: gr.Request):
+        yield from _toy(shell, pairs_text, seed, request)
+
+    shell.section_tabs["learn"].select(lambda: "learn", None, shell.section, api_visibility="private",
+                                       concurrency_limit=None, show_progress="hidden")
+    # the number box answers with input, a drag with input as it goes and release at the end: the last wins
+    gr.on([parts.scrub.release, parts.scrub.input], pick, [shell.run_state, parts.scrub], shell.direction,
+          api_name="pick_frame", api_visibility="undocumented", concurrency_limit=None, show_progress="hidden",
+          trigger_mode="always_last").success(
+        again, t_inputs, t_outputs, api_visibility="private", **shell.model_event())
+    parts.form_btn.click(forms, [shell.run_state, shell.kind, shell.layer, shell.head], parts.form_plot,
+                         api_name="head_forms", api_visibility="undocumented", show_progress="minimal",
+                         **shell.model_event())
+    parts.toy_btn.click(toy, [parts.toy_pairs, parts.toy_seed],
+                        [parts.toy_status, parts.toy_plot, shell.direction, shell.text], api_name="train_toy",
+                        api_visibility="undocumented", concurrency_id=TOY_GROUP, concurrency_limit=1,
+                        show_progress="minimal").success(
+        again, t_inputs, t_outputs, api_visibility="private", **shell.model_event())
