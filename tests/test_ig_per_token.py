@@ -32,8 +32,9 @@ REF_PANELS, REF_NODES, REF_AGREE, REF_LEVELS = 256, 3, 2e-3, 14
 def reference_ig(model: Transformer, src_ids, dec_in, position: int, token: int) -> np.ndarray:
     """IG per source token from the zero baseline, in float64, by its own rule: 3-point Gauss-Legendre on 256
     equal panels, each halved while its per-token change on halving is over its share of 0.2 % of the largest
-    score; the summed |change| (the error of the rule one level coarser) must end within that 0.2 %, else the
-    reference itself is not trusted. The integrand is only piecewise smooth (ReLU kinks) with sharp stretches."""
+    score, until each token's summed change (the rule against the one a level coarser) is within that 0.2 %;
+    else the reference itself is not trusted. The integrand is only piecewise smooth (ReLU kinks), with sharp
+    stretches."""
     m = copy.deepcopy(model).double().eval()
     src, dec = torch.tensor([src_ids]), torch.tensor([dec_in])
     emb = (m.encoder.tok_embed(src) * m.encoder.scale).detach()
@@ -59,14 +60,14 @@ def reference_ig(model: Transformer, src_ids, dec_in, position: int, token: int)
         for a, b in todo:
             whole, _ = panels.pop((a, b))
             lv, rv = next(values), next(values)
-            change = (lv + rv - whole).abs() / 2
+            change = (lv + rv - whole) / 2
             panels[(a, (a + b) / 2)], panels[((a + b) / 2, b)] = (lv, change), (rv, change)
         scale = float(torch.stack([v for v, _ in panels.values()]).sum(0).abs().max())
         allowed = REF_AGREE * scale
-        err = torch.stack([c if c is not None else torch.full_like(v, np.inf) for v, c in panels.values()]).sum(0)
+        err = torch.stack([c if c is not None else torch.full_like(v, np.inf) for v, c in panels.values()]).sum(0).abs()
         if float(err.max()) <= allowed:
             return torch.stack([v for v, _ in panels.values()]).sum(0).numpy()
-        todo = [ab for ab, (v, c) in panels.items() if c is None or float(c.max()) > allowed / (2 * len(panels))]
+        todo = [ab for ab, (v, c) in panels.items() if c is None or float(c.abs().max()) > allowed / (2 * len(panels))]
     raise AssertionError("the reference itself has not converged")
 
 
