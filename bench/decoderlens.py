@@ -18,8 +18,6 @@ import statistics
 import time
 from collections import Counter
 
-import numpy as np
-
 from model.training.bleu import sacre_bleu
 from model.families.ours import load_checkpoint
 from model.analysis.decoderlens import decoder_lens
@@ -87,14 +85,14 @@ def run(cfg) -> dict:
         view_cost(lm, texts[0])  # warm-up, untimed
         walls, cpus, sizes = zip(*(view_cost(lm, t) for t in texts))
         L = lm.model.cfg.n_encoder_layers
-        figures += [figure(f"decoderlens.{direction}.p50_cpu_ms", f"DecoderLens over {L} layers, {direction}: server "
-                           "CPU p50", statistics.median(cpus), "ms"),
-                    figure(f"decoderlens.{direction}.max_cpu_ms", f"DecoderLens, {direction}: server CPU max", max(cpus),
-                           "ms"),
+        figures += [figure(f"decoderlens.{direction}.p50_cpu_ms",
+                           f"DecoderLens over {L} layers, {direction}: server CPU p50", statistics.median(cpus), "ms"),
+                    figure(f"decoderlens.{direction}.max_cpu_ms", f"DecoderLens, {direction}: server CPU max",
+                           max(cpus), "ms"),
                     figure(f"decoderlens.{direction}.p50_ms", f"DecoderLens, {direction}: wall p50",
                            statistics.median(walls), "ms"),
-                    figure(f"decoderlens.{direction}.bytes_max", f"DecoderLens, {direction}: bytes max", max(sizes) / 1e3,
-                           "kB")]
+                    figure(f"decoderlens.{direction}.bytes_max", f"DecoderLens, {direction}: bytes max",
+                           max(sizes) / 1e3, "kB")]
         tables[direction] = findings(cfg, direction, n_find)
     TABLE.write_text(json.dumps(tables, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     for direction, rows in tables.items():
@@ -110,5 +108,3 @@ def run(cfg) -> dict:
 if __name__ == "__main__":
     raise SystemExit(standalone("decoderlens", run))
 
-
-__all__ = ["view_cost", "findings", "word_f1", "np"]

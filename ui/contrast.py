@@ -97,13 +97,16 @@ def markdown(c: Contrast) -> str:
     ig, rho = pre.integrated, a.correlations()
     i, j, k = METHODS.index("attention"), METHODS.index("alti"), METHODS.index("integrated_gradients")
     fmt = lambda v: "n/a" if np.isnan(v) else f"{v:+.2f}"  # noqa: E731
+    src_check = completeness(a.ig_delta, a.ig_sum(), a.ig_gap, a.ig_tolerance, a.ig_steps, a.ig_token_error,
+                             a.ig_token_tolerance)
+    prefix_check = completeness(ig.delta, float(ig.values.sum()), ig.gap, ig.tolerance, ig.steps, ig.token_error,
+                                ig.token_tolerance)
     return (f"{head} Integrated gradients, top source: {_top(a.src_tokens, a.integrated_gradients)}; top prefix: "
             f"{_top(pre.tokens, ig.values)}. ALTI+: source **{a.source_share:.0%}**, target prefix "
             f"**{a.target_share:.0%}** (most: {_top(pre.tokens, pre.alti, share=True)}). Rank correlation (Spearman, over the "
             f"source) of raw attention with ALTI+ {fmt(rho[i, j])}, with integrated gradients {fmt(rho[i, k])}.\n\n"
             f"Completeness (each side from its own zero baseline, the other held): source "
-            f"{completeness(a.ig_delta, a.ig_sum(), a.ig_gap, a.ig_tolerance, a.ig_steps, a.ig_token_error, a.ig_token_tolerance)}"
-            f"; prefix {completeness(ig.delta, float(ig.values.sum()), ig.gap, ig.tolerance, ig.steps, ig.token_error, ig.token_tolerance)}.")
+            f"{src_check}; prefix {prefix_check}.")
 
 
 def payload(c: Contrast, step=None) -> dict:

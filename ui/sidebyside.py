@@ -51,7 +51,8 @@ def markdown(reg, first: Run, second: Run) -> str:
     """Both runs row by row: model, direction, shape, translation, mean token probability."""
     a, b = shape_of(reg, first.model), shape_of(reg, second.model)
     rows = [("model", first.model, second.model),
-            ("direction", f"{first.tr.src_lang} → {first.tr.tgt_lang}", f"{second.tr.src_lang} → {second.tr.tgt_lang}"),
+            ("direction", f"{first.tr.src_lang} → {first.tr.tgt_lang}",
+             f"{second.tr.src_lang} → {second.tr.tgt_lang}"),
             ("layers (enc + dec) × heads", f"{a.n_encoder_layers} + {a.n_decoder_layers} × {a.n_heads}",
              f"{b.n_encoder_layers} + {b.n_decoder_layers} × {b.n_heads}"),
             ("translation", first.tr.text, second.tr.text),
