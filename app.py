@@ -22,7 +22,7 @@ from ui.api import make_api, make_continue_api
 from ui.style import CSS, HEAD
 from ui.sections import Shell, bar, lazy_section
 from ui.sections import analysis, attention, branch, computation, generation, interventions, translate
-from ui.sections import learn
+from ui.sections import learn, tour
 from ui.views import warm_up
 
 SECTIONS = [("Translate & watch", "translate", translate), ("Attention", "attention", attention),
@@ -50,6 +50,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         shell.run_state, shell.section, shell.subviews = gr.State(None), gr.State("translate"), gr.State({})
         shell.bar = bar.build(shell)
         attention.build_click_proxy(shell)  # on the page from the start: the first screen's panels drive it
+        shell.tour = tour.build(shell)  # its start button on the first screen, its stops in place of the sections
         with gr.Tabs(elem_id="sections", overflow_behavior="wrap") as shell.tabs:
             for label, sid, section in SECTIONS:
                 with gr.Tab(label, id=sid) as shell.section_tabs[sid]:
@@ -63,6 +64,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         learn.follow_runs(shell, learn_parts)
         translate_event = translate.wire(shell)  # last: a new run refreshes every section
         interventions.wire_preset(shell, translate_event)
+        tour.wire(shell, translate_event)
         branch.wire(shell)  # continue from here, and the run history
         learn.wire(shell, learn_parts, translate_event)
         translate.wire_load(shell, demo)

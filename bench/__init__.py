@@ -23,6 +23,7 @@ BENCHES = [
     Bench("server", "in process, through Gradio's own processing: the first screen and every other view"),
     Bench("branch", "continue from here: server time and JSON of a branch (greedy), and of ◀ back"),
     Bench("payload", "bytes the browser receives per interaction, over SSE from a launched app"),
+    Bench("tour", "the guided tour: each stop's server time and bytes; the first screen's targets with it"),
     Bench("cold_start", "from `python app.py` to the server answering and to the first translation answered"),
     Bench("load", "concurrent gradio_client users: throughput, latency, errors, memory, leak check"),
     Bench("serving", "old serving against new side by side: load, the UI's Translate event, a classroom, busy"),

@@ -62,6 +62,17 @@ def load_val(args, src: str, tgt: str) -> tuple[ValSet, ValSet]:
     return ValSet(whole.src[:n], whole.tgt[:n], whole.refs[:n]), whole
 
 
+def kept_frames(out: Path, settings, steps: set[int]) -> list:
+    """Frames an earlier run already measured with the same settings: a new frame adds one measurement."""
+    if not out.is_file():
+        return []
+    try:
+        old = read_dynamics(out)
+    except Exception:  # unreadable: measure everything again
+        return []
+    return [f for f in old.frames if f.step in steps] if old.settings == settings else []
+
+
 def run(args, log=print) -> Dynamics:
     frames_dir = Path(args.frames)
     parent = read_parent(args.checkpoint or parent_of(frames_dir))
@@ -74,15 +85,16 @@ def run(args, log=print) -> Dynamics:
     val, whole = load_val(args, parent.src_lang, parent.tgt_lang)
     entries = dictionary(whole, parent.src_lang, parent.tgt_lang, settings.dictionary_size)
     out = Path(args.out or frames_dir / DYNAMICS)
-    done: list = []
-    dyn = None
+    done = kept_frames(out, settings, {i.step for i in infos})
+    infos = [i for i in infos if i.step not in {f.step for f in done}]
+    dyn = read_dynamics(out) if done and not infos else None
     for info in infos:
         t0 = time.perf_counter()
         lm = load_frame(info.path, parent)
         done.append(measure(lm, val, entries, settings))
         dyn = Dynamics(model=f"{parent.src_lang}-{parent.tgt_lang}", reference=reference_path(
             args.align_dir, parent.src_lang, parent.tgt_lang).name, settings=settings, dictionary=entries,
-            reference_tau=reference_reordering(val.refs), frames=tuple(done))
+            reference_tau=reference_reordering(val.refs), frames=tuple(sorted(done, key=lambda f: f.step)))
         write_dynamics(out, dyn)
         f = done[-1]
         log(f"step {f.step}: val CE {f.val_ce:.3f} (smoothed {f.val_ce_smoothed:.3f}), BLEU {f.bleu:.1f}, "

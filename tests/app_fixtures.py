@@ -23,6 +23,9 @@ SENTENCES = {
     "en": ["A man rides a bike through the city.", "Two dogs are playing in the snow.",
            "A woman is reading a book in the park.", "The children are playing on the beach.",
            "A man with a hat stands in front of a house."],
+    "fr": ["Un homme fait du vélo dans la ville.", "Deux chiens jouent dans la neige.",
+           "Une femme lit un livre dans le parc.", "Les enfants jouent sur la plage.",
+           "Un homme avec un chapeau se tient devant une maison."],
 }
 
 

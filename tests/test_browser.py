@@ -93,9 +93,9 @@ def test_deep_link_restores_section_kind_layer_and_head(page):
     pg.goto(page.url_base + "?text=Zwei+Hunde+spielen.&model=de-en&section=attention&kind=enc&layer=1&head=2")
     _wait_done(pg)
     assert pg.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
-    assert pg.locator("#attn-layer input").first.input_value() == "layer 1"
+    assert pg.locator("#attn-layer input").first.input_value() == "layer 1 (last)"
     assert pg.locator("#attn-head input").first.input_value() == "head 2"
-    assert pg.locator("#attn-kind input[value='encoder.self_attn']").is_checked()
+    assert pg.locator("#attn-kind input").first.input_value() == "Encoder self-attention"
     pg.screenshot(path=str(ARTIFACTS / "deep-link.png"))
     pg.close()
 
@@ -131,7 +131,8 @@ def test_computation_inside_head_lens_attribution_and_forced(page):
     """Inside one head for cross-attention, the logit lens, the attribution comparison, and a forced run
     that becomes the current run."""
     _translate(page, "Zwei Hunde spielen im Schnee.")
-    page.locator("#attn-kind input[value='decoder.cross_attn']").check()
+    page.locator("#attn-kind input").first.click()
+    page.get_by_role("option", name="Decoder cross-attention", exact=True).click()
     page.get_by_role("tab", name="Computation", exact=True).click()
     _plot(page, "#pe-norms")  # the first sub-view: embedding × √d_model + positional encoding
     page.get_by_role("tab", name="Inside one head", exact=True).click()

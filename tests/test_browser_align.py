@@ -46,8 +46,8 @@ def test_clicking_a_head_in_the_alignment_grid_opens_its_map(page):
     page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=60_000)
     assert page.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
     assert page.get_by_role("tab", name="Maps", exact=True).get_attribute("aria-selected") == "true"
-    assert page.locator("#attn-layer input").first.input_value() == "layer 2"
+    assert page.locator("#attn-layer input").first.input_value() == "layer 2 (last)"
     assert page.locator("#attn-head input").first.input_value() == "head 1"
-    assert page.locator("#attn-kind input[value='decoder.cross_attn']").is_checked()
+    assert page.locator("#attn-kind input").first.input_value() == "Decoder cross-attention"
     _plot(page, "#attn-plot")
     page.screenshot(path=str(ARTIFACTS / "alignment-head-opened.png"), full_page=False)

@@ -48,9 +48,9 @@ def test_the_grid_of_48_heads_and_one_head(page):
     page.screenshot(path=str(ARTIFACTS / "marian-grid.png"), full_page=True)
     page.locator("#attn-view input[value=head]").check()
     page.locator("#attn-layer input").first.click()
-    page.get_by_role("option", name="layer 5", exact=True).click()
+    page.get_by_role("option", name="layer 5 (last)", exact=True).click()
     page.locator("#attn-head input").first.click()
-    page.get_by_role("option", name="head 7", exact=True).click()
+    page.get_by_role("option", name="head 7 (last)", exact=True).click()
     page.wait_for_function("() => { const gd = document.querySelector('#attn-plot .js-plotly-plot');"
                            " const t = gd && gd.layout.title && gd.layout.title.text || '';"
                            " return /layer 5/i.test(t) && /head 7/i.test(t) }", timeout=60_000)

@@ -112,7 +112,7 @@ def test_a_new_run_refreshes_alignment_and_rollout(page):
 
 def test_the_first_screen_panel_click_opens_the_head(page):
     # the replay has ended (its last frame is the caption of the last step): the map is the final one
-    page.wait_for_function("() => /Step (\\d+) of \\1/.test((document.querySelector('#watch-step')||{}).innerText||'')",
+    page.wait_for_function("() => /Step (\\d+) of 0–\\1 /.test((document.querySelector('#watch-step')||{}).innerText||'')",
                            timeout=60_000)
     page.wait_for_function("() => !!(document.querySelector('#watch-heads .js-plotly-plot') || {}).__headClick",
                            timeout=30_000)
@@ -121,8 +121,9 @@ def test_the_first_screen_panel_click_opens_the_head(page):
     page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.2)  # inside the second head
     page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=30_000)
     assert page.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
-    head = page.locator("#attn-head input").first.input_value()
-    layer = page.locator("#attn-layer input").first.input_value()
+    # the pickers say "(first)" or "(last)" after the number; the map's title names the number alone
+    head = page.locator("#attn-head input").first.input_value().split(" (")[0]
+    layer = page.locator("#attn-layer input").first.input_value().split(" (")[0]
     _plot(page, "#attn-plot")
     page.wait_for_function("(t) => document.querySelector('#attn-plot .js-plotly-plot')?.layout.title.text"
                            ".includes(t)", arg=f"{layer}, {head}", timeout=30_000)
@@ -135,7 +136,7 @@ def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
     before = _status(page)
     page.locator("#translate-btn").click()
     _wait_done(page, before)
-    assert "layer 2" in _options(page, "#attn-layer")
+    assert "layer 2 (last)" in _options(page, "#attn-layer")
     _tab(page, "Masks & interventions")
     assert "cross L2 H3" in _options(page, "#tog-heads")
     _pick(page, "#tog-heads", "cross L2 H3")
@@ -150,7 +151,7 @@ def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
     page.wait_for_function("() => document.querySelector('#prof-head-plot .js-plotly-plot')?.layout.title.text"
                            ".includes('layer 2, head 0')", timeout=30_000)
     _tab(page, "Two sentences")
-    assert "layer 2" in _options(page, "#pair-layer")
+    assert "layer 2 (last)" in _options(page, "#pair-layer")
 
 
 def test_a_link_after_forced_decoding_restores_the_forced_run(page, browser):

@@ -207,6 +207,25 @@ def test_command_reproduces_its_json_for_one_frame(framed_run, tmp_path, measure
     assert main(flags[:4] + ["--data", str(tmp_path / "none"), "--out", str(tmp_path / "x.json")]) == 2
 
 
+def test_a_rerun_measures_only_the_new_frames(framed_run, tmp_path, monkeypatch):
+    _write_val(framed_run, tmp_path)
+    out = tmp_path / "dyn.json"
+    flags = ["--frames", str(framed_run.frames), "--checkpoint", str(framed_run.ckpt), "--data", str(tmp_path),
+             "--align-dir", str(tmp_path), "--sentences", "8", "--alti-sentences", "3", "--dictionary-size", "6",
+             "--out", str(out)]
+    assert main(flags + ["--steps", "0,4"]) == 0
+    first = read(out)
+    stamp = first.frames[0]
+    measured = []
+    import model.dynamics as cmd
+    original = cmd.measure
+    monkeypatch.setattr(cmd, "measure", lambda *a, **k: measured.append(1) or original(*a, **k))
+    assert main(flags + ["--steps", "0,4,8"]) == 0
+    again = read(out)
+    assert len(measured) == 1 and [f.step for f in again.frames] == [0, 4, 8]
+    assert again.frames[0] == stamp     # kept, not measured again
+
+
 SHIPPED = sorted(p for p in (ROOT / "checkpoints").glob("*/frames/dynamics.json"))
 
 

@@ -58,8 +58,9 @@ def _randomise(model, eos_bias: float) -> None:
 
 
 def build_marian(folder: Path, d_model=32, layers=2, heads=4, ffn=64, activation="swish", seed=0,
-                 eos_bias: float = 0.0) -> Path:
-    """A random MarianMTModel plus MarianTokenizer files, saved as Hugging Face saves them."""
+                 eos_bias: float = 0.0, dec_layers=None, dec_heads=None, dec_ffn=None) -> Path:
+    """A random MarianMTModel plus MarianTokenizer files, saved as Hugging Face saves them. The decoder
+    is shaped as the encoder unless ``dec_*`` say otherwise."""
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
     work = folder.parent / (folder.name + "_spm")
     work.mkdir(parents=True, exist_ok=True)
@@ -76,8 +77,9 @@ def build_marian(folder: Path, d_model=32, layers=2, heads=4, ffn=64, activation
                           target_spm=str(work / "tgt.model"), source_lang="de", target_lang="en")
     V, pad = len(itos), len(itos) - 1
     cfg = MarianConfig(vocab_size=V, decoder_vocab_size=V, d_model=d_model, encoder_layers=layers,
-                       decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
-                       encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, activation_function=activation,
+                       decoder_layers=dec_layers or layers, encoder_attention_heads=heads,
+                       decoder_attention_heads=dec_heads or heads, encoder_ffn_dim=ffn,
+                       decoder_ffn_dim=dec_ffn or ffn, activation_function=activation,
                        scale_embedding=True, static_position_embeddings=True, max_position_embeddings=128,
                        pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=None,
                        share_encoder_decoder_embeddings=True, dropout=0.0, attention_dropout=0.0)

@@ -97,7 +97,7 @@ def test_back_restores_the_run_the_preset_replaced(client):
     assert b["attn_kind"] == CROSS and b["attn_head"]["value"] == 2 and b["attn_layer"]["value"] == 1
     assert outlined(figure(b["watch_heads"])) == [(1, 2)]
     # the session's current run is the user's again: a view drawn from it now shows DE's tokens
-    thumbs = figure(client.predict(CROSS, 0, 0, api_name="/thumbnails"))
+    thumbs = figure(client.predict(CROSS, 0, 0, "words", api_name="/thumbnails"))
     assert "Mann" in source_ticks(thumbs) and "Frau" not in source_ticks(thumbs)
     # nothing left to go back to
     again = back(client)
@@ -149,9 +149,9 @@ def test_thumbnails_outline_follows_the_selected_cross_attention_head(client):
     r = translate(client, DE, CROSS, 1, 3)
     assert outlined(figure(r["watch_heads"])) == [(1, 3)]  # a new run is drawn with the selection's head
     for layer, head in ((0, 0), (1, 2), (0, 3)):
-        assert outlined(figure(client.predict(CROSS, layer, head, api_name="/thumbnails"))) == [(layer, head)]
+        assert outlined(figure(client.predict(CROSS, layer, head, "words", api_name="/thumbnails"))) == [(layer, head)]
     # the thumbnails show cross-attention only: another kind's head is not outlined on them
-    assert outlined(figure(client.predict(ENC, 1, 2, api_name="/thumbnails"))) == []
+    assert outlined(figure(client.predict(ENC, 1, 2, "words", api_name="/thumbnails"))) == []
     assert outlined(figure(translate(client, DE, ENC, 1, 2)["watch_heads"])) == []
 
 

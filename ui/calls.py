@@ -234,7 +234,7 @@ def request_model(reg_key: str, name: str) -> str:
     """The key of the model a link or an API request names: a listed model as it is; any other Hub id
     or folder only where ATTN_ALLOW_ANY_MODEL is on (then described and offered from now on)."""
     reg = REGISTRIES[reg_key]
-    if name in reg.models:
+    if name in reg.models or catalog.offer_pair(reg, name):  # a many-to-many model's pair: both languages named
         return name
     listed = ", ".join(reg.names)
     if not settings.read().allow_any_model:

@@ -60,13 +60,13 @@ def head_figure(run: Run | None, lm, kind: str, layer, head, query):
     kind = kind_of(kind)
     comp = computation(run, lm)
     layer = clamp(layer, comp.n_layers(kind.stack))
-    head = clamp(head, lm.model.cfg.n_heads)
+    head = clamp(head, lm.model.cfg.heads(kind))
     labels = query_labels(run, kind)
     query = clamp(query, len(labels), default_query(kind, len(labels)))
     h = comp.head(kind, layer, head, query)
     keys = run.tr.axes(kind)[1]
     return vc.head_computation(h.query, h.keys, h.scores, h.mask, h.masked, h.pattern, h.values, h.z, h.result,
-                               keys, labels[query].split(": ", 1)[1], lm.model.cfg.d_model // lm.model.cfg.n_heads,
+                               keys, labels[query].split(": ", 1)[1], lm.model.cfg.d_model // lm.model.cfg.heads(kind),
                                title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}, query {labels[query]}")
 
 
@@ -91,7 +91,7 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str =
     kind = kind_of(kind)
     comp = computation(run, lm)
     layer = clamp(layer, comp.n_layers(kind.stack))
-    head = clamp(head, lm.model.cfg.n_heads)
+    head = clamp(head, lm.model.cfg.heads(kind))
     pattern, norm = run.tr.attention(kind)[layer, head], comp.norm_weights(kind, layer)[head]
     (q, k), outputs, unit = run.tr.axes(kind), run.tr.output_tokens, "tokens"
     notes = [] if lm.model.cfg.norm_first else [POST_NORM_HEAD_NOTE]

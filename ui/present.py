@@ -90,7 +90,7 @@ def head_choices(lm: LoadedModel) -> list[str]:
     cfg = lm.model.cfg
     n = {ENC_SELF: cfg.n_encoder_layers, DEC_SELF: cfg.n_decoder_layers,
          CROSS: cfg.n_decoder_layers}
-    return [head_label(k, l, h) for k in ATTN_KINDS for l in range(n[k]) for h in range(cfg.n_heads)]
+    return [head_label(k, l, h) for k in ATTN_KINDS for l in range(n[k]) for h in range(cfg.heads(k))]
 
 
 _HEAD_RE = re.compile(r"^\s*([a-z_.]+)\s*[ :/,-]?\s*l?(\d+)\s*[ .:/,-]?\s*h?(\d+)\s*$", re.I)
@@ -211,8 +211,23 @@ def md_escape(text) -> str:
     return re.sub(r"([\\`*_{}\[\]()#+!|~>-])", r"\\\1", html.escape(str(text), quote=False))
 
 
+PIECE_NOTE = "▁ marks a piece that starts a new word; a piece without it continues the word before it."
+
+
+def piece_note(tokens) -> str:
+    """The sentence that explains ▁, where ``tokens`` show SentencePiece pieces (else "")."""
+    return PIECE_NOTE if any(str(t).startswith("▁") for t in tokens) else ""
+
+
+WARNING_MARK = "Far from what this model learned: "  # ui.domain's notice: shown as a warning box
+
+
 def notice_md(notices: list[str]) -> str:
-    return "\n".join(f"ℹ️ {md_escape(n)}" for n in notices)
+    """The run's notices; a far-from-the-domain one first, as a warning box (a quote the CSS colours)."""
+    warn = [f"> ⚠️ **{md_escape(n[:len(WARNING_MARK) - 2])}:** {md_escape(n[len(WARNING_MARK):])}"
+            for n in notices if n.startswith(WARNING_MARK)]
+    rest = [f"ℹ️ {md_escape(n)}" for n in notices if not n.startswith(WARNING_MARK)]
+    return "\n\n".join(x for x in ("\n".join(warn), "\n".join(rest)) if x)
 
 
 def direction_label(name: str, reg: Registry) -> str:
@@ -255,7 +270,7 @@ def header_markdown(reg: Registry) -> str:
     for name, s in catalog.summaries(reg).items():
         bleu = f", BLEU {s.bleu:.1f} ({md_escape(s.bleu_source)})" if s.bleu is not None else ", BLEU n/a"
         parts.append(f"**{md_escape(direction_label(name, reg))}:** {fmt_params(s.parameters)} parameters, "
-                     f"{s.encoder_layers}+{s.decoder_layers} layers × {s.n_heads} heads{bleu}")
+                     f"{s.encoder_layers}+{s.decoder_layers} layers × {s.heads_label} heads{bleu}")
     lines.append("<details><summary>Type a sentence, watch the Transformer translate it, then open any head, "
                  "step or mask. Models and device…</summary>\n\n" + " · ".join(parts) + "\n</details>")
     if reg.problems:

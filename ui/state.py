@@ -35,22 +35,33 @@ DECODINGS = ("greedy", "beam")
 SHORT_KINDS = {"enc": ENC_SELF, "dec": DEC_SELF, "cross": CROSS}
 _KIND_SHORT = {v: k for k, v in SHORT_KINDS.items()}
 MAX_STEP = 1000
+TOUR_STOPS = 10  # the guided tour's stops (ui/tour.py); a link's tour=N opens stop N (1-based)
 
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What a control's choices depend on: the model's layers and heads."""
+    """What a control's choices depend on: the model's layers and heads (per side: a distilled or
+    converted model's decoder may have fewer layers or other heads than its encoder)."""
     n_encoder_layers: int
     n_decoder_layers: int
-    n_heads: int
+    n_heads: int                       # the encoder's heads per layer
+    n_decoder_heads: int | None = None  # None: as the encoder
 
     @classmethod
     def of(cls, lm) -> "ModelShape":
         cfg = lm.model.cfg
-        return cls(cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.n_heads)
+        return cls(cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.encoder_heads, cfg.decoder_heads)
 
     def layers(self, kind: str) -> int:
         return self.n_encoder_layers if kind == ENC_SELF else self.n_decoder_layers
+
+    def heads(self, kind: str) -> int:
+        """Heads per layer of one attention kind (the decoder's serve its self- and cross-attention)."""
+        return self.n_heads if kind == ENC_SELF or self.n_decoder_heads is None else self.n_decoder_heads
+
+    @property
+    def max_heads(self) -> int:
+        return max(self.n_heads, self.n_decoder_heads or self.n_heads)
 
     @property
     def max_layers(self) -> int:
@@ -129,7 +140,8 @@ class Selection:
 
     def fit(self, shape: ModelShape) -> "Selection":
         """The selection with its layer and head inside ``shape`` (another model may have fewer)."""
-        return replace(self, layer=min(self.layer, shape.layers(self.kind) - 1), head=min(self.head, shape.n_heads - 1))
+        return replace(self, layer=min(self.layer, shape.layers(self.kind) - 1),
+                       head=min(self.head, shape.heads(self.kind) - 1))
 
 
 def _int(value, default: int) -> int:
@@ -191,6 +203,7 @@ class Restored:
     inputs: RunInputs
     sel: Selection
     problems: list[str] = field(default_factory=list)
+    tour: int | None = None  # the guided tour's stop the link opens (1-based), if any
 
 
 class _Reader:
@@ -235,7 +248,7 @@ def _toggles(r: _Reader, shape: ModelShape | None) -> Toggles:
         except (KeyError, ValueError):
             r.bad("ablate", f"names a head ({item[:20]!r}) not written kind.layer.head")
             continue
-        if shape is not None and not (0 <= l < shape.layers(kind) and 0 <= h < shape.n_heads):
+        if shape is not None and not (0 <= l < shape.layers(kind) and 0 <= h < shape.heads(kind)):
             r.bad("ablate", f"names a head ({item[:20]!r}) this model does not have")
             continue
         heads.append((kind, l, h))
@@ -256,7 +269,7 @@ def _selection(r: _Reader, shape: ModelShape | None) -> Selection:
         if _kind(r.params["kind"]) is None:
             r.bad("kind", "is not enc, dec or cross")
     n_layers = shape.layers(kind) if shape else 64
-    n_heads = shape.n_heads if shape else 64
+    n_heads = shape.heads(kind) if shape else 64
     section = r.choice("section", "translate", SECTIONS)
     query = r.int("query", -1, 0, MAX_STEP) if "query" in r.params else -1
     return Selection(kind=kind, layer=r.int("layer", 0, 0, n_layers - 1), head=r.int("head", 0, 0, n_heads - 1),
@@ -296,11 +309,23 @@ def from_query(params, shapes: dict[str, ModelShape], max_beam: int = 8, max_len
                        reference=str(ref) if ref not in (None, "") else None, toggles=_toggles(r, shape),
                        prefix=_prefix(r))
     known = {"text", "model", "beam", "max_len", "ref", "pad", "padding", "causal", "positional", "ablate", "hide",
-             "prefix", *WHATIF_KEYS,
+             "prefix", "tour", *WHATIF_KEYS,
              *(f.name for f in fields(Selection))}
     sel = _selection(r, shape)
+    tour = r.int("tour", 0, 1, TOUR_STOPS)
     r.problems += [f"The link's parameter {k[:20]!r} is unknown; it was ignored." for k in params if k not in known]
-    return Restored(inputs, sel, r.problems)
+    return Restored(inputs, sel, r.problems, tour or None)
+
+
+def tour_stop(params) -> int | None:
+    """The tour stop a link opens, 0-based (None: no tour, or a value ``from_query`` already names)."""
+    value = str(dict(params or {}).get("tour", "")).strip()
+    return int(value) - 1 if value.isdigit() and 1 <= int(value) <= TOUR_STOPS else None
+
+
+def tour_url(base_url: str, inputs: RunInputs, sel: Selection, stop: int) -> str:
+    """The link to tour stop ``stop`` (0-based) on this run: the explorer's link plus tour=stop+1."""
+    return link_url(base_url, inputs, sel) + f"&tour={stop + 1}"
 
 
 # --------------------------------------------------------------------------- "what if" in a link
@@ -382,7 +407,7 @@ def _patch_link(r: _Reader, shape: ModelShape | None) -> PatchLink | None:
     if pos and not all(re.fullmatch(r"\d{1,4}(-\d{1,4})?", x) for x in re.split(r"[,\s]+", pos) if x):
         r.bad("ppos", "is not positions such as '1, 3-5'")
         pos = ""
-    n_layers, n_heads = (shape.max_layers, shape.n_heads) if shape else (64, 64)
+    n_layers, n_heads = (shape.max_layers, shape.max_heads) if shape else (64, 64)
     return PatchLink(a, b, site=r.choice("psite", "z", SITES), kind=kind, part=part,
                      point=r.choice("ppoint", "post", RESID_POINTS[part]),
                      layer=r.int("player", 0, 0, n_layers - 1), head=r.int("phead", 0, 0, n_heads - 1),

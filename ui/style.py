@@ -30,8 +30,10 @@ CSS = """
   height: 1px; overflow: hidden; clip: rect(0 0 0 0);}
 #selection-bar .wrap {flex-wrap: nowrap; gap: 4px;}
 #selection-bar label:has(input[type=radio]) {padding: 3px 8px; font-size: 0.8em; white-space: nowrap;}
-#selection-bar #attn-layer, #selection-bar #attn-head {flex: 0 0 100px !important;}
-#attn-layer input, #attn-head input {font-size: 0.85em;}
+#selection-bar #attn-layer, #selection-bar #attn-head {flex: 0 0 140px !important;}
+#selection-bar #attn-kind {flex: 0 0 250px !important;}
+#selection-bar #attn-units {flex: 0 0 130px !important;}
+#attn-layer input, #attn-head input, #attn-kind input, #attn-units input {font-size: 0.85em;}
 #selection-bar .secondary-wrap {padding: 2px 6px;}
 #selection-bar > .column {flex-direction: row !important; align-items: center; flex-grow: 1 !important;}
 #link-btn {white-space: nowrap; flex: 0 0 auto;}
@@ -44,8 +46,32 @@ CSS = """
   #header details, #input-text .info-text, #input-text [data-testid=block-info] + div {display: none;}
   #run-bar-box {position: static;}
   #run-bar p {white-space: normal; font-size: 0.8em;}
-  #selection-bar > .column {display: none;}
+  /* the selection wraps into rows a thumb can reach (a sideways strip hid kind, layer, head and the link) */
+  #selection-bar {flex-wrap: wrap !important; overflow: visible !important;}
+  #selection-bar > * {flex-wrap: wrap !important;}
+  #selection-bar #attn-kind, #selection-bar #attn-layer, #selection-bar #attn-head, #selection-bar #attn-units
+    {flex: 1 1 45% !important; min-width: 150px !important;}
+  #selection-bar input {min-height: 36px; font-size: 16px !important;}
+  #selection-bar > .column {flex: 1 1 100% !important;}
+  /* the plot toolbar covered the charts' titles; pinch and the hover still work */
+  .js-plotly-plot .modebar-container {display: none !important;}
+  #tour-nav button {min-height: 40px;}
 }
+/* an open list paints over the controls after it, on an opaque background (it was see-through on a phone) */
+#selection-bar .block:focus-within {position: relative; z-index: 60 !important;}
+#selection-bar ul:has(> [data-testid=dropdown-option]) {background: var(--background-fill-primary) !important;
+  z-index: 61 !important; box-shadow: 0 4px 12px rgba(0, 0, 0, 0.18);}
+/* the guided tour shows only what its stop needs: the selection bar waits until the tour is left */
+.gradio-container:has(#tour) #selection-bar {display: none !important;}
+#tour-heading h3 {margin: 0.2em 0;}
+#tour-changed p {background: #eef5ff; padding: 6px 10px; border-radius: 6px;}
+#tour-start {align-self: flex-start; width: auto !important; margin: 2px 0;}
+/* ◀ ▶ through the session's runs only once there is a run to go back to */
+#run-bar-row:has(#hist-prev:disabled):has(#hist-next:disabled) #hist-prev,
+#run-bar-row:has(#hist-prev:disabled):has(#hist-next:disabled) #hist-next {display: none !important;}
+/* a run far from the model's domain: a warning box, not a grey line */
+#notice blockquote {background: #fff4e5; border-left: 4px solid #e8a317; padding: 8px 12px; margin: 0 0 8px 0;
+  color: #4a3000; font-size: 1.02em;}
 """
 # Gradio scopes the CSS above inside its content box; the page's own side padding lies outside it.
 HEAD = "<style>@media (max-width: 600px) {.gradio-container > .main {padding-left: 6px !important; " \

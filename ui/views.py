@@ -138,7 +138,7 @@ def step_figures(run: Run | None, t, head=None):
     special = ("<unk>", "<pad>", "<bos>", "<eos>")
     prefix = [(tok, "special" if tok in special else "token") for tok in sv.prefix[:-1]] + [(sv.prefix[-1], "input")]
     prefix.append((sv.token, "new"))
-    md = (f"**Step {sv.t} of {sv.n - 1}.** The decoder reads the {len(sv.prefix)} token(s) on the left and "
+    md = (f"**Step {sv.t} of 0–{sv.n - 1}** (steps count from 0). The decoder reads the {len(sv.prefix)} token(s) on the left and "
           f"produces **{sv.token}** with probability {sv.prob:.1%}.")
     if sv.t < tr.prefix_len:  # a branch's forced step: the bars are what the model would have chosen
         own = next((tok for tok in sv.topk_tokens if tok not in ("<bos>", "<pad>")), sv.topk_tokens[0])
@@ -176,19 +176,28 @@ def watch_strip(run: Run, t: int) -> list[tuple[str, float]]:
     return [(tok, round(float(x) / top, 3)) for tok, x in zip(src, w) if tok != "<pad>"]
 
 
-def watch_heads(run: Run, t: int | None = None, selected: tuple[int, int] | None = None):
+def watch_heads(run: Run, t: int | None = None, selected: tuple[int, int] | None = None, units: str = "words"):
     """Every head's cross-attention over the rows decoded so far (all rows when ``t`` is None); the
-    selected (layer, head) outlined."""
+    selected (layer, head) outlined. In words (a subword run): source pieces summed into words, and a
+    row per output word (the mean of its decoded pieces' rows), as every other map shows them."""
     tr = run.tr
     cross = tr.attention(CROSS)
     n = cross.shape[2]
     t = n if t is None else max(1, min(int(t), n))
-    labels = step_row_labels(tr.decoder_input_tokens, tr.output_tokens)
     if selected is not None:
         selected = (clamp(selected[0], cross.shape[0]), clamp(selected[1], cross.shape[1]))
+    title = "Cross-attention of every head as it is generated (click a panel to open it)"
+    if run.by_word(units) and run.out_spans is not None:
+        spans = [[i for i in span if i < t] for span in run.out_spans]
+        spans = [s for s in spans if s]
+        rows = pool_words(cross[:, :, :t], spans, run.src_spans)
+        words = list(run.out_words)
+        inputs = [tr.start_token, *words[:-1]]
+        return vs.heads_mini(rows, run.src_words, step_row_labels(inputs, words), n_rows=len(words), kind=CROSS,
+                             height=260, selected=selected, title=title, unit="words")
+    labels = step_row_labels(tr.decoder_input_tokens, tr.output_tokens)
     return vs.heads_mini(cross[:, :, :t], tr.src_tokens, labels, n_rows=n, kind=CROSS, height=260,
-                         selected=selected,
-                         title="Cross-attention of every head as it is generated (click a panel to open it)")
+                         selected=selected, title=title, unit="pieces" if run.src_spans is not None else "tokens")
 
 
 # --------------------------------------------------------------------------- masks and interventions

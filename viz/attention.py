@@ -20,8 +20,9 @@ HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>weight: %%{z:.4~g}<extra></extra>"
 HOVER_WHOLE = "%s<br>query: %%{customdata[0]}<br>key: %%{customdata[1]}<br>weight: %%{z:.4~g}<extra></extra>"
 KEY_TITLE = "key (attended to)"
 # One head's colour bar lies above the map, not beside it: on a phone the map keeps the width.
-HEAD_COLORBAR = dict(title=dict(text="weight", side="right"), orientation="h", thickness=8, len=0.4,
-                     x=0.0, xanchor="left", y=1.0, yanchor="bottom", ypad=4)
+# a fixed length in pixels: a fraction of a phone's narrow plot area squashed the bar and turned its ticks
+HEAD_COLORBAR = dict(title=dict(text="weight", side="right"), orientation="h", thickness=10, lenmode="pixels",
+                     len=170, x=0.0, xanchor="left", y=1.0, yanchor="bottom", ypad=4)
 
 
 def _check(attn: np.ndarray, q_tokens, k_tokens, ndim: int) -> np.ndarray:

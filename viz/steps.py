@@ -155,8 +155,8 @@ MINI_WIDTH_PX = 600   # the width the source labels are thinned for (the half-pa
 
 def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence[str], *,
                n_rows: int | None = None, kind: str = "cross", layer_offset: int = 0,
-               title: str | None = None, height: int = 240, selected: tuple[int, int] | None = None
-               ) -> go.Figure:
+               title: str | None = None, height: int = 240, selected: tuple[int, int] | None = None,
+               unit: str = "tokens") -> go.Figure:
     """A compact mosaic of every head's cross-attention over the rows decoded so far.
 
     ``rows``: (layers, heads, t, S), the first t decoder rows; ``row_labels``: their labels (at
@@ -188,7 +188,7 @@ def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence
     layout["shapes"] = [_panel_outline(l, h, S, Q, (l + layer_offset, h) == tuple(selected or ()))
                         for l in range(L) for h in range(H)]
     _mini_axes(layout, src_tokens, labels, L, H, S, Q, height)
-    layout["margin"] = dict(l=36, r=90, b=70)
+    layout["margin"] = dict(l=36, r=90, b=84)  # room for the longest source label, turned upright
     layout["annotations"] = (
         [dict(text=f"H{h}", x=h * (S + 1) + (S - 1) / 2, y=1.0, xref="x", yref="paper", yanchor="bottom",
               showarrow=False, font=dict(size=10)) for h in range(H)]
@@ -197,7 +197,9 @@ def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence
     layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0, cmax=100, showscale=False)
     # source labels at least ~12 px apart on a figure about MINI_WIDTH_PX wide (many heads: narrow panels)
     k = thin_axes(layout, data, step={"xaxis": -(-12 * H * (S + 1) // MINI_WIDTH_PX), "yaxis": 1}, block={"xaxis": S})
-    notes = [f"{t} of {Q} rows decoded; colour 0–100 %",
+    pieces = unit == "pieces" and any(str(x).startswith("▁") for x in src_tokens)
+    notes = [f"{t} of {Q} rows decoded ({unit}); colour 0–100 %; layers L and heads H count from 0",
+             "▁ starts a word" if pieces else "",
              f"outlined: L{selected[0]} H{selected[1]}, the selected head" if selected else "",
              thin_note(k) if k > 1 else ""]
     set_title(layout, title, notes, top_extra=4)
@@ -214,11 +216,12 @@ def _mini_axes(layout: dict, src_tokens, labels, L: int, H: int, S: int, Q: int,
     """Source tokens under every head's column block; row labels on the right, thinned to ~12 px apart."""
     axis = dict(tickmode="array", showgrid=False, zeroline=False, ticks="", fixedrange=True,
                 tickfont=dict(size=8))
-    step = max(1, -(-12 * L * (Q + 1) // max(1, height - 90)))  # ~12 px apart on the ~170 px of rows
+    # row labels beside the first layer only (beside every layer they ran into the next layer's), ~12 px apart
+    step = max(1, -(-12 * L * (Q + 1) // max(1, height - 90)))
     src = token_labels([short(t, 9) for t in src_tokens])
     rows = token_labels([short(t, 14) for t in labels])
     layout["xaxis"] = dict(axis, tickvals=[h * (S + 1) + j for h in range(H) for j in range(S)],
                            ticktext=src * H, tickangle=-90, range=[-0.5, H * (S + 1) - 1.5])
-    layout["yaxis"] = dict(axis, side="right", tickvals=[l * (Q + 1) + i for l in range(L) for i in range(0, Q, step)],
-                           ticktext=[rows[i] for _ in range(L) for i in range(0, Q, step)],
+    layout["yaxis"] = dict(axis, side="right", tickvals=list(range(0, Q, step)),
+                           ticktext=[rows[i] for i in range(0, Q, step)],
                            range=[L * (Q + 1) - 1.5, -0.5])

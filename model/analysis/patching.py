@@ -228,8 +228,9 @@ def check_patch(model: Transformer, patch: Patch) -> None:
     n = cfg.n_layers(part)
     if not 0 <= patch.layer < n:
         raise PatchError(f"no layer {patch.layer} in the {part} (it has {n})")
-    if patch.head is not None and not 0 <= patch.head < cfg.n_heads:
-        raise PatchError(f"no head {patch.head} (the model has {cfg.n_heads} per layer)")
+    n_heads = cfg.heads(patch.kind) if patch.kind is not None else cfg.max_heads
+    if patch.head is not None and not 0 <= patch.head < n_heads:
+        raise PatchError(f"no head {patch.head} (the model has {n_heads} per layer there)")
 
 
 def _position_map(setup: PatchSetup, patch: Patch, length_b: int) -> dict[int, int]:
@@ -439,12 +440,12 @@ def head_scan(model: Transformer, setup: PatchSetup, kind: Kind | str, positions
     n_layers = cfg.n_layers(kind)
     pos = None if positions is None else tuple(positions)
     patches = [Patch("z", layer, kind=kind, head=h, positions=pos) for layer in range(n_layers)
-               for h in range(cfg.n_heads)]
+               for h in range(cfg.heads(kind))]
     where = "all positions" if pos is None else f"positions {list(pos)}"
     return _scan(model, setup, patches, ablation, means, tgt_tokens,
                  title=f"hook_z of every {kind} head, {where}", row_title="layer", col_title="head",
                  row_labels=tuple(f"L{i}" for i in range(n_layers)),
-                 col_labels=tuple(f"H{h}" for h in range(cfg.n_heads)))
+                 col_labels=tuple(f"H{h}" for h in range(cfg.heads(kind))))
 
 
 def position_scan(model: Transformer, setup: PatchSetup, site: str = "resid", part: str = "encoder",

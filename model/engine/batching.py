@@ -49,7 +49,8 @@ def translate_many(lm: LoadedModel, texts: list[str], opts: DecodeOptions = Deco
     """``[translate(lm, t, opts, iv) for t in texts]``, the searches run as one batch when
     :func:`batchable`, else one by one."""
     lm.model.validate_interventions(iv)
-    searches = [_source(lm, t, opts) for t in texts] if len(texts) > 1 and batchable(opts, iv) else []
+    batch = len(texts) > 1 and batchable(opts, iv) and not lm.tgt_vocab.forced_start(lm.tgt_lang)
+    searches = [_source(lm, t, opts) for t in texts] if batch else []  # a forced language code: one by one
     if not searches or any(_all_hidden(sr, lm.model.cfg.pad_id, iv) for sr in searches):
         return [decoding.translate(lm, t, opts, iv) for t in texts]
     beam, record = max(1, opts.beam), records_during_decode(opts, iv)

@@ -18,7 +18,7 @@ def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:  # a named function: modules ho
 
 
 ACTIVATIONS = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh}
-POS_LAYOUTS = ("interleaved", "halves")
+POS_LAYOUTS = ("interleaved", "halves", "fairseq")
 
 
 class PreNormOnly(ValueError):
@@ -37,10 +37,10 @@ class TransformerConfig:
     src_vocab_size: int
     tgt_vocab_size: int
     d_model: int = 256
-    n_heads: int = 8
+    n_heads: int = 8                    # the encoder's heads per layer (and the decoder's, unless set below)
     n_encoder_layers: int = 3
     n_decoder_layers: int = 3
-    d_ff: int = 512
+    d_ff: int = 512                     # the encoder's feed-forward width (and the decoder's, unless set below)
     dropout: float = 0.1
     attn_dropout: float = 0.1
     max_len: int = 256
@@ -50,7 +50,9 @@ class TransformerConfig:
     # the shape of the network; every default is our own pre-norm model
     norm_first: bool = True          # LayerNorm before each sublayer (pre-norm); False: after each residual add
     activation: str = "relu"         # the feed-forward non-linearity: one of ACTIVATIONS
-    pos_layout: str = "interleaved"  # sinusoids: "interleaved" (sin, cos, sin, ...) or "halves" (all sin, then cos)
+    pos_layout: str = "interleaved"  # sinusoids: "interleaved" (sin, cos, sin, ...), "halves" (all sin, then cos)
+    #                                  or "fairseq" (sin then cos, M2M100/NLLB's frequencies)
+    pos_offset: int = 0               # position t reads row t + pos_offset of the table (M2M100: padding_idx + 1)
     final_norm: bool = True          # a LayerNorm after each stack's last layer
     logits_bias: bool = False        # a bias added to the generator's output
     embed_scale: float | None = None  # token embeddings are multiplied by this; None = sqrt(d_model)
@@ -59,12 +61,47 @@ class TransformerConfig:
     decoder_start_id: int = BOS_ID   # the decoder's first input
     eos_id: int = EOS_ID
     src_bos_id: int | None = BOS_ID  # put before the source (None: the source is its tokens then <eos>)
+    # a decoder shaped unlike the encoder (distilled students; Marian, M2M100 and NLLB configs allow it);
+    # None = as the encoder. Last, so that positional construction keeps its meaning.
+    n_decoder_heads: int | None = None
+    d_ff_decoder: int | None = None
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}; expected one of {sorted(ACTIVATIONS)}")
         if self.pos_layout not in POS_LAYOUTS:
             raise ValueError(f"unknown positional layout {self.pos_layout!r}; expected one of {POS_LAYOUTS}")
+
+    @property
+    def encoder_heads(self) -> int:
+        return self.n_heads
+
+    @property
+    def decoder_heads(self) -> int:
+        """Heads per layer of the decoder's self- and cross-attention."""
+        return self.n_heads if self.n_decoder_heads is None else int(self.n_decoder_heads)
+
+    @property
+    def decoder_ff(self) -> int:
+        return self.d_ff if self.d_ff_decoder is None else int(self.d_ff_decoder)
+
+    def heads(self, kind: "Kind | str") -> int:
+        """Heads per layer of one attention kind (encoder self, decoder self or cross)."""
+        return self.encoder_heads if Kind.of(kind) == Kind.ENC_SELF else self.decoder_heads
+
+    def layers(self, kind: "Kind | str") -> int:
+        """Layers holding one attention kind."""
+        return self.n_encoder_layers if Kind.of(kind) == Kind.ENC_SELF else self.n_decoder_layers
+
+    @property
+    def max_heads(self) -> int:
+        return max(self.encoder_heads, self.decoder_heads)
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether encoder and decoder have the same depth, heads and feed-forward width."""
+        return (self.n_encoder_layers, self.encoder_heads, self.d_ff) == \
+            (self.n_decoder_layers, self.decoder_heads, self.decoder_ff)
 
     @property
     def pre_norm(self) -> bool:
@@ -79,8 +116,9 @@ class TransformerConfig:
 
     @property
     def never_generated(self) -> tuple[int, ...]:
-        """Ids decoding never chooses as a next token: the decoder's start token and <pad>."""
-        return tuple(sorted({self.decoder_start_id, self.pad_id}))
+        """Ids decoding never chooses as a next token: the decoder's start token and <pad> (but never <eos>:
+        M2M100 and NLLB start decoding with </s>, which also ends a sentence)."""
+        return tuple(sorted({self.decoder_start_id, self.pad_id} - {self.eos_id}))
 
     def n_layers(self, part: "Kind | str") -> int:
         """How many layers the stack of ``part`` has: ``"encoder"``, ``"decoder"`` or an attention

@@ -280,6 +280,11 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     model.validate_interventions(iv)
     src_tokens, truncated, src_ids, max_len = source_ids(lm, text, opts)
     prefix = check_prefix(model, opts.prefix)
+    prefix_len = len(prefix)  # a branch's own forced tokens (the target-language code below is not one)
+    forced = lm.tgt_vocab.forced_start(lm.tgt_lang)
+    if forced and prefix[:len(forced)] != forced:  # a many-to-many model: the target language's code first
+        prefix = forced + prefix
+        prefix_len = len(prefix) if opts.prefix else 0
     if prefix:  # room for the forced tokens, and for at least one of the model's own after them
         max_len = min(max(max_len, len(prefix) + 1), model.cfg.max_len - 1)
     src = torch.tensor([src_ids], device=device)
@@ -321,7 +326,7 @@ def translate(lm: LoadedModel, text: str, opts: DecodeOptions = DecodeOptions(),
     return Translation(text, src_tokens, src_ids, out_tokens, best.ids, text_out, best.score,
                        records if want_rows else [], replaced, trace,
                        beam_trace if opts.beam > 1 else None, iv, truncated, lm.src_lang, lm.tgt_lang,
-                       start_token=start_token(lm), prefix_len=len(prefix))
+                       start_token=start_token(lm), prefix_len=prefix_len)
 
 
 @torch.inference_mode()

@@ -29,7 +29,14 @@ from .names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind, canonical_kind  
 def sinusoidal_encoding(max_len: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
     """(max_len, d_model); even dimensions sin, odd dimensions cos (interleaved, as in the paper), or
     with ``layout="halves"`` the same frequencies as sin in the first half, cos in the second (Marian:
-    computed in float64 as it does, so converted models see the very table they were trained with)."""
+    computed in float64 as it does, so converted models see the very table they were trained with), or
+    with ``layout="fairseq"`` sin then cos at frequencies 10000^(-j / (d/2 - 1)), in float32 (M2M100, NLLB)."""
+    if layout == "fairseq":
+        half = d_model // 2
+        freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+        angle = torch.arange(max_len, dtype=torch.int64).float()[:, None] * freq[None]
+        pe = torch.cat([torch.sin(angle), torch.cos(angle)], 1)
+        return torch.cat([pe, torch.zeros(max_len, 1)], 1) if d_model % 2 else pe
     if layout == "halves":
         pos = torch.arange(max_len, dtype=torch.float64)[:, None]
         j = torch.arange(d_model, dtype=torch.float64)
@@ -165,7 +172,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.norm_first = cfg.norm_first
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.encoder_heads, cfg.attn_dropout)
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
         self.norm_1, self.norm_2 = _layer_norms(cfg, 2)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -182,9 +189,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.norm_first = cfg.norm_first
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=True)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.decoder_heads, cfg.attn_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.decoder_heads, cfg.attn_dropout, cross=True)
+        self.ff = FeedForward(cfg.d_model, cfg.decoder_ff, cfg.dropout, cfg.activation)
         self.norm_1, self.norm_2, self.norm_3 = _layer_norms(cfg, 3)
         self.dropout = nn.Dropout(cfg.dropout)
         # resid_mid: after self-attention; resid_mid_cross: after cross-attention
@@ -256,7 +263,8 @@ class _Stack(nn.Module):
         super().__init__()
         self.d_model, self.scale = cfg.d_model, cfg.token_scale
         self.tok_embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.register_buffer("pe", sinusoidal_encoding(cfg.max_len, cfg.d_model, cfg.pos_layout), persistent=False)
+        pe = sinusoidal_encoding(cfg.max_len + cfg.pos_offset, cfg.d_model, cfg.pos_layout)
+        self.register_buffer("pe", pe[cfg.pos_offset:] if cfg.pos_offset else pe, persistent=False)
         self.hook_embed = HookPoint()  # scaled token embeddings
         self.hook_pos = HookPoint()    # the positional encoding that was added (zeros when switched off)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -414,10 +422,8 @@ class Transformer(nn.Module):
         return self.hook_logits(self.generator(h))
 
     def validate_interventions(self, iv: Interventions) -> None:
-        n = {ENC_SELF: self.cfg.n_encoder_layers, DEC_SELF: self.cfg.n_decoder_layers,
-             CROSS: self.cfg.n_decoder_layers}
         for kind, layer, head in iv.ablate_heads:
-            if not (0 <= layer < n[kind] and 0 <= head < self.cfg.n_heads):
+            if not (0 <= layer < self.cfg.layers(kind) and 0 <= head < self.cfg.heads(kind)):
                 raise ValueError(f"no head ({kind}, layer {layer}, head {head}) in this model")
 
     def num_parameters(self) -> int:

@@ -107,6 +107,11 @@ class Vocab:
         """Detokenized text of output tokens; <bos>/<eos>/<pad> dropped, <unk> kept (shown, or replaced)."""
         return detokenize([w for w in self.join(tokens) if w not in SPECIALS[1:]], lang)
 
+    def forced_start(self, lang: str) -> tuple[int, ...]:
+        """Ids every output in language ``lang`` starts with, forced before decoding chooses (a
+        many-to-many model's target-language code); none for a one-pair vocabulary."""
+        return ()
+
     def to_json(self) -> list[str]:
         return self.itos
 

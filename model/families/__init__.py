@@ -10,9 +10,11 @@ from types import ModuleType
 
 from model.engine.loaded import LoadedModel
 
-from . import marian, ours
+from . import m2m100, marian, ours
 
-FAMILIES: tuple[ModuleType, ...] = (marian, ours)  # asked in order: a converted format claims its folders first
+# asked in order: a converted format claims its folders first (M2M100 before Marian, which claims any
+# Hugging Face folder or Hub id so that its loader can name a model_type it cannot read)
+FAMILIES: tuple[ModuleType, ...] = (m2m100, marian, ours)
 
 
 def detect(source) -> ModuleType:

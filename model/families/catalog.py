@@ -16,7 +16,7 @@ import threading
 import zipfile
 from collections import OrderedDict
 from collections.abc import MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +29,8 @@ from model.engine.transformer import Transformer
 from . import family_of, marian
 from .marian import (CONFIG, SMALL_FILES, WEIGHT_FILES, MarianError, hf_model_type, is_marian_folder, languages,
                      looks_like_hub_id, marian_config, read_vocabs)
+from .m2m100 import M2M100Error, default_pair, is_m2m100_source, m2m100_config, read_vocab, with_languages
+from .m2m100 import download as m2m_download
 from .ours import CheckpointError, Registry, _load_checked
 
 
@@ -44,11 +46,36 @@ class ModelInfo:
     cfg: TransformerConfig
     pinned: bool = True  # loaded at start and never evicted
     listed: bool = True  # named by the owner (not by a visitor's request)
+    languages: tuple[str, ...] = ()  # a many-to-many model's languages: it translates between any two
+    base: str | None = None          # a language pair of a many-to-many model: that model's key
 
     @classmethod
     def of_loaded(cls, key: str, lm: LoadedModel) -> "ModelInfo":
-        return cls(key, str(lm.path or key), lm.src_lang, lm.tgt_lang, family_of(lm).LABEL, lm.model.num_parameters(),
-                   lm.model.cfg)
+        return cls(key, str(lm.path or key), lm.src_lang, lm.tgt_lang, _label(lm), lm.model.num_parameters(),
+                   lm.model.cfg, languages=tuple(getattr(lm.src_vocab, "languages", ())))
+
+    @property
+    def many_to_many(self) -> bool:
+        return len(self.languages) > 1
+
+
+FAMILY_NAMES = {"m2m100": "M2M100", "nllb": "NLLB-200"}  # the M2M100 family's two vocabularies
+PAIR_SEP = "@"  # "nllb-200@deu_Latn-fra_Latn": a many-to-many model under one language pair (link and API key)
+
+
+def _label(lm: LoadedModel) -> str:
+    return FAMILY_NAMES.get(lm.meta.get("format"), family_of(lm).LABEL)
+
+
+def pair_name(base: str, src: str, tgt: str) -> str:
+    return f"{base}{PAIR_SEP}{src}-{tgt}"
+
+
+def split_pair(name: str) -> tuple[str, str, str] | None:
+    """(base key, source, target) of a pair name, else None. Language codes hold no '-' (de, deu_Latn)."""
+    base, sep, pair = str(name).rpartition(PAIR_SEP)
+    src, dash, tgt = pair.partition("-")
+    return (base, src, tgt) if sep and base and dash and src and tgt and src != tgt else None
 
 
 def parameter_count(cfg: TransformerConfig) -> int:
@@ -94,11 +121,32 @@ def _hub_small_files(repo_id: str) -> Path:
             from None
 
 
+def _describe_m2m100(source: str, key: str | None, listed: bool) -> ModelInfo:
+    """An M2M100 / NLLB folder or Hub id described without loading its weights."""
+    folder = Path(source)
+    try:
+        hub = not folder.is_dir()
+        folder = m2m_download(source) if hub else folder
+        cfg = m2m100_config(json.loads((folder / CONFIG).read_text(encoding="utf-8")))
+        vocab = read_vocab(folder, cfg.tgt_vocab_size)
+        if not hub:
+            _check_weights(folder)
+        src, tgt = default_pair(folder, vocab)
+    except (M2M100Error, MarianError) as e:
+        raise CheckpointError(f"model {source}: {e}") from None
+    except (OSError, ValueError, TypeError, AssertionError, RuntimeError) as e:
+        raise CheckpointError(f"model {source}: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
+    return ModelInfo(key or model_key(source), source, src, tgt, FAMILY_NAMES[vocab.family], parameter_count(cfg),
+                     cfg, pinned=False, listed=listed, languages=tuple(vocab.languages))
+
+
 def describe(source: str, key: str | None = None, listed: bool = True) -> ModelInfo:
-    """A Marian folder or Hub id checked and described without loading its weights. Raises
+    """A Marian or M2M100/NLLB folder or Hub id checked and described without loading its weights. Raises
     :class:`CheckpointError` with the reason (not Marian, a tokenizer file missing, an unknown
     activation, a cut weight file, a Hub id that cannot be fetched)."""
     source = str(source).strip()
+    if is_m2m100_source(source):
+        return _describe_m2m100(source, key, listed)
     folder, hub = Path(source), False
     try:
         if not folder.is_dir():
@@ -141,6 +189,10 @@ class ModelStore(MutableMapping):
 
     def __getitem__(self, name: str) -> LoadedModel:
         with self._lock:
+            base = self.infos[name].base if name in self.infos else None
+            if base is not None:  # a language pair: the base model (loaded, or loaded now) under it, weights shared
+                info = self.infos[name]
+                return with_languages(self[base], info.src_lang, info.tgt_lang)
             if name in self._loaded:
                 self._loaded.move_to_end(name)
                 return self._loaded[name]
@@ -187,12 +239,29 @@ class ModelStore(MutableMapping):
             self.infos.setdefault(info.key, info)
 
     def is_loaded(self, name: str) -> bool:
-        return name in self._loaded
+        info = self.infos.get(name)
+        return (info.base if info is not None and info.base else name) in self._loaded
+
+    def offer_pair(self, name: str) -> bool:
+        """Offer pair ``name`` (see :func:`pair_name`) of a many-to-many model this store offers: True when
+        it is (now) offered, False when the name is no such pair."""
+        parts = split_pair(name)
+        with self._lock:
+            if name in self.infos:
+                return True
+            base = self.infos.get(parts[0]) if parts else None
+            if base is None or not base.many_to_many or not {parts[1], parts[2]} <= set(base.languages):
+                return False
+            self.infos[name] = replace(base, key=name, src_lang=parts[1], tgt_lang=parts[2], pinned=True,
+                                       listed=False, base=base.key)
+            return True
 
     def loaded(self) -> dict[str, LoadedModel]:
-        """The models in memory now, without loading any."""
+        """The models in memory now, without loading any (a language pair where its base model is)."""
         with self._lock:
-            return dict(self._loaded)
+            pairs = {k: with_languages(self._loaded[i.base], i.src_lang, i.tgt_lang)
+                     for k, i in self.infos.items() if i.base and i.base in self._loaded}
+            return {**self._loaded, **pairs}
 
 
 def infos(reg: Registry) -> dict[str, ModelInfo]:
@@ -208,6 +277,17 @@ def loaded(reg: Registry) -> dict[str, LoadedModel]:
 
 def is_loaded(reg: Registry, name: str) -> bool:
     return reg.models.is_loaded(name) if isinstance(reg.models, ModelStore) else name in reg.models
+
+
+def offer_pair(reg: Registry, name: str) -> bool:
+    """Whether ``name`` is a language pair of a many-to-many model ``reg`` offers (offered from now on)."""
+    return isinstance(reg.models, ModelStore) and reg.models.offer_pair(name)
+
+
+def pairs_of(reg: Registry, name: str) -> tuple[str, ...]:
+    """The languages of ``name``'s many-to-many model (of its base, for a pair); () for a one-pair model."""
+    info = infos(reg).get(name)
+    return info.languages if info is not None else ()
 
 
 def _loader(reg: Registry) -> Callable[[ModelInfo], LoadedModel]:
@@ -265,7 +345,7 @@ def summaries(reg: Registry) -> dict[str, ModelSummary]:
         out[key] = summarize(now[key]) if key in now else ModelSummary(
             key, i.src_lang, i.tgt_lang, i.parameters, c.d_model, c.n_heads, c.d_ff, c.n_encoder_layers,
             c.n_decoder_layers, c.src_vocab_size, c.tgt_vocab_size, c.max_len, c.tie_embeddings, c.dropout, None, None,
-            i.source)
+            i.source, c.decoder_heads, c.decoder_ff)
     return out
 
 
@@ -326,6 +406,19 @@ class ModelSummary:
     bleu: float | None
     bleu_source: str | None
     path: str | None
+    decoder_heads: int | None = None  # where the decoder differs from the encoder (n_heads, d_ff)
+    decoder_ff: int | None = None
+
+    @property
+    def heads_label(self) -> str:
+        """'8', or 'encoder 8, decoder 4' for a model whose sides differ."""
+        dec = self.decoder_heads
+        return str(self.n_heads) if dec in (None, self.n_heads) else f"encoder {self.n_heads}, decoder {dec}"
+
+    @property
+    def ff_label(self) -> str:
+        dec = self.decoder_ff
+        return str(self.d_ff) if dec in (None, self.d_ff) else f"encoder {self.d_ff}, decoder {dec}"
 
 
 def summarize(lm: LoadedModel) -> ModelSummary:
@@ -334,7 +427,8 @@ def summarize(lm: LoadedModel) -> ModelSummary:
     return ModelSummary(lm.name, lm.src_lang, lm.tgt_lang, lm.model.num_parameters(), cfg.d_model, cfg.n_heads,
                         cfg.d_ff, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.src_vocab_size, cfg.tgt_vocab_size,
                         cfg.max_len, cfg.tie_embeddings, cfg.dropout, bleu[0] if bleu else None,
-                        bleu[1] if bleu else None, str(lm.path) if lm.path else None)
+                        bleu[1] if bleu else None, str(lm.path) if lm.path else None, cfg.decoder_heads,
+                        cfg.decoder_ff)
 
 
 def device_label(device) -> str:

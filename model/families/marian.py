@@ -129,23 +129,33 @@ class MarianModel:
     meta: dict
 
 
+def side_shapes(hf: dict) -> dict:
+    """Depth, heads and feed-forward width of each side, as TransformerConfig's keywords (the decoder's
+    own fields stay None where they equal the encoder's, so a symmetric model's config reads as before).
+    Raises KeyError/TypeError/ValueError on a config without them."""
+    heads, ffn = int(hf["encoder_attention_heads"]), int(hf["encoder_ffn_dim"])
+    dec_heads, dec_ffn = int(hf["decoder_attention_heads"]), int(hf["decoder_ffn_dim"])
+    d = int(hf["d_model"])
+    for side, h in (("encoder", heads), ("decoder", dec_heads)):
+        if h < 1 or d % h:
+            raise ValueError(f"d_model {d} does not split into {h} {side} attention heads")
+    return {"n_heads": heads, "n_decoder_heads": None if dec_heads == heads else dec_heads,
+            "n_encoder_layers": int(hf["encoder_layers"]), "n_decoder_layers": int(hf["decoder_layers"]),
+            "d_ff": ffn, "d_ff_decoder": None if dec_ffn == ffn else dec_ffn}
+
+
 def marian_config(hf: dict) -> TransformerConfig:
     """Our frozen config for a Hugging Face MarianConfig (as read from config.json)."""
     act = hf.get("activation_function", "gelu")
     if act not in ACTIVATIONS:
         raise MarianError(f"unknown activation {act!r} in {CONFIG}; supported: {', '.join(sorted(ACTIVATIONS))}")
-    for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if hf.get(a) != hf.get(b):
-            raise MarianError(f"{a} ({hf.get(a)}) differs from {b} ({hf.get(b)}): not supported")
     vocab = int(hf["vocab_size"])
     shared = bool(hf.get("share_encoder_decoder_embeddings", True))
     pad = int(hf.get("pad_token_id", vocab - 1))
     try:
         return TransformerConfig(
             src_vocab_size=vocab, tgt_vocab_size=vocab if shared else int(hf.get("decoder_vocab_size") or vocab),
-            d_model=int(hf["d_model"]), n_heads=int(hf["encoder_attention_heads"]),
-            n_encoder_layers=int(hf["encoder_layers"]), n_decoder_layers=int(hf["decoder_layers"]),
-            d_ff=int(hf["encoder_ffn_dim"]), dropout=float(hf.get("dropout", 0.1)),
+            d_model=int(hf["d_model"]), **side_shapes(hf), dropout=float(hf.get("dropout", 0.1)),
             attn_dropout=float(hf.get("attention_dropout", 0.0)), max_len=int(hf.get("max_position_embeddings", 512)),
             tie_embeddings=bool(hf.get("tie_word_embeddings", True)), share_embeddings=shared, pad_id=pad,
             norm_first=False, activation=ACTIVATIONS[act], pos_layout="halves", final_norm=False, logits_bias=True,

@@ -20,7 +20,7 @@ from model.engine.loaded import LoadedModel
 from model.engine.transformer import Transformer, tied_keys
 from model.engine.vocab import Vocab, load_vocabs, save_vocabs
 
-from . import marian
+from . import m2m100, marian
 
 LABEL = "ours"  # how the model list names this family
 
@@ -62,6 +62,13 @@ def _weights_config(path: Path) -> dict | None:
     return json.loads(raw) if raw else None
 
 
+def _load_m2m100(source: str, device) -> LoadedModel:
+    try:
+        return m2m100.load(source, device)
+    except m2m100.M2M100Error as e:
+        raise CheckpointError(f"M2M100/NLLB model {source}: {e}") from None
+
+
 def _load_marian(source: str, device) -> LoadedModel:
     try:
         return marian.load(source, device)
@@ -81,8 +88,11 @@ def owns(lm: LoadedModel) -> bool:
 
 def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
     """Rebuild the model saved in ``path``: one of our checkpoint folders, a Hugging Face Marian
-    (OPUS-MT) folder, or a Marian Hub id such as ``Helsinki-NLP/opus-mt-de-en``. Raises
+    (OPUS-MT) or M2M100/NLLB folder, or a Hub id such as ``Helsinki-NLP/opus-mt-de-en`` or
+    ``facebook/nllb-200-distilled-600M``. Raises
     :class:`CheckpointError` with a readable message."""
+    if m2m100.claims(path):  # before Marian's, which claims every Hugging Face folder and Hub id
+        return _load_m2m100(str(path), device)
     if marian.claims(path):
         return _load_marian(str(path), device)
     return load(path, device)

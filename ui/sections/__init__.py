@@ -74,6 +74,7 @@ class Shell:
     interventions: "object | None" = None  # interventions.InterventionsParts
     computation: "object | None" = None    # computation.ComputationParts
     analysis: "object | None" = None
+    tour: "object | None" = None           # tour.TourParts
     section_tabs: dict = field(default_factory=dict)  # section id -> its gr.Tab
     subtabs: dict = field(default_factory=dict)       # section id -> its gr.Tabs of sub-views
     lazy: dict = field(default_factory=dict)          # section id -> Lazy
@@ -97,7 +98,8 @@ class Shell:
 
     def shapes(self) -> dict[str, ModelShape]:
         """Every offered model's layers and heads, read from its config (an added model need not be loaded)."""
-        return {name: ModelShape(i.cfg.n_encoder_layers, i.cfg.n_decoder_layers, i.cfg.n_heads)
+        return {name: ModelShape(i.cfg.n_encoder_layers, i.cfg.n_decoder_layers, i.cfg.encoder_heads,
+                                 i.cfg.decoder_heads)
                 for name, i in catalog.infos(self.reg).items()}
 
     def sel_controls(self) -> dict:
@@ -151,12 +153,18 @@ def safe(fn, what: str, n_out: int = 1):
     return wrapped
 
 
+def counted(word: str, i: int, n: int) -> str:
+    """A layer's or head's name, counted from 0 as everywhere in the explorer (links carry the same
+    index): "layer 0 (first)", "layer 2", "layer 3 (last)"."""
+    return f"{word} {i}" + (" (first)" if i == 0 and n > 1 else " (last)" if i == n - 1 and n > 1 else "")
+
+
 def layer_choices(n: int):
-    return [(f"layer {i}", i) for i in range(n)]
+    return [(counted("layer", i, n), i) for i in range(n)]
 
 
 def head_choices(n: int):
-    return [(f"head {i}", i) for i in range(n)]
+    return [(counted("head", i, n), i) for i in range(n)]
 
 
 @dataclass

@@ -28,10 +28,11 @@ def about_markdown(reg: Registry) -> str:
            "default), the step view's per-step rows come from that teacher-forced pass (equal to what the cached "
            "decode computed at each step, which a test checks); with it off they are recorded during the decode."]
     if reg.models:
-        sums = {name: asdict(s) for name, s in catalog.summaries(reg).items()}
+        sums = {name: {**asdict(s), "heads": s.heads_label, "ff": s.ff_label}
+                for name, s in catalog.summaries(reg).items()}
         rows = [("parameters", lambda s: f"{s['parameters']:,}"), ("d_model", lambda s: s["d_model"]),
-                ("heads per layer", lambda s: s["n_heads"]), ("encoder layers", lambda s: s["encoder_layers"]),
-                ("decoder layers", lambda s: s["decoder_layers"]), ("feed-forward size", lambda s: s["d_ff"]),
+                ("heads per layer", lambda s: s["heads"]), ("encoder layers", lambda s: s["encoder_layers"]),
+                ("decoder layers", lambda s: s["decoder_layers"]), ("feed-forward size", lambda s: s["ff"]),
                 ("vocabulary (source / target)", lambda s: f"{s['src_vocab']:,} / {s['tgt_vocab']:,}"),
                 ("max positions", lambda s: s["max_len"]), ("tied embeddings", lambda s: s["tied_embeddings"]),
                 ("headline BLEU", lambda s: "n/a" if s["bleu"] is None else f"{s['bleu']:.2f} ({s['bleu_source']})"),

@@ -102,7 +102,7 @@ def build(shell: Shell) -> None:
             with gr.Row():
                 p["pair_kind"] = gr.Radio(KIND_CHOICES, value=ENC_SELF, label="Attention", elem_id="pair-kind")
                 p["pair_layer"] = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="pair-layer")
-                p["pair_head"] = gr.Dropdown(head_numbers(lm.model.cfg.n_heads if lm else 1), value=0, label="Head",
+                p["pair_head"] = gr.Dropdown(head_numbers(lm.model.cfg.max_heads if lm else 1), value=0, label="Head",
                                              elem_id="pair-head")
             p["pair_btn"] = gr.Button("Compare sentences", variant="primary", elem_id="pair-btn")
             p["pair_text"] = gr.Markdown(elem_id="pair-md")
@@ -139,7 +139,7 @@ def _choices(shell: Shell, run) -> list:
     lm = shell.lm(run)
     shape = ModelShape.of(lm)
     return [gr.Dropdown(choices=head_choices(lm)),
-            gr.Dropdown(choices=layer_choices(shape.max_layers)), gr.Dropdown(choices=head_numbers(shape.n_heads))]
+            gr.Dropdown(choices=layer_choices(shape.max_layers)), gr.Dropdown(choices=head_numbers(shape.max_heads))]
 
 
 def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):

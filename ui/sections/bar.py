@@ -13,7 +13,7 @@ from ..present import KIND_LABELS, header_markdown
 from ..state import ModelShape, link_url
 
 KIND_CHOICES = [(label, kind) for kind, label in KIND_LABELS.items()]
-UNIT_CHOICES = [("Words", "words"), ("Pieces", "pieces")]
+UNIT_CHOICES = [("Words", "words"), ("Pieces (▁ starts a word)", "pieces")]
 
 
 @dataclass
@@ -25,21 +25,22 @@ class BarParts:
 def build(shell: Shell) -> BarParts:
     lm = shell.default_lm
     n_layers = lm.model.cfg.n_decoder_layers if lm else 1
-    n_heads = lm.model.cfg.n_heads if lm else 1
+    n_heads = lm.model.cfg.max_heads if lm else 1  # one list for every kind: each view keeps to its kind's
     gr.Markdown(header_markdown(shell.reg), elem_id="header")
     with gr.Column(elem_id="run-bar-box"):
         with gr.Row(elem_id="run-bar-row"):
             shell.run_bar = gr.Markdown("**Current run** · translating the first example…", elem_id="run-bar")
             branch.build_nav(shell)  # ◀ ▶ through the session's runs
         with gr.Row(elem_id="selection-bar"):
-            shell.kind = gr.Radio(KIND_CHOICES, value=CROSS, label="Attention", elem_id="attn-kind",
-                                  scale=4)
+            # dropdowns, not radios: the first screen keeps few controls, and a phone taps each one open
+            shell.kind = gr.Dropdown(KIND_CHOICES, value=CROSS, label="Attention", elem_id="attn-kind",
+                                     scale=3, min_width=150)
             shell.layer = gr.Dropdown(layer_choices(n_layers), value=0, label="Layer", elem_id="attn-layer",
                                       scale=1, min_width=120)
             shell.head = gr.Dropdown(head_choices(n_heads), value=0, label="Head", elem_id="attn-head", scale=1,
                                      min_width=120)
-            shell.units = gr.Radio(UNIT_CHOICES, value="words", label="Units", elem_id="attn-units", scale=2,
-                                   info="pieces pooled into words: keys summed, queries averaged")
+            shell.units = gr.Dropdown(UNIT_CHOICES, value="words", label="Units", elem_id="attn-units", scale=1,
+                                      min_width=110, info="pieces pooled into words: keys summed, queries averaged")
             with gr.Column(scale=2, min_width=160):
                 link_btn = gr.Button("🔗 Copy link", elem_id="link-btn", size="sm")
                 link_box = gr.Textbox(placeholder="the link to this view (the run and everything "
@@ -61,4 +62,4 @@ def _follow(shell: Shell, run, ctx: RunContext) -> list:
     shape = ModelShape.of(shell.lm(run))
     sel = ctx.sel.fit(shape)
     link = link_url(ctx.base_url, run.inputs, sel) if run.inputs is not None else ""
-    return [gr.Dropdown(choices=head_choices(shape.n_heads), value=sel.head), link]
+    return [gr.Dropdown(choices=head_choices(shape.max_heads), value=sel.head), link]

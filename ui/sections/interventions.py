@@ -306,8 +306,8 @@ def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, caus
         shape = ModelShape.of(lm)
         n_layers = shape.layers(ENC_SELF)
         values |= {shell.layer: gr.Dropdown(choices=layer_choices(n_layers), value=min(demo.layer, n_layers - 1)),
-                   shell.head: gr.Dropdown(choices=sel_head_choices(shape.n_heads),
-                                           value=min(demo.head, shape.n_heads - 1))}
+                   shell.head: gr.Dropdown(choices=sel_head_choices(shape.max_heads),
+                                           value=min(demo.head, shape.heads(ENC_SELF) - 1))}
     return values
 
 

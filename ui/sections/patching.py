@@ -49,7 +49,7 @@ def build(shell: Shell) -> None:
                                            elem_id="patch-point")
             p["patch_layer"] = gr.Dropdown(layer_choices(shape.max_layers), value=0, label="Layer",
                                            elem_id="patch-layer")
-            p["patch_head"] = gr.Dropdown(head_choices(shape.n_heads), value=0, label="Head", elem_id="patch-head")
+            p["patch_head"] = gr.Dropdown(head_choices(shape.max_heads), value=0, label="Head", elem_id="patch-head")
             p["patch_pos"] = gr.Textbox("", label="Positions (B's; empty = all)", placeholder="e.g. 2 or 1-3",
                                         elem_id="patch-pos")
         with gr.Row():
@@ -69,7 +69,7 @@ def build(shell: Shell) -> None:
 
 def _choices(shell: Shell, run) -> list:
     shape = ModelShape.of(shell.lm(run))
-    return [gr.Dropdown(choices=layer_choices(shape.max_layers)), gr.Dropdown(choices=head_choices(shape.n_heads))]
+    return [gr.Dropdown(choices=layer_choices(shape.max_layers)), gr.Dropdown(choices=head_choices(shape.max_heads))]
 
 
 def _visible(site: str) -> list:

@@ -15,7 +15,7 @@ from model.families import catalog
 from model.families.ours import CheckpointError
 
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log, safe, subview_values
-from .. import calls, inside, trust, views, whatif
+from .. import calls, domain, inside, languages, trust, views, whatif
 from ..payload import examples_for
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, direction_hint, is_blank,
                        md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar, run_notices,
@@ -57,7 +57,8 @@ def build(shell: Shell) -> TranslateParts:
                                               value=shell.default_model, label="Direction", elem_id="direction")
                 translate_btn = gr.Button("Translate", variant="primary", elem_id="translate-btn", scale=0,
                                           min_width=110)
-            with gr.Accordion("Decoding", open=False, elem_id="decoding-box"):
+            shell.parts["languages"] = languages.build(shell)  # a many-to-many model's pair (hidden otherwise)
+            with gr.Accordion("More settings: decoding", open=False, elem_id="decoding-box"):
                 shell.decoding = gr.Radio([("Greedy", "greedy"), ("Beam search", "beam")], value="greedy",
                                           label="Decoding", elem_id="decoding")
                 shell.beam = gr.Slider(2, 8, value=4, step=1, label="Beam size", elem_id="beam", visible=False)
@@ -79,10 +80,10 @@ def build(shell: Shell) -> TranslateParts:
                                                         "generated (last layer, mean of heads)",
                                                   show_legend=False, elem_id="watch-strip", interactive=False)
             with gr.Row():
-                p["src_chips"] = gr.HighlightedText(label="Source tokens", color_map=CHIP_COLORS,
+                p["src_chips"] = gr.HighlightedText(label="Source tokens (▁ starts a word)", color_map=CHIP_COLORS,
                                                     show_legend=False, show_inline_category=False,
                                                     elem_id="src-chips")
-                p["out_chips"] = gr.HighlightedText(label="Output tokens", color_map=CHIP_COLORS,
+                p["out_chips"] = gr.HighlightedText(label="Output tokens (▁ starts a word)", color_map=CHIP_COLORS,
                                                     show_legend=False, show_inline_category=False,
                                                     elem_id="out-chips")
         with gr.Column(scale=3, min_width=300):
@@ -99,7 +100,7 @@ def build(shell: Shell) -> TranslateParts:
     shell.on_run([p["notice"], p["out_text"], p["src_chips"], p["out_chips"], p["watch_step"], p["watch_strip"],
                   p["watch_heads"], shell.run_state, shell.run_bar],
                  lambda run, ctx: _final(shell, run, 0 if ctx.replay else None,
-                                         outlined(ctx.sel.kind, ctx.sel.layer, ctx.sel.head)))
+                                         outlined(ctx.sel.kind, ctx.sel.layer, ctx.sel.head), ctx.sel.units))
     shell.on_run([p["trust"]], lambda run, ctx: [trust.panel(shell.reg_key, run)])
     return TranslateParts(p["run_status"])
 
@@ -111,22 +112,24 @@ def outlined(kind, layer, head) -> tuple[int, int] | None:
     return (sel.layer, sel.head) if sel.kind == CROSS else None
 
 
-def thumbnails(run: Run | None, kind, layer, head):
-    """The first screen's heads figure with the selected head outlined (no model call)."""
-    return views.watch_heads(run, selected=outlined(kind, layer, head)) if run is not None else gr.skip()
+def thumbnails(run: Run | None, kind, layer, head, units="words"):
+    """The first screen's heads figure with the selected head outlined (no model call), in the units shown."""
+    return views.watch_heads(run, selected=outlined(kind, layer, head), units=units) if run is not None else gr.skip()
 
 
-def _final(shell: Shell, run: Run, step: int | None = None, selected: tuple[int, int] | None = None) -> list:
+def _final(shell: Shell, run: Run, step: int | None = None, selected: tuple[int, int] | None = None,
+           units: str = "words") -> list:
     """The run's values; the watch views at ``step`` (a replay follows) or at the end."""
     tr = run.tr
     t = len(tr.steps) - 1 if step is None else step
     strip = views.watch_strip(run, t) if tr.steps else []
     return [notice_md(run.notices), tr.text, chips(source_marks(tr)), chips(output_marks(tr)), "", strip,
-            views.watch_heads(run, None if step is None else t + 1, selected), run,
+            views.watch_heads(run, None if step is None else t + 1, selected, units), run,
             run_bar(run.model, tr, shell.reg, run.forced)]
 
 
-def replay_frames(shell: Shell, run: Run, animate: bool = True, selected: tuple[int, int] | None = None):
+def replay_frames(shell: Shell, run: Run, animate: bool = True, selected: tuple[int, int] | None = None,
+                  units: str = "words"):
     """The recorded decode in a few frames, after the run's own event: the caption grows token by token,
     the source lights up with each step's cross-attention, and the heads' map gains rows. Its own
     event, with three outputs: a streamed frame costs Gradio about 1 ms for every output it leaves
@@ -139,11 +142,11 @@ def replay_frames(shell: Shell, run: Run, animate: bool = True, selected: tuple[
     for t in shown:
         frame = {p["watch_step"]: _caption(run, t, vocab), p["watch_strip"]: views.watch_strip(run, t)}
         if t in marks:
-            frame[p["watch_heads"]] = views.watch_heads(run, t + 1, selected)
+            frame[p["watch_heads"]] = views.watch_heads(run, t + 1, selected, units)
         yield frame
         time.sleep(WATCH_PACE)
     last = len(tr.steps) - 1
-    yield {p["watch_strip"]: views.watch_strip(run, last) if tr.steps else [], p["watch_heads"]: views.watch_heads(run, selected=selected)}
+    yield {p["watch_strip"]: views.watch_strip(run, last) if tr.steps else [], p["watch_heads"]: views.watch_heads(run, selected=selected, units=units)}
     # last, a small frame: the end of a streamed event repeats its last frame
     yield {p["watch_step"]: _caption(run, last, vocab) if tr.steps else ""}
 
@@ -151,7 +154,9 @@ def replay_frames(shell: Shell, run: Run, animate: bool = True, selected: tuple[
 def _caption(run: Run, t: int, vocab) -> str:
     tr = run.tr
     prefix = vocab.to_text(tr.output_tokens[:t], tr.tgt_lang)
-    return (f"Step {t} of {len(tr.steps) - 1}: {md_escape(prefix)} **{md_escape(tr.output_tokens[t])}**"
+    last = len(tr.steps) - 1  # steps count from 0, like layers and heads: say so, and which is the last
+    where = " (the first; steps count from 0)" if t == 0 else " (the last)" if t == last else ""
+    return (f"Step {t} of 0–{last}{where}: {md_escape(prefix)} **{md_escape(tr.output_tokens[t])}**"
             if t < len(tr.output_tokens) else "")
 
 
@@ -178,7 +183,8 @@ def make_run(shell: Shell, inputs: RunInputs, notices: list[str]):
     tr = calls.gpu_translate(shell.reg_key, inputs.model, inputs.text, opts)
     if inputs.prefix:
         notices = [*notices, branch_notice(lm, tr, opts.beam)]
-    return Run.of(lm, inputs.model, tr, run_notices(tr, notices, lm), inputs=inputs), None
+    far = domain.notice(shell.reg, inputs.model, lm, tr, lambda key: choice_label(key, shell.reg))
+    return Run.of(lm, inputs.model, tr, [*([far] if far else []), *run_notices(tr, notices, lm)], inputs=inputs), None
 
 
 def branch_notice(lm, tr, beam: int) -> str:
@@ -248,14 +254,15 @@ def replay_event(shell: Shell):
     """``replay(dep)`` chains the replay after an event that made a new run (animated on Translate & watch)."""
     p = shell.parts
 
-    def on_replay(run, section, kind, layer, head):
+    def on_replay(run, section, kind, layer, head, units="words"):
         if run is not None:
-            yield from replay_frames(shell, run, animate=section == "translate", selected=outlined(kind, layer, head))
+            yield from replay_frames(shell, run, animate=section == "translate", selected=outlined(kind, layer, head),
+                                     units=units)
 
     def chain(dep):
         for then in p.get("after_run", ()):  # e.g. the run history records the new run
             then(dep)
-        return dep.then(on_replay, [shell.run_state, shell.section, shell.kind, shell.layer, shell.head],
+        return dep.then(on_replay, [shell.run_state, shell.section, shell.kind, shell.layer, shell.head, shell.units],
                         [p["watch_step"], p["watch_strip"], p["watch_heads"]],
                         api_visibility="private", show_progress="hidden", concurrency_limit=16)
     return chain
@@ -297,6 +304,7 @@ def wire(shell: Shell) -> tuple:
     # notice must not be overwritten by a hint computed before it lands
     shell.direction.input(lambda run, name: direction_notice(shell, run, name), [shell.run_state, shell.direction],
                           p["notice"], api_name="direction_hint", api_visibility="undocumented", **VIEW)
+    languages.wire(shell, *p["languages"])
     _wire_thumbnails(shell)
     _wire_first_screen(shell, outputs)
     return event
@@ -314,8 +322,8 @@ def direction_notice(shell: Shell, run: Run | None, name: str | None):
 def _wire_thumbnails(shell: Shell) -> None:
     """The thumbnails' outline follows the selected head: on a pick, and after a panel click opens one."""
     p = shell.parts
-    ins = [shell.run_state, shell.kind, shell.layer, shell.head]
-    gr.on([c.input for c in (shell.kind, shell.layer, shell.head)], safe(thumbnails, "heads' overview"), ins,
+    ins = [shell.run_state, shell.kind, shell.layer, shell.head, shell.units]
+    gr.on([c.input for c in (shell.kind, shell.layer, shell.head, shell.units)], safe(thumbnails, "heads' overview"), ins,
           p["watch_heads"], api_name="thumbnails", api_visibility="undocumented", **VIEW)
     clicked = getattr(shell.attention, "head_click_event", None)
     if clicked is not None:

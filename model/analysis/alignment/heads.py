@@ -222,7 +222,7 @@ def rank_heads(lm: LoadedModel, src_texts: Sequence[str], tgt_texts: Sequence[st
     if not items:
         raise ValueError("no sentence's words match the reference alignment")
     items.sort(key=lambda it: (len(it.src_ids), len(it.out_ids), it.index))
-    L, H = lm.model.cfg.n_decoder_layers, lm.model.cfg.n_heads
+    L, H = lm.model.cfg.n_decoder_layers, lm.model.cfg.decoder_heads
     totals = np.zeros((len(VARIANTS), L * H + L + 2, 4), dtype=np.int64)
     for k in range(0, len(items), batch_size):
         if progress is not None:

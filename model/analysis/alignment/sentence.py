@@ -68,7 +68,7 @@ def sentence_ranking(lm: LoadedModel, pair: ValReference, reference_file=None) -
                          "(or it is longer than the model's limit), so it cannot be scored")
     cross, enc = (x[0] for x in _batch_patterns(lm, items))
     counts = sentence_counts(cross, enc, items[0]).astype(np.int64)
-    L, H = lm.model.cfg.n_decoder_layers, lm.model.cfg.n_heads
+    L, H = lm.model.cfg.n_decoder_layers, lm.model.cfg.decoder_heads
     assert counts.shape == (len(VARIANTS), L * H + L + 2, 4)
     return HeadRanking(model=lm.name, reference=Path(reference_file).name if reference_file else "",
                        reference_sha256=sha256(reference_file), weights_sha256=sha256(lm.path and lm.path / WEIGHTS),

@@ -1,0 +1,185 @@
+"""The guided tour's stops on tiny models (a word-level and a subword one): every stop's stated numbers
+are the engine's own values for the run, each stop keeps to four sentences, the trials say what changed;
+a link names a stop; the first screen's grid reads in words; a run far from the captions gets a
+warning box."""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from model.families.ours import load_checkpoint
+from model.engine.decoding import DecodeOptions, translate
+from model.engine.names import CROSS, ENC_SELF
+from tests.app_fixtures import make_checkpoint
+from tests.test_subword import sv, tiny_subword_checkpoint  # noqa: F401  (sv: a pytest fixture)
+from ui import calls, domain, inside, state, tour, views
+from ui.present import WARNING_MARK, notice_md
+
+TEXT = "Zwei Hunde spielen im Schnee."
+
+
+@pytest.fixture(scope="module")
+def word_reg(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpt")
+    make_checkpoint(root / "de-en", "de", "en", seed=0)
+    return calls.load_registry(root, "cpu")
+
+
+def _tour_run(reg_key, reg, name="de-en", text=TEXT):
+    lm = reg.models[name]
+    tr = calls.gpu_translate(reg_key, name, text, DecodeOptions())
+    run = state.Run.of(lm, name, tr, inputs=state.RunInputs(model=name, text=text))
+    return tour.TourRun(run, lm, "words", reg_key)
+
+
+def test_every_stop_has_a_title_at_most_four_sentences_a_focus_and_a_view(word_reg):
+    t = _tour_run(*word_reg)
+    for i in range(tour.N_STOPS):
+        s = tour.stop(t, i)
+        assert s.index == i and s.heading.startswith(f"Stop {i + 1} of {tour.N_STOPS}")
+        assert 1 <= len(s.sentences) <= 4 and all(x.strip() for x in s.sentences)
+        assert s.figure is not None and s.trial.choices
+        assert s.trial.default in [v for _, v in s.trial.choices]
+        assert s.focus.section in state.SECTIONS
+        assert "{" not in " ".join(s.sentences)  # no template left unfilled
+
+
+def test_stated_numbers_are_the_engines_values(word_reg):
+    """Each stop's stated number, recomputed here from the engine's trace of the same run."""
+    t = _tour_run(*word_reg)
+    comp = inside.computation(t.run, t.lm)
+    emb = comp.embedding_steps("encoder").norms()
+    one = tour.stop(t, 0)
+    i = t.content_src()
+    assert one.fact("norm_scaled") == pytest.approx(float(emb.scaled[i]), rel=1e-6)
+    assert f"{emb.scaled[i]:.2f}" in one.sentences[-1]
+    head = tour.stop(t, 2)
+    q, k = int(head.fact("query")), int(head.fact("top_key"))
+    pattern = t.tr.attention(ENC_SELF)[0, 0, q]
+    assert head.fact("top_weight") == pytest.approx(float(pattern[k]), abs=1e-6)
+    assert tour.pct(float(pattern[k])) in " ".join(head.sentences)
+    cross = tour.stop(t, 6)
+    l, h, o, s = (int(cross.fact(x)) for x in ("layer", "head", "out", "src"))
+    weight = float(t.tr.attention(CROSS)[l, h, o, s])  # a word-level model: a word is a token
+    assert cross.fact("weight") == pytest.approx(weight, abs=1e-6)
+    assert tour.pct(weight) in " ".join(cross.sentences)
+    step = tour.stop(t, 7)
+    rec = t.tr.steps[step.focus.step]
+    assert step.fact("top_prob") == pytest.approx(max(rec.topk_probs), abs=1e-6)
+    assert tour.pct(rec.topk_probs[0]) in " ".join(step.sentences)
+    masks = tour.stop(t, 4)
+    assert masks.fact("future_weight") == 0.0  # the look-ahead mask: no weight on later positions
+
+
+def test_the_engines_own_decode_gives_the_same_numbers(word_reg, tmp_path):
+    """The tour's run (through the app's cached calls) and a fresh engine decode agree."""
+    reg_key, reg = word_reg
+    t = _tour_run(reg_key, reg)
+    lm = load_checkpoint(reg.models["de-en"].path)
+    tr = translate(lm, TEXT, DecodeOptions())
+    fresh = tour.TourRun(state.Run.of(lm, "de-en", tr), lm, "words", reg_key)
+    for i in range(tour.N_STOPS):
+        a, b = tour.stop(t, i), tour.stop(fresh, i)
+        assert a.sentences == b.sentences
+        assert [f.value for f in a.facts] == pytest.approx([f.value for f in b.facts], abs=1e-6)
+
+
+def test_trials_say_what_changed(word_reg):
+    t = _tour_run(*word_reg)
+    assert tour.tried(t, 1, "on") == ""
+    for index, choice in ((1, "off"), (4, "off"), (7, "beam"), (8, tour.stop(t, 8).trial.choices[1][1])):
+        said = tour.tried(t, index, choice)
+        assert said.startswith("**What changed:**"), (index, said)
+        assert "“" in said  # the run it made, quoted
+    other = [v for _, v in tour.stop(t, 2).trial.choices if v != tour.stop(t, 2).trial.default][0]
+    said = tour.tried(t, 2, other)
+    assert said.startswith("**What changed:**") and t.tr.src_tokens[int(other)] in said
+    hide = tour.stop(t, 8)
+    j = int(hide.trial.choices[1][1])
+    assert t.src_axis()[0][j] in hide.trial.choices[1][0]
+
+
+def test_a_subword_run_speaks_in_words_and_explains_the_piece_mark(tmp_path, sv):  # noqa: F811
+    lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
+    tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(max_len=6))
+    run = state.Run.of(lm, "de-en", tr, inputs=state.RunInputs(model="de-en", text=tr.src_text))
+    t = tour.TourRun(run, lm, "words")
+    first = tour.stop(t, 0)
+    assert any("▁ marks a piece" in x for x in first.sentences)
+    cross = tour.stop(t, 6)
+    keys, spans = t.src_axis()
+    assert "Feuerwehrmann" in keys
+    outs, ospans = t.out_axis()
+    l, h, o, k = (int(cross.fact(x)) for x in ("layer", "head", "out", "src"))
+    pooled = t.tr.attention(CROSS)[l, h][ospans[o]][:, spans[k]].sum(-1).mean()
+    assert cross.fact("weight") == pytest.approx(float(pooled), abs=1e-6)
+    for i in range(tour.N_STOPS):
+        assert len(tour.stop(t, i).sentences) <= 4
+    # the first screen's grid: words when Units says Words, pieces (▁ explained) when it says Pieces
+    ticks = lambda fig: " ".join(fig.to_dict()["layout"]["xaxis"]["ticktext"])  # noqa: E731
+    words, pieces = views.watch_heads(run, units="words"), views.watch_heads(run, units="pieces")
+    assert "Feuerweh" in ticks(words) and "▁" not in ticks(words)  # the word (cut to fit), no piece
+    n_heads = lm.model.cfg.n_heads
+    assert len(words.to_dict()["layout"]["xaxis"]["ticktext"]) == n_heads * len(run.src_words)
+    assert "▁" in ticks(pieces) and len(run.src_words) < len(tr.src_tokens)
+    subtitle = lambda fig: fig.to_dict()["layout"]["title"].get("subtitle", {}).get("text", "")  # noqa: E731
+    assert "▁ starts a word" in subtitle(pieces) and "count from 0" in subtitle(words)
+
+
+def test_a_link_names_a_stop():
+    shapes = {"de-en": state.ModelShape(2, 2, 4)}
+    r = state.from_query({"text": "Hallo", "tour": "5"}, shapes)
+    assert r.tour == 5 and not r.problems
+    assert state.tour_stop({"tour": "5"}) == 4
+    bad = state.from_query({"text": "Hallo", "tour": "11"}, shapes)
+    assert bad.tour is None and any("tour" in p for p in bad.problems)
+    assert state.tour_stop({"tour": "0"}) is None and state.tour_stop({}) is None
+    url = state.tour_url("http://x/?old=1", state.RunInputs("de-en", "Hallo"), state.Selection(kind=ENC_SELF), 4)
+    q = dict(re.findall(r"[?&]([^=&]+)=([^&]*)", url))
+    assert q["tour"] == "5" and q["kind"] == "enc" and "old" not in q
+
+
+def test_a_run_far_from_the_captions_gets_a_warning_box(word_reg):
+    reg_key, reg = word_reg
+    t = _tour_run(reg_key, reg)
+    unsure = replace(t.tr, steps=[replace(x, prob=0.2) for x in t.tr.steps])
+    sure = replace(t.tr, steps=[replace(x, prob=0.9) for x in t.tr.steps])
+    assert domain.confidence(unsure) == pytest.approx(0.2) and domain.confidence(sure) == pytest.approx(0.9)
+    said = domain.notice(reg, "de-en", t.lm, unsure)
+    assert said.startswith(WARNING_MARK) and "20%" in said and "image captions" in said
+    assert "No general-purpose model" in said  # no OPUS-MT model is offered in this registry
+    assert domain.notice(reg, "de-en", t.lm, sure) is None
+    md = notice_md([said, "another notice"])
+    assert md.startswith("> ⚠️ **Far from what this model learned:**") and "ℹ️ another notice" in md
+    assert domain.general_model(reg, "de-en") is None
+
+
+def test_every_stop_on_a_marian_model_and_the_warning_names_it(tmp_path, monkeypatch):
+    """An OPUS-MT (Marian, post-norm) model listed beside ours: the tour works on it, and a caption model's
+    run far from its domain points to it."""
+    pytest.importorskip("transformers")
+    from tests.test_marian import build_marian
+    folder = build_marian(tmp_path / "models" / "opus-mt-de-en", eos_bias=1.5)
+    make_checkpoint(tmp_path / "ckpt" / "de-en", "de", "en", seed=0)
+    monkeypatch.setenv("ATTN_MODELS", str(folder))
+    reg_key, reg = calls.load_registry(tmp_path / "ckpt", "cpu")
+    key = next(n for n in reg.names if n != "de-en")
+    calls.ensure_loaded(reg_key, key)
+    t = _tour_run(reg_key, reg, key)
+    for i in range(tour.N_STOPS):
+        s = tour.stop(t, i)
+        assert 1 <= len(s.sentences) <= 4 and s.figure is not None
+    cross = tour.stop(t, 6)
+    keys, spans = t.src_axis()
+    outs, ospans = t.out_axis()
+    l, h, o, k = (int(cross.fact(x)) for x in ("layer", "head", "out", "src"))
+    assert cross.fact("weight") == pytest.approx(
+        float(t.tr.attention(CROSS)[l, h][ospans[o]][:, spans[k]].sum(-1).mean()), abs=1e-6)
+    assert domain.general_model(reg, "de-en") == key
+    ours = _tour_run(reg_key, reg, "de-en")
+    unsure = replace(ours.tr, steps=[replace(x, prob=0.2) for x in ours.tr.steps])
+    said = domain.notice(reg, "de-en", ours.lm, unsure, label=lambda k: f"<{k}>")
+    assert f"pick <{key}> in Direction" in said
+    assert domain.notice(reg, key, t.lm, replace(t.tr, steps=[replace(x, prob=0.2) for x in t.tr.steps])) is None

@@ -1,0 +1,177 @@
+"""The guided tour's layout and events: a start button on the first screen, then one stop at a time
+(its heading, at most four sentences from the run's numbers, its one view, one thing to try and what
+changed), Back and Next, a link to the stop, and "leave the tour", which opens the full explorer on
+the same run and selection (through that selection's own link). The texts come from ``ui.tour``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from urllib.parse import parse_qsl, urlsplit
+
+import gradio as gr
+
+from viz.common import message_figure
+
+from .. import tour
+from ..present import md_escape, model_choices
+from ..state import link_url, tour_stop, tour_url
+from . import VIEW, Shell, log
+from .translate import base_url, replay_event
+
+CLOSED = -1
+LEAVE_JS = "(link) => { if (link) { window.location.assign(link); } return []; }"
+
+
+@dataclass
+class TourParts:
+    start: gr.Button
+    panel: gr.Column
+    stop: gr.State          # the stop shown, 0-based (CLOSED: the explorer shows)
+    link_seen: gr.State     # whether the page's own link was read for a tour stop
+    text: gr.Textbox
+    direction: gr.Dropdown
+    go: gr.Button
+    heading: gr.Markdown
+    body: gr.Markdown
+    trial: gr.Dropdown
+    changed: gr.Markdown
+    plot: gr.Plot
+    back: gr.Button
+    next: gr.Button
+    leave: gr.Button
+    link: gr.Textbox
+    leave_link: gr.Textbox
+
+    def outputs(self, shell: Shell) -> list:
+        """What drawing a stop writes, in ``draw``'s order."""
+        return [self.panel, shell.tabs, self.start, self.stop, self.heading, self.body, self.trial, self.changed,
+                self.plot, self.link, self.leave_link, self.text, self.direction, self.back, self.next]
+
+
+def build(shell: Shell) -> TourParts:
+    """Built between the selection bar and the sections: the start button is on the first screen."""
+    start = gr.Button(f"▶ Guided tour: {tour.N_STOPS} stops through your own translation, from tokens to the "
+                      "output", elem_id="tour-start", size="sm", variant="secondary")
+    with gr.Column(visible=False, elem_id="tour") as panel:
+        with gr.Row(elem_id="tour-input"):
+            text = gr.Textbox(label="Sentence", lines=1, max_lines=3, elem_id="tour-text", scale=3)
+            direction = gr.Dropdown(model_choices(shell.reg), value=shell.default_model, label="Direction",
+                                    elem_id="tour-direction", scale=2)
+            go = gr.Button("Translate", variant="primary", elem_id="tour-go", scale=0, min_width=100)
+        heading = gr.Markdown(elem_id="tour-heading")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=2, min_width=300):
+                body = gr.Markdown(elem_id="tour-body")
+                trial = gr.Dropdown([], label="Try", elem_id="tour-try")
+                changed = gr.Markdown(elem_id="tour-changed")
+            with gr.Column(scale=3, min_width=300):
+                plot = gr.Plot(elem_id="tour-plot", show_label=False)
+        with gr.Row(elem_id="tour-nav"):
+            back = gr.Button("◀ Back", elem_id="tour-back", size="sm")
+            nxt = gr.Button("Next ▶", elem_id="tour-next", size="sm", variant="primary")
+            leave = gr.Button("Leave the tour: the full explorer, here", elem_id="tour-leave", size="sm")
+        link = gr.Textbox(label="Link to this stop (share it: it opens this stop on this sentence)",
+                          elem_id="tour-link", interactive=False, max_lines=1)
+        leave_link = gr.Textbox(elem_id="tour-leave-link", elem_classes="proxy", show_label=False, container=False)
+    parts = TourParts(start, panel, gr.State(CLOSED), gr.State(False), text, direction, go, heading, body, trial,
+                      changed, plot, back, nxt, leave, link, leave_link)
+    # every event that makes a run redraws the open stop on it (and the page's load opens a linked stop)
+    def after_run(run, stop, seen, units, request: gr.Request):
+        return _after_run(shell, run, stop, seen, units, request)
+
+    shell.parts.setdefault("after_run", []).append(lambda dep: dep.then(
+        after_run, [shell.run_state, parts.stop, parts.link_seen, shell.units], [*parts.outputs(shell), parts.link_seen],
+        api_visibility="private", show_progress="hidden", concurrency_limit=4))
+    return parts
+
+
+def draw(shell: Shell, run, index: int, units: str, request=None) -> list:
+    """The values of ``parts.outputs``: stop ``index`` on ``run`` (CLOSED: the explorer again)."""
+    if index == CLOSED:
+        return [gr.Column(visible=False), gr.Tabs(visible=True), gr.Button(visible=True), CLOSED,
+                *[gr.skip()] * 11]
+    index = max(0, min(int(index), tour.N_STOPS - 1))
+    head = [gr.Column(visible=True), gr.Tabs(visible="hidden"), gr.Button(visible=False), index]
+    if run is None or run.tr.trace is None or not run.tr.steps:
+        msg = "Translate a sentence first: the tour walks through its run."
+        return [*head, f"### Stop {index + 1} of {tour.N_STOPS}", msg, gr.Dropdown(choices=[], value=None), "",
+                message_figure(msg), "", "", gr.skip(), gr.skip(), *_nav(index)]
+    s = tour.stop(tour.TourRun(run, shell.lm(run), units or "words", shell.reg_key), index)
+    base = base_url(request)
+    focus = s.focus.fit(shell.shape(run.model)) if shell.shape(run.model) else s.focus
+    # the stop's link opens the tour on the first section: the stop's own section (Attribution, say) would be
+    # drawn, hidden, on every visit; leaving opens it
+    link = tour_url(base, run.inputs, replace(focus, section="translate", subview=""), index) \
+        if run.inputs is not None else ""
+    leave = link_url(base, run.inputs, focus) if run.inputs is not None else ""
+    return [*head, f"### {md_escape(s.heading)}", "\n\n".join(s.sentences),
+            gr.Dropdown(choices=list(s.trial.choices), value=s.trial.default, label=s.trial.label), "",
+            s.figure, link, leave, run.tr.src_text, run.model, *_nav(index)]
+
+
+def _nav(index: int) -> list:
+    return [gr.Button(interactive=index > 0), gr.Button(interactive=index < tour.N_STOPS - 1)]
+
+
+def _after_run(shell: Shell, run, stop, seen, units, request) -> list:
+    """After a run: the open stop redrawn on it; on the page's first run, the stop its link names."""
+    if not seen:
+        linked = tour_stop(dict(parse_qsl(urlsplit(base_url(request)).query)))
+        stop = linked if linked is not None else stop
+    if stop is None or stop == CLOSED:
+        return [*[gr.skip()] * len(shell.tour.outputs(shell)), True]
+    return [*_safe_draw(shell, run, stop, units, request), True]
+
+
+def _safe_draw(shell: Shell, run, index, units, request) -> list:
+    try:
+        return draw(shell, run, index, units, request)
+    except Exception:
+        log.exception("tour stop %s failed", index)
+        msg = "This stop could not be drawn for this run."
+        return [gr.Column(visible=True), gr.Tabs(visible="hidden"), gr.Button(visible=False), index,
+                f"### Stop {int(index) + 1} of {tour.N_STOPS}", msg, gr.skip(), "", message_figure(msg),
+                gr.skip(), gr.skip(), gr.skip(), gr.skip(), *_nav(int(index))]
+
+
+def _tried(shell: Shell, run, index, units, choice) -> tuple:
+    """(what changed, the stop's text, its figure) once the trial's ``choice`` is tried."""
+    if run is None or index in (None, CLOSED):
+        return gr.skip(), gr.skip(), gr.skip()
+    try:
+        t = tour.TourRun(run, shell.lm(run), units or "words", shell.reg_key)
+        changed = tour.tried(t, index, choice)
+        if index in tour.TRIED:  # the model itself changed: the stop's own text and view stay
+            return changed, gr.skip(), gr.skip()
+        s = tour.stop(t, index, choice)
+        return changed, "\n\n".join(s.sentences), s.figure
+    except Exception:
+        log.exception("tour trial at stop %s failed", index)
+        return "⚠️ This could not be tried on this run.", gr.skip(), gr.skip()
+
+
+def wire(shell: Shell, translate_event: tuple) -> None:
+    """Start, Back, Next, the trial, the tour's own Translate, and leaving (after translate.wire)."""
+    p: TourParts = shell.tour
+    ins = [shell.run_state, p.stop, shell.units]
+    outs = p.outputs(shell)
+
+    def move(delta):
+        def fn(run, stop, units, request: gr.Request):
+            index = 0 if stop in (None, CLOSED) else int(stop) + delta
+            return _safe_draw(shell, run, index, units, request)
+        return fn
+
+    p.start.click(move(0), ins, outs, api_name="tour_start", api_visibility="undocumented", **VIEW)
+    p.next.click(move(1), ins, outs, api_name="tour_next", api_visibility="undocumented", **VIEW)
+    p.back.click(move(-1), ins, outs, api_visibility="private", **VIEW)
+    p.trial.input(lambda run, stop, units, choice: _tried(shell, run, stop, units, choice), [*ins, p.trial],
+                  [p.changed, p.body, p.plot], api_name="tour_try", api_visibility="undocumented",
+                  **shell.model_event(), show_progress="minimal")
+    p.leave.click(None, p.leave_link, None, js=LEAVE_JS)
+    fn, inputs, outputs = translate_event
+    # the tour's own sentence box runs the explorer's translate event (the run every section shares)
+    copy = p.go.click(lambda text, name: (text, name), [p.text, p.direction], [shell.text, shell.direction],
+                      api_visibility="private", queue=False, show_progress="hidden")
+    replay_event(shell)(copy.then(fn, inputs, outputs, api_visibility="private", show_progress="minimal",
+                                  **shell.model_event()))
+    p.text.submit(None, None, None, js="() => { document.querySelector('#tour-go').click(); return []; }")

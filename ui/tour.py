@@ -1,0 +1,472 @@
+"""The guided tour's stops, written from the current run's own numbers (no gradio here).
+
+Ten stops in the order the tutorials teach the Transformer: tokens and embeddings, positional
+encoding, one head's scores and softmax, many heads, the masks, feed-forward and the residual stream,
+cross-attention as alignment, one decoding step, what moved the output, and the whole run. Each stop
+is a :class:`Stop`: the selection it points at (what "leave the tour" opens), at most four sentences
+built from the run's values, the figure it is about, one thing to try and, once tried, what changed.
+Every number a sentence states is also kept as a :class:`Fact` (tests compare it with the engine).
+Layers, heads and steps are counted from 0 here as everywhere in the explorer.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+import numpy as np
+
+from model.analysis.attribution import alti_matrices
+from model.analysis.computation import Computation
+from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.decoding import DecodeOptions
+from model.engine.names import CROSS, DEC_SELF, ENC_SELF
+from viz import tour as vt
+
+from . import calls, inside, views
+from .present import md_escape, piece_note
+from .state import TOUR_STOPS, Run, Selection
+
+SPECIAL = ("<bos>", "<eos>", "<pad>", "<unk>", "<s>", "</s>")
+TITLES = ("Tokens and embeddings", "Positional encoding", "One head: scores → softmax", "Many heads",
+          "Padding and look-ahead masks", "Feed-forward and the residual stream", "Cross-attention as alignment",
+          "One decoding step", "What moved the output", "The whole run")
+N_STOPS = len(TITLES)
+assert N_STOPS == TOUR_STOPS, "a link names stops 1..TOUR_STOPS"
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A number a stop's text states, under a name tests read (``value`` as computed, before rounding)."""
+    name: str
+    value: float
+
+
+@dataclass(frozen=True)
+class Trial:
+    """The one thing a stop offers to try: a labelled choice, the default first."""
+    label: str
+    choices: tuple[tuple[str, str], ...]
+    value: str | None = None    # what the stop shows (None: the first choice)
+
+    @property
+    def default(self) -> str:
+        return self.value if self.value is not None else self.choices[0][1]
+
+
+@dataclass
+class Stop:
+    index: int                  # 0-based; shown as "stop index + 1 of N_STOPS"
+    title: str
+    sentences: list[str]        # at most four, markdown
+    focus: Selection            # what the full explorer opens on when the tour is left here
+    trial: Trial
+    figure: object = None       # a plotly figure (viz)
+    facts: list[Fact] = field(default_factory=list)
+
+    @property
+    def heading(self) -> str:
+        return f"Stop {self.index + 1} of {N_STOPS}: {self.title}"
+
+    def fact(self, name: str) -> float:
+        return next(f.value for f in self.facts if f.name == name)
+
+
+@dataclass
+class TourRun:
+    """The run a tour reads, with its model and the units the selection shows (words or pieces)."""
+    run: Run
+    lm: object
+    units: str = "words"
+    reg_key: str = ""
+
+    @cached_property
+    def comp(self) -> Computation:
+        return inside.computation(self.run, self.lm)
+
+    @property
+    def tr(self):
+        return self.run.tr
+
+    @property
+    def by_word(self) -> bool:
+        return self.run.by_word(self.units)
+
+    def src_axis(self) -> tuple[list[str], list[list[int]]]:
+        """Source labels (words or tokens) and the token indices under each."""
+        if self.by_word:
+            return list(self.run.src_words), [list(s) for s in self.run.src_spans]
+        return list(self.tr.src_tokens), [[i] for i in range(len(self.tr.src_tokens))]
+
+    def out_axis(self) -> tuple[list[str], list[list[int]]]:
+        """Output labels (words or tokens) and the step indices under each."""
+        if self.by_word and self.run.out_spans is not None:
+            return list(self.run.out_words), [list(s) for s in self.run.out_spans]
+        return list(self.tr.output_tokens), [[i] for i in range(len(self.tr.output_tokens))]
+
+    def content_src(self) -> int:
+        """The first source token that is not a special (the tour's default example token)."""
+        toks = self.tr.src_tokens
+        return next((i for i, t in enumerate(toks) if t not in SPECIAL), 0)
+
+    def opts(self, beam: int = 1) -> DecodeOptions:
+        max_len = self.run.inputs.max_len if self.run.inputs is not None else 100
+        return DecodeOptions(beam=beam, max_len=max_len)
+
+
+def em(token: str) -> str:
+    """A token or word in italics, escaped (``<eos>`` must stay visible)."""
+    return f"*{md_escape(token.strip() or token)}*"
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _pos_choices(labels: list[str], skip_special: bool = True) -> tuple[tuple[str, str], ...]:
+    return tuple((f"{i}: {t}", str(i)) for i, t in enumerate(labels) if not (skip_special and t in SPECIAL)) \
+        or tuple((f"{i}: {t}", str(i)) for i, t in enumerate(labels))
+
+
+def _int(choice, default: int, n: int) -> int:
+    try:
+        return max(0, min(int(choice), n - 1))
+    except (TypeError, ValueError):
+        return default
+
+
+# --------------------------------------------------------------------------- stops 1-2: the input
+
+def stop_tokens(t: TourRun, choice: str | None = None) -> Stop:
+    steps = t.comp.embedding_steps("encoder")
+    n, toks = steps.norms(), t.tr.src_tokens
+    i = _int(choice, t.content_src(), len(toks))
+    d = t.lm.model.cfg.d_model
+    scaled = math.isclose(steps.scale, math.sqrt(d), rel_tol=1e-4)
+    how = f"multiplies it by √{d} = {steps.scale:.2f}" if scaled else f"multiplies it by {steps.scale:.2f}"
+    shown = " ".join(md_escape(x) for x in toks[:24]) + (" …" if len(toks) > 24 else "")
+    s = [f"“{md_escape(t.tr.src_text[:120])}” enters the encoder as {len(toks)} tokens: {shown}.",
+         piece_note(toks),
+         f"Each token looks up a row of {d} numbers in the embedding table, and the model {how}.",
+         f"So {em(toks[i])} (position {i}) grows from length {n.token[i]:.2f} to {n.scaled[i]:.2f}."]
+    return Stop(0, TITLES[0], [x for x in s if x], Selection(kind=ENC_SELF, section="computation",
+                                                              subview="encodings", units=t.units),
+                Trial("Pick another token", _pos_choices(toks), str(i)),
+                inside.embedding_figure(t.run, t.lm, "encoder", i),
+                [Fact("scale", steps.scale), Fact("norm_token", float(n.token[i])),
+                 Fact("norm_scaled", float(n.scaled[i]))])
+
+
+def stop_positions(t: TourRun, choice: str | None = None) -> Stop:
+    steps = t.comp.embedding_steps("encoder")
+    n, toks = steps.norms(), t.tr.src_tokens
+    i = min(t.content_src() + 1, len(toks) - 1)
+    j = min(i + 1, len(toks) - 1)
+    s = [f"Attention alone does not see order, so the model adds a position vector to each scaled embedding.",
+         f"At position {i}, {em(toks[i])}'s vector (length {n.scaled[i]:.2f}) gets a position vector of length "
+         f"{n.pos[i]:.2f}; the sum, the first layer's input, has length {n.total[i]:.2f}.",
+         f"Position {j} gets another position vector: the same word there would enter the encoder differently."]
+    return Stop(1, TITLES[1], s, Selection(kind=ENC_SELF, section="computation", subview="encodings", units=t.units),
+                Trial("Try it", (("positional encoding on", "on"), ("switch positional encoding off", "off"))),
+                inside.embedding_figure(t.run, t.lm, "encoder", i),
+                [Fact("norm_pos", float(n.pos[i])), Fact("norm_total", float(n.total[i]))])
+
+
+def tried_positions(t: TourRun, choice: str) -> str:
+    if choice != "off":
+        return ""
+    other = calls.gpu_translate(t.reg_key, t.run.model, t.tr.src_text, t.opts(),
+                                Interventions(positional_encoding=False))
+    return _changed("Without positional encoding", t.tr, other)
+
+
+def _changed(what: str, base, other) -> str:
+    if other.output_tokens == base.output_tokens:
+        return f"**What changed:** {what} the model still writes “{md_escape(base.text)}”."
+    same = sum(a == b for a, b in zip(base.output_tokens, other.output_tokens))
+    return (f"**What changed:** {what} the model writes “{md_escape(other.text)}” instead of "
+            f"“{md_escape(base.text)}” ({same} of {len(base.output_tokens)} tokens unchanged at their place).")
+
+
+# --------------------------------------------------------------------------- stops 3-4: attention heads
+
+def stop_one_head(t: TourRun, choice: str | None = None) -> Stop:
+    toks = t.tr.src_tokens
+    q = _int(choice, t.content_src(), len(toks))
+    h = t.comp.head(ENC_SELF, 0, 0, q)
+    d_k = t.lm.model.cfg.d_model // t.lm.model.cfg.n_heads
+    ok = np.where(h.mask)[0]
+    top, low = int(ok[np.argmax(h.scores[ok])]), int(ok[np.argmin(h.scores[ok])])
+    s = [f"Head 0 of encoder layer 0 (both counted from 0) lets {em(toks[q])} compare its query with every "
+         f"token's key: the score is q·k / √{d_k} = q·k / {math.sqrt(d_k):.2f}.",
+         f"The highest score, {h.scores[top]:.2f}, goes to {em(toks[top])}; the lowest, {h.scores[low]:.2f}, "
+         f"to {em(toks[low])}.",
+         f"Softmax turns the scores into weights that sum to 1: {em(toks[top])} gets {pct(h.pattern[top])}.",
+         "The head's output is the weighted mean of the values, one vector per query."]
+    return Stop(2, TITLES[2], s, Selection(kind=ENC_SELF, layer=0, head=0, query=q, section="computation",
+                                           subview="inside", units=t.units),
+                Trial("Pick another query token", _pos_choices(toks), str(q)),
+                inside.head_figure(t.run, t.lm, ENC_SELF, 0, 0, q),
+                [Fact("top_score", float(h.scores[top])), Fact("top_weight", float(h.pattern[top])),
+                 Fact("query", q), Fact("top_key", top)])
+
+
+def _heads_of_layer(t: TourRun, layer: int, q: int) -> list[tuple[int, str, float]]:
+    """(head, key label, weight) of each head's largest weight for query ``q`` (in the units shown)."""
+    keys, spans = t.src_axis()
+    attn = t.tr.attention(ENC_SELF)[layer][:, q]                       # (H, S)
+    pooled = np.stack([attn[:, s].sum(-1) for s in spans], -1)         # (H, words)
+    return [(h, keys[int(np.argmax(row))], float(row.max())) for h, row in enumerate(pooled)]
+
+
+def stop_many_heads(t: TourRun, choice: str | None = None) -> Stop:
+    n_layers = t.lm.model.cfg.n_encoder_layers
+    layer = _int(choice, 0, n_layers)
+    q = t.content_src()
+    rows = _heads_of_layer(t, layer, q)
+    d_k = t.lm.model.cfg.d_model // t.lm.model.cfg.n_heads
+    listed = "; ".join(f"head {h} on {em(k)} ({pct(w)})" for h, k, w in rows[:4])
+    more = f", and {len(rows) - 4} more heads" if len(rows) > 4 else ""
+    s = [f"Encoder layer {layer} (counted from 0) runs {len(rows)} heads side by side, each on its own slice of "
+         f"{d_k} numbers with its own queries and keys.",
+         f"Reading from {em(t.tr.src_tokens[q])}, they look at different places: {listed}{more}.",
+         f"Their outputs are joined and mixed by one matrix (W_O) back into {t.lm.model.cfg.d_model} numbers."]
+    return Stop(3, TITLES[3], s, Selection(kind=ENC_SELF, layer=layer, view="grid", section="attention",
+                                           subview="maps", units=t.units),
+                Trial("Pick another layer", tuple((f"layer {i}", str(i)) for i in range(n_layers)), str(layer)),
+                views.attention_figure(t.run, ENC_SELF, "grid", layer, 0, t.units, t.lm),
+                [Fact(f"head{h}_weight", w) for h, _, w in rows])
+
+
+# --------------------------------------------------------------------------- stops 5-6: masks, FFN, residual
+
+def stop_masks(t: TourRun, choice: str | None = None) -> Stop:
+    tr = t.tr
+    n = len(tr.output_tokens)
+    step = min(max(1, n // 2), n - 1)
+    self_attn = tr.attention(DEC_SELF)                                  # (L, H, T, T)
+    future = float(self_attn[:, :, np.arange(n)[:, None] < np.arange(n)[None, :]].sum()) if n > 1 else 0.0
+    pads = sum(1 for x in tr.src_tokens if x == "<pad>")
+    s = [f"The padding mask hides the {md_escape('<pad>')} tokens that fill a batch to one length (this run has {pads}); "
+         "the look-ahead mask stops the decoder from reading tokens it has not written yet.",
+         f"At step {step}, writing {em(tr.output_tokens[step])}, the decoder reads {step + 1} of the {n} "
+         f"positions; the other {n - step - 1} are hidden.",
+         f"In this run the weight on later positions, summed over every decoder layer, head and row, is "
+         f"{future:.3f}."]
+    figure = views.model_masks_figure(t.lm, tr.src_tokens, tr.output_tokens, NO_INTERVENTION,
+                                      "What each attention may read (white: hidden by a mask)")
+    return Stop(4, TITLES[4], s, Selection(kind=DEC_SELF, step=step, section="interventions", units=t.units),
+                Trial("Try it", (("both masks on", "on"), ("switch the look-ahead mask off", "off"))),
+                figure, [Fact("future_weight", future), Fact("pads", pads)])
+
+
+def tried_masks(t: TourRun, choice: str) -> str:
+    if choice != "off":
+        return ""
+    base, mod, mod_on_base = calls.gpu_compare(t.reg_key, t.run.model, t.tr.src_text, t.opts(),
+                                               Interventions(causal_mask=False))
+    a = mod_on_base.attention(DEC_SELF)
+    n = a.shape[-1]
+    later = np.arange(n)[:, None] < np.arange(n)[None, :]
+    share = float(a[..., later].sum() / max(1e-9, a.sum()))
+    return (f"**What changed:** with the mask off and this output forced, {pct(share)} of the decoder's "
+            "self-attention goes to tokens after the one being written, which it could never see while "
+            "generating. " + _changed("Decoding that way,", base, mod).removeprefix("**What changed:** "))
+
+
+def stop_residual(t: TourRun, choice: str | None = None) -> Stop:
+    r = t.comp.residual_norms("decoder")
+    labels = t.tr.decoder_input_tokens
+    i = _int(choice, min(1, len(labels) - 1), len(labels))
+    L = r.resid.shape[0] - 1
+    adds = [("self-attention", r.attn), ("cross-attention", r.cross), ("feed-forward", r.ffn)]
+    best = max(((name, l, float(x[l, i])) for name, x in adds if x is not None for l in range(L)), key=lambda z: z[2])
+    verb = "share of the normalised stream" if r.post_norm else "addition"
+    cfg = t.lm.model.cfg
+    s = [f"Each of the {L} decoder layers adds three things to a running sum, the residual stream: "
+         f"self-attention, cross-attention and a feed-forward network ({cfg.d_model} → {cfg.d_ff} → "
+         f"{cfg.d_model}) applied to each position alone.",
+         f"At input {em(labels[i])} (position {i}) the stream's length goes from {r.resid[0, i]:.2f} to "
+         f"{r.resid[-1, i]:.2f} after the last layer.",
+         f"The largest {verb} there is layer {best[1]}'s {best[0]} (length {best[2]:.2f})."]
+    return Stop(5, TITLES[5], s, Selection(kind=DEC_SELF, step=i, section="computation", subview="residual",
+                                           units=t.units),
+                Trial("Pick another decoder position", _pos_choices(labels, skip_special=False), str(i)),
+                inside.residual_figure(t.run, t.lm, "decoder"),
+                [Fact("resid_in", float(r.resid[0, i])), Fact("resid_out", float(r.resid[-1, i])),
+                 Fact("largest", best[2])])
+
+
+# --------------------------------------------------------------------------- stops 7-9: the decoder's choices
+
+def peak_cross(t: TourRun, layer: int | None = None, head: int | None = None) -> tuple[int, int, int, int, float]:
+    """(layer, head, output unit, source unit, weight) of the sharpest cross-attention weight on a
+    non-special source unit while writing a non-special output unit (in the units shown)."""
+    keys, kspans = t.src_axis()
+    outs, ospans = t.out_axis()
+    a = t.tr.attention(CROSS)                                                    # (L, H, T, S)
+    rows = np.stack([a[:, :, s].mean(2) for s in ospans], 2)                     # queries averaged
+    w = np.stack([rows[..., s].sum(-1) for s in kspans], -1)                     # keys summed
+    w = w.copy()
+    w[:, :, [i for i, o in enumerate(outs) if o in SPECIAL]] = -1
+    w[..., [j for j, k in enumerate(keys) if k in SPECIAL]] = -1
+    if layer is None or head is None:  # the sharpest head: the largest mean over outputs of its peak weight
+        sharp = np.where(w.max(-1) >= 0, w.max(-1), np.nan)
+        layer, head = np.unravel_index(int(np.nanargmax(np.nanmean(sharp, -1))), sharp.shape[:2])
+    o, k = np.unravel_index(int(np.argmax(w[layer, head])), w.shape[2:])
+    return int(layer), int(head), int(o), int(k), float(w[layer, head, o, k])
+
+
+def reads(t: TourRun, o: int) -> str:
+    """What the decoder reads at the first step of output unit ``o``: the unit written before it."""
+    return t.out_axis()[0][o - 1] if o > 0 else t.tr.start_token
+
+
+def stop_cross(t: TourRun, choice: str | None = None) -> Stop:
+    best = peak_cross(t)
+    H = t.lm.model.cfg.n_heads
+    head = _int(choice, best[1], H) if choice not in (None, "") else best[1]
+    l, h, o, k, w = peak_cross(t, best[0], head)
+    keys, outs = t.src_axis()[0], t.out_axis()[0]
+    unit = "words" if t.by_word else "tokens"
+    s = [f"Each decoder layer's cross-attention lets the word being written read the encoder's output, "
+         f"the source {unit}.",
+         f"At the step that reads {em(reads(t, o))} and writes {em(outs[o])}, head {h} of decoder layer {l} "
+         f"(counted from 0) puts {pct(w)} of its weight on {em(keys[k])}.",
+         "A head like this behaves as a word aligner; many heads do not, and the tour's map shows the difference."]
+    return Stop(6, TITLES[6], s, Selection(kind=CROSS, layer=l, head=h, view="head", section="attention",
+                                           subview="maps", units=t.units),
+                Trial("Pick another head of that layer", tuple((f"head {i}", str(i)) for i in range(H)), str(h)),
+                views.attention_figure(t.run, CROSS, "head", l, h, t.units, t.lm),
+                [Fact("weight", w), Fact("layer", l), Fact("head", h), Fact("out", o), Fact("src", k)])
+
+
+def decoding_step(t: TourRun) -> int:
+    """The step the tour's decoding stops look at: the first step of the output word stop 7 found."""
+    _, _, o, _, _ = peak_cross(t)
+    return t.out_axis()[1][o][0] if t.tr.output_tokens else 0
+
+
+def stop_step(t: TourRun, choice: str | None = None) -> Stop:
+    step = decoding_step(t)
+    rec = t.tr.steps[step]
+    top = ", ".join(f"{em(x)} {pct(p)}" for x, p in zip(rec.topk_tokens[:3], rec.topk_probs[:3]))
+    V = t.lm.model.cfg.tgt_vocab_size
+    s = [f"At step {step} the decoder's last vector goes through one linear layer to {V:,} scores, one per "
+         "vocabulary token, and softmax turns them into probabilities.",
+         f"The top three: {top}.",
+         f"Greedy decoding takes the most probable token at every step (here {em(rec.token)}); beam search "
+         "keeps several partial translations and picks the best whole one."]
+    fig = views.step_figures(t.run, step)[3]
+    return Stop(7, TITLES[7], s, Selection(step=step, section="generation", subview="steps", units=t.units),
+                Trial("Try it", (("greedy", "greedy"), ("beam search, 4 beams", "beam"))), fig,
+                [Fact("top_prob", float(rec.topk_probs[0])), Fact("chosen_prob", float(rec.prob))])
+
+
+def tried_step(t: TourRun, choice: str) -> str:
+    if choice != "beam":
+        return ""
+    max_len = t.run.inputs.max_len if t.run.inputs is not None else 100
+    other = calls.gpu_beam(t.reg_key, t.run.model, t.tr.src_text, 4, max_len)
+    return _changed("With beam search (4 beams)", t.tr, other)
+
+
+_ALTI: dict[tuple[str, str], np.ndarray] = {}  # (model, run id) -> ALTI+ rows: a second of CPU per run
+_ALTI_KEEP = 64
+
+
+def alti_rows(t: TourRun) -> np.ndarray:
+    """ALTI+ over [source; output prefix] for every output step of the run, computed once per run."""
+    key = (t.run.model, t.run.id)
+    if key not in _ALTI:
+        while len(_ALTI) >= _ALTI_KEEP:
+            _ALTI.pop(next(iter(_ALTI)))
+        _ALTI[key] = alti_matrices(t.comp)[1]
+    return _ALTI[key]
+
+
+def contributions(t: TourRun, step: int) -> tuple[np.ndarray, float]:
+    """ALTI+ at output ``step``: each source unit's share (words or tokens), and the output prefix's share."""
+    r = alti_rows(t)
+    S = len(t.tr.src_tokens)
+    spans = t.src_axis()[1]
+    row = r[step]
+    return np.array([row[s].sum() for s in spans]), float(row[S:].sum())
+
+
+def stop_moved(t: TourRun, choice: str | None = None) -> Stop:
+    step = decoding_step(t)
+    keys, _ = t.src_axis()
+    shares, prefix = contributions(t, step)
+    ok = [j for j, k in enumerate(keys) if k not in SPECIAL] or list(range(len(keys)))
+    j = max(ok, key=lambda x: shares[x])
+    token = t.tr.output_tokens[step]
+    s = [f"To write {em(token)} at step {step}, the model mixed the source with the tokens it had already written.",
+         f"ALTI+ follows every contribution through every layer: {pct(float(shares.sum()))} came from the source, "
+         f"{pct(prefix)} from the output so far.",
+         f"The source {'word' if t.by_word else 'token'} that moved it most is {em(keys[j])} ({pct(float(shares[j]))})."]
+    fig = vt.contribution_bars([*keys, "output so far"], [*map(float, shares), prefix], j,
+                               title=f"What moved {token.strip()!r} at step {step} (ALTI+ shares)")
+    return Stop(8, TITLES[8], s, Selection(step=step, section="computation", subview="attribution", units=t.units),
+                Trial("Try it", (("as it is", "as-is"), (f"hide {keys[j]} from the decoder", str(j)))), fig,
+                [Fact("source_share", float(shares.sum())), Fact("prefix_share", prefix),
+                 Fact("top_share", float(shares[j]))])
+
+
+def tried_moved(t: TourRun, choice: str) -> str:
+    keys, spans = t.src_axis()
+    if not str(choice).isdigit() or int(choice) >= len(keys):
+        return ""
+    j = int(choice)
+    other = calls.gpu_translate(t.reg_key, t.run.model, t.tr.src_text, t.opts(),
+                                Interventions(ablate_src_tokens=frozenset(spans[j])))
+    return _changed(f"With {em(keys[j])} hidden from the cross-attention,", t.tr, other)
+
+
+# --------------------------------------------------------------------------- stop 10
+
+def stop_whole(t: TourRun, choice: str | None = None) -> Stop:
+    tr, cfg = t.tr, t.lm.model.cfg
+    probs = [s.prob for s in tr.steps]
+    hi, lo = int(np.argmax(probs)), int(np.argmin(probs))
+    s = [f"“{md_escape(tr.src_text[:120])}” → “{md_escape(tr.text[:120])}”: {len(tr.src_tokens)} source tokens "
+         f"through {cfg.n_encoder_layers} encoder layers, then {len(tr.steps)} decoding steps (0–{len(tr.steps) - 1}) "
+         f"through {cfg.n_decoder_layers} decoder layers of {cfg.n_heads} heads each.",
+         f"The model was surest at step {hi} ({em(tr.steps[hi].token)}, {pct(probs[hi])}) and least sure at step "
+         f"{lo} ({em(tr.steps[lo].token)}, {pct(probs[lo])})."]
+    facts = [Fact("max_prob", probs[hi]), Fact("min_prob", probs[lo])]
+    j = _int(choice, lo, len(probs))
+    if choice not in (None, ""):
+        s.append(f"At step {j} it wrote {em(tr.steps[j].token)} with probability {pct(probs[j])}.")
+        facts.append(Fact("step_prob", probs[j]))
+    s.append("Leave the tour to open the full explorer on this run, or type another sentence and walk it again.")
+    steps = tuple((f"step {k}: {x.token}", str(k)) for k, x in enumerate(tr.steps))
+    return Stop(9, TITLES[9], s, Selection(step=j, section="translate", units=t.units),
+                Trial("Look at one step", steps, str(lo)), views.watch_heads(t.run), facts)
+
+
+STOPS = (stop_tokens, stop_positions, stop_one_head, stop_many_heads, stop_masks, stop_residual, stop_cross,
+         stop_step, stop_moved, stop_whole)
+TRIED = {1: tried_positions, 4: tried_masks, 7: tried_step, 8: tried_moved}
+
+
+def stop(t: TourRun, index: int, choice: str | None = None) -> Stop:
+    """Stop ``index`` (clamped to 0..N_STOPS-1) of the tour on ``t``'s run; ``choice``: the trial's pick where
+    it changes the view (a token, a layer, a head)."""
+    index = max(0, min(int(index), N_STOPS - 1))
+    s = STOPS[index](t, choice if index not in TRIED else None)
+    return replace(s, sentences=s.sentences[:4])
+
+
+def tried(t: TourRun, index: int, choice: str) -> str:
+    """What changed when the trial's ``choice`` was tried: a new run for the stops that change the model,
+    the redrawn stop's own first new sentence for those that pick another token, layer or head."""
+    index = max(0, min(int(index), N_STOPS - 1))
+    if index in TRIED:
+        return TRIED[index](t, choice)
+    default = stop(t, index)
+    if choice in (None, "", default.trial.default):
+        return ""
+    now = stop(t, index, choice)
+    new = [x for x in now.sentences if x not in default.sentences]
+    return "**What changed:** " + " ".join(new) if new else ""
