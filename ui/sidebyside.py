@@ -29,8 +29,7 @@ def refusal(reg, run: Run | None, second: str | None) -> str | None:
     info = catalog.infos(reg).get(second)
     if info is None:
         return f"{second!r} is not a model this server offers."
-    first = catalog.infos(reg).get(run.model)
-    src = first.src_lang if first is not None else run.tr.src_lang
+    src = run.tr.src_lang  # the language the run read (a many-to-many model's pair says it too)
     if info.src_lang != src:
         return (f"{second} translates from {info.src_lang!r}, the current run's model ({run.model}) from {src!r}: "
                 "two models side by side must read the same sentence, so their source languages must match.")
@@ -39,7 +38,15 @@ def refusal(reg, run: Run | None, second: str | None) -> str | None:
 
 def shape_of(reg, name: str) -> ModelShape:
     cfg = catalog.infos(reg)[name].cfg
-    return ModelShape(cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.n_heads)
+    return ModelShape(cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.encoder_heads, cfg.decoder_heads)
+
+
+def _shape_text(s: ModelShape) -> str:
+    """'2 + 2 × 4' (encoder + decoder layers × heads), or '3 × 2 + 1 × 8' where the sides' heads differ."""
+    dec = s.n_heads if s.n_decoder_heads is None else s.n_decoder_heads
+    if dec == s.n_heads:
+        return f"{s.n_encoder_layers} + {s.n_decoder_layers} × {s.n_heads}"
+    return f"{s.n_encoder_layers} × {s.n_heads} + {s.n_decoder_layers} × {dec}"
 
 
 def _mean_p(run: Run) -> str:
@@ -53,8 +60,7 @@ def markdown(reg, first: Run, second: Run) -> str:
     rows = [("model", first.model, second.model),
             ("direction", f"{first.tr.src_lang} → {first.tr.tgt_lang}",
              f"{second.tr.src_lang} → {second.tr.tgt_lang}"),
-            ("layers (enc + dec) × heads", f"{a.n_encoder_layers} + {a.n_decoder_layers} × {a.n_heads}",
-             f"{b.n_encoder_layers} + {b.n_decoder_layers} × {b.n_heads}"),
+            ("layers (enc + dec) × heads", _shape_text(a), _shape_text(b)),
             ("translation", first.tr.text, second.tr.text),
             ("output tokens", str(len(first.tr.output_ids)), str(len(second.tr.output_ids))),
             ("mean token probability", _mean_p(first), _mean_p(second))]
