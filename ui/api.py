@@ -154,7 +154,10 @@ class Api:
         integrated gradients), their Spearman correlations, and the ALTI+ source and target shares.
         Integrated gradients start from `ig_steps` path points (8-256) and take more, to at most 2048, until
         they add up to f(x) - f(baseline) within 1 % (or 0.001 nats): `ig_steps` in the answer is the number
-        used, `ig_gap` the |sum - ig_delta| reached, `ig_converged` whether it is within `ig_tolerance`.
+        used, `ig_gap` the |sum - ig_delta| reached, `ig_converged` whether it is within `ig_tolerance`. They are
+        also refined until each token's own error estimate (what its score changed by when its panels were last
+        halved) is within 1 % of the largest score: `ig_token_error` is the largest estimate, `ig_token_tolerance`
+        what it may be.
         `foil` (optional): a target token or word to contrast with ("why this token rather than the foil?"); the
         gradient methods then explain p(token) - p(foil) (Yin & Neubig 2022) instead of log p(token), with a
         completeness floor of 0.0001; the other methods are not output-specific and stay the same. `target`

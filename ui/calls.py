@@ -32,6 +32,7 @@ from model.engine.decoding import DecodeOptions, Translation, full_trace, hypoth
 from model.engine.hooks import Trace
 from model.families import catalog
 from model.families.ours import CheckpointError, Registry, load_all
+from model.analysis.decoderlens import DecoderLens, decoder_lens
 
 from . import settings
 from .cache import ResultCache
@@ -413,3 +414,12 @@ def gpu_patch(reg_key: str, name: str, req: PatchRequest, means: ActivationMeans
     """One activation-patching request: one patch, or a scan in batched runs."""
     with MODEL_LOCK:
         return patch_bench(_lm(reg_key, name), req, means)
+
+
+@cached
+@model_call(duration=60)
+def gpu_decoderlens(reg_key: str, name: str, text: str, opts: DecodeOptions,
+                    iv: Interventions = NO_INTERVENTION) -> DecoderLens:
+    """DecoderLens: one decode of ``text`` per encoder layer, the decoder reading that layer's output."""
+    with MODEL_LOCK:
+        return decoder_lens(_lm(reg_key, name), text, opts, iv)

@@ -72,10 +72,15 @@ def _top(tokens, values, k: int = 3, share: bool = False) -> str:
                      for i in order)
 
 
-def completeness(delta: float, total: float, gap: float, tolerance: float, steps: int) -> str:
-    """One side's integrated-gradients check, read from the values shown."""
+def completeness(delta: float, total: float, gap: float, tolerance: float, steps: int,
+                 token_error: float = float("nan"), token_tolerance: float = float("nan")) -> str:
+    """One side's integrated-gradients check, read from the values shown: the sum against f(x) − f(baseline),
+    and the largest per-token error estimate against its tolerance (where known)."""
     ok = abs(total - delta) <= tolerance
     text = f"Σ {total:.4g} against {delta:.4g}, gap {gap:.2g} (allowed {tolerance:.2g}, {steps} points)"
+    if np.isfinite(token_error) or np.isfinite(token_tolerance):
+        per = f"per token ± {token_error:.2g} at most (allowed {token_tolerance:.2g})"
+        text = f"{text}, {per}" if token_error <= token_tolerance else f"{text}, ⚠️ **{per}**"
     return text if ok else f"⚠️ **does not add up**: {text}"
 
 
@@ -92,13 +97,16 @@ def markdown(c: Contrast) -> str:
     ig, rho = pre.integrated, a.correlations()
     i, j, k = METHODS.index("attention"), METHODS.index("alti"), METHODS.index("integrated_gradients")
     fmt = lambda v: "n/a" if np.isnan(v) else f"{v:+.2f}"  # noqa: E731
+    src_check = completeness(a.ig_delta, a.ig_sum(), a.ig_gap, a.ig_tolerance, a.ig_steps, a.ig_token_error,
+                             a.ig_token_tolerance)
+    prefix_check = completeness(ig.delta, float(ig.values.sum()), ig.gap, ig.tolerance, ig.steps, ig.token_error,
+                                ig.token_tolerance)
     return (f"{head} Integrated gradients, top source: {_top(a.src_tokens, a.integrated_gradients)}; top prefix: "
             f"{_top(pre.tokens, ig.values)}. ALTI+: source **{a.source_share:.0%}**, target prefix "
             f"**{a.target_share:.0%}** (most: {_top(pre.tokens, pre.alti, share=True)}). Rank correlation (Spearman, over the "
             f"source) of raw attention with ALTI+ {fmt(rho[i, j])}, with integrated gradients {fmt(rho[i, k])}.\n\n"
             f"Completeness (each side from its own zero baseline, the other held): source "
-            f"{completeness(a.ig_delta, a.ig_sum(), a.ig_gap, a.ig_tolerance, a.ig_steps)}; prefix "
-            f"{completeness(ig.delta, float(ig.values.sum()), ig.gap, ig.tolerance, ig.steps)}.")
+            f"{src_check}; prefix {prefix_check}.")
 
 
 def payload(c: Contrast, step=None) -> dict:
@@ -112,7 +120,8 @@ def payload(c: Contrast, step=None) -> dict:
            "prefix_scores": {m: [float(v) for v in _prefix_scores(c.prefix, m)] for m in PREFIX_METHODS},
            "prefix_ig": {"delta": ig.delta, "sum": float(ig.values.sum()), "steps": ig.steps,
                          "evaluations": ig.evaluations, "gap": ig.gap, "tolerance": ig.tolerance,
-                         "converged": bool(abs(float(ig.values.sum()) - ig.delta) <= ig.tolerance)}}
+                         "converged": bool(abs(float(ig.values.sum()) - ig.delta) <= ig.tolerance),
+                         "token_error": ig.token_error, "token_tolerance": ig.token_tolerance}}
     if step is not None:
         out["top_k"] = list(step.topk_tokens)
     return out

@@ -193,7 +193,8 @@ def attribution_payload(attr: Attribution) -> dict:
             "target_alti": [float(v) for v in attr.target_alti], "ig_delta": attr.ig_delta,
             "ig_sum": attr.ig_sum(), "ig_steps": attr.ig_steps, "ig_evaluations": attr.ig_evaluations,
             "ig_gap": attr.ig_gap, "ig_tolerance": attr.ig_tolerance, "ig_converged": attr.ig_adds_up(),
-            "post_norm": attr.post_norm}
+            "post_norm": attr.post_norm, "ig_token_error": attr.ig_token_error,
+            "ig_token_tolerance": attr.ig_token_tolerance}
 
 
 def position_choices(run: Run | None) -> list[tuple[str, int]]:

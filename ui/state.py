@@ -25,8 +25,9 @@ from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF
 # Sections and the sub-views (inner tabs) of each, in page order; "" is a section without sub-tabs.
 SUBVIEWS: dict[str, tuple[str, ...]] = {
     "translate": ("",), "attention": ("maps", "alignment", "rollout"), "generation": ("steps", "beam-tree"),
-    "interventions": ("",), "computation": ("encodings", "inside", "residual", "lens", "attribution", "forced"),
-    "analysis": ("profiles", "pair", "export", "about"), "learn": ("",)}
+    "interventions": ("",), "computation": ("encodings", "inside", "residual", "lens", "attribution", "forced",
+                                                       "decoderlens"),
+    "analysis": ("profiles", "pair", "export", "about", "sidebyside"), "learn": ("",)}
 SECTIONS = tuple(SUBVIEWS)
 VIEWS = ("grid", "head", "scores", "mean")
 SCALES = ("shared", "head")
@@ -335,7 +336,7 @@ MAX_LINK_TEXT = 400
 _PATCH_KEYS = {"pa": "text_a", "pb": "text_b", "psite": "site", "pkind": "kind", "ppart": "part", "ppoint": "point",
                "player": "layer", "phead": "head", "ppos": "positions", "pscan": "scan", "pstep": "step",
                "pout": "output", "pfoil": "foil", "pwith": "ablation"}
-WHATIF_KEYS = (*_PATCH_KEYS, "apos", "foil")
+WHATIF_KEYS = (*_PATCH_KEYS, "apos", "foil", "model2")
 
 
 @dataclass(frozen=True)
@@ -364,6 +365,7 @@ class WhatIf:
     patch: PatchLink | None = None
     attr_pos: int | None = None
     foil: str | None = None
+    second: str | None = None  # Analysis › Two models: the model beside the run's
 
     @property
     def empty(self) -> bool:
@@ -382,6 +384,8 @@ def whatif_query(w: WhatIf) -> dict[str, str]:
         q["apos"] = str(w.attr_pos)
     if w.foil:
         q["foil"] = w.foil
+    if w.second:
+        q["model2"] = w.second
     return q
 
 
@@ -418,7 +422,8 @@ def whatif_from_query(params, shape: ModelShape | None = None) -> tuple[WhatIf, 
     patch = _patch_link(r, shape)
     apos = r.int("apos", -1, 0, MAX_STEP) if "apos" in r.params else -1
     foil = str(r.params.get("foil") or "").strip()[:80] or None
-    return WhatIf(patch, None if apos < 0 else apos, foil), r.problems
+    second = str(r.params.get("model2") or "").strip()[:200] or None
+    return WhatIf(patch, None if apos < 0 else apos, foil, second), r.problems
 
 
 # --------------------------------------------------------------------------- runs

@@ -466,10 +466,12 @@ REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
     _spec("computation", "lens", "", lambda run, sel, lm: inside.lens_figure(run, lm)),
     _spec("computation", "attribution", "units"),
     _spec("computation", "forced", "", lambda run, sel, lm: inside.forced_view(run)),
+    _spec("computation", "decoderlens", ""),  # a model call per encoder layer: drawn by its section
     _spec("analysis", "profiles", ""),
     _spec("analysis", "pair", ""),
     _spec("analysis", "export", ""),
     _spec("analysis", "about", ""),
+    _spec("analysis", "sidebyside", "kind layer head units scale"),  # a second model's run: drawn by its section
     _spec("learn", "", ""),    # its curves follow the run (a refresher); the head-forming map is on demand
 )}
 

@@ -33,19 +33,28 @@ def _attribution_shown(run: Run | None, held):
     return held.attr
 
 
-def on_screen(sel: Selection, run: Run | None, bench: PatchLink | None, held) -> WhatIf:
+def _second_shown(run: Run | None, second) -> str | None:
+    """The second model shown beside this run (``second``: Two models' SecondModel), or None."""
+    return second.name if run is not None and getattr(second, "run_id", None) == run.id else None
+
+
+def on_screen(sel: Selection, run: Run | None, bench: PatchLink | None, held, second=None) -> WhatIf:
     """What the link to this screen adds: the bench where Two sentences shows, the attribution's
-    output token and foil where Attribution shows."""
+    output token and foil where Attribution shows, the second model where Two models shows."""
     patch = bench if (sel.section, sel.subview) == ("analysis", "pair") else None
+    other = _second_shown(run, second) if (sel.section, sel.subview) == ("analysis", "sidebyside") else None
     c = _attribution_shown(run, held) if (sel.section, sel.subview) == ("computation", "attribution") else None
     if c is None:
-        return WhatIf(patch)
-    return WhatIf(patch, c.attribution.position, None if c.foil is None else c.foil.asked)
+        return WhatIf(patch, second=other)
+    return WhatIf(patch, c.attribution.position, None if c.foil is None else c.foil.asked, other)
 
 
-def export_settings(run: Run, bench: PatchLink | None, held) -> dict:
-    """What an export adds: the bench last run (its controls and model) and the attribution with its foil."""
+def export_settings(run: Run, bench: PatchLink | None, held, second=None) -> dict:
+    """What an export adds: the bench last run (its controls and model), the attribution with its foil, and
+    the second model shown beside the run."""
     out = {}
+    if _second_shown(run, second):
+        out["second_model"] = second.name
     if bench is not None:
         out["patch_bench"] = asdict(bench) | {"model": run.model}
     c = _attribution_shown(run, held)
@@ -65,7 +74,7 @@ def load_outputs(shell) -> list:
             "patch_step", "patch_foil", "patch_ablation", "patch_output", "patch_md", "patch_plot", "patch_state",
             "patch_model", "attr_pos", "attr_foil", "attr_foil_text", "attr_md", "attr_plot",
             "attr_table", "attr_state"]
-    return [p[k] for k in keys if k in p]
+    return [p[k] for k in keys if k in p] + list(getattr(shell.restorers.get("sidebyside"), "outputs", []))
 
 
 def restore(shell, run: Run, params: dict, sel: Selection) -> tuple[dict, list[str]]:
@@ -76,6 +85,9 @@ def restore(shell, run: Run, params: dict, sel: Selection) -> tuple[dict, list[s
         values |= restore_bench(shell, run, w.patch)
     if (w.attr_pos is not None or w.foil) and restore_attribution is not None:
         values |= restore_attribution(shell, run, w, sel, problems)
+    restore_second = shell.restorers.get("sidebyside")
+    if w.second and restore_second is not None:
+        values |= restore_second(shell, run, sel, w.second)
     return values, problems
 
 
@@ -84,9 +96,12 @@ def link_after_load(shell, run: Run, sel: Selection, base_url: str, values: dict
     p = shell.parts
     bench, held = values.get(p.get("patch_state")), values.get(p.get("attr_state"))
     held = held if getattr(held, "run_id", None) == run.id else None
-    if run.inputs is None or (bench is None and held is None):
+    second = next((v for v in values.values() if hasattr(v, "run_id") and hasattr(v, "name")), None)
+    second = second if _second_shown(run, second) else None
+    if run.inputs is None or (bench is None and held is None and second is None):
         return None
-    return link_url(base_url, run.inputs, sel.fit(ModelShape.of(shell.lm(run))), on_screen(sel, run, bench, held))
+    return link_url(base_url, run.inputs, sel.fit(ModelShape.of(shell.lm(run))),
+                    on_screen(sel, run, bench, held, second))
 
 
 def notice(problems: list[str]) -> str:

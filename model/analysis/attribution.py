@@ -12,8 +12,11 @@
 - gradient x input and integrated gradients (Sundararajan et al. 2017) on the scaled source token
   embeddings, for the log-probability of the output token, summed over the embedding dimension.
   Integrated gradients are checked as Sundararajan et al. prescribe: a composite Gauss-Legendre rule
-  is refined until the scores add up to f(x) - f(baseline) within 1 % (or 1e-3 nats), at most
-  IG_MAX_STEPS path points; the steps used, the gap reached and whether it converged travel with them.
+  is refined until the scores add up to f(x) - f(baseline) within 1 % (or 1e-3 nats), and until each
+  token's own error estimate (what its score changed by against the rule a level coarser) is within
+  1 % of the largest score: errors of opposite sign cancel in a sum, and a person reads the bars one by
+  one. At most IG_MAX_STEPS path points; the steps used, the gap and the per-token error reached, and
+  whether both held travel with them.
 
 All of it for one teacher-forced run (a Translation with its trace) and one output position.
 """
@@ -56,9 +59,12 @@ class Attribution:
     ig_evaluations: int = 0           # gradient evaluations spent on them
     ig_gap: float = math.nan          # |sum(integrated_gradients) - ig_delta| reached
     ig_tolerance: float = math.nan    # the gap allowed: max(1 % of |ig_delta|, IG_ATOL)
-    ig_converged: bool = False        # the gap is within the tolerance (False: the cap came first)
+    ig_converged: bool = False        # the gap and every token's error are within their tolerances
+                                      # (False: the cap came first)
     post_norm: bool = False           # the model normalises after each residual add: ALTI+ and the norm
                                       # method read each term through that LayerNorm (model/analysis/postnorm.py)
+    ig_token_error: float = math.nan      # the largest per-token error estimate of the integrated gradients
+    ig_token_tolerance: float = math.nan  # what it may be: max(1 % of the largest |score|, IG_ATOL)
 
     def ig_sum(self) -> float:
         return float(np.sum(self.integrated_gradients))
@@ -173,6 +179,7 @@ IG_START = 64           # path points of the first rule (the app's and the API's
 IG_MAX_STEPS = 2048     # most path points of a rule; reaching it without converging is reported
 IG_PANEL = 8            # Gauss-Legendre points per panel of the composite rule
 IG_BATCH = 128          # path points per forward/backward pass
+IG_TOKEN_RTOL = 0.01    # each token's estimated error within 1 % of the largest |score| (or IG_ATOL)
 
 
 @dataclass
@@ -184,7 +191,9 @@ class IntegratedGradients:
     evaluations: int        # gradient evaluations spent, rejected rules included
     gap: float              # |sum(values) - delta| reached
     tolerance: float        # max(IG_RTOL * |delta|, IG_ATOL)
-    converged: bool         # gap <= tolerance (False: the cap was reached first)
+    converged: bool         # gap <= tolerance and token_error <= token_tolerance (False: the cap came first)
+    token_error: float = math.inf      # max over tokens of the estimated error of its value (inf: none known)
+    token_tolerance: float = math.nan  # max(IG_TOKEN_RTOL * max |values|, IG_ATOL)
 
 
 @dataclass
@@ -199,6 +208,9 @@ class _Panel:
     b: float
     values: torch.Tensor    # (S,) the panel's share of the integral, per source token
     err: float = math.inf   # estimated error of its total (inf: not known yet)
+    # (S,) signed, per token: half what the parent's value changed by when it was halved (None: never halved).
+    # Summed over the panels it is the change between the rule and the one a level coarser everywhere.
+    token_err: torch.Tensor | None = None
 
 
 def _log_prob(model: Transformer, emb: torch.Tensor, src: torch.Tensor, dec_in: torch.Tensor,
@@ -259,8 +271,8 @@ def _refine(panels: list[_Panel], gap: float) -> list[_Panel]:
 
 
 def _halve(f, emb: torch.Tensor, panels: list[_Panel], split: list[_Panel]) -> list[_Panel]:
-    """``panels`` with each of ``split`` replaced by its two halves; a half's error estimate is half the
-    change its parent's value underwent."""
+    """``panels`` with each of ``split`` replaced by its two halves; a half's error estimate, of its total
+    and per token, is half the change its parent's value underwent."""
     halves = [h for p in split for h in ((p.a, (p.a + p.b) / 2), ((p.a + p.b) / 2, p.b))]
     new = iter(zip(halves, _integrate(f, emb, halves)))
     replaced = {id(p): [next(new), next(new)] for p in split}
@@ -270,17 +282,42 @@ def _halve(f, emb: torch.Tensor, panels: list[_Panel], split: list[_Panel]) -> l
             out.append(p)
             continue
         (left, lv), (right, rv) = replaced[id(p)]
+        change = (lv + rv - p.values).double() / 2
         err = abs(float(lv.sum() + rv.sum() - p.values.sum())) / 2
-        out += [_Panel(*left, lv, err), _Panel(*right, rv, err)]
+        out += [_Panel(*left, lv, err, change), _Panel(*right, rv, err, change)]
     return out
+
+
+def _token_errors(panels: list[_Panel]) -> torch.Tensor | None:
+    """(S,) each token's estimated error: how far its value moved from the rule one level coarser everywhere
+    (None while a panel was never halved). The coarser rule's error, so an over-estimate of this one's."""
+    if any(p.token_err is None for p in panels):
+        return None
+    return torch.stack([p.token_err for p in panels]).sum(0).abs()
+
+
+def _token_split(panels: list[_Panel], errors: torch.Tensor | None, token_tol: float) -> list[_Panel]:
+    """The panels to halve for the per-token check: every panel while one was never halved; else, for each
+    token over the tolerance, its panels with the largest changes, holding 80 % of its summed |change|
+    (as :func:`_refine` does for the total)."""
+    if errors is None:
+        return [p for p in panels if p.token_err is None] or list(panels)
+    bad = errors > token_tol
+    d = torch.stack([p.token_err.abs() for p in panels])[:, bad]                   # (P, tokens over)
+    ranked, order = d.sort(0, descending=True)
+    before = ranked.cumsum(0) - ranked                 # what the panels ranked above each one hold
+    take = before < 0.8 * ranked.sum(0, keepdim=True)
+    chosen = set(order[take].tolist())
+    return [p for i, p in enumerate(panels) if i in chosen]
 
 
 def integrated_gradients(f, emb: torch.Tensor, delta: float, start: int = IG_START,
                          max_steps: int = IG_MAX_STEPS, atol: float = IG_ATOL) -> IntegratedGradients:
     """IG of ``f`` from the zero baseline to ``emb`` (1, S, D): a composite Gauss-Legendre rule whose
     panels are halved where the integrand is rough, until the values add up to ``delta`` within
-    max(IG_RTOL * |delta|, atol), or until a rule has ``max_steps`` points (then not converged).
-    ``atol`` is in the units of ``f`` (nats for a log-probability)."""
+    max(IG_RTOL * |delta|, atol) and each token's error estimate is within max(IG_TOKEN_RTOL * the largest
+    |value|, atol), or until a rule has ``max_steps`` points (then not converged). ``atol`` is in the
+    units of ``f`` (nats for a log-probability)."""
     n = max(1, min(start, max_steps) // IG_PANEL)
     bounds = [(i / n, (i + 1) / n) for i in range(n)]
     panels = [_Panel(a, b, v) for (a, b), v in zip(bounds, _integrate(f, emb, bounds))]
@@ -288,15 +325,22 @@ def integrated_gradients(f, emb: torch.Tensor, delta: float, start: int = IG_STA
     while True:
         values = torch.stack([p.values for p in panels]).sum(0)
         gap = abs(float(values.sum()) - delta)
+        token_tol = max(IG_TOKEN_RTOL * float(values.abs().max()), atol)
+        errors = _token_errors(panels)
+        token_error = math.inf if errors is None else float(errors.max())
         room = max_steps // IG_PANEL - len(panels)  # each halving adds one panel
-        if gap <= tolerance or room <= 0:
+        if (gap <= tolerance and token_error <= token_tol) or room <= 0:
             break
-        split = sorted(_refine(panels, gap), key=lambda p: -p.err)[:room]
+        split = _token_split(panels, errors, token_tol) if token_error > token_tol else []
+        if gap > tolerance:
+            split += [p for p in _refine(panels, gap) if all(p is not q for q in split)]
+        split = sorted(split, key=lambda p: -p.err)[:room]
         panels = _halve(f, emb, panels, split)
         evaluations += 2 * len(split) * IG_PANEL
     return IntegratedGradients(values=values.detach().cpu().double().numpy(), delta=delta,
                                steps=len(panels) * IG_PANEL, evaluations=evaluations, gap=gap,
-                               tolerance=tolerance, converged=gap <= tolerance)
+                               tolerance=tolerance, converged=gap <= tolerance and token_error <= token_tol,
+                               token_error=token_error, token_tolerance=token_tol)
 
 
 def gradients(model: Transformer, src_ids: list[int], dec_in: list[int], position: int, token: int,
@@ -374,4 +418,5 @@ def attribute(model: Transformer, tr: Translation, position: int, layer: int = -
         integrated_gradients=ig.values, source_share=float(r[position, :S].sum()),
         target_share=float(r[position, S:].sum()), target_alti=r[position, S:S + position + 1],
         ig_delta=ig.delta, ig_steps=ig.steps, ig_evaluations=ig.evaluations, ig_gap=ig.gap,
-        ig_tolerance=ig.tolerance, ig_converged=ig.converged, post_norm=not model.cfg.norm_first)
+        ig_tolerance=ig.tolerance, ig_converged=ig.converged, post_norm=not model.cfg.norm_first,
+        ig_token_error=ig.token_error, ig_token_tolerance=ig.token_tolerance)

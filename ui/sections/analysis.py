@@ -16,7 +16,7 @@ from viz import export as v_export
 from viz import profiles as v_prof
 
 from . import VIEW, Shell, log, safe, sub_view, track_subtabs
-from . import interventions, patching
+from . import interventions, patching, sidebyside
 from .. import align_heads, calls, trust, views, whatif
 from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
 from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, is_blank, md_escape,
@@ -126,6 +126,8 @@ def build(shell: Shell) -> None:
         with gr.Tab("About", id="about") as _t:
             sub_tabs["about"] = _t
             gr.Markdown(about_markdown(shell.reg), elem_id="about")
+        with gr.Tab("Two models", id="sidebyside") as _t:
+            p["sbs"] = sidebyside.build(shell, _t)  # a registered view: sub_view keeps its sub-tab
     p["prof_tab"] = prof_tab
     shell.subtabs["analysis"], p["analysis_sub_tabs"] = tabs, sub_tabs
     shell.on_run([p["prof_pick"]], lambda run, ctx: _choices(shell, run))
@@ -162,6 +164,7 @@ def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
 
 def wire(shell: Shell) -> None:
     p = shell.parts
+    sidebyside.wire(shell, p["sbs"])
     prof_out = [p["prof_md"], p["prof_heat"], p["prof_table"], p["prof_state"]]
     prof_in = [shell.run_state, shell.direction, p["prof_scope"], p["prof_n"], p["prof_stat"]]
 
@@ -310,13 +313,13 @@ def run_settings(run) -> dict:
 def _wire_export(shell: Shell) -> None:
     p = shell.parts
 
-    def on_export(run, decoding, beam, max_len, bench=None, held=None):
+    def on_export(run, decoding, beam, max_len, bench=None, held=None, second=None):
         if run is None or run.tr.trace is None:
             gr.Warning("Translate a sentence first.")
             return None
         tr = run.tr
         settings = run_settings(run) | {"controls": {"decoding": decoding, "beam": beam, "max_len": max_len}}
-        settings |= whatif.export_settings(run, bench, held)  # the patch bench and the foil, where set
+        settings |= whatif.export_settings(run, bench, held, second)  # the bench, the foil, the second model
         folder = Path(tempfile.mkdtemp(prefix="attn-export-"))
         # the opt-in points too (each head's output after W_O, the logits): one more teacher-forced pass
         full = calls.gpu_full_trace(shell.reg_key, run.model, tr).arrays()
@@ -326,7 +329,7 @@ def _wire_export(shell: Shell) -> None:
         return [str(npz), str(js)]
 
     p["export_btn"].click(on_export, [shell.run_state, shell.decoding, shell.beam, shell.max_len, p["patch_state"],
-                                      p["attr_state"]], p["export_files"],
+                                      p["attr_state"], p["sbs"].held], p["export_files"],
                           api_name="export_run", api_visibility="undocumented", concurrency_limit=4)
 
     def on_figure(which, run, kind, view, layer, head, units, scale, roll, amode, bview, pstate, pstat, pair,
@@ -358,26 +361,31 @@ def _wire_export(shell: Shell) -> None:
                                    p["prof_state"], p["prof_stat"], p["pair_state"], p["fig_format"]], p["fig_file"], api_name="export_figure",
                        api_visibility="undocumented", concurrency_limit=4)
 
+    toggles = interventions.compare_io(shell)[0]
+
     def on_link(run, bench, attr_held, *rest):
         """The link to this screen: the run on it (not the text box, which may have been edited since), its
-        Masks & interventions toggles, and the selection (the one state every control writes)."""
-        *toggles, sel, base = rest
+        Masks & interventions toggles, the selection (the one state every control writes), and the second
+        model Two models shows (last, optional)."""
+        k = len(toggles)
+        sel, base, second = rest[k], rest[k + 1], (rest[k + 2] if len(rest) > k + 2 else None)
+        toggles_ = rest[:k]
         if run is None or run.inputs is None:
             return ""
-        inputs = replace(run.inputs, toggles=toggles_of(*toggles))
+        inputs = replace(run.inputs, toggles=toggles_of(*toggles_))
         sel = sel if isinstance(sel, Selection) else Selection()
         return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))),
-                        whatif.on_screen(sel, run, bench, attr_held))
+                        whatif.on_screen(sel, run, bench, attr_held, second))
 
-    toggles = interventions.compare_io(shell)[0]
     link_box = shell.bar.link_box
-    link_in = [shell.run_state, p["patch_state"], p["attr_state"], *toggles, shell.sel_state, link_box]
+    link_in = [shell.run_state, p["patch_state"], p["attr_state"], *toggles, shell.sel_state, link_box, p["sbs"].held]
     for dep in p.get("link_events", ()):  # a bench run or a foil changes what the link to this screen names
         dep.then(on_link, link_in, link_box, js=LINK_JS, api_visibility="private", queue=False)
     shell.bar.link_btn.click(on_link, link_in, link_box, js=LINK_JS, api_name="make_link",
                              api_visibility="undocumented", queue=False).then(
         None, link_box, None, js=COPY_JS, api_visibility="private")
     # the box follows the screen: every new run (each sets a fresh run status), toggle and selection change
-    gr.on([shell.translate.run_status.change, *(c.change for c in toggles), shell.sel_state.change], on_link,
+    gr.on([shell.translate.run_status.change, *(c.change for c in toggles), shell.sel_state.change,
+           p["sbs"].held.change], on_link,
           link_in, link_box, js=LINK_JS, api_name="follow_link", api_visibility="undocumented", queue=False,
           show_progress="hidden", trigger_mode="always_last")

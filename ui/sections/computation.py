@@ -11,7 +11,7 @@ import gradio as gr
 from model.analysis.attribution import IG_START, METHODS
 from model.analysis.contrast import resolve_foil
 
-from . import VIEW, RunContext, Shell, encodings, log, sub_view, track_subtabs
+from . import VIEW, RunContext, Shell, decoderlens, encodings, log, sub_view, track_subtabs
 from .. import calls, contrast, inside, views
 from ..payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
@@ -30,6 +30,7 @@ class ComputationParts:
     ref_text: gr.Textbox
     forced_md: gr.Markdown
     forced_plot: gr.Plot
+    lens: decoderlens.LensParts
 
 
 def build(shell: Shell) -> ComputationParts:
@@ -109,9 +110,11 @@ def build(shell: Shell) -> ComputationParts:
             p["force_btn"] = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
             p["forced_md"] = gr.Markdown(elem_id="forced-md")
             p["forced_plot"] = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
+        with gr.Tab("DecoderLens", id="decoderlens") as _t:
+            lens = decoderlens.build(shell, _t)
     p["attr_tab"], p["attr_state"] = attr_tab, gr.State(None)  # HeldAttribution
     shell.subtabs["computation"], p["comp_sub_tabs"] = tabs, sub_tabs
-    return ComputationParts(p["ref_text"], p["forced_md"], p["forced_plot"])
+    return ComputationParts(p["ref_text"], p["forced_md"], p["forced_plot"], lens)
 
 
 def lazy_io(shell: Shell) -> tuple[list, list, callable]:
@@ -142,6 +145,7 @@ def wire(shell: Shell) -> None:
     p = shell.parts
     # Attribution and Forced decoding are registered views: ``sub_view`` keeps their sub-tab itself
     track_subtabs(shell, SID, {k: t for k, t in p["comp_sub_tabs"].items() if k not in ("attribution", "forced")})
+    decoderlens.wire(shell, shell.computation.lens)
     encodings.wire(shell)
     _wire_head(shell)
     resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731

@@ -1,0 +1,67 @@
+"""Computation › DecoderLens in the app, on a tiny random checkpoint: a link to the sub-view restores it drawn
+for the link's run (one row per encoder layer, the last the run's own translation), its own layer pick redraws
+the cross-attention, and the view's figures are built from the engine's DecoderLens."""
+from __future__ import annotations
+
+import pytest
+
+from tests.app_fixtures import launch, make_checkpoint
+from tests.test_whatif_links import DE, _load
+from ui import decoderlens as lens_view
+from ui.state import ModelShape, RunInputs, Selection, from_query, link_url
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_checkpoint(root / "de-en", "de", "en", seed=0, layers=3)
+    app, _ = launch(root, warm=False)
+    yield app
+    app.close()
+
+
+def _view_fn(demo):
+    return next(f.fn for f in demo.fns.values() if f.api_name == "decoderlens_view")
+
+
+def test_a_link_restores_the_decoderlens_view(demo):
+    url = link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12),
+                   Selection(section="computation", subview="decoderlens"))
+    assert "subview=decoderlens" in url
+    values = _load(demo, url)
+    run = values["Run"]
+    md = values["dlens-md"]
+    rows = [line for line in md.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [r.split("|")[1].strip() for r in rows] == ["0", "1", "2"]
+    assert rows[-1].split("|")[2].strip() == (lens_view.md_escape(run.tr.text) or "∅")
+    fig = values["dlens-plot"]
+    assert fig.data[0].type == "heatmap" and len(fig.data[0].z) == 3
+    # the last row is the run's own output, token for token
+    last = [t for t in fig.data[0].text[2] if t]
+    assert len(last) == len(run.tr.output_tokens)
+    assert values["dlens-layer"].value == 0
+    assert "encoder layer 0" in values["dlens-attn"].layout.title.text
+
+
+def test_the_layer_pick_redraws_the_cross_attention(demo):
+    values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12),
+                                  Selection(section="computation", subview="decoderlens")))
+    run = values["Run"]
+    sel_args = ("decoder.cross_attn", 0, 0, 0, None, "words", "grid", "shared", "computation",
+                {"computation": "decoderlens"})
+    out = _view_fn(demo)(run, None, *sel_args, 2)
+    attn = out[-1]
+    assert "encoder layer 2" in attn.layout.title.text
+    assert out[-2].value == 2 and len([t for t in attn.data if t.type == "heatmap"]) == 3  # 3 decoder layers
+
+
+def test_the_subview_name_survives_a_link_round_trip():
+    r = from_query({"text": DE, "model": "de-en", "section": "computation", "subview": "decoderlens"},
+                   {"de-en": ModelShape(3, 3, 4)})
+    assert r.sel.subview == "decoderlens" and not r.problems
+
+
+def test_overlap_is_unigram_f1():
+    assert lens_view.overlap(["a", "b"], ["a", "b"]) == 1.0
+    assert lens_view.overlap([], ["a"]) == 0.0
+    assert abs(lens_view.overlap(["a", "c"], ["a", "b", "d"]) - 2 * 0.5 * (1 / 3) / (0.5 + 1 / 3)) < 1e-12

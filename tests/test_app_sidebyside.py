@@ -1,0 +1,64 @@
+"""Analysis › Two models in the app, on tiny random checkpoints: a link naming a second model of another depth
+restores both (each grid with its own layer count), the link on screen names the second model again, a second
+model whose source language differs is refused with a sentence, and an export records the second model."""
+from __future__ import annotations
+
+import pytest
+
+from tests.app_fixtures import launch, make_checkpoint
+from tests.test_whatif_links import DE, _load, _query
+from ui import whatif
+from ui.present import md_escape
+from ui.sidebyside import SecondModel
+from ui.state import RunInputs, Selection, WhatIf, link_url, whatif_from_query
+
+SEL = Selection(section="analysis", subview="sidebyside")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_checkpoint(root / "de-en", "de", "en", seed=0)
+    make_checkpoint(root / "de-en-deep", "de", "en", seed=2, layers=3)
+    make_checkpoint(root / "en-de", "en", "de", seed=1)
+    app, _ = launch(root, warm=False)
+    app.deep = next(k for k in app.registry.names if "deep" in k)  # the key the registry gives that folder
+    yield app
+    app.close()
+
+
+def _panels(fig) -> int:
+    return sum(1 for t in fig.data if t.type == "heatmap")
+
+
+def test_a_link_restores_both_models_each_with_its_own_grid(demo):
+    url = link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL, WhatIf(second=demo.deep))
+    values = _load(demo, url)
+    run = values["Run"]
+    assert values["sbs-model"] == demo.deep
+    md = values["sbs-md"]
+    assert f"| model | {md_escape('de-en')} | {md_escape(demo.deep)} |" in md
+    assert f"| layers (enc + dec) × heads | {md_escape('2 + 2 × 4')} | {md_escape('3 + 3 × 4')} |" in md
+    assert run.tr.text.split()[0] in md
+    a, b = _panels(values["sbs-grid-a"]), _panels(values["sbs-grid-b"])
+    assert a > 0 and b > a  # the deeper model's grid has more panels
+    assert values["SecondModel"] == SecondModel(run.id, demo.deep)
+    # the link on screen names both models again
+    again = whatif_from_query(_query(values["link-box"]))[0]
+    assert again.second == demo.deep and _query(values["link-box"])["model"] == "de-en"
+
+
+def test_a_second_model_of_another_source_language_is_refused(demo):
+    values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL,
+                                  WhatIf(second="en-de")))
+    assert values["sbs-md"].startswith("⚠️") and "source languages must match" in values["sbs-md"]
+    assert "'en'" in values["sbs-md"] and "'de'" in values["sbs-md"]
+    assert values.get("SecondModel") is None
+
+
+def test_the_export_records_the_second_model(demo):
+    values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL,
+                                  WhatIf(second=demo.deep)))
+    run = values["Run"]
+    assert whatif.export_settings(run, None, None, values["SecondModel"]) == {"second_model": demo.deep}
+    assert whatif.export_settings(run, None, None, SecondModel("another-run", demo.deep)) == {}

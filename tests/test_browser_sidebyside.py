@@ -1,0 +1,51 @@
+"""A real browser on Analysis › Two models: a link naming a second model of another depth (a tiny 3 + 3-layer
+folder beside the 2 + 2-layer de-en) restores both models and draws both grids, the deeper one with more
+panels; picking a model of another source language is refused in words."""
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+
+from tests.app_fixtures import launch, make_checkpoint
+from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
+
+pytestmark = pytest.mark.browser
+PANELS = "(sel) => (document.querySelector(sel + ' .js-plotly-plot')?.data || []).filter(t => t.type === 'heatmap')" \
+         ".length"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    check_chromium()
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_checkpoint(root / "de-en", "de", "en", seed=0)
+    make_checkpoint(root / "de-en-deep", "de", "en", seed=2, layers=3)
+    make_checkpoint(root / "en-de", "en", "de", seed=1)
+    demo, url = launch(root, warm=False)
+    try:
+        yield demo, url
+    finally:
+        demo.close()
+
+
+def test_a_link_restores_both_models_and_another_source_language_is_refused(app):
+    demo, url = app
+    deep = next(k for k in demo.registry.names if "deep" in k)
+    query = urlencode({"text": "Zwei Hunde spielen im Schnee.", "model": "de-en", "section": "analysis",
+                       "subview": "sidebyside", "model2": deep})
+    with chromium() as browser:
+        page = load(new_page(browser), f"{url}?{query}")
+        page.wait_for_function(f"() => ({PANELS})('#sbs-grid-b') > 0", timeout=90_000)
+        a, b = page.evaluate(PANELS, "#sbs-grid-a"), page.evaluate(PANELS, "#sbs-grid-b")
+        assert 0 < a < b, (a, b)  # the deeper model's grid: its own layer count
+        md = page.locator("#sbs-md").inner_text()
+        assert "de-en-deep" in md and "3 + 3 × 4" in md and "2 + 2 × 4" in md
+        assert page.locator("#sbs-model input").first.input_value().startswith(deep)
+        page.screenshot(path=str(ARTIFACTS / "sidebyside.png"), full_page=True)
+
+        page.locator("#sbs-model input").first.click()
+        page.locator("#sbs-model [data-testid=dropdown-option]", has_text="en → de").first.click()
+        page.wait_for_function("() => (document.querySelector('#sbs-md') || {}).innerText?.includes('must match')",
+                               timeout=90_000)
+        assert "translates from 'en'" in page.locator("#sbs-md").inner_text()

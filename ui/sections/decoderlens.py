@@ -1,0 +1,67 @@
+"""Computation › DecoderLens: the translation the decoder writes from each encoder layer's output
+(Langedijk et al. 2024), each token's probability, and the cross-attention of the decode that read a chosen
+layer. A registered sub-view: drawn for the current run when its tab opens (one cached model call for
+all layers), so a link to it restores it like any other."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from .. import calls
+from .. import decoderlens as lens_view
+from ..state import Run, Selection
+from . import Shell, sub_view
+
+NAME = "computation/decoderlens"
+
+
+@dataclass(frozen=True)
+class LensParts:
+    tab: gr.Tab
+    md: gr.Markdown
+    tokens_plot: gr.Plot
+    layer: gr.Dropdown
+    attn_plot: gr.Plot
+
+
+def build(shell: Shell, tab: gr.Tab) -> LensParts:
+    """The sub-view's components, inside ``tab`` (opened by the caller)."""
+    gr.Markdown("**DecoderLens** (Langedijk et al. 2024): the decoder cross-attends to an intermediate encoder "
+                "layer's output instead of the last one's, and writes what that layer already encodes. One decode "
+                "per encoder layer, with the run's sentence, decoding and interventions; the last layer's row is the "
+                "model's own translation. In their tasks lower layers carry lexical content and upper ones the "
+                "full translation. Tokens are the model's own (subword pieces: ▁ starts a word).",
+                elem_classes="explain")
+    md = gr.Markdown(elem_id="dlens-md")
+    tokens_plot = gr.Plot(label="DecoderLens", elem_id="dlens-plot", show_label=False)
+    layer = gr.Dropdown([], value=None, label="Cross-attention of the decode that read encoder layer …",
+                        elem_id="dlens-layer", allow_custom_value=True)
+    attn_plot = gr.Plot(label="DecoderLens cross-attention", elem_id="dlens-attn", show_label=False)
+    return LensParts(tab, md, tokens_plot, layer, attn_plot)
+
+
+def lens_of(shell: Shell, run: Run):
+    """The run's DecoderLens: a model call for every encoder layer, cached like any run."""
+    ask = lens_view.ask_of(run)
+    return calls.gpu_decoderlens(shell.reg_key, run.model, ask.text, ask.opts, ask.iv)
+
+
+def values(shell: Shell, run: Run, layer) -> list:
+    """[caption, tokens figure, layer dropdown, cross-attention figure] for ``run``."""
+    lens = lens_of(shell, run)
+    n = len(lens.layers)
+    pick = 0 if layer in (None, "") else max(0, min(int(layer), n - 1))
+    return [lens_view.markdown(lens), lens_view.tokens_figure(lens),
+            gr.Dropdown(choices=lens_view.layer_choices(n), value=pick), lens_view.attention_figure(lens, pick)]
+
+
+def wire(shell: Shell, parts: LensParts) -> None:
+    def view(run: Run, sel: Selection, layer):
+        return values(shell, run, layer)
+
+    sub_view(shell, NAME, parts.tab, [parts.md, parts.tokens_plot, parts.layer, parts.attn_plot], [parts.layer],
+             view, model_call=True, api_name="decoderlens_view")
+
+
+__all__ = ["LensParts", "build", "wire", "values", "lens_of"]

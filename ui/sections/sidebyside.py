@@ -1,0 +1,113 @@
+"""Analysis › Two models: a second model translates the current sentence beside the run's own. Both
+translations row by row, both per-head grids under the one selection (each fitted to its own layers and
+heads), and each model's AER per head where the sentence has a gold alignment. A second model must read the
+same source language; any listed model qualifies, and one not in memory is loaded on first use (the model
+store's own least-recently-used bound). A registered sub-view; a link and an export carry the second model."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from model.analysis.alignment.heads import val_texts
+from model.analysis.alignment.reference import reference_path
+from model.families.catalog import infos
+
+from .. import align_heads, calls, views
+from .. import decoderlens as lens_view
+from .. import sidebyside as sbs
+from ..present import md_escape
+from ..state import Run, Selection
+from . import Shell, sub_view
+
+NAME = "analysis/sidebyside"
+
+
+@dataclass(frozen=True)
+class SideParts:
+    tab: gr.Tab
+    second: gr.Dropdown
+    md: gr.Markdown
+    grid_a: gr.Plot
+    grid_b: gr.Plot
+    aer_md: gr.Markdown
+    aer_a: gr.Plot
+    aer_b: gr.Plot
+    held: gr.State  # sbs.SecondModel shown, or None
+
+
+def build(shell: Shell, tab: gr.Tab) -> SideParts:
+    gr.Markdown("A **second model** translates the current sentence beside this run's model: both translations row "
+                "by row, both per-head grids for the attention kind, layer and head chosen above (each model with its "
+                "own layer and head counts), and the AER of every cross-attention head of each where the sentence is "
+                "a validation sentence with a gold alignment. The second model must read the same source language.",
+                elem_classes="explain")
+    choices = [(f"{name} ({i.src_lang} → {i.tgt_lang})", name) for name, i in infos(shell.reg).items()]
+    second = gr.Dropdown(choices, value=None, label="Second model", elem_id="sbs-model")
+    md = gr.Markdown(elem_id="sbs-md")
+    with gr.Row():
+        grid_a = gr.Plot(label="This run", elem_id="sbs-grid-a", show_label=False)
+        grid_b = gr.Plot(label="Second model", elem_id="sbs-grid-b", show_label=False)
+    aer_md = gr.Markdown(elem_id="sbs-aer-md")
+    with gr.Row():
+        aer_a = gr.Plot(label="AER, this run", elem_id="sbs-aer-a", show_label=False)
+        aer_b = gr.Plot(label="AER, second model", elem_id="sbs-aer-b", show_label=False)
+    return SideParts(tab, second, md, grid_a, grid_b, aer_md, aer_a, aer_b, gr.State(None))
+
+
+def second_run(shell: Shell, run: Run, name: str) -> Run:
+    """``name``'s translation of the run's sentence with the run's decoding options (cached like any run)."""
+    calls.ensure_loaded(shell.reg_key, name)
+    ask = lens_view.ask_of(run)
+    tr = calls.gpu_translate(shell.reg_key, name, ask.text, ask.opts)
+    return Run.of(shell.reg.models[name], name, tr)
+
+
+def _aer(shell: Shell, run: Run):
+    """(note, figure) of the run model's AER per head on this sentence, where it has a gold alignment."""
+    lm = shell.lm(run)
+    if not reference_path(align_heads.align_dir(shell.reg_key), lm.src_lang, lm.tgt_lang).is_file():
+        return f"{run.model}: no gold alignment for {lm.src_lang}→{lm.tgt_lang}", None
+    texts = val_texts(calls.DATA_DIRS, lm.src_lang, lm.tgt_lang)
+    index = next((k for k, s in enumerate(texts[0]) if s.strip() == run.tr.src_text.strip()), None) if texts else None
+    if index is None:
+        return f"{run.model}: this sentence is not a validation sentence with a gold alignment", None
+    _, r = align_heads.gpu_sentence_ranking(shell.reg_key, run.model, index)
+    return f"{run.model}: validation sentence {index}", align_heads.ranking_figure(r)
+
+
+def values(shell: Shell, run: Run, sel: Selection, second) -> list:
+    """[markdown, grid A, grid B, AER note, AER A, AER B, held] for ``run`` beside ``second``."""
+    problem = sbs.refusal(shell.reg, run, second)
+    if problem:
+        msg = views.message_figure(problem)
+        return [f"⚠️ {md_escape(problem)}" if second else md_escape(problem), msg, msg, "", None, None, None]
+    other = second_run(shell, run, second)
+    a = sbs.grid_figure(shell.reg, run, sel, shell.lm(run), "This run")
+    b = sbs.grid_figure(shell.reg, other, sel, shell.reg.models[second], "Second model")
+    (note_a, aer_a), (note_b, aer_b) = _aer(shell, run), _aer(shell, other)
+    none = views.message_figure("No AER for this sentence.")
+    return [sbs.markdown(shell.reg, run, other), a, b, f"AER per cross-attention head · {note_a} · {note_b}",
+            aer_a or none, aer_b or none, sbs.SecondModel(run.id, second)]
+
+
+def restore(shell: Shell, parts: SideParts, run: Run, sel: Selection, second: str) -> dict:
+    """What a link naming a second model sets on load."""
+    outs = [parts.md, parts.grid_a, parts.grid_b, parts.aer_md, parts.aer_a, parts.aer_b, parts.held]
+    return {parts.second: second, **dict(zip(outs, values(shell, run, sel, second)))}
+
+
+def wire(shell: Shell, parts: SideParts) -> None:
+    def view(run: Run, sel: Selection, second):
+        return values(shell, run, sel, second)
+
+    sub_view(shell, NAME, parts.tab, [parts.md, parts.grid_a, parts.grid_b, parts.aer_md, parts.aer_a, parts.aer_b,
+                                      parts.held], [parts.second], view, model_call=True, api_name="sidebyside_view")
+    def restorer(sh, run, sel, second):
+        return restore(sh, parts, run, sel, second)
+    restorer.outputs = [parts.second, parts.md, parts.grid_a, parts.grid_b, parts.aer_md, parts.aer_a, parts.aer_b,
+                        parts.held]  # what a link's load sets
+    shell.restorers["sidebyside"] = restorer
+
+
+__all__ = ["SideParts", "build", "wire", "values", "second_run", "restore"]

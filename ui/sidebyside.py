@@ -1,0 +1,81 @@
+"""Two models side by side as Analysis › Two models shows them: whether a second model may stand beside the
+current run's (the same source language), both translations row by row, both per-head grids under the one
+selection (each model's own layer and head counts), and each model's AER per head where the sentence has a
+gold alignment for its direction. No gradio."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from model.families import catalog
+
+from . import views
+from .present import md_escape
+from .state import ModelShape, Run, Selection
+
+
+@dataclass(frozen=True)
+class SecondModel:
+    """The second model shown beside a run (what a link and an export record)."""
+    run_id: str
+    name: str
+
+
+def refusal(reg, run: Run | None, second: str | None) -> str | None:
+    """Why ``second`` cannot stand beside ``run`` (a sentence for the user), or None when it can."""
+    if run is None:
+        return "Translate a sentence first."
+    if not second:
+        return "Pick a second model to translate the same sentence."
+    info = catalog.infos(reg).get(second)
+    if info is None:
+        return f"{second!r} is not a model this server offers."
+    src = run.tr.src_lang  # the language the run read (a many-to-many model's pair says it too)
+    if info.src_lang != src:
+        return (f"{second} translates from {info.src_lang!r}, the current run's model ({run.model}) from {src!r}: "
+                "two models side by side must read the same sentence, so their source languages must match.")
+    return None
+
+
+def shape_of(reg, name: str) -> ModelShape:
+    cfg = catalog.infos(reg)[name].cfg
+    return ModelShape(cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.encoder_heads, cfg.decoder_heads)
+
+
+def _shape_text(s: ModelShape) -> str:
+    """'2 + 2 × 4' (encoder + decoder layers × heads), or '3 × 2 + 1 × 8' where the sides' heads differ."""
+    dec = s.n_heads if s.n_decoder_heads is None else s.n_decoder_heads
+    if dec == s.n_heads:
+        return f"{s.n_encoder_layers} + {s.n_decoder_layers} × {s.n_heads}"
+    return f"{s.n_encoder_layers} × {s.n_heads} + {s.n_decoder_layers} × {dec}"
+
+
+def _mean_p(run: Run) -> str:
+    steps = run.tr.steps
+    return f"{sum(s.prob for s in steps) / len(steps):.2f}" if steps else "–"
+
+
+def markdown(reg, first: Run, second: Run) -> str:
+    """Both runs row by row: model, direction, shape, translation, mean token probability."""
+    a, b = shape_of(reg, first.model), shape_of(reg, second.model)
+    rows = [("model", first.model, second.model),
+            ("direction", f"{first.tr.src_lang} → {first.tr.tgt_lang}",
+             f"{second.tr.src_lang} → {second.tr.tgt_lang}"),
+            ("layers (enc + dec) × heads", _shape_text(a), _shape_text(b)),
+            ("translation", first.tr.text, second.tr.text),
+            ("output tokens", str(len(first.tr.output_ids)), str(len(second.tr.output_ids))),
+            ("mean token probability", _mean_p(first), _mean_p(second))]
+    lines = ["| | this run | second model |", "|---|---|---|"]
+    lines += [f"| {k} | {md_escape(x)} | {md_escape(y)} |" for k, x, y in rows]
+    return "\n".join(lines)
+
+
+def grid_figure(reg, run: Run, sel: Selection, lm, which: str):
+    """``run``'s per-head grid for the selection's kind, the layer and head fitted to its model."""
+    fitted = sel.fit(shape_of(reg, run.model))
+    fig = views.attention_figure(run, fitted.kind, "grid", fitted.layer, fitted.head, sel.units, lm, sel.scale)
+    title = fig.layout.title.text or ""
+    fig.update_layout(title_text=f"{which}: {run.model} · {title}" if title else f"{which}: {run.model}")
+    return fig
+
+
+__all__ = ["SecondModel", "refusal", "shape_of", "markdown", "grid_figure"]
