@@ -9,38 +9,15 @@ Each client asks for the whole first screen (the UI's Translate event). Goal: p9
 """
 from __future__ import annotations
 
-import threading
 import time
 
 from .common import entry, figure, standalone
-from .serving import classroom, model_calls, served, summary, ui_request
+from .serving import classroom, served, ui_request
 
 VARIANTS = {"nocache": {"ATTN_CACHE_MB": "0", "ATTN_BATCH": "1", "ATTN_EVENT_CONCURRENCY": "1"},
             "cache": {"ATTN_EVENT_CONCURRENCY": "1"}, "slots": {}}
 TEXT = "Ein Mann fährt Fahrrad auf einer belebten Straße."
 N = 40
-
-
-def at_once(srv, clients: list, text: str, direction: str) -> dict:
-    """Every client asks at the same instant (a barrier), for a sentence the server has not seen."""
-    since, log, gate = time.perf_counter() - srv.t0, [], threading.Barrier(len(clients))
-    t0 = time.perf_counter()
-
-    def one(c):
-        gate.wait()
-        a, err = time.perf_counter(), None
-        try:
-            ui_request(c, text, direction)
-        except Exception as e:
-            err = f"{type(e).__name__}: {str(e)[:160]}"
-        log.append((a, time.perf_counter(), err))
-    threads = [threading.Thread(target=one, args=(c,)) for c in clients]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    time.sleep(0.5)
-    return {**summary(log, t0), **model_calls(srv, since)}
 
 
 def variant(cfg, name: str) -> dict:
@@ -51,7 +28,7 @@ def variant(cfg, name: str) -> dict:
         out = {"spread": classroom(srv, clients, TEXT, "de-en")}
         print(f"  {name}: 40 within 5 s: {out['spread']}", flush=True)
         time.sleep(2)
-        out["instant"] = at_once(srv, clients, "Eine Frau liest ein Buch im Park.", "de-en")
+        out["instant"] = classroom(srv, clients, "Eine Frau liest ein Buch im Park.", "de-en", within=0)
         print(f"  {name}: 40 at once: {out['instant']}", flush=True)
     return out
 

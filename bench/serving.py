@@ -110,14 +110,15 @@ def model_calls(srv, since: float) -> dict:
             "batches": [int(line.split("batch of ")[1].split()[0]) for line in lines if "decoding a batch of" in line]}
 
 
-def classroom(srv, clients: list, text: str, direction: str) -> dict:
-    """Every client opens the same link at a random moment within 5 s."""
+def classroom(srv, clients: list, text: str, direction: str, within: float = 5.0) -> dict:
+    """Every client opens the same link at a random moment within ``within`` s (0: all at one instant)."""
     since, rng, log = time.perf_counter() - srv.t0, random.Random(0), []
-    offsets = sorted(rng.uniform(0, 5) for _ in clients)
+    offsets = sorted(rng.uniform(0, within) for _ in clients)
+    gate = threading.Barrier(len(clients)) if within == 0 else None
     t0 = time.perf_counter()
 
     def one(c, at):
-        time.sleep(at)
+        gate.wait() if gate else time.sleep(at)
         a, err = time.perf_counter(), None
         try:
             ui_request(c, text, direction)
