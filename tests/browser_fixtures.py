@@ -52,3 +52,9 @@ def load(page, url: str):
     page.wait_for_selector("#input-text textarea", timeout=60_000)
     wait_done(page)
     return page
+
+
+def pick_kind(page, label: str) -> None:
+    """Choose the attention kind in the selection bar's dropdown, as a person does."""
+    page.locator("#attn-kind input").first.click()
+    page.get_by_role("option", name=label, exact=True).click()

@@ -8,7 +8,7 @@ import pytest
 
 from tests.app_fixtures import served
 # CHROMIUM and _wait_done are imported from here by the other browser tests too
-from tests.browser_fixtures import ARTIFACTS, CHROMIUM, check_chromium, chromium, load, new_page  # noqa: F401
+from tests.browser_fixtures import ARTIFACTS, CHROMIUM, check_chromium, chromium, load, new_page, pick_kind  # noqa: F401
 from tests.browser_fixtures import wait_done as _wait_done
 
 pytestmark = pytest.mark.browser
@@ -79,12 +79,12 @@ def test_clicking_a_grid_panel_opens_that_head(page):
 
 def test_masked_cells_differ_from_zero_cells(page):
     page.get_by_role("tab", name="Attention", exact=True).click()
-    page.get_by_label("Decoder masked self-attention").check()
+    pick_kind(page, "Decoder masked self-attention")
     page.wait_for_timeout(1500)
     names = page.evaluate("() => Array.from(document.querySelectorAll('#attn-plot .js-plotly-plot'))"
                           ".flatMap(gd => gd.data.map(t => t.name || ''))")
     assert "masked" in names  # the upper triangle is its own dark-grey trace, hover "masked"
-    page.get_by_label("Decoder cross-attention").check()
+    pick_kind(page, "Decoder cross-attention")
     page.wait_for_timeout(800)
 
 
@@ -104,7 +104,7 @@ def test_compare_causal_off_shows_the_upper_triangle_and_goes_stale(page):
     _translate(page, "Zwei Hunde spielen im Schnee.")
     page.get_by_role("tab", name="Masks & interventions").click()
     page.locator("#tog-causal input").uncheck()
-    page.wait_for_function("() => document.querySelector('#attn-kind input[value=\"decoder.self_attn\"]').checked",
+    page.wait_for_function("() => document.querySelector('#attn-kind input').value === 'Decoder masked self-attention'",
                            timeout=30_000)
     page.locator("#compare-btn").click()
     page.wait_for_function("() => (document.querySelector('#cmp-notice')||{}).innerText?.includes('causal mask off')",
@@ -214,17 +214,19 @@ def test_selection_bar_stays_in_view_after_scrolling(page):
 
 
 def test_phone_screens_and_a_one_head_map_that_fits(page):
-    """390x844: the sentence and translation on the first screen, the selection bar one line, a one-head
-    map at least 330 px wide without cell numbers; screenshots of the first screen, attention, generation."""
+    """390x844: the sentence on the first screen and the translation within one scroll, every control of the
+    selection bar inside the screen's width (two rows, not a sideways strip), a one-head map at least 330 px
+    wide without cell numbers; screenshots of the first screen, attention, generation."""
     pg = new_page(page.browser_, 390, 844)
     pg.goto(page.url_base)
     _wait_done(pg)
     print(f"phone screenshots in {ARTIFACTS.resolve()}")
     pg.screenshot(path=str(ARTIFACTS / "phone-390-first-screen.png"))
-    for sel in ("#input-text textarea", "#translation textarea"):
+    assert pg.locator("#input-text textarea").bounding_box()["y"] + 40 <= 844  # on the first screen
+    assert pg.locator("#translation textarea").bounding_box()["y"] + 40 <= 2 * 844  # one scroll down at most
+    for sel in ("#attn-kind", "#attn-layer", "#attn-head", "#attn-units"):
         box = pg.locator(sel).bounding_box()
-        assert box["y"] + 40 <= 844, sel  # starts on the first screen (a tiny model's output may run on)
-    assert pg.locator("#selection-bar").bounding_box()["height"] < 60
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 390, sel
     pg.get_by_role("tab", name="Attention", exact=True).click()
     _plot(pg, "#attn-plot")
     assert pg.locator("#attn-view input[value=head]").is_checked()

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 import pytest
 
 from tests.app_fixtures import served
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
+from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page, pick_kind
 from tests.test_browser import _plot, _wait_done
 
 pytestmark = pytest.mark.browser
@@ -103,7 +103,7 @@ def _title_has(page, sel: str, text: str, timeout: int = 180_000):
 
 def test_the_head_chosen_in_the_bar_is_the_head_every_view_shows(page):
     """Masks' comparison, Two sentences and a single patch show the bar's head, and follow it."""
-    page.locator("#attn-kind input[value='decoder.cross_attn']").check()
+    pick_kind(page, "Decoder cross-attention")
     _pick(page, "#attn-layer", "layer 1")
     _pick(page, "#attn-head", "head 2")
     _tab(page, "Masks & interventions")

@@ -163,8 +163,12 @@ def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
     sentence again (``translate_event``) on the model they picked."""
     translate, t_inputs, t_outputs = translate_event
 
-    def again(*a, request: gr.Request = None):
-        return translate(*a, request=request, replay=False)
+    # named parameters: Gradio hands a gr.Request only to a handler that declares it beside its inputs, and
+    # the link box needs the page's address from it
+    def again(text, name, decoding, beam, max_len, kind, view, layer, head, units, scale, section, held,
+              request: gr.Request):
+        return translate(text, name, decoding, beam, max_len, kind, view, layer, head, units, scale, section, held,
+                         request=request, replay=False)
 
     def pick(run, index):
         return _pick(shell, run, index)
