@@ -33,6 +33,35 @@ class ComputationParts:
     lens: decoderlens.LensParts
 
 
+def _attribution_tab(p) -> None:
+    """Attribution's explanation and controls (laid out inside its tab)."""
+    gr.Markdown("Which source tokens one output token came from: raw cross-attention (mean of the last "
+                "layer's heads), rollout, norm-based weights ‖Σₕ αₕ·fₕ(x)‖ of the last layer (Kobayashi et al. "
+                "2020, heads summed before the norm), ALTI+ (Ferrando et al. 2022), gradient × input and "
+                "integrated gradients on the source embeddings. The gradients come from their own backward "
+                "passes, not from the run's hook points. Integrated gradients start from the points set "
+                "below and take more (Gauss–Legendre, refined where the path is rough) until they add up to "
+                "f(x) − f(baseline) within 1 %; the line above the chart says how many they needed. The right "
+                "panel ranks how far the methods agree (Spearman). With Units on words, a word's score is the "
+                "sum over its pieces. Right of the divider, the target prefix (the decoder's inputs up to this "
+                "step): ALTI+ per prefix token, and the gradients with respect to the prefix embeddings (the "
+                "source held). Pick or type a **foil** to ask why this token rather than the foil: the "
+                "gradient methods then explain p(token) − p(foil) (Yin & Neubig 2022).", elem_classes="explain")
+    with gr.Row():
+        p["attr_pos"] = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
+        p["attr_steps"] = gr.Slider(8, 128, value=IG_STEPS, step=8, elem_id="attr-steps",
+                                    label="Integrated gradients: path points to start from")
+    with gr.Row():
+        p["attr_foil"] = gr.Dropdown([], value=None, label="Foil: why this token rather than … (the step's "
+                                     "top candidates)", elem_id="attr-foil")
+        p["attr_foil_text"] = gr.Textbox(label="… or type a foil (a target word or piece; Enter)", lines=1,
+                                         max_lines=1, elem_id="attr-foil-text")
+    p["attr_md"] = gr.Markdown(elem_id="attr-md")
+    p["attr_plot"] = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
+    p["attr_table"] = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
+                                   label="Scores (raw)")
+
+
 def build(shell: Shell) -> ComputationParts:
     p = shell.parts
     shell.restorers["attribution"] = restore_attribution
@@ -72,31 +101,7 @@ def build(shell: Shell) -> ComputationParts:
             p["lens_plot"] = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
         with gr.Tab("Attribution", id="attribution") as attr_tab:
             sub_tabs["attribution"] = attr_tab
-            gr.Markdown("Which source tokens one output token came from: raw cross-attention (mean of the last "
-                        "layer's heads), rollout, norm-based weights ‖Σₕ αₕ·fₕ(x)‖ of the last layer (Kobayashi et al. "
-                        "2020, heads summed before the norm), ALTI+ (Ferrando et al. 2022), gradient × input and "
-                        "integrated gradients on the source embeddings. The gradients come from their own backward "
-                        "passes, not from the run's hook points. Integrated gradients start from the points set "
-                        "below and take more (Gauss–Legendre, refined where the path is rough) until they add up to "
-                        "f(x) − f(baseline) within 1 %; the line above the chart says how many they needed. The right "
-                        "panel ranks how far the methods agree (Spearman). With Units on words, a word's score is the "
-                        "sum over its pieces. Right of the divider, the target prefix (the decoder's inputs up to this "
-                        "step): ALTI+ per prefix token, and the gradients with respect to the prefix embeddings (the "
-                        "source held). Pick or type a **foil** to ask why this token rather than the foil: the "
-                        "gradient methods then explain p(token) − p(foil) (Yin & Neubig 2022).", elem_classes="explain")
-            with gr.Row():
-                p["attr_pos"] = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
-                p["attr_steps"] = gr.Slider(8, 128, value=IG_STEPS, step=8, elem_id="attr-steps",
-                                            label="Integrated gradients: path points to start from")
-            with gr.Row():
-                p["attr_foil"] = gr.Dropdown([], value=None, label="Foil: why this token rather than … (the step's "
-                                             "top candidates)", elem_id="attr-foil")
-                p["attr_foil_text"] = gr.Textbox(label="… or type a foil (a target word or piece; Enter)", lines=1,
-                                                 max_lines=1, elem_id="attr-foil-text")
-            p["attr_md"] = gr.Markdown(elem_id="attr-md")
-            p["attr_plot"] = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
-            p["attr_table"] = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
-                                           label="Scores (raw)")
+            _attribution_tab(p)
         with gr.Tab("Forced decoding", id="forced") as _t:
             sub_tabs["forced"] = p["forced_tab"] = _t
             gr.Markdown("Teacher-force the model on a **reference** translation: the probability and the "
