@@ -1,15 +1,20 @@
 """Analysis › Two models in the app, on tiny random checkpoints: a link naming a second model of another depth
-restores both (each grid with its own layer count), the link on screen names the second model again, a second
-model whose source language differs is refused with a sentence, and an export records the second model."""
+restores both (each grid with its own layer count), the link on screen names the second model again, each side
+shows its own trust signals read against its own model's validation reference, a second model whose source
+language differs is refused with a sentence, and an export records the second model."""
 from __future__ import annotations
 
 import pytest
 
-from tests.app_fixtures import launch, make_checkpoint
+from model.analysis.trust_signals import SHOWN, load_reference, reference_of, report, save_reference, signals
+from model.engine.decoding import DecodeOptions, translate
+from model.families.ours import load_checkpoint
+from tests.app_fixtures import SENTENCES, launch, make_checkpoint
 from tests.test_whatif_links import DE, _load, _query
 from ui import whatif
 from ui.present import md_escape
 from ui.sidebyside import SecondModel
+from ui.trust import trust_markdown
 from ui.state import RunInputs, Selection, WhatIf, link_url, whatif_from_query
 
 SEL = Selection(section="analysis", subview="sidebyside")
@@ -21,6 +26,10 @@ def demo(tmp_path_factory):
     make_checkpoint(root / "de-en", "de", "en", seed=0)
     make_checkpoint(root / "de-en-deep", "de", "en", seed=2, layers=3)
     make_checkpoint(root / "en-de", "en", "de", seed=1)
+    # only the deeper model has a validation reference: its side shows percentiles, the other values only
+    deep = load_checkpoint(root / "de-en-deep")
+    runs = [signals(deep, translate(deep, s)) for s in SENTENCES["de"]]
+    save_reference(reference_of(deep, "de-en-deep", runs, "five test sentences"), deep)
     app, _ = launch(root, warm=False)
     app.deep = next(k for k in app.registry.names if "deep" in k)  # the key the registry gives that folder
     yield app
@@ -48,12 +57,28 @@ def test_a_link_restores_both_models_each_with_its_own_grid(demo):
     assert again.second == demo.deep and _query(values["link-box"])["model"] == "de-en"
 
 
+def test_each_side_shows_its_own_models_trust_signals(demo):
+    values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL,
+                                  WhatIf(second=demo.deep)))
+    a, b = values["sbs-trust-a"], values["sbs-trust-b"]
+    assert a.startswith(f"**This run: {md_escape('de-en')}**") and "no validation reference" in a
+    assert "worse than" not in a
+    # the second side: the deeper model's own translation read against the deeper model's own reference
+    lm = demo.registry.models[demo.deep]
+    ref, note = load_reference(lm)
+    assert ref is not None and note == ""
+    expected = report(signals(lm, translate(lm, DE, DecodeOptions(max_len=12))), ref)
+    assert all(r.worse_than is not None for r in expected.readings) and len(expected.readings) == len(SHOWN)
+    assert b == f"**Second model: {md_escape(demo.deep)}**\n\n" + trust_markdown(expected)
+
+
 def test_a_second_model_of_another_source_language_is_refused(demo):
     values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL,
                                   WhatIf(second="en-de")))
     assert values["sbs-md"].startswith("⚠️") and "source languages must match" in values["sbs-md"]
     assert "'en'" in values["sbs-md"] and "'de'" in values["sbs-md"]
     assert values.get("SecondModel") is None
+    assert values["sbs-trust-a"] == values["sbs-trust-b"] == ""
 
 
 def test_the_export_records_the_second_model(demo):

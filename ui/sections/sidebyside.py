@@ -1,8 +1,10 @@
 """Analysis › Two models: a second model translates the current sentence beside the run's own. Both
-translations row by row, both per-head grids under the one selection (each fitted to its own layers and
-heads), and each model's AER per head where the sentence has a gold alignment. A second model must read the
-same source language; any listed model qualifies, and one not in memory is loaded on first use (the model
-store's own least-recently-used bound). A registered sub-view; a link and an export carry the second model."""
+translations row by row, each model's trust signals (read against that model's own validation reference, so
+a researcher sees which output to trust), both per-head grids under the one selection (each fitted to its
+own layers and heads), and each model's AER per head where the sentence has a gold alignment. A second model
+must read the same source language; any listed model qualifies, and one not in memory is loaded on first use
+(the model store's own least-recently-used bound). A registered sub-view; a link and an export carry the
+second model."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from model.analysis.alignment.heads import val_texts
 from model.analysis.alignment.reference import reference_path
 from model.families.catalog import infos
 
-from .. import align_heads, calls, views
+from .. import align_heads, calls, trust, views
 from .. import decoderlens as lens_view
 from .. import sidebyside as sbs
 from ..present import md_escape
@@ -28,12 +30,19 @@ class SideParts:
     tab: gr.Tab
     second: gr.Dropdown
     md: gr.Markdown
+    trust_a: gr.Markdown
+    trust_b: gr.Markdown
     grid_a: gr.Plot
     grid_b: gr.Plot
     aer_md: gr.Markdown
     aer_a: gr.Plot
     aer_b: gr.Plot
     held: gr.State  # sbs.SecondModel shown, or None
+
+    def outputs(self) -> list:
+        """What ``values`` fills, in its order."""
+        return [self.md, self.trust_a, self.trust_b, self.grid_a, self.grid_b, self.aer_md, self.aer_a, self.aer_b,
+                self.held]
 
 
 def build(shell: Shell, tab: gr.Tab) -> SideParts:
@@ -45,6 +54,9 @@ def build(shell: Shell, tab: gr.Tab) -> SideParts:
     choices = [(f"{name} ({i.src_lang} → {i.tgt_lang})", name) for name, i in infos(shell.reg).items()]
     second = gr.Dropdown(choices, value=None, label="Second model", elem_id="sbs-model")
     md = gr.Markdown(elem_id="sbs-md")
+    with gr.Row():  # each model's signals, read against its own validation translations
+        trust_a = gr.Markdown(elem_id="sbs-trust-a")
+        trust_b = gr.Markdown(elem_id="sbs-trust-b")
     with gr.Row():
         grid_a = gr.Plot(label="This run", elem_id="sbs-grid-a", show_label=False)
         grid_b = gr.Plot(label="Second model", elem_id="sbs-grid-b", show_label=False)
@@ -52,7 +64,7 @@ def build(shell: Shell, tab: gr.Tab) -> SideParts:
     with gr.Row():
         aer_a = gr.Plot(label="AER, this run", elem_id="sbs-aer-a", show_label=False)
         aer_b = gr.Plot(label="AER, second model", elem_id="sbs-aer-b", show_label=False)
-    return SideParts(tab, second, md, grid_a, grid_b, aer_md, aer_a, aer_b, gr.State(None))
+    return SideParts(tab, second, md, trust_a, trust_b, grid_a, grid_b, aer_md, aer_a, aer_b, gr.State(None))
 
 
 def second_run(shell: Shell, run: Run, name: str) -> Run:
@@ -76,38 +88,43 @@ def _aer(shell: Shell, run: Run):
     return f"{run.model}: validation sentence {index}", align_heads.ranking_figure(r)
 
 
+def trust_panel(shell: Shell, run: Run, which: str) -> str:
+    """The run's trust panel as it stands beside a translation, headed by which side and model it is."""
+    return f"**{which}: {md_escape(run.model)}**\n\n{trust.panel(shell.reg_key, run)}"
+
+
 def values(shell: Shell, run: Run, sel: Selection, second) -> list:
-    """[markdown, grid A, grid B, AER note, AER A, AER B, held] for ``run`` beside ``second``."""
+    """[markdown, trust A, trust B, grid A, grid B, AER note, AER A, AER B, held] for ``run`` beside ``second``."""
     problem = sbs.refusal(shell.reg, run, second)
     if problem:
         msg = views.message_figure(problem)
-        return [f"⚠️ {md_escape(problem)}" if second else md_escape(problem), msg, msg, "", None, None, None]
+        return [f"⚠️ {md_escape(problem)}" if second else md_escape(problem), "", "", msg, msg, "", None, None, None]
     other = second_run(shell, run, second)
     a = sbs.grid_figure(shell.reg, run, sel, shell.lm(run), "This run")
     b = sbs.grid_figure(shell.reg, other, sel, shell.reg.models[second], "Second model")
     (note_a, aer_a), (note_b, aer_b) = _aer(shell, run), _aer(shell, other)
     none = views.message_figure("No AER for this sentence.")
-    return [sbs.markdown(shell.reg, run, other), a, b, f"AER per cross-attention head · {note_a} · {note_b}",
+    return [sbs.markdown(shell.reg, run, other), trust_panel(shell, run, "This run"),
+            trust_panel(shell, other, "Second model"), a, b, f"AER per cross-attention head · {note_a} · {note_b}",
             aer_a or none, aer_b or none, sbs.SecondModel(run.id, second)]
 
 
 def restore(shell: Shell, parts: SideParts, run: Run, sel: Selection, second: str) -> dict:
     """What a link naming a second model sets on load."""
-    outs = [parts.md, parts.grid_a, parts.grid_b, parts.aer_md, parts.aer_a, parts.aer_b, parts.held]
-    return {parts.second: second, **dict(zip(outs, values(shell, run, sel, second)))}
+    return {parts.second: second, **dict(zip(parts.outputs(), values(shell, run, sel, second)))}
 
 
 def wire(shell: Shell, parts: SideParts) -> None:
     def view(run: Run, sel: Selection, second):
         return values(shell, run, sel, second)
 
-    sub_view(shell, NAME, parts.tab, [parts.md, parts.grid_a, parts.grid_b, parts.aer_md, parts.aer_a, parts.aer_b,
-                                      parts.held], [parts.second], view, model_call=True, api_name="sidebyside_view")
+    sub_view(shell, NAME, parts.tab, parts.outputs(), [parts.second], view, model_call=True,
+             api_name="sidebyside_view")
+
     def restorer(sh, run, sel, second):
         return restore(sh, parts, run, sel, second)
-    restorer.outputs = [parts.second, parts.md, parts.grid_a, parts.grid_b, parts.aer_md, parts.aer_a, parts.aer_b,
-                        parts.held]  # what a link's load sets
+    restorer.outputs = [parts.second, *parts.outputs()]  # what a link's load sets
     shell.restorers["sidebyside"] = restorer
 
 
-__all__ = ["SideParts", "build", "wire", "values", "second_run", "restore"]
+__all__ = ["SideParts", "build", "wire", "values", "second_run", "restore", "trust_panel"]
