@@ -1,14 +1,18 @@
 """Computation › DecoderLens in the app, on a tiny random checkpoint: a link to the sub-view restores it drawn
 for the link's run (one row per encoder layer, the last the run's own translation), its own layer pick redraws
-the cross-attention, and the view's figures are built from the engine's DecoderLens."""
+the cross-attention, the chosen layer is part of the link and a link restores it (a bad one is named), and the
+view's figures are built from the engine's DecoderLens."""
 from __future__ import annotations
 
 import pytest
 
 from tests.app_fixtures import launch, make_checkpoint
-from tests.test_whatif_links import DE, _load
+from tests.test_whatif_links import DE, _load, _query
 from ui import decoderlens as lens_view
-from ui.state import ModelShape, RunInputs, Selection, from_query, link_url
+from ui.state import ModelShape, RunInputs, Selection, WhatIf, from_query, link_url, whatif_from_query
+
+LENS = Selection(section="computation", subview="decoderlens")
+SHAPE = ModelShape(3, 3, 4)
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +54,45 @@ def test_the_layer_pick_redraws_the_cross_attention(demo):
     sel_args = ("decoder.cross_attn", 0, 0, 0, None, "words", "grid", "shared", "computation",
                 {"computation": "decoderlens"})
     out = _view_fn(demo)(run, None, *sel_args, 2)
-    attn = out[-1]
+    attn = out[-2]
     assert "encoder layer 2" in attn.layout.title.text
-    assert out[-2].value == 2 and len([t for t in attn.data if t.type == "heatmap"]) == 3  # 3 decoder layers
+    assert out[-3].value == 2 and len([t for t in attn.data if t.type == "heatmap"]) == 3  # 3 decoder layers
+    assert out[-1] == lens_view.LensShown(run.id, 2)  # what the link reads
+
+
+def test_the_layer_round_trips_through_a_link_and_a_bad_one_is_named():
+    inputs = RunInputs(model="de-en", text=DE)
+    url = link_url("http://h/", inputs, LENS, WhatIf(lens_layer=2))
+    assert "dlayer=2" in url
+    r = from_query(_query(url), {"de-en": SHAPE})
+    assert r.problems == [] and (r.inputs, r.sel) == (inputs, LENS)
+    assert whatif_from_query(_query(url), SHAPE) == (WhatIf(lens_layer=2), [])
+    w, problems = whatif_from_query(_query(url) | {"dlayer": "3"}, SHAPE)  # the model has layers 0-2
+    assert w == WhatIf() and len(problems) == 1 and "dlayer" in problems[0] and "outside 0–2" in problems[0]
+
+
+def test_a_link_restores_the_chosen_layer_and_the_link_on_screen_names_it(demo):
+    values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), LENS,
+                                  WhatIf(lens_layer=1)))
+    run = values["Run"]
+    assert values["dlens-layer"].value == 1 and "encoder layer 1" in values["dlens-attn"].layout.title.text
+    assert values["LensShown"] == lens_view.LensShown(run.id, 1)
+    assert whatif_from_query(_query(values["link-box"]), SHAPE) == (WhatIf(lens_layer=1), [])
+    # the link button on this screen names the layer shown; elsewhere, or for another run's lens, it does not
+    link = next(f for f in demo.fns.values() if f.api_name == "make_link").fn
+    toggles = (0, True, True, True, [], [])
+    shown = lens_view.LensShown(run.id, 2)
+    assert _query(link(run, None, None, *toggles, LENS, "http://h/", None, shown))["dlayer"] == "2"
+    assert "dlayer" not in _query(link(run, None, None, *toggles, Selection(), "http://h/", None, shown))
+    other = lens_view.LensShown("another-run", 2)
+    assert "dlayer" not in _query(link(run, None, None, *toggles, LENS, "http://h/", None, other))
+
+
+def test_a_link_with_a_layer_the_model_lacks_says_so_and_shows_layer_0(demo):
+    url = link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), LENS) + "&dlayer=9"
+    values = _load(demo, url)
+    assert "dlayer" in values["link-notice"] and "outside 0–2" in values["link-notice"]
+    assert values["dlens-layer"].value == 0 and "encoder layer 0" in values["dlens-attn"].layout.title.text
 
 
 def test_the_subview_name_survives_a_link_round_trip():

@@ -19,6 +19,13 @@ from .state import Run
 
 
 @dataclass(frozen=True)
+class LensShown:
+    """The encoder layer whose decode's cross-attention DecoderLens shows for a run (what a link records)."""
+    run_id: str
+    layer: int
+
+
+@dataclass(frozen=True)
 class LensAsk:
     """What a run's DecoderLens decodes: its sentence, its decoding options and its interventions."""
     text: str
@@ -98,5 +105,5 @@ def layer_choices(lens_or_n) -> list[tuple[str, int]]:
     return [(f"encoder layer {i}" + (" (the model's own)" if i == n - 1 else ""), i) for i in range(n)]
 
 
-__all__ = ["LensAsk", "ask_of", "overlap", "layer_rows", "markdown", "tokens_figure", "attention_figure",
+__all__ = ["LensShown", "LensAsk", "ask_of", "overlap", "layer_rows", "markdown", "tokens_figure", "attention_figure",
            "layer_choices"]

@@ -336,7 +336,7 @@ MAX_LINK_TEXT = 400
 _PATCH_KEYS = {"pa": "text_a", "pb": "text_b", "psite": "site", "pkind": "kind", "ppart": "part", "ppoint": "point",
                "player": "layer", "phead": "head", "ppos": "positions", "pscan": "scan", "pstep": "step",
                "pout": "output", "pfoil": "foil", "pwith": "ablation"}
-WHATIF_KEYS = (*_PATCH_KEYS, "apos", "foil", "model2")
+WHATIF_KEYS = (*_PATCH_KEYS, "apos", "foil", "model2", "dlayer")
 
 
 @dataclass(frozen=True)
@@ -360,12 +360,14 @@ class PatchLink:
 
 @dataclass(frozen=True)
 class WhatIf:
-    """What a link restores beyond the run and the selection: the patch bench, and Attribution's output
-    token and foil. Serialised only where set."""
+    """What a link restores beyond the run and the selection: the patch bench, Attribution's output
+    token and foil, the model Two models shows beside the run, and the encoder layer DecoderLens shows the
+    cross-attention of. Serialised only where set."""
     patch: PatchLink | None = None
     attr_pos: int | None = None
     foil: str | None = None
     second: str | None = None  # Analysis › Two models: the model beside the run's
+    lens_layer: int | None = None  # Computation › DecoderLens: the encoder layer its cross-attention reads
 
     @property
     def empty(self) -> bool:
@@ -386,6 +388,8 @@ def whatif_query(w: WhatIf) -> dict[str, str]:
         q["foil"] = w.foil
     if w.second:
         q["model2"] = w.second
+    if w.lens_layer is not None:
+        q["dlayer"] = str(w.lens_layer)
     return q
 
 
@@ -423,7 +427,9 @@ def whatif_from_query(params, shape: ModelShape | None = None) -> tuple[WhatIf, 
     apos = r.int("apos", -1, 0, MAX_STEP) if "apos" in r.params else -1
     foil = str(r.params.get("foil") or "").strip()[:80] or None
     second = str(r.params.get("model2") or "").strip()[:200] or None
-    return WhatIf(patch, None if apos < 0 else apos, foil, second), r.problems
+    n_enc = shape.n_encoder_layers if shape else 64
+    dlayer = r.int("dlayer", -1, 0, n_enc - 1) if "dlayer" in r.params else -1
+    return WhatIf(patch, None if apos < 0 else apos, foil, second, None if dlayer < 0 else dlayer), r.problems
 
 
 # --------------------------------------------------------------------------- runs

@@ -1,11 +1,13 @@
 """The "what if" state a link and an export carry beyond the run and the selection: the clean/corrupted
-bench shown in Analysis → Two sentences, and the output token and foil of Computation → Attribution.
+bench shown in Analysis → Two sentences, the output token and foil of Computation → Attribution, the
+second model of Analysis → Two models, and the encoder layer Computation → DecoderLens shows.
 Which of them a link names follows the screen; a link that names them re-runs the bench and the
 attribution on load, and says what it could not use."""
 from __future__ import annotations
 
 from dataclasses import asdict
 
+from .decoderlens import LensShown
 from .present import md_escape
 from .state import CROSS, ModelShape, PatchLink, Run, Selection, WhatIf, link_url, whatif_from_query
 
@@ -38,15 +40,23 @@ def _second_shown(run: Run | None, second) -> str | None:
     return second.name if run is not None and getattr(second, "run_id", None) == run.id else None
 
 
-def on_screen(sel: Selection, run: Run | None, bench: PatchLink | None, held, second=None) -> WhatIf:
+def _lens_shown(run: Run | None, lens) -> int | None:
+    """The encoder layer DecoderLens shows for this run (``lens``: its LensShown), or None."""
+    return lens.layer if run is not None and isinstance(lens, LensShown) and lens.run_id == run.id else None
+
+
+def on_screen(sel: Selection, run: Run | None, bench: PatchLink | None, held, second=None, lens=None) -> WhatIf:
     """What the link to this screen adds: the bench where Two sentences shows, the attribution's
-    output token and foil where Attribution shows, the second model where Two models shows."""
-    patch = bench if (sel.section, sel.subview) == ("analysis", "pair") else None
-    other = _second_shown(run, second) if (sel.section, sel.subview) == ("analysis", "sidebyside") else None
-    c = _attribution_shown(run, held) if (sel.section, sel.subview) == ("computation", "attribution") else None
+    output token and foil where Attribution shows, the second model where Two models shows, the encoder
+    layer where DecoderLens shows."""
+    where = (sel.section, sel.subview)
+    patch = bench if where == ("analysis", "pair") else None
+    other = _second_shown(run, second) if where == ("analysis", "sidebyside") else None
+    layer = _lens_shown(run, lens) if where == ("computation", "decoderlens") else None
+    c = _attribution_shown(run, held) if where == ("computation", "attribution") else None
     if c is None:
-        return WhatIf(patch, second=other)
-    return WhatIf(patch, c.attribution.position, None if c.foil is None else c.foil.asked, other)
+        return WhatIf(patch, second=other, lens_layer=layer)
+    return WhatIf(patch, c.attribution.position, None if c.foil is None else c.foil.asked, other, layer)
 
 
 def export_settings(run: Run, bench: PatchLink | None, held, second=None) -> dict:
@@ -74,7 +84,8 @@ def load_outputs(shell) -> list:
             "patch_step", "patch_foil", "patch_ablation", "patch_output", "patch_md", "patch_plot", "patch_state",
             "patch_model", "attr_pos", "attr_foil", "attr_foil_text", "attr_md", "attr_plot",
             "attr_table", "attr_state"]
-    return [p[k] for k in keys if k in p] + list(getattr(shell.restorers.get("sidebyside"), "outputs", []))
+    return [p[k] for k in keys if k in p] + [c for name in ("sidebyside", "decoderlens")
+                                             for c in getattr(shell.restorers.get(name), "outputs", [])]
 
 
 def restore(shell, run: Run, params: dict, sel: Selection) -> tuple[dict, list[str]]:
@@ -88,6 +99,10 @@ def restore(shell, run: Run, params: dict, sel: Selection) -> tuple[dict, list[s
     restore_second = shell.restorers.get("sidebyside")
     if w.second and restore_second is not None:
         values |= restore_second(shell, run, sel, w.second)
+    restore_lens = shell.restorers.get("decoderlens")
+    shows_lens = (sel.section, sel.subview) == ("computation", "decoderlens")  # elsewhere the layer is not drawn
+    if w.lens_layer is not None and shows_lens and restore_lens is not None:
+        values |= restore_lens(shell, run, sel, w.lens_layer)
     return values, problems
 
 
@@ -98,10 +113,12 @@ def link_after_load(shell, run: Run, sel: Selection, base_url: str, values: dict
     held = held if getattr(held, "run_id", None) == run.id else None
     second = next((v for v in values.values() if hasattr(v, "run_id") and hasattr(v, "name")), None)
     second = second if _second_shown(run, second) else None
-    if run.inputs is None or (bench is None and held is None and second is None):
+    lens = next((v for v in values.values() if isinstance(v, LensShown)), None)
+    lens = lens if _lens_shown(run, lens) is not None else None
+    if run.inputs is None or (bench is None and held is None and second is None and lens is None):
         return None
     return link_url(base_url, run.inputs, sel.fit(ModelShape.of(shell.lm(run))),
-                    on_screen(sel, run, bench, held, second))
+                    on_screen(sel, run, bench, held, second, lens))
 
 
 def notice(problems: list[str]) -> str:

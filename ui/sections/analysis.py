@@ -365,20 +365,22 @@ def _wire_export(shell: Shell) -> None:
 
     def on_link(run, bench, attr_held, *rest):
         """The link to this screen: the run on it (not the text box, which may have been edited since), its
-        Masks & interventions toggles, the selection (the one state every control writes), and the second
-        model Two models shows (last, optional)."""
+        Masks & interventions toggles, the selection (the one state every control writes), the second
+        model Two models shows and the layer DecoderLens shows (last, optional)."""
         k = len(toggles)
         sel, base, second = rest[k], rest[k + 1], (rest[k + 2] if len(rest) > k + 2 else None)
+        lens = rest[k + 3] if len(rest) > k + 3 else None
         toggles_ = rest[:k]
         if run is None or run.inputs is None:
             return ""
         inputs = replace(run.inputs, toggles=toggles_of(*toggles_))
         sel = sel if isinstance(sel, Selection) else Selection()
         return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))),
-                        whatif.on_screen(sel, run, bench, attr_held, second))
+                        whatif.on_screen(sel, run, bench, attr_held, second, lens))
 
     link_box = shell.bar.link_box
-    link_in = [shell.run_state, p["patch_state"], p["attr_state"], *toggles, shell.sel_state, link_box, p["sbs"].held]
+    link_in = [shell.run_state, p["patch_state"], p["attr_state"], *toggles, shell.sel_state, link_box, p["sbs"].held,
+               shell.computation.lens.held]
     for dep in p.get("link_events", ()):  # a bench run or a foil changes what the link to this screen names
         dep.then(on_link, link_in, link_box, js=LINK_JS, api_visibility="private", queue=False)
     shell.bar.link_btn.click(on_link, link_in, link_box, js=LINK_JS, api_name="make_link",
@@ -386,6 +388,6 @@ def _wire_export(shell: Shell) -> None:
         None, link_box, None, js=COPY_JS, api_visibility="private")
     # the box follows the screen: every new run (each sets a fresh run status), toggle and selection change
     gr.on([shell.translate.run_status.change, *(c.change for c in toggles), shell.sel_state.change,
-           p["sbs"].held.change], on_link,
+           p["sbs"].held.change, shell.computation.lens.held.change], on_link,
           link_in, link_box, js=LINK_JS, api_name="follow_link", api_visibility="undocumented", queue=False,
           show_progress="hidden", trigger_mode="always_last")

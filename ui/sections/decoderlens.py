@@ -1,7 +1,7 @@
 """Computation › DecoderLens: the translation the decoder writes from each encoder layer's output
 (Langedijk et al. 2024), each token's probability, and the cross-attention of the decode that read a chosen
 layer. A registered sub-view: drawn for the current run when its tab opens (one cached model call for
-all layers), so a link to it restores it like any other."""
+all layers), so a link to it restores it like any other; the link also names the chosen layer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,6 +11,7 @@ import gradio as gr
 from .. import calls
 from .. import decoderlens as lens_view
 from ..state import Run, Selection
+from ..views import stamp_of
 from . import Shell, sub_view
 
 NAME = "computation/decoderlens"
@@ -23,6 +24,11 @@ class LensParts:
     tokens_plot: gr.Plot
     layer: gr.Dropdown
     attn_plot: gr.Plot
+    held: gr.State  # lens_view.LensShown: the layer shown, for the link
+
+    def outputs(self) -> list:
+        """What ``values`` fills, in its order."""
+        return [self.md, self.tokens_plot, self.layer, self.attn_plot, self.held]
 
 
 def build(shell: Shell, tab: gr.Tab) -> LensParts:
@@ -38,7 +44,7 @@ def build(shell: Shell, tab: gr.Tab) -> LensParts:
     layer = gr.Dropdown([], value=None, label="Cross-attention of the decode that read encoder layer …",
                         elem_id="dlens-layer", allow_custom_value=True)
     attn_plot = gr.Plot(label="DecoderLens cross-attention", elem_id="dlens-attn", show_label=False)
-    return LensParts(tab, md, tokens_plot, layer, attn_plot)
+    return LensParts(tab, md, tokens_plot, layer, attn_plot, gr.State(None))
 
 
 def lens_of(shell: Shell, run: Run):
@@ -48,20 +54,29 @@ def lens_of(shell: Shell, run: Run):
 
 
 def values(shell: Shell, run: Run, layer) -> list:
-    """[caption, tokens figure, layer dropdown, cross-attention figure] for ``run``."""
+    """[caption, tokens figure, layer dropdown, cross-attention figure, layer shown] for ``run``."""
     lens = lens_of(shell, run)
     n = len(lens.layers)
     pick = 0 if layer in (None, "") else max(0, min(int(layer), n - 1))
     return [lens_view.markdown(lens), lens_view.tokens_figure(lens),
-            gr.Dropdown(choices=lens_view.layer_choices(n), value=pick), lens_view.attention_figure(lens, pick)]
+            gr.Dropdown(choices=lens_view.layer_choices(n), value=pick), lens_view.attention_figure(lens, pick),
+            lens_view.LensShown(run.id, pick)]
 
 
 def wire(shell: Shell, parts: LensParts) -> None:
     def view(run: Run, sel: Selection, layer):
         return values(shell, run, layer)
 
-    sub_view(shell, NAME, parts.tab, [parts.md, parts.tokens_plot, parts.layer, parts.attn_plot], [parts.layer],
-             view, model_call=True, api_name="decoderlens_view")
+    sv = sub_view(shell, NAME, parts.tab, parts.outputs(), [parts.layer], view, model_call=True,
+                  api_name="decoderlens_view")
+
+    def restorer(sh: Shell, run: Run, sel: Selection, layer: int) -> dict:
+        """What a link naming a layer sets on load: the view drawn at that layer, and the stamp the view
+        itself would write (so opening it again does not redraw)."""
+        out = dict(zip(parts.outputs(), values(sh, run, layer)))
+        return out | {sv.stamp: (*stamp_of(NAME, run, sel), out[parts.held].layer)}
+    restorer.outputs = [sv.stamp, *parts.outputs()]  # what a link's load sets
+    shell.restorers["decoderlens"] = restorer
 
 
 __all__ = ["LensParts", "build", "wire", "values", "lens_of"]
