@@ -429,7 +429,8 @@ def whatif_from_query(params, shape: ModelShape | None = None) -> tuple[WhatIf, 
     second = str(r.params.get("model2") or "").strip()[:200] or None
     n_enc = shape.n_encoder_layers if shape else 64
     dlayer = r.int("dlayer", -1, 0, n_enc - 1) if "dlayer" in r.params else -1
-    return WhatIf(patch, None if apos < 0 else apos, foil, second, None if dlayer < 0 else dlayer), r.problems
+    return WhatIf(patch=patch, attr_pos=None if apos < 0 else apos, foil=foil, second=second,
+                  lens_layer=None if dlayer < 0 else dlayer), r.problems
 
 
 # --------------------------------------------------------------------------- runs

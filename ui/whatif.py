@@ -55,8 +55,9 @@ def on_screen(sel: Selection, run: Run | None, bench: PatchLink | None, held, se
     layer = _lens_shown(run, lens) if where == ("computation", "decoderlens") else None
     c = _attribution_shown(run, held) if where == ("computation", "attribution") else None
     if c is None:
-        return WhatIf(patch, second=other, lens_layer=layer)
-    return WhatIf(patch, c.attribution.position, None if c.foil is None else c.foil.asked, other, layer)
+        return WhatIf(patch=patch, second=other, lens_layer=layer)
+    return WhatIf(patch=patch, attr_pos=c.attribution.position, foil=None if c.foil is None else c.foil.asked,
+                  second=other, lens_layer=layer)
 
 
 def export_settings(run: Run, bench: PatchLink | None, held, second=None) -> dict:
