@@ -1,6 +1,7 @@
 """A real browser on Analysis › Two models: a link naming a second model of another depth (a tiny 3 + 3-layer
 folder beside the 2 + 2-layer de-en) restores both models and draws both grids, the deeper one with more
-panels; picking a model of another source language is refused in words."""
+panels, and each side's trust signals under its own model's name; picking a model of another source language
+is refused in words, and the trust panels are emptied."""
 from __future__ import annotations
 
 from urllib.parse import urlencode
@@ -42,6 +43,9 @@ def test_a_link_restores_both_models_and_another_source_language_is_refused(app)
         md = page.locator("#sbs-md").inner_text()
         assert "de-en-deep" in md and "3 + 3 × 4" in md and "2 + 2 × 4" in md
         assert page.locator("#sbs-model input").first.input_value().startswith(deep)
+        trust_a, trust_b = (page.locator(s).inner_text() for s in ("#sbs-trust-a", "#sbs-trust-b"))
+        assert "This run: de-en" in trust_a and "Can I trust this translation?" in trust_a
+        assert f"Second model: {deep}" in trust_b and "Can I trust this translation?" in trust_b
         page.screenshot(path=str(ARTIFACTS / "sidebyside.png"), full_page=True)
 
         page.locator("#sbs-model input").first.click()
@@ -49,3 +53,4 @@ def test_a_link_restores_both_models_and_another_source_language_is_refused(app)
         page.wait_for_function("() => (document.querySelector('#sbs-md') || {}).innerText?.includes('must match')",
                                timeout=90_000)
         assert "translates from 'en'" in page.locator("#sbs-md").inner_text()
+        assert "Can I trust" not in page.locator("#sbs-trust-b").inner_text()

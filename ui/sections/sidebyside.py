@@ -47,10 +47,11 @@ class SideParts:
 
 def build(shell: Shell, tab: gr.Tab) -> SideParts:
     gr.Markdown("A **second model** translates the current sentence beside this run's model: both translations row "
-                "by row, both per-head grids for the attention kind, layer and head chosen above (each model with its "
-                "own layer and head counts), and the AER of every cross-attention head of each where the sentence is "
-                "a validation sentence with a gold alignment. The second model must read the same source language.",
-                elem_classes="explain")
+                "by row, each model's trust signals (placed among that model's own validation translations, so you "
+                "can see which output to trust), both per-head grids for the attention kind, layer and head chosen "
+                "above (each model with its own layer and head counts), and the AER of every cross-attention head of "
+                "each where the sentence is a validation sentence with a gold alignment. The second model must read "
+                "the same source language.", elem_classes="explain")
     choices = [(f"{name} ({i.src_lang} → {i.tgt_lang})", name) for name, i in infos(shell.reg).items()]
     second = gr.Dropdown(choices, value=None, label="Second model", elem_id="sbs-model")
     md = gr.Markdown(elem_id="sbs-md")
