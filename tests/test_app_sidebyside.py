@@ -1,7 +1,8 @@
 """Analysis › Two models in the app, on tiny random checkpoints: a link naming a second model of another depth
 restores both (each grid with its own layer count), the link on screen names the second model again, each side
 shows its own trust signals read against its own model's validation reference, a second model whose source
-language differs is refused with a sentence, and an export records the second model."""
+language differs is refused with a sentence, and an export records the second model, its translation and its
+signals."""
 from __future__ import annotations
 
 import pytest
@@ -51,7 +52,7 @@ def test_a_link_restores_both_models_each_with_its_own_grid(demo):
     assert run.tr.text.split()[0] in md
     a, b = _panels(values["sbs-grid-a"]), _panels(values["sbs-grid-b"])
     assert a > 0 and b > a  # the deeper model's grid has more panels
-    assert values["SecondModel"] == SecondModel(run.id, demo.deep)
+    assert (values["SecondModel"].run_id, values["SecondModel"].name) == (run.id, demo.deep)
     # the link on screen names both models again
     again = whatif_from_query(_query(values["link-box"]))[0]
     assert again.second == demo.deep and _query(values["link-box"])["model"] == "de-en"
@@ -85,5 +86,12 @@ def test_the_export_records_the_second_model(demo):
     values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL,
                                   WhatIf(second=demo.deep)))
     run = values["Run"]
-    assert whatif.export_settings(run, None, None, values["SecondModel"]) == {"second_model": demo.deep}
+    held = values["SecondModel"]
+    settings = whatif.export_settings(run, None, None, held)
+    assert settings["second_model"] == demo.deep and set(settings) == {"second_model", "second_model_output"}
+    recorded = settings["second_model_output"]
+    assert recorded["translation"] and md_escape(recorded["translation"]) in values["sbs-md"]
+    # the second model's signals, read against its own reference (the first model has none)
+    assert [r["name"] for r in recorded["trust"]["readings"]] == list(SHOWN)
+    assert all(r["worse_than"] is not None for r in recorded["trust"]["readings"])
     assert whatif.export_settings(run, None, None, SecondModel("another-run", demo.deep)) == {}

@@ -4,7 +4,7 @@ selection (each model's own layer and head counts), and each model's AER per hea
 gold alignment for its direction. No gradio."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from model.families import catalog
 
@@ -13,11 +13,14 @@ from .present import md_escape
 from .state import ModelShape, Run, Selection
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=True)
 class SecondModel:
-    """The second model shown beside a run (what a link and an export record)."""
+    """The second model shown beside a run (what a link and an export record): its name, and for the export
+    its translation and its trust signals as the API gives them (None: not computed)."""
     run_id: str
     name: str
+    translation: str = ""
+    trust: dict | None = field(default=None, compare=False, hash=False)
 
 
 def refusal(reg, run: Run | None, second: str | None) -> str | None:

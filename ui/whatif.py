@@ -62,10 +62,12 @@ def on_screen(sel: Selection, run: Run | None, bench: PatchLink | None, held, se
 
 def export_settings(run: Run, bench: PatchLink | None, held, second=None) -> dict:
     """What an export adds: the bench last run (its controls and model), the attribution with its foil, and
-    the second model shown beside the run."""
+    the second model shown beside the run (its name, translation and trust signals)."""
     out = {}
     if _second_shown(run, second):
         out["second_model"] = second.name
+        out["second_model_output"] = {"translation": getattr(second, "translation", ""),
+                                      "trust": getattr(second, "trust", None)}
     if bench is not None:
         out["patch_bench"] = asdict(bench) | {"model": run.model}
     c = _attribution_shown(run, held)

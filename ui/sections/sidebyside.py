@@ -89,9 +89,10 @@ def _aer(shell: Shell, run: Run):
     return f"{run.model}: validation sentence {index}", align_heads.ranking_figure(r)
 
 
-def trust_panel(shell: Shell, run: Run, which: str) -> str:
-    """The run's trust panel as it stands beside a translation, headed by which side and model it is."""
-    return f"**{which}: {md_escape(run.model)}**\n\n{trust.panel(shell.reg_key, run)}"
+def trust_panel(run: Run, rep, which: str) -> str:
+    """The run's trust panel (``rep``: its TrustReport) as it stands beside a translation, headed by which side
+    and model it is."""
+    return f"**{which}: {md_escape(run.model)}**\n\n{trust.trust_markdown(rep, forced=run.forced)}"
 
 
 def values(shell: Shell, run: Run, sel: Selection, second) -> list:
@@ -105,9 +106,11 @@ def values(shell: Shell, run: Run, sel: Selection, second) -> list:
     b = sbs.grid_figure(shell.reg, other, sel, shell.reg.models[second], "Second model")
     (note_a, aer_a), (note_b, aer_b) = _aer(shell, run), _aer(shell, other)
     none = views.message_figure("No AER for this sentence.")
-    return [sbs.markdown(shell.reg, run, other), trust_panel(shell, run, "This run"),
-            trust_panel(shell, other, "Second model"), a, b, f"AER per cross-attention head · {note_a} · {note_b}",
-            aer_a or none, aer_b or none, sbs.SecondModel(run.id, second)]
+    rep_a, rep_b = (trust.report_of(shell.reg_key, r.model, r.tr) for r in (run, other))
+    held = sbs.SecondModel(run.id, second, translation=other.tr.text, trust=trust.trust_payload(rep_b))
+    return [sbs.markdown(shell.reg, run, other), trust_panel(run, rep_a, "This run"),
+            trust_panel(other, rep_b, "Second model"), a, b, f"AER per cross-attention head · {note_a} · {note_b}",
+            aer_a or none, aer_b or none, held]
 
 
 def restore(shell: Shell, parts: SideParts, run: Run, sel: Selection, second: str) -> dict:
