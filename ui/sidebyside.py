@@ -13,7 +13,7 @@ from .present import md_escape
 from .state import ModelShape, Run, Selection
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True)
 class SecondModel:
     """The second model shown beside a run (what a link and an export record): its name, and for the export
     its translation and its trust signals as the API gives them (None: not computed)."""

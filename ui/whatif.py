@@ -66,8 +66,7 @@ def export_settings(run: Run, bench: PatchLink | None, held, second=None) -> dic
     out = {}
     if _second_shown(run, second):
         out["second_model"] = second.name
-        out["second_model_output"] = {"translation": getattr(second, "translation", ""),
-                                      "trust": getattr(second, "trust", None)}
+        out["second_model_output"] = {"translation": second.translation, "trust": second.trust}
     if bench is not None:
         out["patch_bench"] = asdict(bench) | {"model": run.model}
     c = _attribution_shown(run, held)
