@@ -100,7 +100,8 @@ def values(shell: Shell, run: Run, sel: Selection, second) -> list:
     problem = sbs.refusal(shell.reg, run, second)
     if problem:
         msg = views.message_figure(problem)
-        return [f"⚠️ {md_escape(problem)}" if second else md_escape(problem), "", "", msg, msg, "", None, None, None]
+        said = f"⚠️ {md_escape(problem)}" if second else md_escape(problem)
+        return [said, "", "", msg, msg, "", None, None, None]
     other = second_run(shell, run, second)
     a = sbs.grid_figure(shell.reg, run, sel, shell.lm(run), "This run")
     b = sbs.grid_figure(shell.reg, other, sel, shell.reg.models[second], "Second model")
