@@ -79,7 +79,11 @@ class Shell:
     section_tabs: dict = field(default_factory=dict)  # section id -> its gr.Tab
     subtabs: dict = field(default_factory=dict)       # section id -> its gr.Tabs of sub-views
     lazy: dict = field(default_factory=dict)          # section id -> Lazy
-    parts: dict = field(default_factory=dict)  # each section's own components, by name (read in that module only)
+    click: "object | None" = None          # attention.ClickProxy: the hidden control a panel click drives
+    # what follows every event that makes a run through Translate's chain (e.g. the run history records it):
+    # each ``then(dep)`` chains its own step after ``dep``
+    after_run: list = field(default_factory=list)
+    link_events: list = field(default_factory=list)  # events after which the link box names what they changed
     # what a link restores, set by the section that owns it: "bench" (patching), "attribution" (computation)
     restorers: dict = field(default_factory=dict)
     link_notice: gr.Markdown | None = None  # what a link could not use, above every section

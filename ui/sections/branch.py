@@ -46,45 +46,59 @@ class History:
         return self.runs[self.pos] if self.runs else None
 
 
-def build_nav(shell: Shell) -> None:
+@dataclass(frozen=True)
+class NavParts:
+    """◀ ▶ and "run i of n" beside the run bar, and the session's History."""
+    prev: gr.Button
+    label: gr.Markdown
+    next: gr.Button
+    state: gr.State  # History
+
+
+@dataclass(frozen=True)
+class PickParts:
+    """A pick list, its "Continue from here" button and the line that says what happened."""
+    pick: gr.Dropdown
+    button: gr.Button
+    note: gr.Markdown
+
+
+def build_nav(shell: Shell) -> NavParts:
     """◀ ▶ and "run i of n" beside the run bar (called inside the run bar's row)."""
-    p = shell.parts
-    p["hist_prev"] = gr.Button("◀", elem_id="hist-prev", size="sm", scale=0, min_width=36, interactive=False)
-    p["hist_md"] = gr.Markdown("", elem_id="hist-md")
-    p["hist_next"] = gr.Button("▶", elem_id="hist-next", size="sm", scale=0, min_width=36, interactive=False)
-    p["hist_state"] = gr.State(History())
+    nav = NavParts(prev=gr.Button("◀", elem_id="hist-prev", size="sm", scale=0, min_width=36, interactive=False),
+                   label=gr.Markdown("", elem_id="hist-md"),
+                   next=gr.Button("▶", elem_id="hist-next", size="sm", scale=0, min_width=36, interactive=False),
+                   state=gr.State(History()))
     # every event that makes a run through Translate's chain records it here (translate.replay_event)
-    p.setdefault("after_run", []).append(lambda dep: dep.then(
-        _record, [shell.run_state, p["hist_state"]], _nav_outputs(shell), api_visibility="private", queue=False,
+    shell.after_run.append(lambda dep: dep.then(
+        _record, [shell.run_state, nav.state], _nav_outputs(nav), api_visibility="private", queue=False,
         show_progress="hidden"))
+    return nav
 
 
-def build_step_picker(shell: Shell) -> None:
+def build_step_picker(shell: Shell) -> PickParts:
     """Under the step's top-k: pick a candidate (or type a token) and continue from it."""
-    p = shell.parts
     with gr.Row(equal_height=True):
-        p["branch_pick"] = gr.Dropdown([], value=None, label="Pick another token at this step", allow_custom_value=True,
-                                       elem_id="branch-pick", scale=3,
-                                       info="the model's top candidates at the step shown; or type a token")
-        p["branch_btn"] = gr.Button("Continue from here", elem_id="branch-btn", scale=1, variant="secondary")
-    p["branch_md"] = gr.Markdown(elem_id="branch-md")
+        pick = gr.Dropdown([], value=None, label="Pick another token at this step", allow_custom_value=True,
+                           elem_id="branch-pick", scale=3,
+                           info="the model's top candidates at the step shown; or type a token")
+        button = gr.Button("Continue from here", elem_id="branch-btn", scale=1, variant="secondary")
+    return PickParts(pick=pick, button=button, note=gr.Markdown(elem_id="branch-md"))
 
 
-def build_node_picker(shell: Shell) -> None:
+def build_node_picker(shell: Shell) -> PickParts:
     """Under the beam tree: pick any node and continue from its hypothesis with beam search."""
-    p = shell.parts
     with gr.Row(equal_height=True):
-        p["node_pick"] = gr.Dropdown([], value=None, label="Continue from a node of the tree", elem_id="node-pick",
-                                     scale=3, info="its tokens are forced, then beam search goes on")
-        p["node_btn"] = gr.Button("Continue from here", elem_id="node-btn", scale=1, variant="secondary")
-    p["node_md"] = gr.Markdown(elem_id="node-md")
+        pick = gr.Dropdown([], value=None, label="Continue from a node of the tree", elem_id="node-pick",
+                           scale=3, info="its tokens are forced, then beam search goes on")
+        button = gr.Button("Continue from here", elem_id="node-btn", scale=1, variant="secondary")
+    return PickParts(pick=pick, button=button, note=gr.Markdown(elem_id="node-md"))
 
 
 # --------------------------------------------------------------------------- history
 
-def _nav_outputs(shell: Shell) -> list:
-    p = shell.parts
-    return [p["hist_state"], p["hist_md"], p["hist_prev"], p["hist_next"]]
+def _nav_outputs(nav: NavParts) -> list:
+    return [nav.state, nav.label, nav.prev, nav.next]
 
 
 def _nav(hist: History) -> list:
@@ -112,14 +126,14 @@ def _screen_outputs(shell: Shell, extra: list) -> list:
     lazy = [c for lz in shell.lazy.values() for c in (lz.stamp, *lz.outputs)]
     sub = [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]
     return list(dict.fromkeys([shell.translate.run_status, *shell.run_outputs(), *lazy, *sub, *extra,
-                               *_nav_outputs(shell)]))
+                               *_nav_outputs(shell.bar.nav)]))
 
 
 def history_values(shell: Shell, run, hist, delta: int, sel_values, base: str = "/") -> dict:
     """◀ (delta -1) or ▶ (+1): the kept run there becomes the current run, its controls set back."""
     hist = (hist or History()).push(run).go(delta)  # a run made outside Translate's chain is kept first
     shown = hist.current
-    values = dict(zip(_nav_outputs(shell), _nav(hist)))
+    values = dict(zip(_nav_outputs(shell.bar.nav), _nav(hist)))
     if shown is None or shell.lm(shown) is None or (run is not None and shown.id == run.id):
         return values
     sel = shell.selection(*sel_values).fit(shell.shape(shown.model))
@@ -166,13 +180,13 @@ def continue_values(shell: Shell, run, inputs: RunInputs, step: int, hist, sel_v
     sel = replace(shell.selection(*sel_values), step=step)
     values = translate_values(shell, inputs, [], RunContext(sel, False, base))
     new = values.get(shell.run_state)
-    notice = values.get(shell.parts["notice"], "")
+    notice = values.get(shell.translate.notice, "")
     if new is None:  # the problem goes beside the button too (the notice sits on the first screen)
         return values | {note: notice or "⚠️ The branch could not be decoded."}
     values |= _screen(shell, new, sel.fit(shell.shape(new.model)), base, step, run_views=False)
     # the branch's step, where Generation opens (its top-k: what the model would have chosen there)
     values[shell.step] = gr.Slider(minimum=0, maximum=max(1, new.n_steps - 1), value=min(step, new.n_steps - 1))
-    values |= dict(zip(_nav_outputs(shell), _nav((hist or History()).push(run).push(new))))
+    values |= dict(zip(_nav_outputs(shell.bar.nav), _nav((hist or History()).push(run).push(new))))
     desc = branching.describe(len(inputs.prefix), inputs.beam if inputs.decoding == "beam" else 1)
     return values | {shell.translate.run_status: f"✓ branch · run {new.id}",
                      note: f"✓ Now the current run: {desc} → *{md_escape(new.tr.text[:120])}*"}
@@ -187,7 +201,7 @@ def branch_inputs(run: Run, prefix: tuple[int, ...], beam: int | None = None) ->
 
 
 def step_branch(shell: Shell, run, step, pick, hist, sel_values, base: str = "/") -> dict:
-    note = shell.parts["branch_md"]
+    note = shell.generation.step_pick.note
     if run is None or not run.tr.steps:
         return {note: "✏️ Translate a sentence first."}
     if pick in (None, ""):
@@ -202,7 +216,7 @@ def step_branch(shell: Shell, run, step, pick, hist, sel_values, base: str = "/"
 
 
 def node_branch(shell: Shell, run, view, node, hist, sel_values, base: str = "/") -> dict:
-    note = shell.parts["node_md"]
+    note = shell.generation.node_pick.note
     if run is None or view is None:
         return {note: "✏️ Translate a sentence and open the beam tree first."}
     if view.run_id != run.id:
@@ -215,7 +229,7 @@ def node_branch(shell: Shell, run, view, node, hist, sel_values, base: str = "/"
                            note)
 
 
-def _guarded(fn, note_key: str, shell: Shell):
+def _guarded(fn, note: gr.Markdown):
     """A handler whose failure is a sentence beside its button, never a stack trace (its signature kept:
     Gradio hands the request to a parameter typed gr.Request)."""
     @functools.wraps(fn)
@@ -224,21 +238,21 @@ def _guarded(fn, note_key: str, shell: Shell):
             return fn(*args, **kwargs)
         except Exception as e:
             log.exception("continue from here failed")
-            return {shell.parts[note_key]: f"⚠️ That did not work ({md_escape(type(e).__name__)}: "
-                                           f"{md_escape(str(e)[:120])})."}
+            return {note: f"⚠️ That did not work ({md_escape(type(e).__name__)}: "
+                          f"{md_escape(str(e)[:120])})."}
     return wrapped
 
 
 def wire(shell: Shell) -> None:
     """After Translate's wiring (the branch events refresh what a new run refreshes)."""
-    p = shell.parts
     sel_in = shell.selection_inputs()
-    gen = shell.generation
+    gen, nav = shell.generation, shell.bar.nav
+    step_pick, node_pick = gen.step_pick, gen.node_pick
     fill = dict(api_visibility="private", **VIEW)
-    gr.on([shell.step.change, p["branch_pick"].focus, p["steps_tab"].select, shell.section_tabs["generation"].select],
-          lambda run, step: candidates(shell, run, step), [shell.run_state, shell.step], p["branch_pick"],
+    gr.on([shell.step.change, step_pick.pick.focus, gen.steps_tab.select, shell.section_tabs["generation"].select],
+          lambda run, step: candidates(shell, run, step), [shell.run_state, shell.step], step_pick.pick,
           api_name="branch_candidates", **fill)
-    p["node_pick"].focus(lambda v: nodes(shell, v), gen.beam_state, p["node_pick"], api_name="beam_nodes", **fill)
+    node_pick.pick.focus(lambda v: nodes(shell, v), gen.beam_state, node_pick.pick, api_name="beam_nodes", **fill)
 
     # the selection's ten values named one by one: Gradio hands a gr.Request only to a positional parameter
     def on_step(run, step, pick, hist, kind, layer, head, step_, query, units, view, scale, section, subviews,
@@ -251,17 +265,17 @@ def wire(shell: Shell) -> None:
         sel = (kind, layer, head, step, query, units, view, scale, section, subviews)
         return node_branch(shell, run, tree, node, hist, sel, base_url(request))
 
-    p["branch_btn"].click(_guarded(on_step, "branch_md", shell),
-                          [shell.run_state, shell.step, p["branch_pick"], p["hist_state"], *sel_in],
-                          _screen_outputs(shell, [p["branch_md"]]), api_name="continue_step",
-                          api_visibility="undocumented", **shell.model_event())
-    p["node_btn"].click(_guarded(on_node, "node_md", shell),
-                        [shell.run_state, gen.beam_state, p["node_pick"], p["hist_state"], *sel_in],
-                        _screen_outputs(shell, [p["node_md"]]), api_name="continue_node",
-                        api_visibility="undocumented", **shell.model_event())
+    step_pick.button.click(_guarded(on_step, step_pick.note),
+                           [shell.run_state, shell.step, step_pick.pick, nav.state, *sel_in],
+                           _screen_outputs(shell, [step_pick.note]), api_name="continue_step",
+                           api_visibility="undocumented", **shell.model_event())
+    node_pick.button.click(_guarded(on_node, node_pick.note),
+                           [shell.run_state, gen.beam_state, node_pick.pick, nav.state, *sel_in],
+                           _screen_outputs(shell, [node_pick.note]), api_name="continue_node",
+                           api_visibility="undocumented", **shell.model_event())
     controls = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len]
-    for btn, delta, name in ((p["hist_prev"], -1, "history_back"), (p["hist_next"], 1, "history_forward")):
-        btn.click(_go(shell, delta), [shell.run_state, p["hist_state"], *sel_in], _screen_outputs(shell, controls),
+    for btn, delta, name in ((nav.prev, -1, "history_back"), (nav.next, 1, "history_forward")):
+        btn.click(_go(shell, delta), [shell.run_state, nav.state, *sel_in], _screen_outputs(shell, controls),
                   api_name=name, api_visibility="undocumented", **VIEW)
 
 

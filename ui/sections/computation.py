@@ -4,7 +4,7 @@ softmax, V, αV, W_O), the residual stream and norm-based weights, the logit len
 methods side by side, and forced decoding on a reference (which becomes the current run)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gradio as gr
 
@@ -24,16 +24,37 @@ PART_CHOICES = [("Decoder", "decoder"), ("Encoder", "encoder")]
 IG_STEPS = IG_START
 
 
-@dataclass
+@dataclass(eq=False)
 class ComputationParts:
-    """What a link to a forced run sets and a forced run's first screen fills."""
-    ref_text: gr.Textbox
-    forced_md: gr.Markdown
-    forced_plot: gr.Plot
-    lens: decoderlens.LensParts
+    """The section's sub-views (filled in as ``build`` lays them out). A link to a forced run sets
+    ``ref_text``; a forced run's first screen fills ``forced_md`` and ``forced_plot``."""
+    enc: encodings.EncodingsParts = field(init=False)
+    head_query: gr.Dropdown = field(init=False)
+    head_plot: gr.Plot = field(init=False)
+    resid_part: gr.Radio = field(init=False)
+    resid_plot: gr.Plot = field(init=False)
+    normw_plot: gr.Plot = field(init=False)
+    lens_plot: gr.Plot = field(init=False)
+    attr_tab: gr.Tab = field(init=False)
+    attr_pos: gr.Dropdown = field(init=False)
+    attr_steps: gr.Slider = field(init=False)
+    attr_foil: gr.Dropdown = field(init=False)
+    attr_foil_text: gr.Textbox = field(init=False)
+    attr_md: gr.Markdown = field(init=False)
+    attr_plot: gr.Plot = field(init=False)
+    attr_table: gr.Dataframe = field(init=False)
+    attr_state: gr.State = field(init=False)  # HeldAttribution
+    forced_tab: gr.Tab = field(init=False)
+    ref_example: gr.Dropdown = field(init=False)
+    ref_text: gr.Textbox = field(init=False)
+    force_btn: gr.Button = field(init=False)
+    forced_md: gr.Markdown = field(init=False)
+    forced_plot: gr.Plot = field(init=False)
+    lens: decoderlens.LensParts = field(init=False)
+    sub_tabs: dict = field(init=False)  # sub-view id -> its gr.Tab
 
 
-def _attribution_tab(p) -> None:
+def _attribution_tab(p: ComputationParts) -> None:
     """Attribution's explanation and controls (laid out inside its tab)."""
     gr.Markdown("Which source tokens one output token came from: raw cross-attention (mean of the last "
                 "layer's heads), rollout, norm-based weights ‖Σₕ αₕ·fₕ(x)‖ of the last layer (Kobayashi et al. "
@@ -48,28 +69,28 @@ def _attribution_tab(p) -> None:
                 "source held). Pick or type a **foil** to ask why this token rather than the foil: the "
                 "gradient methods then explain p(token) − p(foil) (Yin & Neubig 2022).", elem_classes="explain")
     with gr.Row():
-        p["attr_pos"] = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
-        p["attr_steps"] = gr.Slider(8, 128, value=IG_STEPS, step=8, elem_id="attr-steps",
+        p.attr_pos = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
+        p.attr_steps = gr.Slider(8, 128, value=IG_STEPS, step=8, elem_id="attr-steps",
                                     label="Integrated gradients: path points to start from")
     with gr.Row():
-        p["attr_foil"] = gr.Dropdown([], value=None, label="Foil: why this token rather than … (the step's "
+        p.attr_foil = gr.Dropdown([], value=None, label="Foil: why this token rather than … (the step's "
                                      "top candidates)", elem_id="attr-foil")
-        p["attr_foil_text"] = gr.Textbox(label="… or type a foil (a target word or piece; Enter)", lines=1,
+        p.attr_foil_text = gr.Textbox(label="… or type a foil (a target word or piece; Enter)", lines=1,
                                          max_lines=1, elem_id="attr-foil-text")
-    p["attr_md"] = gr.Markdown(elem_id="attr-md")
-    p["attr_plot"] = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
-    p["attr_table"] = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
+    p.attr_md = gr.Markdown(elem_id="attr-md")
+    p.attr_plot = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
+    p.attr_table = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
                                    label="Scores (raw)")
 
 
 def build(shell: Shell) -> ComputationParts:
-    p = shell.parts
+    p = ComputationParts()
     shell.restorers["attribution"] = restore_attribution
     sub_tabs = {}
     with gr.Tabs(overflow_behavior="wrap", elem_id="comp-tabs") as tabs:
         with gr.Tab("Embedding & positions", id="encodings") as _t:
             sub_tabs["encodings"] = _t
-            encodings.build(shell)
+            p.enc = encodings.build(shell)
         with gr.Tab("Inside one head", id="inside") as _t:
             sub_tabs["inside"] = _t
             gr.Markdown("The head chosen above (kind, layer, head) for one **query** token, as the formula is "
@@ -78,9 +99,9 @@ def build(shell: Shell) -> ComputationParts:
                         "cross-attention K and V come from the encoder. Hover any cell for its number. "
                         "The arithmetic runs on the model's own tokens, subword pieces included (▁ starts a word).",
                         elem_classes="explain")
-            shell.query = p["head_query"] = gr.Dropdown([], label="Query token", elem_id="head-query",
+            shell.query = p.head_query = gr.Dropdown([], label="Query token", elem_id="head-query",
                                                         allow_custom_value=True)
-            p["head_plot"] = gr.Plot(label="Inside one head", elem_id="head-comp", show_label=False)
+            p.head_plot = gr.Plot(label="Inside one head", elem_id="head-comp", show_label=False)
         with gr.Tab("Residual stream", id="residual") as _t:
             sub_tabs["residual"] = _t
             gr.Markdown("The residual stream's L2 norm through the stack, and what each sublayer adds to it. Below, "
@@ -88,9 +109,9 @@ def build(shell: Shell) -> ComputationParts:
                         "2020): a key with a large weight but a small transformed value fades. Units pools "
                         "these two into words; the norms above stay per token.",
                         elem_classes="explain")
-            p["resid_part"] = gr.Radio(PART_CHOICES, value="decoder", label="Stack", elem_id="resid-part")
-            p["resid_plot"] = gr.Plot(label="Residual stream", elem_id="resid-plot", show_label=False)
-            p["normw_plot"] = gr.Plot(label="Attention vs norm-based weights", elem_id="normw-plot",
+            p.resid_part = gr.Radio(PART_CHOICES, value="decoder", label="Stack", elem_id="resid-part")
+            p.resid_plot = gr.Plot(label="Residual stream", elem_id="resid-plot", show_label=False)
+            p.normw_plot = gr.Plot(label="Attention vs norm-based weights", elem_id="normw-plot",
                                       show_label=False)
         with gr.Tab("Logit lens", id="lens") as _t:
             sub_tabs["lens"] = _t
@@ -98,37 +119,37 @@ def build(shell: Shell) -> ComputationParts:
                         "generator applied to the residual stream, at every step. The last layer is the model's own "
                         "output distribution. One column per token: a subword model's steps are pieces.",
                         elem_classes="explain")
-            p["lens_plot"] = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
+            p.lens_plot = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
         with gr.Tab("Attribution", id="attribution") as attr_tab:
             sub_tabs["attribution"] = attr_tab
             _attribution_tab(p)
         with gr.Tab("Forced decoding", id="forced") as _t:
-            sub_tabs["forced"] = p["forced_tab"] = _t
+            sub_tabs["forced"] = p.forced_tab = _t
             gr.Markdown("Teacher-force the model on a **reference** translation: the probability and the "
                         "cross-entropy −log p of each reference token (the training loss), the perplexity, and where "
                         "the model's own top-1 choice differs. The forced run becomes the current run, so every "
                         "attention view shows it.", elem_classes="explain")
-            p["ref_example"] = gr.Dropdown([], label="A validation or test pair with its reference",
+            p.ref_example = gr.Dropdown([], label="A validation or test pair with its reference",
                                          elem_id="ref-example", allow_custom_value=True)
-            p["ref_text"] = gr.Textbox(label="Reference translation (of the sentence above)", lines=1, max_lines=4,
+            p.ref_text = gr.Textbox(label="Reference translation (of the sentence above)", lines=1, max_lines=4,
                                        elem_id="ref-text")
-            p["force_btn"] = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
-            p["forced_md"] = gr.Markdown(elem_id="forced-md")
-            p["forced_plot"] = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
+            p.force_btn = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
+            p.forced_md = gr.Markdown(elem_id="forced-md")
+            p.forced_plot = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
         with gr.Tab("DecoderLens", id="decoderlens") as _t:
-            lens = decoderlens.build(shell, _t)
-    p["attr_tab"], p["attr_state"] = attr_tab, gr.State(None)  # HeldAttribution
-    shell.subtabs["computation"], p["comp_sub_tabs"] = tabs, sub_tabs
-    return ComputationParts(p["ref_text"], p["forced_md"], p["forced_plot"], lens)
+            p.lens = decoderlens.build(shell, _t)
+    p.attr_tab, p.attr_state = attr_tab, gr.State(None)  # HeldAttribution
+    shell.subtabs["computation"], p.sub_tabs = tabs, sub_tabs
+    return p
 
 
 def lazy_io(shell: Shell) -> tuple[list, list, callable]:
     """(outputs, extra inputs, fn(run, *extra)) of the section as drawn when opened. Attribution and Forced
     decoding are registered views of their own (``_wire_attribution``, ``_wire_forced``)."""
-    p = shell.parts
+    p = shell.computation
     enc_out, enc_in = encodings.lazy_io(shell)
-    outs = [p["head_query"], p["head_plot"], p["resid_plot"], p["normw_plot"], p["lens_plot"], p["ref_example"]]
-    ins = [shell.kind, shell.layer, shell.head, p["head_query"], p["resid_part"], shell.units]
+    outs = [p.head_query, p.head_plot, p.resid_plot, p.normw_plot, p.lens_plot, p.ref_example]
+    ins = [shell.kind, shell.layer, shell.head, p.head_query, p.resid_part, shell.units]
     k = len(enc_in)
     return ([*enc_out, *outs], [*enc_in, *ins],
             lambda run, *x, positional=True: (encodings.refresh(shell, run, *x[:k], positional=positional)
@@ -147,14 +168,14 @@ def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words
 
 
 def wire(shell: Shell) -> None:
-    p = shell.parts
+    p = shell.computation
     # Attribution and Forced decoding are registered views: ``sub_view`` keeps their sub-tab itself
-    track_subtabs(shell, SID, {k: t for k, t in p["comp_sub_tabs"].items() if k not in ("attribution", "forced")})
+    track_subtabs(shell, SID, {k: t for k, t in p.sub_tabs.items() if k not in ("attribution", "forced")})
     decoderlens.wire(shell, shell.computation.lens)
     encodings.wire(shell)
     _wire_head(shell)
     resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731
-    p["resid_part"].input(_safe(resid, "residual stream"), [shell.run_state, p["resid_part"]], p["resid_plot"],
+    p.resid_part.input(_safe(resid, "residual stream"), [shell.run_state, p.resid_part], p.resid_plot,
                           api_name="residual_view", api_visibility="undocumented", **VIEW)
     _wire_attribution(shell)
     _wire_forced(shell)
@@ -172,9 +193,9 @@ def _safe(fn, what):
 
 def _wire_head(shell: Shell) -> None:
     """Kind, layer, head or query changed: redraw one head (and its norm weights) where the section shows."""
-    p = shell.parts
+    p = shell.computation
     stamp = shell.lazy[SID].stamp
-    outs = [p["head_query"], p["head_plot"], p["normw_plot"], stamp]
+    outs = [p.head_query, p.head_plot, p.normw_plot, stamp]
 
     def on_head(run, section, seen, kind, layer, head, query, units="words"):
         if run is None or section != SID:  # drawn when the section opens instead
@@ -190,8 +211,8 @@ def _wire_head(shell: Shell) -> None:
             log.exception("inside one head failed")
             return gr.skip(), views.message_figure("This head could not be drawn."), gr.skip(), seen
 
-    ins = [shell.run_state, shell.section, stamp, shell.kind, shell.layer, shell.head, p["head_query"], shell.units]
-    gr.on([c.input for c in (p["head_query"], shell.kind, shell.layer, shell.head, shell.units)], on_head, ins, outs,
+    ins = [shell.run_state, shell.section, stamp, shell.kind, shell.layer, shell.head, p.head_query, shell.units]
+    gr.on([c.input for c in (p.head_query, shell.kind, shell.layer, shell.head, shell.units)], on_head, ins, outs,
           api_name="head_computation", api_visibility="undocumented", **VIEW)
 
 
@@ -251,7 +272,7 @@ def _attribution_failed(e: Exception) -> tuple:
 
 def restore_attribution(shell: Shell, run: Run, w: WhatIf, sel: Selection, problems: list[str]) -> dict:
     """The values a link's attribution (output token and foil) sets on load, computed for ``run``."""
-    p, n = shell.parts, len(run.tr.output_ids)
+    p, n = shell.computation, len(run.tr.output_ids)
     pos = w.attr_pos if w.attr_pos is not None else 0
     if pos >= n:
         problems.append(f"The link's apos={pos} is past this run's last output token; token {n - 1} is shown.")
@@ -267,18 +288,18 @@ def restore_attribution(shell: Shell, run: Run, w: WhatIf, sel: Selection, probl
         md, fig, table = _attribution_values(run, held.attr, sel.units)
     except Exception as e:
         md, fig, table = _attribution_failed(e)
-    return {p["attr_pos"]: gr.Dropdown(choices=inside.position_choices(run), value=pos),
-            p["attr_foil"]: gr.Dropdown(choices=contrast.foil_choices(run, pos), value=None),
-            p["attr_foil_text"]: w.foil if held is not None and held.foil is not None else "",
-            p["attr_md"]: md, p["attr_plot"]: fig, p["attr_table"]: table, p["attr_state"]: held}
+    return {p.attr_pos: gr.Dropdown(choices=inside.position_choices(run), value=pos),
+            p.attr_foil: gr.Dropdown(choices=contrast.foil_choices(run, pos), value=None),
+            p.attr_foil_text: w.foil if held is not None and held.foil is not None else "",
+            p.attr_md: md, p.attr_plot: fig, p.attr_table: table, p.attr_state: held}
 
 
 def _wire_attribution(shell: Shell) -> None:
     """A registered view: drawn for the current run when its tab (or the section on it) opens, and when
     Units change while it shows; a picked token, path points or foil redraw it at once. Opening it or
     picking another token clears the foil (a foil is one step's question)."""
-    p = shell.parts
-    foils = [p["attr_foil"], p["attr_foil_text"]]
+    p = shell.computation
+    foils = [p.attr_foil, p.attr_foil_text]
 
     def view(run, sel, position, steps, held):
         kept = _kept_foil(run, position, held)  # a redraw of the same question keeps its foil (a link's too)
@@ -289,9 +310,9 @@ def _wire_attribution(shell: Shell) -> None:
         return [gr.Dropdown(choices=inside.position_choices(run), value=h.position),
                 *_attribution_values(run, h.attr, sel.units), h, *_foil_choices(run, h.position, kept or "")]
 
-    sub_view(shell, "computation/attribution", p["attr_tab"],
-             [p["attr_pos"], p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"], *foils],
-             [p["attr_pos"], p["attr_steps"], p["attr_state"]], view, model_call=True, api_name="attribution_view",
+    sub_view(shell, "computation/attribution", p.attr_tab,
+             [p.attr_pos, p.attr_md, p.attr_plot, p.attr_table, p.attr_state, *foils],
+             [p.attr_pos, p.attr_steps, p.attr_state], view, model_call=True, api_name="attribution_view",
              own_events=False)
 
     def on_pick(run, position, steps, units, held, foil=None, foil_text=None):
@@ -305,20 +326,20 @@ def _wire_attribution(shell: Shell) -> None:
         except Exception as e:
             return (*_attribution_failed(e), held)
 
-    ins = [shell.run_state, p["attr_pos"], p["attr_steps"], shell.units, p["attr_state"]]
-    outs = [p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"]]
-    p["attr_pos"].input(on_pick, ins, outs, api_name="attribution_pick", api_visibility="undocumented",
+    ins = [shell.run_state, p.attr_pos, p.attr_steps, shell.units, p.attr_state]
+    outs = [p.attr_md, p.attr_plot, p.attr_table, p.attr_state]
+    p.attr_pos.input(on_pick, ins, outs, api_name="attribution_pick", api_visibility="undocumented",
                         **shell.model_event())
-    p["attr_pos"].input(_foil_choices, [shell.run_state, p["attr_pos"]], foils, api_visibility="private", **VIEW)
-    p["attr_steps"].release(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
-    picked = p["attr_foil"].input(on_pick, ins + foils, outs, api_name="attribution_foil",
+    p.attr_pos.input(_foil_choices, [shell.run_state, p.attr_pos], foils, api_visibility="private", **VIEW)
+    p.attr_steps.release(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
+    picked = p.attr_foil.input(on_pick, ins + foils, outs, api_name="attribution_foil",
                                   api_visibility="undocumented", **shell.model_event())
-    typed = p["attr_foil_text"].submit(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
-    p.setdefault("link_events", []).extend([picked, typed])  # the link box then names the foil
+    typed = p.attr_foil_text.submit(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
+    shell.link_events.extend([picked, typed])  # the link box then names the foil
 
 
 def _wire_forced(shell: Shell) -> None:
-    p = shell.parts
+    p = shell.computation
 
     def on_example(name, i):
         lm = shell.reg.models.get(name)
@@ -327,10 +348,10 @@ def _wire_forced(shell: Shell) -> None:
             return gr.skip(), gr.skip()
         return pairs[int(i)].source, pairs[int(i)].reference
 
-    p["ref_example"].input(on_example, [shell.direction, p["ref_example"]], [shell.text, p["ref_text"]],
+    p.ref_example.input(on_example, [shell.direction, p.ref_example], [shell.text, p.ref_text],
                            api_visibility="private", queue=False, show_progress="hidden")
     # a registered view: a later run (or a hidden tab) never leaves a previous forced run on it
-    sv = sub_view(shell, "computation/forced", p["forced_tab"], [p["forced_md"], p["forced_plot"]], [],
+    sv = sub_view(shell, "computation/forced", p.forced_tab, [p.forced_md, p.forced_plot], [],
                   lambda run, sel: inside.forced_view(run), api_name="forced_result_view")
     sel_inputs = [shell.kind, shell.view, shell.layer, shell.head, shell.units]
     lz = shell.lazy[SID]
@@ -345,22 +366,22 @@ def _wire_forced(shell: Shell) -> None:
         problem = no_model_message(shell.reg, name)
         if problem or is_blank(inputs.text) or is_blank(inputs.reference):
             msg = f"⚠️ {problem}" if problem else "✏️ Give a sentence (above) and its reference translation."
-            return {p["forced_md"]: msg}
+            return {p.forced_md: msg}
         try:
             run, forced = make_run(shell, inputs, notices)
         except Exception as e:
             log.exception("forced decoding failed")
-            return {p["forced_md"]: f"⚠️ Forced decoding failed ({md_escape(type(e).__name__)})."}
+            return {p.forced_md: f"⚠️ Forced decoding failed ({md_escape(type(e).__name__)})."}
         sel = shell.selection(kind, layer, head, 0, None, units, view, scale, SID, held)
         # the encoding figures are the model's own: unchanged (and not rebuilt) when the model is
         same_model = before is not None and before.model == name
         lazy = dict(zip([lz.stamp, *lz.outputs], [run.id, *lz.fn(run, *lazy_extra, positional=not same_model)]))
         if same_model:  # keep the picked example and its choices
-            lazy[p["ref_example"]] = gr.skip()
+            lazy[p.ref_example] = gr.skip()
         shown = dict(zip([sv.stamp, *sv.outputs], [stamp_of(sv.name, run, sel), *sv.fn(run, sel)]))
         return (shell.run_values(run, RunContext(sel, base_url=base_url(request))) | lazy | shown |
                 {shell.translate.run_status: f"✓ forced · run {run.id}"})
 
-    p["force_btn"].click(on_force, [shell.run_state, shell.text, p["ref_text"], shell.direction, *sel_inputs,
+    p.force_btn.click(on_force, [shell.run_state, shell.text, p.ref_text, shell.direction, *sel_inputs,
                                     *lz.inputs, shell.scale, shell.subviews], outputs, api_name="forced_view",
                          api_visibility="undocumented", **shell.model_event())
