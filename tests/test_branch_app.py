@@ -144,6 +144,36 @@ def test_continue_from_a_beam_tree_node_and_the_export(server):
     assert "earlier run" in other["node-md"]
 
 
+def test_the_run_counter_counts_a_links_run_a_forced_run_and_back(server):
+    """"run i of n" from the first run on (a link's run is run 1 of 1); Force the reference records the
+    forced run at once (run 2 of 2, not at the next ◀); ◀ then shows run 1 of 2."""
+    demo = server[0]
+    run = _translate(demo)
+    record = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "_record")
+    hist, label, *_ = record(run, None)  # what every event of Translate's chain (a link's load too) runs after it
+    assert label == "run 1 of 1"
+    lazy = (32, "0, 1", "encoder", 1, CROSS, 0, 0, 1, "decoder", "words")  # Computation's own controls
+    forced = handler(demo, "forced_view")(SimpleNamespace(headers={}), run, DE, "Two dogs play in the snow.",
+                                          "de-en", Selection(section="computation", subview="forced"), hist, *lazy)
+    assert forced["run-status"].startswith("✓ forced") and forced["hist-md"] == "run 2 of 2"
+    new = forced["Run"]
+    back = handler(demo, "history_back")(new, forced["History"], *_sel("computation", "forced"))
+    assert back["Run"].id == run.id and back["hist-md"] == "run 1 of 2"
+
+
+def test_only_a_finished_hypothesis_is_called_finished(server):
+    """The tree colours a finished hypothesis's whole path; the node list names only its last node
+    "finished" (the inner ones lie on its path)."""
+    demo = server[0]
+    run = _translate(demo, "beam")
+    view = BeamView("de-en", run.tr, readouts.beam_tree_data(demo.registry.models["de-en"], run.tr), run.id)
+    nodes = {n.id: n for n in view.tree.nodes}
+    assert any(n.status != "pruned" and not n.final for n in nodes.values())  # inner nodes of a finished path
+    choices = next(f.fn for f in demo.fns.values() if f.api_name == "beam_nodes")(view).choices
+    assert choices and all((", finished" in label) == nodes[i].final for label, i in choices)
+    assert any(", on the chosen path" in label for label, _ in choices)
+
+
 def test_branch_events_refresh_every_run_output(server):
     cfg = server[0].get_config_file()
     elem = {c["id"]: c.get("props", {}).get("elem_id") or f"{c['type']}#{c['id']}" for c in cfg["components"]}

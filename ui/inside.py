@@ -10,7 +10,7 @@ from model.analysis.computation import Computation, Forced
 from model.engine.results import pool_words
 from model.engine.transformer import ENC_SELF
 from viz import computation as vc
-from viz.common import message_figure, step_row_labels
+from viz.common import layer_head, message_figure, step_row_labels
 
 from .present import KIND_LABELS, decoder_rows, kind_of, md_escape, unspaced_caption
 from .state import Run
@@ -67,7 +67,7 @@ def head_figure(run: Run | None, lm, kind: str, layer, head, query):
     keys = run.tr.axes(kind)[1]
     return vc.head_computation(h.query, h.keys, h.scores, h.mask, h.masked, h.pattern, h.values, h.z, h.result,
                                keys, labels[query].split(": ", 1)[1], lm.model.cfg.d_model // lm.model.cfg.heads(kind),
-                               title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}, query {labels[query]}")
+                               title=f"{KIND_LABELS[kind]}, {layer_head(layer, head)}, query {labels[query]}")
 
 
 def residual_figure(run: Run | None, lm, part: str):
@@ -102,7 +102,7 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str =
         notes.append(unspaced_caption(q, k).removeprefix("; "))
     if kind != ENC_SELF:
         q = decoder_rows(q, outputs)[0]
-    title = f"{KIND_LABELS[kind]}, layer {layer}, head {head}: α beside ‖α·f(x)‖ ({unit})"
+    title = f"{KIND_LABELS[kind]}, {layer_head(layer, head)}: α beside ‖α·f(x)‖ ({unit})"
     return vc.norm_vs_attention(pattern, norm, q, k, notes=notes, title=title)
 
 

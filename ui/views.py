@@ -29,7 +29,7 @@ from viz import positional as vp
 from viz import profiles as v_prof
 from viz import rollout as v_roll
 from viz import steps as vs
-from viz.common import STEP_ROW_TITLE, message_figure, step_row_labels
+from viz.common import STEP_ROW_TITLE, layer_head, message_figure, step_row_labels
 
 from . import inside
 from .present import KIND_LABELS, decoder_rows, kind_of, md_escape, parse_heads, unspaced_caption
@@ -94,8 +94,8 @@ def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: 
     words = [kv.caption.removeprefix("; ")] if kv.caption else []  # a subtitle: the title keeps one line
     if view == "head":
         return va.single_head(attn[l, h], q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, layer=l,
-                              head=h, query_title=q_title, label=f"layer {l}, head {h}",
-                              title=f"{label}: layer {l}, head {h}", notes=[axes, *words])
+                              head=h, query_title=q_title, label=layer_head(l, h),
+                              title=f"{label}: {layer_head(l, h)}", notes=[axes, *words])
     if view == "mean":
         return va.layer_means(attn, q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, query_title=q_title,
                               title=f"{label}: mean over heads per layer ({axes})", notes=words)
@@ -122,8 +122,8 @@ def scores_figure(run: Run | None, kind: str, layer, head):
     rows, q_title = (q, None) if kind == ENC_SELF else decoder_rows(q, tr.output_tokens)
     mask = tr.mask(kind)
     return va.score_panels(tr.scores(kind, l)[h], attn[l, h], rows, k, mask=mask, mask_title=unmasked_title(kind, mask),
-                           query_valid=tr.query_valid(kind), query_title=q_title, label=f"L{l} H{h}",
-                           title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: QKᵀ/√d_k → mask → softmax (tokens)")
+                           query_valid=tr.query_valid(kind), query_title=q_title, label=layer_head(l, h),
+                           title=f"{KIND_LABELS[kind]}, {layer_head(l, h)}: QKᵀ/√d_k → mask → softmax (tokens)")
 
 
 # --------------------------------------------------------------------------- generation
@@ -234,7 +234,7 @@ def compare_maps_figure(cmp: CompareRun | None, kind: str | None, layer, head, l
     own = (kind, l, h) in cmp.iv.ablate_heads
     return va.comparison_maps(base.attn[l, h], mod.attn[l, h], base.rows, base.keys, query_valid=base.valid,
                               masks=(base.mask, mod.mask), query_title=base.row_title,
-                              title=f"{KIND_LABELS[kind]}, layer {l}, head {h}" +
+                              title=f"{KIND_LABELS[kind]}, {layer_head(l, h)}" +
                                     (" (ablated: its own pattern cannot change)" if own else "") +
                                     f": baseline, modified and their difference (same decoder input; {base.unit})")
 
@@ -413,7 +413,7 @@ def pair_view_figure(pair: PairRun | None, kind, layer, head):
         masks.append(tr.mask(kind))
     return v_pair.side_by_side(maps, query_valid=valid, masks=masks,
                                query_title=None if kind == ENC_SELF else STEP_ROW_TITLE,
-                               title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: both sentences on one colour scale")
+                               title=f"{KIND_LABELS[kind]}, {layer_head(l, h)}: both sentences on one colour scale")
 
 
 def hypothesis_figure(hyp, rank):

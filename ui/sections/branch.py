@@ -103,12 +103,25 @@ def _nav_outputs(nav: NavParts) -> list:
 
 def _nav(hist: History) -> list:
     n = len(hist.runs)
-    label = f"run {hist.pos + 1} of {n}" if n > 1 else ""
+    label = f"run {hist.pos + 1} of {n}" if n else ""  # from the first run on: a link's run is "run 1 of 1"
     return [hist, label, gr.Button(interactive=hist.pos > 0), gr.Button(interactive=hist.pos < n - 1)]
 
 
 def _record(run, hist):
     return _nav((hist or History()).push(run))
+
+
+def recorded(shell: Shell, hist, *runs: Run) -> dict:
+    """The run history's values once ``runs`` (the one shown before, then the new one) are recorded: for an
+    event that makes a run outside Translate's chain, so that its counter is right at once."""
+    for run in runs:
+        hist = (hist or History()).push(run)
+    return dict(zip(_nav_outputs(shell.bar.nav), _nav(hist or History())))
+
+
+def nav_outputs(shell: Shell) -> list:
+    """The run history's components (what ``recorded`` sets)."""
+    return _nav_outputs(shell.bar.nav)
 
 
 def _screen(shell: Shell, run: Run, sel, base: str, step: int, run_views: bool = True) -> dict:
@@ -170,9 +183,16 @@ def nodes(shell: Shell, view):
     for n in tree.nodes[1:]:
         toks = vocab.decode(branching.node_prefix(tree, n.id))
         text = vocab.to_text(toks, view.tr.tgt_lang) or " ".join(toks)
-        choices.append((f"step {n.step}: {text[-70:]} ({n.score:.2f}{', ' + n.status if n.status != 'pruned' else ''})",
-                        n.id))
+        choices.append((f"step {n.step}: {text[-70:]} ({n.score:.2f}{_node_note(n)})", n.id))
     return gr.Dropdown(choices=choices, value=None)
+
+
+def _node_note(n) -> str:
+    """What a node is: only a hypothesis that ended is "finished" (the tree colours the whole path that
+    leads to one, its inner nodes too)."""
+    if n.final:
+        return ", finished" + (", chosen" if n.status == "chosen" else "")
+    return {"chosen": ", on the chosen path", "finished": ", on a finished hypothesis's path"}.get(n.status, "")
 
 
 def continue_values(shell: Shell, run, inputs: RunInputs, step: int, hist, sel_values, base: str, note) -> dict:

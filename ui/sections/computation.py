@@ -11,7 +11,7 @@ import gradio as gr
 from model.analysis.attribution import IG_START, METHODS
 from model.analysis.contrast import resolve_foil
 
-from . import VIEW, RunContext, Shell, decoderlens, encodings, log, sub_view, track_subtabs
+from . import VIEW, RunContext, Shell, branch, decoderlens, encodings, log, sub_view, track_subtabs
 from .. import calls, contrast, inside, views
 from ..payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
@@ -353,15 +353,12 @@ def _wire_forced(shell: Shell) -> None:
     # a registered view: a later run (or a hidden tab) never leaves a previous forced run on it
     sv = sub_view(shell, "computation/forced", p.forced_tab, [p.forced_md, p.forced_plot], [],
                   lambda run, sel: inside.forced_view(run), api_name="forced_result_view")
-    sel_inputs = [shell.kind, shell.view, shell.layer, shell.head, shell.units]
     lz = shell.lazy[SID]
-    outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, sv.stamp, *sv.outputs, *shell.run_outputs()]
+    outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, sv.stamp, *sv.outputs, *shell.run_outputs(),
+               *branch.nav_outputs(shell)]
 
-    assert len(lz.inputs) == 10  # spelled out below: Gradio passes the request only to a positional parameter
-
-    def on_force(before, text, reference, name, kind, view, layer, head, units, e0, e1, e2, e3, x0, x1, x2, x3, x4,
-                 x5, scale="shared", held=None, request: gr.Request = None):
-        lazy_extra = (e0, e1, e2, e3, x0, x1, x2, x3, x4, x5)
+    # the request first: Gradio hands a gr.Request only to a positional parameter before any *args
+    def on_force(request: gr.Request, before, text, reference, name, sel, hist, *lazy_extra):
         inputs, notices = read_inputs(text, name, "greedy", 1, None, reference)
         problem = no_model_message(shell.reg, name)
         if problem or is_blank(inputs.text) or is_blank(inputs.reference):
@@ -372,7 +369,10 @@ def _wire_forced(shell: Shell) -> None:
         except Exception as e:
             log.exception("forced decoding failed")
             return {p.forced_md: f"⚠️ Forced decoding failed ({md_escape(type(e).__name__)})."}
-        sel = shell.selection(kind, layer, head, 0, None, units, view, scale, SID, held)
+        sel = sel if isinstance(sel, Selection) else Selection()
+        # a new run starts at step 0 on each view's own query, on this section (the sub-view shown kept)
+        sel = Selection.of(sel.kind, sel.layer, sel.head, 0, None, sel.units, sel.view, sel.scale, SID,
+                           sel.subview if sel.section == SID else "")
         # the encoding figures are the model's own: unchanged (and not rebuilt) when the model is
         same_model = before is not None and before.model == name
         lazy = dict(zip([lz.stamp, *lz.outputs], [run.id, *lz.fn(run, *lazy_extra, positional=not same_model)]))
@@ -380,8 +380,8 @@ def _wire_forced(shell: Shell) -> None:
             lazy[p.ref_example] = gr.skip()
         shown = dict(zip([sv.stamp, *sv.outputs], [stamp_of(sv.name, run, sel), *sv.fn(run, sel)]))
         return (shell.run_values(run, RunContext(sel, base_url=base_url(request))) | lazy | shown |
-                {shell.translate.run_status: f"✓ forced · run {run.id}"})
+                branch.recorded(shell, hist, before, run) | {shell.translate.run_status: f"✓ forced · run {run.id}"})
 
-    p.force_btn.click(on_force, [shell.run_state, shell.text, p.ref_text, shell.direction, *sel_inputs,
-                                    *lz.inputs, shell.scale, shell.subviews], outputs, api_name="forced_view",
-                         api_visibility="undocumented", **shell.model_event())
+    p.force_btn.click(on_force, [shell.run_state, shell.text, p.ref_text, shell.direction, shell.sel_state,
+                                 shell.bar.nav.state, *lz.inputs], outputs, api_name="forced_view",
+                      api_visibility="undocumented", **shell.model_event())
