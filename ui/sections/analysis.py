@@ -367,14 +367,15 @@ def _wire_export(shell: Shell) -> None:
     def on_figure(which, run, kind, view, layer, head, units, scale, roll, amode, bview, pstate, pstat, pair,
                   fmt="HTML"):
         lm = shell.lm(run)
+        s = Selection.of(kind, layer, head, units=units, view=view, scale=scale)  # one Kind from here on
         builders = {
-            "attention": lambda: views.attention_figure(run, kind, view, layer, head, units, lm, scale),
-            "rollout": lambda: views.rollout_view_figure(run, roll, units),
-            "alignment": lambda: views.alignment_view_figure(run, amode, layer, head, units),
+            "attention": lambda: views.attention_figure(run, s.kind, s.view, s.layer, s.head, s.units, lm, s.scale),
+            "rollout": lambda: views.rollout_view_figure(run, roll, s.units),
+            "alignment": lambda: views.alignment_view_figure(run, amode, s.layer, s.head, s.units),
             "beam": lambda: views.beam_view_figure(bview),
             "profiles": lambda: views.profiles_view_figure(pstate[0], pstat, pstate[1]) if pstate else
             views.message_figure("Open Head profiles first."),
-            "pair": lambda: views.pair_view_figure(pair, kind, layer, head),  # the one selection's head
+            "pair": lambda: views.pair_view_figure(pair, s.kind, s.layer, s.head),  # the one selection's head
         }
         which = which if which in builders else "attention"
         fig = builders[which]()

@@ -16,7 +16,7 @@ from model.engine import branching
 
 from . import VIEW, RunContext, Shell, lazy_values, log, subview_values
 from ..present import md_escape
-from ..state import Run, RunInputs, Toggles
+from ..state import Run, RunInputs, Selection, Toggles
 from .translate import base_url, translate_values
 
 HISTORY_SIZE = 8  # runs kept per session (each holds its trace: a few MB)
@@ -101,6 +101,11 @@ def _nav_outputs(nav: NavParts) -> list:
     return [nav.state, nav.label, nav.prev, nav.next]
 
 
+def _held(sel) -> Selection:
+    """The Selection state's value (a fresh session's default until a control first changes)."""
+    return sel if isinstance(sel, Selection) else Selection()
+
+
 def _nav(hist: History) -> list:
     n = len(hist.runs)
     label = f"run {hist.pos + 1} of {n}" if n else ""  # from the first run on: a link's run is "run 1 of 1"
@@ -142,14 +147,14 @@ def _screen_outputs(shell: Shell, extra: list) -> list:
                                *_nav_outputs(shell.bar.nav)]))
 
 
-def history_values(shell: Shell, run, hist, delta: int, sel_values, base: str = "/") -> dict:
+def history_values(shell: Shell, run, hist, delta: int, sel: Selection, base: str = "/") -> dict:
     """◀ (delta -1) or ▶ (+1): the kept run there becomes the current run, its controls set back."""
     hist = (hist or History()).push(run).go(delta)  # a run made outside Translate's chain is kept first
     shown = hist.current
     values = dict(zip(_nav_outputs(shell.bar.nav), _nav(hist)))
     if shown is None or shell.lm(shown) is None or (run is not None and shown.id == run.id):
         return values
-    sel = shell.selection(*sel_values).fit(shell.shape(shown.model))
+    sel = _held(sel).fit(shell.shape(shown.model))
     sel = replace(sel, step=min(sel.step, max(0, shown.n_steps - 1)))
     values |= _screen(shell, shown, sel, base, sel.step)
     inputs = shown.inputs
@@ -195,9 +200,9 @@ def _node_note(n) -> str:
     return {"chosen": ", on the chosen path", "finished": ", on a finished hypothesis's path"}.get(n.status, "")
 
 
-def continue_values(shell: Shell, run, inputs: RunInputs, step: int, hist, sel_values, base: str, note) -> dict:
+def continue_values(shell: Shell, run, inputs: RunInputs, step: int, hist, sel: Selection, base: str, note) -> dict:
     """The branch ``inputs`` decoded and made the current run, shown at ``step`` of the section on screen."""
-    sel = replace(shell.selection(*sel_values), step=step)
+    sel = replace(_held(sel), step=step)
     values = translate_values(shell, inputs, [], RunContext(sel, False, base))
     new = values.get(shell.run_state)
     notice = values.get(shell.translate.notice, "")
@@ -220,7 +225,7 @@ def branch_inputs(run: Run, prefix: tuple[int, ...], beam: int | None = None) ->
                    beam=beam or base.beam)
 
 
-def step_branch(shell: Shell, run, step, pick, hist, sel_values, base: str = "/") -> dict:
+def step_branch(shell: Shell, run, step, pick, hist, sel: Selection, base: str = "/") -> dict:
     note = shell.generation.step_pick.note
     if run is None or not run.tr.steps:
         return {note: "✏️ Translate a sentence first."}
@@ -232,10 +237,10 @@ def step_branch(shell: Shell, run, step, pick, hist, sel_values, base: str = "/"
         return {note: f"⚠️ “{md_escape(str(pick)[:40])}” is not in the model's target vocabulary."}
     step = max(0, min(int(step or 0), run.n_steps - 1))
     prefix = branching.step_prefix(run.tr, step, tok)
-    return continue_values(shell, run, branch_inputs(run, prefix), step, hist, sel_values, base, note)
+    return continue_values(shell, run, branch_inputs(run, prefix), step, hist, sel, base, note)
 
 
-def node_branch(shell: Shell, run, view, node, hist, sel_values, base: str = "/") -> dict:
+def node_branch(shell: Shell, run, view, node, hist, sel: Selection, base: str = "/") -> dict:
     note = shell.generation.node_pick.note
     if run is None or view is None:
         return {note: "✏️ Translate a sentence and open the beam tree first."}
@@ -245,8 +250,7 @@ def node_branch(shell: Shell, run, view, node, hist, sel_values, base: str = "/"
         return {note: "✏️ Pick a node of the tree first."}
     prefix = branching.node_prefix(view.tree, int(node))
     size = view.tree.size or max(len(s.tokens) for s in view.tr.beam.steps)
-    return continue_values(shell, run, branch_inputs(run, prefix, size), len(prefix) - 1, hist, sel_values, base,
-                           note)
+    return continue_values(shell, run, branch_inputs(run, prefix, size), len(prefix) - 1, hist, sel, base, note)
 
 
 def _guarded(fn, note: gr.Markdown):
@@ -265,7 +269,6 @@ def _guarded(fn, note: gr.Markdown):
 
 def wire(shell: Shell) -> None:
     """After Translate's wiring (the branch events refresh what a new run refreshes)."""
-    sel_in = shell.selection_inputs()
     gen, nav = shell.generation, shell.bar.nav
     step_pick, node_pick = gen.step_pick, gen.node_pick
     fill = dict(api_visibility="private", **VIEW)
@@ -274,34 +277,28 @@ def wire(shell: Shell) -> None:
           api_name="branch_candidates", **fill)
     node_pick.pick.focus(lambda v: nodes(shell, v), gen.beam_state, node_pick.pick, api_name="beam_nodes", **fill)
 
-    # the selection's ten values named one by one: Gradio hands a gr.Request only to a positional parameter
-    def on_step(run, step, pick, hist, kind, layer, head, step_, query, units, view, scale, section, subviews,
-                request: gr.Request = None):
-        sel = (kind, layer, head, step_, query, units, view, scale, section, subviews)
+    # the selection as one value: the state every control writes (a button press reads it, never a copy)
+    def on_step(run, step, pick, hist, sel, request: gr.Request = None):
         return step_branch(shell, run, step, pick, hist, sel, base_url(request))
 
-    def on_node(run, tree, node, hist, kind, layer, head, step, query, units, view, scale, section, subviews,
-                request: gr.Request = None):
-        sel = (kind, layer, head, step, query, units, view, scale, section, subviews)
+    def on_node(run, tree, node, hist, sel, request: gr.Request = None):
         return node_branch(shell, run, tree, node, hist, sel, base_url(request))
 
     step_pick.button.click(_guarded(on_step, step_pick.note),
-                           [shell.run_state, shell.step, step_pick.pick, nav.state, *sel_in],
+                           [shell.run_state, shell.step, step_pick.pick, nav.state, shell.sel_state],
                            _screen_outputs(shell, [step_pick.note]), api_name="continue_step",
                            api_visibility="undocumented", **shell.model_event())
     node_pick.button.click(_guarded(on_node, node_pick.note),
-                           [shell.run_state, gen.beam_state, node_pick.pick, nav.state, *sel_in],
+                           [shell.run_state, gen.beam_state, node_pick.pick, nav.state, shell.sel_state],
                            _screen_outputs(shell, [node_pick.note]), api_name="continue_node",
                            api_visibility="undocumented", **shell.model_event())
     controls = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len]
     for btn, delta, name in ((nav.prev, -1, "history_back"), (nav.next, 1, "history_forward")):
-        btn.click(_go(shell, delta), [shell.run_state, nav.state, *sel_in], _screen_outputs(shell, controls),
+        btn.click(_go(shell, delta), [shell.run_state, nav.state, shell.sel_state], _screen_outputs(shell, controls),
                   api_name=name, api_visibility="undocumented", **VIEW)
 
 
 def _go(shell: Shell, delta: int):
-    def on_go(run, hist, kind, layer, head, step, query, units, view, scale, section, subviews,
-              request: gr.Request = None):
-        sel = (kind, layer, head, step, query, units, view, scale, section, subviews)
+    def on_go(run, hist, sel, request: gr.Request = None):
         return history_values(shell, run, hist, delta, sel, base_url(request))
     return on_go

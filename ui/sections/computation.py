@@ -158,13 +158,20 @@ def lazy_io(shell: Shell) -> tuple[list, list, callable]:
 
 def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words") -> list:
     lm = shell.lm(run)
-    n = len(inside.query_labels(run, kind))
-    query = inside.clamp(query, n, inside.default_query(kind, n))
+    query_dd, head_fig, normw_fig = _one_head(shell, run, Selection.of(kind, layer, head, query=query, units=units))
     pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
-    return [gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
-            inside.head_figure(run, lm, kind, layer, head, query), inside.residual_figure(run, lm, part),
-            inside.norm_weight_figure(run, lm, kind, layer, head, units), inside.lens_figure(run, lm),
+    return [query_dd, head_fig, inside.residual_figure(run, lm, part), normw_fig, inside.lens_figure(run, lm),
             gr.Dropdown(choices=[(pair.label, i) for i, pair in enumerate(pairs)], value=None)]
+
+
+def _one_head(shell: Shell, run: Run, sel: Selection) -> tuple:
+    """(query choices, Inside one head, its norm-based weights) for the selection's head and query."""
+    lm = shell.lm(run)
+    n = len(inside.query_labels(run, sel.kind))
+    query = inside.clamp(sel.query, n, inside.default_query(sel.kind, n))
+    return (gr.Dropdown(choices=inside.query_choices(run, sel.kind), value=query),
+            inside.head_figure(run, lm, sel.kind, sel.layer, sel.head, query),
+            inside.norm_weight_figure(run, lm, sel.kind, sel.layer, sel.head, sel.units))
 
 
 def wire(shell: Shell) -> None:
@@ -200,13 +207,8 @@ def _wire_head(shell: Shell) -> None:
     def on_head(run, section, seen, kind, layer, head, query, units="words"):
         if run is None or section != SID:  # drawn when the section opens instead
             return gr.skip(), gr.skip(), gr.skip(), ""
-        try:
-            lm = shell.lm(run)
-            n = len(inside.query_labels(run, kind))
-            query = inside.clamp(query, n, inside.default_query(kind, n))
-            return (gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
-                    inside.head_figure(run, lm, kind, layer, head, query),
-                    inside.norm_weight_figure(run, lm, kind, layer, head, units), seen)
+        try:  # the control values become one Selection (its Kind) here, where they enter
+            return (*_one_head(shell, run, Selection.of(kind, layer, head, query=query, units=units)), seen)
         except Exception:
             log.exception("inside one head failed")
             return gr.skip(), views.message_figure("This head could not be drawn."), gr.skip(), seen

@@ -178,6 +178,8 @@ def refresh(shell: Shell, run, cmp=None) -> list:
 
 def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, kind, layer, head):
     p = shell.interventions
+    sel = Selection.of(kind, layer, head)  # the control values as one Selection (its Kind) from here on
+    kind, layer, head = sel.kind, sel.layer, sel.head
     if run is None:
         return {p.cmp_notice: "✏️ Translate a sentence first: Compare runs against the current run."}
     lm = shell.lm(run)
@@ -275,10 +277,13 @@ def wire(shell: Shell) -> None:
           api_name="masks", api_visibility="undocumented", **VIEW)
 
     def on_maps(cmp, kind, layer, head):
+        return show_maps(cmp, Selection.of(kind, layer, head))
+
+    def show_maps(cmp, sel: Selection):
         try:
             if cmp is None:
                 return views.message_figure("Press Compare first.")
-            return views.compare_maps_figure(cmp, kind, layer, head, shell.reg.models.get(cmp.model))
+            return views.compare_maps_figure(cmp, sel.kind, sel.layer, sel.head, shell.reg.models.get(cmp.model))
         except Exception:
             log.exception("compare maps failed")
             return views.message_figure("This map could not be drawn.")
@@ -287,7 +292,7 @@ def wire(shell: Shell) -> None:
     gr.on([c.input for c in (shell.kind, shell.layer, shell.head)], on_maps,
           [p.cmp_state, shell.kind, shell.layer, shell.head], p.cmp_plot, api_name="compare_maps",
           api_visibility="undocumented", **VIEW)
-    shell.sel_state.change(lambda cmp, sel: on_maps(cmp, sel.kind, sel.layer, sel.head) if cmp is not None
+    shell.sel_state.change(lambda cmp, sel: show_maps(cmp, sel) if cmp is not None
                            else gr.skip(), [p.cmp_state, shell.sel_state], p.cmp_plot, api_visibility="private",
                            **VIEW)
 
@@ -345,7 +350,7 @@ def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, caus
     return values
 
 
-def back_values(shell: Shell, back: PresetBack | None, cmp, *sel_values, base: str = "/") -> dict:
+def back_values(shell: Shell, back: PresetBack | None, cmp, sel: Selection | None, base: str = "/") -> dict:
     """Back: the run the preset replaced, its sentence and direction, its map and toggles, with every
     view of the run redrawn as a new run would be (no model call), this section's too (the comparison
     marked stale unless it was of that run)."""
@@ -353,7 +358,7 @@ def back_values(shell: Shell, back: PresetBack | None, cmp, *sel_values, base: s
     hide = {p.preset_back: None, p.back_btn: gr.Button(visible=False)}
     if back is None or shell.lm(back.run) is None:
         return hide
-    sel = replace(shell.selection(*sel_values), kind=back.kind, layer=back.layer, head=back.head)
+    sel = replace(sel if isinstance(sel, Selection) else Selection(), kind=back.kind, layer=back.layer, head=back.head)
     sel = sel.fit(ModelShape.of(shell.lm(back.run)))
     values = lazy_values(shell, "interventions", back.run, cmp) | shell.run_values(back.run, RunContext(sel, False, base))
     return values | hide | {
@@ -388,10 +393,8 @@ def wire_preset(shell: Shell, translate_event: tuple) -> None:
         **shell.model_event()).then(
         lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private", **shell.model_event())
 
-    def on_back(back, cmp, kind, layer, head, step, query, units, view, scale, section, subviews,
-                request: gr.Request = None):
-        return back_values(shell, back, cmp, kind, layer, head, step, query, units, view, scale, section, subviews,
-                           base=base_url(request))
+    def on_back(back, cmp, sel, request: gr.Request = None):
+        return back_values(shell, back, cmp, sel, base=base_url(request))
 
-    p.back_btn.click(on_back, [p.preset_back, p.cmp_state, *shell.selection_inputs()], back_outputs(shell),
+    p.back_btn.click(on_back, [p.preset_back, p.cmp_state, shell.sel_state], back_outputs(shell),
                         api_name="preset_back", api_visibility="undocumented", **VIEW)
