@@ -72,8 +72,8 @@ def load_outputs(shell) -> list:
     a, b, c = shell.analysis, shell.analysis.bench, shell.computation
     return [a.pair_a, a.pair_b, b.patch_site, b.patch_scan, b.patch_part, b.patch_point, b.patch_sel, b.patch_pos,
             b.patch_step, b.patch_foil, b.patch_ablation, b.patch_output, b.patch_md, b.patch_plot, b.patch_state,
-            b.patch_model, c.attr_pos, c.attr_foil, c.attr_foil_text, c.attr_md, c.attr_plot, c.attr_table,
-            c.attr_state, *getattr(shell.restorers.get("sidebyside"), "outputs", [])]
+            b.patch_model, c.attr.pos, c.attr.foil, c.attr.foil_text, c.attr.md, c.attr.plot, c.attr.table,
+            c.attr.state, *getattr(shell.restorers.get("sidebyside"), "outputs", [])]
 
 
 def restore(shell, run: Run, params: dict, sel: Selection) -> tuple[dict, list[str]]:
@@ -93,7 +93,7 @@ def restore(shell, run: Run, params: dict, sel: Selection) -> tuple[dict, list[s
 def link_after_load(shell, run: Run, sel: Selection, base_url: str, values: dict) -> str | None:
     """The link box after a link restored a bench or a foil: it names them too (None: nothing restored)."""
     bench = values.get(shell.analysis.bench.patch_state)
-    held = values.get(shell.computation.attr_state)
+    held = values.get(shell.computation.attr.state)
     held = held if getattr(held, "run_id", None) == run.id else None
     second = next((v for v in values.values() if hasattr(v, "run_id") and hasattr(v, "name")), None)
     second = second if _second_shown(run, second) else None

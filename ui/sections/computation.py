@@ -4,7 +4,7 @@ softmax, V, αV, W_O), the residual stream and norm-based weights, the logit len
 methods side by side, and forced decoding on a reference (which becomes the current run)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -24,37 +24,43 @@ PART_CHOICES = [("Decoder", "decoder"), ("Encoder", "encoder")]
 IG_STEPS = IG_START
 
 
+@dataclass(frozen=True)
+class AttributionParts:
+    """Attribution: the output token, path points and foil, and what they give."""
+    tab: gr.Tab
+    pos: gr.Dropdown
+    steps: gr.Slider
+    foil: gr.Dropdown
+    foil_text: gr.Textbox
+    md: gr.Markdown
+    plot: gr.Plot
+    table: gr.Dataframe
+    state: gr.State  # HeldAttribution
+
+
 @dataclass(eq=False)
 class ComputationParts:
-    """The section's sub-views (filled in as ``build`` lays them out). A link to a forced run sets
+    """The section's sub-views. A link to a forced run sets
     ``ref_text``; a forced run's first screen fills ``forced_md`` and ``forced_plot``."""
-    enc: encodings.EncodingsParts = field(init=False)
-    head_query: gr.Dropdown = field(init=False)
-    head_plot: gr.Plot = field(init=False)
-    resid_part: gr.Radio = field(init=False)
-    resid_plot: gr.Plot = field(init=False)
-    normw_plot: gr.Plot = field(init=False)
-    lens_plot: gr.Plot = field(init=False)
-    attr_tab: gr.Tab = field(init=False)
-    attr_pos: gr.Dropdown = field(init=False)
-    attr_steps: gr.Slider = field(init=False)
-    attr_foil: gr.Dropdown = field(init=False)
-    attr_foil_text: gr.Textbox = field(init=False)
-    attr_md: gr.Markdown = field(init=False)
-    attr_plot: gr.Plot = field(init=False)
-    attr_table: gr.Dataframe = field(init=False)
-    attr_state: gr.State = field(init=False)  # HeldAttribution
-    forced_tab: gr.Tab = field(init=False)
-    ref_example: gr.Dropdown = field(init=False)
-    ref_text: gr.Textbox = field(init=False)
-    force_btn: gr.Button = field(init=False)
-    forced_md: gr.Markdown = field(init=False)
-    forced_plot: gr.Plot = field(init=False)
-    lens: decoderlens.LensParts = field(init=False)
-    sub_tabs: dict = field(init=False)  # sub-view id -> its gr.Tab
+    enc: encodings.EncodingsParts
+    head_query: gr.Dropdown
+    head_plot: gr.Plot
+    resid_part: gr.Radio
+    resid_plot: gr.Plot
+    normw_plot: gr.Plot
+    lens_plot: gr.Plot
+    attr: AttributionParts
+    forced_tab: gr.Tab
+    ref_example: gr.Dropdown
+    ref_text: gr.Textbox
+    force_btn: gr.Button
+    forced_md: gr.Markdown
+    forced_plot: gr.Plot
+    lens: decoderlens.LensParts
+    sub_tabs: dict  # sub-view id -> its gr.Tab
 
 
-def _attribution_tab(p: ComputationParts) -> None:
+def _attribution_tab(tab: gr.Tab) -> AttributionParts:
     """Attribution's explanation and controls (laid out inside its tab)."""
     gr.Markdown("Which source tokens one output token came from: raw cross-attention (mean of the last "
                 "layer's heads), rollout, norm-based weights ‖Σₕ αₕ·fₕ(x)‖ of the last layer (Kobayashi et al. "
@@ -69,28 +75,29 @@ def _attribution_tab(p: ComputationParts) -> None:
                 "source held). Pick or type a **foil** to ask why this token rather than the foil: the "
                 "gradient methods then explain p(token) − p(foil) (Yin & Neubig 2022).", elem_classes="explain")
     with gr.Row():
-        p.attr_pos = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
-        p.attr_steps = gr.Slider(8, 128, value=IG_STEPS, step=8, elem_id="attr-steps",
-                                    label="Integrated gradients: path points to start from")
+        pos = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
+        steps = gr.Slider(8, 128, value=IG_STEPS, step=8, elem_id="attr-steps",
+                          label="Integrated gradients: path points to start from")
     with gr.Row():
-        p.attr_foil = gr.Dropdown([], value=None, label="Foil: why this token rather than … (the step's "
-                                     "top candidates)", elem_id="attr-foil")
-        p.attr_foil_text = gr.Textbox(label="… or type a foil (a target word or piece; Enter)", lines=1,
-                                         max_lines=1, elem_id="attr-foil-text")
-    p.attr_md = gr.Markdown(elem_id="attr-md")
-    p.attr_plot = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
-    p.attr_table = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
-                                   label="Scores (raw)")
+        foil = gr.Dropdown([], value=None, label="Foil: why this token rather than … (the step's "
+                                                 "top candidates)", elem_id="attr-foil")
+        foil_text = gr.Textbox(label="… or type a foil (a target word or piece; Enter)", lines=1,
+                               max_lines=1, elem_id="attr-foil-text")
+    md = gr.Markdown(elem_id="attr-md")
+    plot = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
+    table = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
+                         label="Scores (raw)")
+    return AttributionParts(tab=tab, pos=pos, steps=steps, foil=foil, foil_text=foil_text, md=md, plot=plot,
+                            table=table, state=gr.State(None))
 
 
 def build(shell: Shell) -> ComputationParts:
-    p = ComputationParts()
     shell.restorers["attribution"] = restore_attribution
     sub_tabs = {}
     with gr.Tabs(overflow_behavior="wrap", elem_id="comp-tabs") as tabs:
         with gr.Tab("Embedding & positions", id="encodings") as _t:
             sub_tabs["encodings"] = _t
-            p.enc = encodings.build(shell)
+            enc = encodings.build(shell)
         with gr.Tab("Inside one head", id="inside") as _t:
             sub_tabs["inside"] = _t
             gr.Markdown("The head chosen above (kind, layer, head) for one **query** token, as the formula is "
@@ -99,9 +106,9 @@ def build(shell: Shell) -> ComputationParts:
                         "cross-attention K and V come from the encoder. Hover any cell for its number. "
                         "The arithmetic runs on the model's own tokens, subword pieces included (▁ starts a word).",
                         elem_classes="explain")
-            shell.query = p.head_query = gr.Dropdown([], label="Query token", elem_id="head-query",
-                                                        allow_custom_value=True)
-            p.head_plot = gr.Plot(label="Inside one head", elem_id="head-comp", show_label=False)
+            shell.query = head_query = gr.Dropdown([], label="Query token", elem_id="head-query",
+                                                   allow_custom_value=True)
+            head_plot = gr.Plot(label="Inside one head", elem_id="head-comp", show_label=False)
         with gr.Tab("Residual stream", id="residual") as _t:
             sub_tabs["residual"] = _t
             gr.Markdown("The residual stream's L2 norm through the stack, and what each sublayer adds to it. Below, "
@@ -109,38 +116,40 @@ def build(shell: Shell) -> ComputationParts:
                         "2020): a key with a large weight but a small transformed value fades. Units pools "
                         "these two into words; the norms above stay per token.",
                         elem_classes="explain")
-            p.resid_part = gr.Radio(PART_CHOICES, value="decoder", label="Stack", elem_id="resid-part")
-            p.resid_plot = gr.Plot(label="Residual stream", elem_id="resid-plot", show_label=False)
-            p.normw_plot = gr.Plot(label="Attention vs norm-based weights", elem_id="normw-plot",
-                                      show_label=False)
+            resid_part = gr.Radio(PART_CHOICES, value="decoder", label="Stack", elem_id="resid-part")
+            resid_plot = gr.Plot(label="Residual stream", elem_id="resid-plot", show_label=False)
+            normw_plot = gr.Plot(label="Attention vs norm-based weights", elem_id="normw-plot",
+                                 show_label=False)
         with gr.Tab("Logit lens", id="lens") as _t:
             sub_tabs["lens"] = _t
             gr.Markdown("What the decoder would say if it stopped after each layer: the final layer norm and the "
                         "generator applied to the residual stream, at every step. The last layer is the model's own "
                         "output distribution. One column per token: a subword model's steps are pieces.",
                         elem_classes="explain")
-            p.lens_plot = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
+            lens_plot = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
         with gr.Tab("Attribution", id="attribution") as attr_tab:
             sub_tabs["attribution"] = attr_tab
-            _attribution_tab(p)
+            attr = _attribution_tab(attr_tab)
         with gr.Tab("Forced decoding", id="forced") as _t:
-            sub_tabs["forced"] = p.forced_tab = _t
+            sub_tabs["forced"] = forced_tab = _t
             gr.Markdown("Teacher-force the model on a **reference** translation: the probability and the "
                         "cross-entropy −log p of each reference token (the training loss), the perplexity, and where "
                         "the model's own top-1 choice differs. The forced run becomes the current run, so every "
                         "attention view shows it.", elem_classes="explain")
-            p.ref_example = gr.Dropdown([], label="A validation or test pair with its reference",
-                                         elem_id="ref-example", allow_custom_value=True)
-            p.ref_text = gr.Textbox(label="Reference translation (of the sentence above)", lines=1, max_lines=4,
-                                       elem_id="ref-text")
-            p.force_btn = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
-            p.forced_md = gr.Markdown(elem_id="forced-md")
-            p.forced_plot = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
+            ref_example = gr.Dropdown([], label="A validation or test pair with its reference",
+                                      elem_id="ref-example", allow_custom_value=True)
+            ref_text = gr.Textbox(label="Reference translation (of the sentence above)", lines=1, max_lines=4,
+                                  elem_id="ref-text")
+            force_btn = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
+            forced_md = gr.Markdown(elem_id="forced-md")
+            forced_plot = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
         with gr.Tab("DecoderLens", id="decoderlens") as _t:
-            p.lens = decoderlens.build(shell, _t)
-    p.attr_tab, p.attr_state = attr_tab, gr.State(None)  # HeldAttribution
-    shell.subtabs["computation"], p.sub_tabs = tabs, sub_tabs
-    return p
+            lens = decoderlens.build(shell, _t)
+    shell.subtabs["computation"] = tabs
+    return ComputationParts(enc=enc, head_query=head_query, head_plot=head_plot, resid_part=resid_part,
+                            resid_plot=resid_plot, normw_plot=normw_plot, lens_plot=lens_plot, attr=attr,
+                            forced_tab=forced_tab, ref_example=ref_example, ref_text=ref_text, force_btn=force_btn,
+                            forced_md=forced_md, forced_plot=forced_plot, lens=lens, sub_tabs=sub_tabs)
 
 
 def lazy_io(shell: Shell) -> tuple[list, list, callable]:
@@ -183,7 +192,7 @@ def wire(shell: Shell) -> None:
     _wire_head(shell)
     resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731
     p.resid_part.input(_safe(resid, "residual stream"), [shell.run_state, p.resid_part], p.resid_plot,
-                          api_name="residual_view", api_visibility="undocumented", **VIEW)
+                       api_name="residual_view", api_visibility="undocumented", **VIEW)
     _wire_attribution(shell)
     _wire_forced(shell)
 
@@ -290,10 +299,10 @@ def restore_attribution(shell: Shell, run: Run, w: WhatIf, sel: Selection, probl
         md, fig, table = _attribution_values(run, held.attr, sel.units)
     except Exception as e:
         md, fig, table = _attribution_failed(e)
-    return {p.attr_pos: gr.Dropdown(choices=inside.position_choices(run), value=pos),
-            p.attr_foil: gr.Dropdown(choices=contrast.foil_choices(run, pos), value=None),
-            p.attr_foil_text: w.foil if held is not None and held.foil is not None else "",
-            p.attr_md: md, p.attr_plot: fig, p.attr_table: table, p.attr_state: held}
+    return {p.attr.pos: gr.Dropdown(choices=inside.position_choices(run), value=pos),
+            p.attr.foil: gr.Dropdown(choices=contrast.foil_choices(run, pos), value=None),
+            p.attr.foil_text: w.foil if held is not None and held.foil is not None else "",
+            p.attr.md: md, p.attr.plot: fig, p.attr.table: table, p.attr.state: held}
 
 
 def _wire_attribution(shell: Shell) -> None:
@@ -301,7 +310,7 @@ def _wire_attribution(shell: Shell) -> None:
     Units change while it shows; a picked token, path points or foil redraw it at once. Opening it or
     picking another token clears the foil (a foil is one step's question)."""
     p = shell.computation
-    foils = [p.attr_foil, p.attr_foil_text]
+    foils = [p.attr.foil, p.attr.foil_text]
 
     def view(run, sel, position, steps, held):
         kept = _kept_foil(run, position, held)  # a redraw of the same question keeps its foil (a link's too)
@@ -312,9 +321,9 @@ def _wire_attribution(shell: Shell) -> None:
         return [gr.Dropdown(choices=inside.position_choices(run), value=h.position),
                 *_attribution_values(run, h.attr, sel.units), h, *_foil_choices(run, h.position, kept or "")]
 
-    sub_view(shell, "computation/attribution", p.attr_tab,
-             [p.attr_pos, p.attr_md, p.attr_plot, p.attr_table, p.attr_state, *foils],
-             [p.attr_pos, p.attr_steps, p.attr_state], view, model_call=True, api_name="attribution_view",
+    sub_view(shell, "computation/attribution", p.attr.tab,
+             [p.attr.pos, p.attr.md, p.attr.plot, p.attr.table, p.attr.state, *foils],
+             [p.attr.pos, p.attr.steps, p.attr.state], view, model_call=True, api_name="attribution_view",
              own_events=False)
 
     def on_pick(run, position, steps, units, held, foil=None, foil_text=None):
@@ -328,15 +337,15 @@ def _wire_attribution(shell: Shell) -> None:
         except Exception as e:
             return (*_attribution_failed(e), held)
 
-    ins = [shell.run_state, p.attr_pos, p.attr_steps, shell.units, p.attr_state]
-    outs = [p.attr_md, p.attr_plot, p.attr_table, p.attr_state]
-    p.attr_pos.input(on_pick, ins, outs, api_name="attribution_pick", api_visibility="undocumented",
-                        **shell.model_event())
-    p.attr_pos.input(_foil_choices, [shell.run_state, p.attr_pos], foils, api_visibility="private", **VIEW)
-    p.attr_steps.release(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
-    picked = p.attr_foil.input(on_pick, ins + foils, outs, api_name="attribution_foil",
-                                  api_visibility="undocumented", **shell.model_event())
-    typed = p.attr_foil_text.submit(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
+    ins = [shell.run_state, p.attr.pos, p.attr.steps, shell.units, p.attr.state]
+    outs = [p.attr.md, p.attr.plot, p.attr.table, p.attr.state]
+    p.attr.pos.input(on_pick, ins, outs, api_name="attribution_pick", api_visibility="undocumented",
+                     **shell.model_event())
+    p.attr.pos.input(_foil_choices, [shell.run_state, p.attr.pos], foils, api_visibility="private", **VIEW)
+    p.attr.steps.release(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
+    picked = p.attr.foil.input(on_pick, ins + foils, outs, api_name="attribution_foil",
+                               api_visibility="undocumented", **shell.model_event())
+    typed = p.attr.foil_text.submit(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
     shell.link_events.extend([picked, typed])  # the link box then names the foil
 
 
@@ -351,7 +360,7 @@ def _wire_forced(shell: Shell) -> None:
         return pairs[int(i)].source, pairs[int(i)].reference
 
     p.ref_example.input(on_example, [shell.direction, p.ref_example], [shell.text, p.ref_text],
-                           api_visibility="private", queue=False, show_progress="hidden")
+                        api_visibility="private", queue=False, show_progress="hidden")
     # a registered view: a later run (or a hidden tab) never leaves a previous forced run on it
     sv = sub_view(shell, "computation/forced", p.forced_tab, [p.forced_md, p.forced_plot], [],
                   lambda run, sel: inside.forced_view(run), api_name="forced_result_view")

@@ -5,7 +5,7 @@ compare follows the last toggle (causal mask → decoder self-attention, ...); a
 run marks the verdict stale until Compare is pressed again."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import gradio as gr
@@ -53,80 +53,87 @@ def follow(pad_on, causal_on, pos_on, heads, padded: bool, kind, layer, head):
 
 @dataclass(eq=False)
 class InterventionsParts:
-    """The toggles, Compare and its results (filled in as ``build`` lays them out)."""
-    pad_to: gr.Slider = field(init=False)
-    pad_mask: gr.Checkbox = field(init=False)
-    causal: gr.Checkbox = field(init=False)
-    pos_enc: gr.Checkbox = field(init=False)
-    ablate_heads: gr.Dropdown = field(init=False)
-    ablate_src: gr.Dropdown = field(init=False)
-    compare_btn: gr.Button = field(init=False)
-    preset_btn: gr.Button = field(init=False)
-    back_btn: gr.Button = field(init=False)
-    cmp_stale: gr.Markdown = field(init=False)
-    cmp_notice: gr.Markdown = field(init=False)
-    base_chips: gr.HighlightedText = field(init=False)
-    mod_chips: gr.HighlightedText = field(init=False)
-    prob_plot: gr.Plot = field(init=False)
-    cmp_plot: gr.Plot = field(init=False)
-    masks_plot: gr.Plot = field(init=False)
-    cmp_state: gr.State = field(init=False)  # CompareRun
-    preset_back: gr.State = field(init=False)  # PresetBack: what the word-order preset replaced
-    # what a link sets (the toggles and Compare's outputs), and how
-    outputs: list = field(init=False)
-    restore: Callable = field(init=False)  # (shell, run, RunInputs, Selection) -> values of ``outputs``
+    """The toggles, Compare and its results."""
+    pad_to: gr.Slider
+    pad_mask: gr.Checkbox
+    causal: gr.Checkbox
+    pos_enc: gr.Checkbox
+    ablate_heads: gr.Dropdown
+    ablate_src: gr.Dropdown
+    compare_btn: gr.Button
+    preset_btn: gr.Button
+    back_btn: gr.Button
+    cmp_stale: gr.Markdown
+    cmp_notice: gr.Markdown
+    base_chips: gr.HighlightedText
+    mod_chips: gr.HighlightedText
+    prob_plot: gr.Plot
+    cmp_plot: gr.Plot
+    masks_plot: gr.Plot
+    cmp_state: gr.State  # CompareRun
+    preset_back: gr.State  # PresetBack: what the word-order preset replaced
+    # how a link sets the toggles (and Compare's results): (shell, run, RunInputs, Selection) -> values
+    restore: Callable
 
     @property
     def toggles(self) -> list:
         return [self.pad_to, self.pad_mask, self.causal, self.pos_enc, self.ablate_heads, self.ablate_src]
 
+    @property
+    def results(self) -> list:
+        """What Compare draws (the selection it moves to is the bar's)."""
+        return [self.cmp_notice, self.cmp_stale, self.base_chips, self.mod_chips, self.prob_plot, self.cmp_plot,
+                self.masks_plot, self.cmp_state]
+
 
 def build(shell: Shell) -> InterventionsParts:
-    p = InterventionsParts()
     lm = shell.default_lm
     with gr.Row():
         with gr.Column(scale=1):
-            p.pad_to = gr.Slider(0, 64, value=0, step=1, label="Pad the source to N tokens", info=EXPLAIN["pad"],
-                                    elem_id="pad-to")
-            p.pad_mask = gr.Checkbox(True, label="Source padding mask", info=EXPLAIN["padding"],
-                                        elem_id="tog-padding")
-            p.causal = gr.Checkbox(True, label="Causal mask", info=EXPLAIN["causal"], elem_id="tog-causal")
-            p.pos_enc = gr.Checkbox(True, label="Positional encoding", info=EXPLAIN["positional"],
-                                       elem_id="tog-positional")
+            pad_to = gr.Slider(0, 64, value=0, step=1, label="Pad the source to N tokens", info=EXPLAIN["pad"],
+                               elem_id="pad-to")
+            pad_mask = gr.Checkbox(True, label="Source padding mask", info=EXPLAIN["padding"],
+                                   elem_id="tog-padding")
+            causal = gr.Checkbox(True, label="Causal mask", info=EXPLAIN["causal"], elem_id="tog-causal")
+            pos_enc = gr.Checkbox(True, label="Positional encoding", info=EXPLAIN["positional"],
+                                  elem_id="tog-positional")
         with gr.Column(scale=1):
-            p.ablate_heads = gr.Dropdown(head_choices(lm) if lm else [], value=[], multiselect=True,
-                                            label="Ablate heads", info=EXPLAIN["heads"], elem_id="tog-heads")
-            p.ablate_src = gr.Dropdown([], value=[], multiselect=True, label="Ablate source tokens",
-                                          info=EXPLAIN["src"], elem_id="tog-src")
+            ablate_heads = gr.Dropdown(head_choices(lm) if lm else [], value=[], multiselect=True,
+                                       label="Ablate heads", info=EXPLAIN["heads"], elem_id="tog-heads")
+            ablate_src = gr.Dropdown([], value=[], multiselect=True, label="Ablate source tokens",
+                                     info=EXPLAIN["src"], elem_id="tog-src")
             gr.Markdown("The maps below show the head selected above (attention, layer, head); a mask toggle "
                         "moves that selection to the attention it changes.", elem_classes="explain")
             with gr.Row():
-                p.compare_btn = gr.Button("Compare with the current run", variant="primary",
-                                             elem_id="compare-btn")
-                p.preset_btn = gr.Button("Try word order: positional encoding off", elem_id="cmp-preset",
-                                            size="sm")
-                p.back_btn = gr.Button("↩ Back to your sentence", elem_id="cmp-back", size="sm", visible=False)
-    p.cmp_stale = gr.Markdown(elem_id="cmp-stale")
-    p.cmp_notice = gr.Markdown(elem_id="cmp-notice")
+                compare_btn = gr.Button("Compare with the current run", variant="primary",
+                                        elem_id="compare-btn")
+                preset_btn = gr.Button("Try word order: positional encoding off", elem_id="cmp-preset",
+                                       size="sm")
+                back_btn = gr.Button("↩ Back to your sentence", elem_id="cmp-back", size="sm", visible=False)
+    cmp_stale = gr.Markdown(elem_id="cmp-stale")
+    cmp_notice = gr.Markdown(elem_id="cmp-notice")
     with gr.Row():
-        p.base_chips = gr.HighlightedText(label="Baseline", color_map=DIFF_COLORS, show_inline_category=False,
-                                             show_legend=False, elem_id="cmp-base")
-        p.mod_chips = gr.HighlightedText(label="Modified", color_map=DIFF_COLORS, show_inline_category=False,
-                                            show_legend=False, elem_id="cmp-mod")
-    p.prob_plot = gr.Plot(label="Chosen-token probability per step", elem_id="cmp-probs", show_label=False)
-    p.cmp_plot = gr.Plot(label="Attention: baseline, modified, difference", elem_id="cmp-maps", show_label=False)
+        base_chips = gr.HighlightedText(label="Baseline", color_map=DIFF_COLORS, show_inline_category=False,
+                                        show_legend=False, elem_id="cmp-base")
+        mod_chips = gr.HighlightedText(label="Modified", color_map=DIFF_COLORS, show_inline_category=False,
+                                       show_legend=False, elem_id="cmp-mod")
+    prob_plot = gr.Plot(label="Chosen-token probability per step", elem_id="cmp-probs", show_label=False)
+    cmp_plot = gr.Plot(label="Attention: baseline, modified, difference", elem_id="cmp-maps", show_label=False)
     with gr.Accordion("The masks as built for these settings (True = attend)", open=False, elem_id="masks-box"):
-        p.masks_plot = gr.Plot(label="Masks", elem_id="masks-plot", show_label=False)
-    p.cmp_state = gr.State(None)
-    p.preset_back = gr.State(None)  # PresetBack: what the word-order preset replaced
+        masks_plot = gr.Plot(label="Masks", elem_id="masks-plot", show_label=False)
+    cmp_state = gr.State(None)
+    preset_back = gr.State(None)  # PresetBack: what the word-order preset replaced
     # what can be ablated is the run's: its model's heads, its sentence's tokens (a new run starts with none)
-    shell.on_run([p.ablate_heads, p.ablate_src], lambda run, ctx: [
+    shell.on_run([ablate_heads, ablate_src], lambda run, ctx: [
         gr.Dropdown(choices=head_choices(shell.lm(run)), value=[]),
         gr.Dropdown(choices=src_token_choices(run.tr.src_tokens), value=[])])
     # Back leads to the run the preset replaced: only while the preset's own run is the current one
-    shell.on_run([p.back_btn, p.preset_back], lambda run, ctx: _back_after(shell, run))
-    p.outputs, p.restore = [*p.toggles, *_compare_outputs(shell, p)], restore
-    return p
+    shell.on_run([back_btn, preset_back], lambda run, ctx: _back_after(shell, run))
+    return InterventionsParts(pad_to=pad_to, pad_mask=pad_mask, causal=causal, pos_enc=pos_enc,
+                              ablate_heads=ablate_heads, ablate_src=ablate_src, compare_btn=compare_btn,
+                              preset_btn=preset_btn, back_btn=back_btn, cmp_stale=cmp_stale, cmp_notice=cmp_notice,
+                              base_chips=base_chips, mod_chips=mod_chips, prob_plot=prob_plot, cmp_plot=cmp_plot,
+                              masks_plot=masks_plot, cmp_state=cmp_state, preset_back=preset_back, restore=restore)
 
 
 def toggles_of(pad_to, padding, causal, positional, heads, src) -> Toggles:
@@ -239,8 +246,7 @@ def _selected(shell: Shell, run, kind, layer, head) -> dict:
 
 
 def _compare_outputs(shell: Shell, p: InterventionsParts) -> list:
-    return [p.cmp_notice, p.cmp_stale, p.base_chips, p.mod_chips, p.prob_plot, p.cmp_plot,
-            p.masks_plot, p.cmp_state, shell.kind, shell.layer, shell.head]
+    return [*p.results, shell.kind, shell.layer, shell.head]
 
 
 def compare_io(shell: Shell) -> tuple[list, list, list]:
@@ -254,7 +260,7 @@ def wire(shell: Shell) -> None:
     p = shell.interventions
     toggles, cmp_in, outs = compare_io(shell)
     p.compare_btn.click(lambda *a: _compare(shell, *a), cmp_in, outs, api_name="compare_ui",
-                           api_visibility="undocumented", **shell.model_event())
+                        api_visibility="undocumented", **shell.model_event())
 
     def on_toggle(run, cmp, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, kind):
         """Redraw the masks at once; the verdict below is now stale; the map follows the toggle."""
@@ -388,13 +394,13 @@ def wire_preset(shell: Shell, translate_event: tuple) -> None:
                   shell.layer, shell.head]
     translate, t_inputs, t_outputs = translate_event
     p.preset_btn.click(lambda *a: preset_values(shell, *a), preset_in, preset_out, api_name="word_order_preset",
-                          api_visibility="undocumented", queue=False).then(
-        lambda *a: translate(*a, replay=False), t_inputs, t_outputs, api_visibility="private",
-        **shell.model_event()).then(
-        lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private", **shell.model_event())
+                       api_visibility="undocumented", queue=False).then(
+     lambda *a: translate(*a, replay=False), t_inputs, t_outputs, api_visibility="private",
+     **shell.model_event()).then(
+     lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private", **shell.model_event())
 
     def on_back(back, cmp, sel, request: gr.Request = None):
         return back_values(shell, back, cmp, sel, base=base_url(request))
 
     p.back_btn.click(on_back, [p.preset_back, p.cmp_state, shell.sel_state], back_outputs(shell),
-                        api_name="preset_back", api_visibility="undocumented", **VIEW)
+                     api_name="preset_back", api_visibility="undocumented", **VIEW)

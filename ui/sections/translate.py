@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
@@ -41,27 +41,26 @@ def opts_from(decoding: str, beam, max_len, pad_to: int = 0) -> DecodeOptions:
 
 @dataclass(eq=False)
 class TranslateParts:
-    """The first screen's components (filled in as ``build`` lays them out)."""
-    languages: tuple = field(init=False)  # languages.build's parts: a many-to-many model's pair
-    translate_btn: gr.Button = field(init=False)
-    run_status: gr.Markdown = field(init=False)  # "✓" and the run's id once its last value is on the page
-    viewport: gr.Number = field(init=False)  # the browser's width, read once on load
-    out_text: gr.Textbox = field(init=False)
-    notice: gr.Markdown = field(init=False)
-    trust: gr.Markdown = field(init=False)
-    watch_step: gr.Markdown = field(init=False)
-    watch_strip: gr.HighlightedText = field(init=False)
-    src_chips: gr.HighlightedText = field(init=False)
-    out_chips: gr.HighlightedText = field(init=False)
-    watch_heads: gr.Plot = field(init=False)
-    examples: gr.Examples | None = field(init=False)
-    first_example: list | None = field(init=False)  # [text, model] of the first example, or None
-    load_event: tuple = field(init=False)  # (fn, outputs) of the page's load (wired by ``wire_load``)
+    """The first screen's components."""
+    language_pair: tuple  # languages.build's parts: a many-to-many model's pair
+    translate_btn: gr.Button
+    run_status: gr.Markdown  # "✓" and the run's id once its last value is on the page
+    viewport: gr.Number  # the browser's width, read once on load
+    out_text: gr.Textbox
+    notice: gr.Markdown
+    trust_md: gr.Markdown  # signals that say when not to trust the translation
+    watch_step: gr.Markdown
+    watch_strip: gr.HighlightedText
+    src_chips: gr.HighlightedText
+    out_chips: gr.HighlightedText
+    watch_heads: gr.Plot
+    examples_box: gr.Examples | None
+    first_example: list | None  # [text, model] of the first example, or None
+    load_event: tuple | None = None  # (fn, outputs) of the page's load: set by ``wire``, wired by ``wire_load``
 
 
 def build(shell: Shell) -> TranslateParts:
     reg, names = shell.reg, shell.reg.names
-    p = TranslateParts()
     with gr.Row():
         with gr.Column(scale=3):
             shell.text = gr.Textbox(label="Sentence", lines=1, max_lines=4, elem_id="input-text",
@@ -73,51 +72,53 @@ def build(shell: Shell) -> TranslateParts:
                                               value=shell.default_model, label="Direction", elem_id="direction")
                 translate_btn = gr.Button("Translate", variant="primary", elem_id="translate-btn", scale=0,
                                           min_width=110)
-            p.languages = languages.build(shell)  # a many-to-many model's pair (hidden otherwise)
+            language_pair = languages.build(shell)  # a many-to-many model's pair (hidden otherwise)
             with gr.Accordion("More settings: decoding", open=False, elem_id="decoding-box"):
                 shell.decoding = gr.Radio([("Greedy", "greedy"), ("Beam search", "beam")], value="greedy",
                                           label="Decoding", elem_id="decoding")
                 shell.beam = gr.Slider(2, 8, value=4, step=1, label="Beam size", elem_id="beam", visible=False)
                 shell.max_len = gr.Slider(1, 200, value=100, step=1, label="Max output tokens", elem_id="max-len")
-    p.translate_btn = translate_btn
     # "✓" plus a fresh id once the last value of a run is on the page: browser tests wait on it
-    p.run_status = gr.Markdown(elem_id="run-status")
+    run_status = gr.Markdown(elem_id="run-status")
     # the browser's width, read once on load: a phone opens on one head instead of the grid of all heads
-    p.viewport = gr.Number(0, elem_id="viewport", elem_classes="proxy", show_label=False, container=False)
+    viewport = gr.Number(0, elem_id="viewport", elem_classes="proxy", show_label=False, container=False)
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
-            p.out_text = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
+            out_text = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
             # what the notices say is about this translation: read after it (and a phone shows it first)
-            p.notice = gr.Markdown(elem_id="notice")
-            p.trust = gr.Markdown(elem_id="trust-signals")  # signals that say when not to trust it
-            p.watch_step = gr.Markdown(elem_id="watch-step")
-            p.watch_strip = gr.HighlightedText(label="Source, shaded by the cross-attention of the step being "
-                                                        "generated (last layer, mean of heads)",
-                                                  show_legend=False, elem_id="watch-strip", interactive=False)
+            notice = gr.Markdown(elem_id="notice")
+            trust_md = gr.Markdown(elem_id="trust-signals")  # signals that say when not to trust it
+            watch_step = gr.Markdown(elem_id="watch-step")
+            watch_strip = gr.HighlightedText(label="Source, shaded by the cross-attention of the step being "
+                                                   "generated (last layer, mean of heads)",
+                                             show_legend=False, elem_id="watch-strip", interactive=False)
             with gr.Row():
-                p.src_chips = gr.HighlightedText(label="Source tokens (▁ starts a word)", color_map=CHIP_COLORS,
-                                                    show_legend=False, show_inline_category=False,
-                                                    elem_id="src-chips")
-                p.out_chips = gr.HighlightedText(label="Output tokens (▁ starts a word)", color_map=CHIP_COLORS,
-                                                    show_legend=False, show_inline_category=False,
-                                                    elem_id="out-chips")
+                src_chips = gr.HighlightedText(label="Source tokens (▁ starts a word)", color_map=CHIP_COLORS,
+                                               show_legend=False, show_inline_category=False,
+                                               elem_id="src-chips")
+                out_chips = gr.HighlightedText(label="Output tokens (▁ starts a word)", color_map=CHIP_COLORS,
+                                               show_legend=False, show_inline_category=False,
+                                               elem_id="out-chips")
         with gr.Column(scale=3, min_width=300):
-            p.watch_heads = gr.Plot(label="Every head, row by row", elem_id="watch-heads", show_label=False)
+            watch_heads = gr.Plot(label="Every head, row by row", elem_id="watch-heads", show_label=False)
             # under the map: on a desktop in the first screen, on a phone after the translation
             gr.Markdown(TRY_THIS, elem_id="try-this", elem_classes="explain")
     langs = {n: i.src_lang for n, i in catalog.infos(reg).items()}
     # an added model's examples come after ours (its first use loads it)
     examples = examples_for(names, langs, calls.DATA_DIRS)
-    p.examples = gr.Examples(examples, inputs=[shell.text, shell.direction], examples_per_page=8,
-                                label="Examples: the Multi30k test set, then everyday sentences (click one to "
-                                      "translate it)") if examples else None
-    p.first_example = examples[0] if examples else None
-    shell.on_run([p.notice, p.out_text, p.src_chips, p.out_chips, p.watch_step, p.watch_strip,
-                  p.watch_heads, shell.run_state, shell.run_bar],
+    examples_box = gr.Examples(examples, inputs=[shell.text, shell.direction], examples_per_page=8,
+                               label="Examples: the Multi30k test set, then everyday sentences (click one to "
+                                     "translate it)") if examples else None
+    first_example = examples[0] if examples else None
+    shell.on_run([notice, out_text, src_chips, out_chips, watch_step, watch_strip,
+                  watch_heads, shell.run_state, shell.run_bar],
                  lambda run, ctx: _final(shell, run, 0 if ctx.replay else None,
                                          outlined(ctx.sel.kind, ctx.sel.layer, ctx.sel.head), ctx.sel.units))
-    shell.on_run([p.trust], lambda run, ctx: [trust.panel(shell.reg_key, run)])
-    return p
+    shell.on_run([trust_md], lambda run, ctx: [trust.panel(shell.reg_key, run)])
+    return TranslateParts(language_pair=language_pair, translate_btn=translate_btn, run_status=run_status,
+                          viewport=viewport, out_text=out_text, notice=notice, trust_md=trust_md,
+                          watch_step=watch_step, watch_strip=watch_strip, src_chips=src_chips, out_chips=out_chips,
+                          watch_heads=watch_heads, examples_box=examples_box, first_example=first_example)
 
 
 def outlined(kind, layer, head) -> tuple[int, int] | None:
@@ -309,7 +310,7 @@ def wire(shell: Shell) -> tuple:
     replay(gr.on([p.translate_btn.click, shell.text.submit], on_translate, inputs, outputs,
                  api_name="translate_stream", api_visibility="undocumented", show_progress="minimal",
                  **shell.model_event()))
-    ex = p.examples
+    ex = p.examples_box
     if ex is not None and getattr(ex, "load_input_event", None) is not None:
         replay(ex.load_input_event.then(on_translate, inputs, outputs, api_visibility="private",
                                         show_progress="minimal", **shell.model_event()))
@@ -319,7 +320,7 @@ def wire(shell: Shell) -> tuple:
     # notice must not be overwritten by a hint computed before it lands
     shell.direction.input(lambda run, name: direction_notice(shell, run, name), [shell.run_state, shell.direction],
                           p.notice, api_name="direction_hint", api_visibility="undocumented", **VIEW)
-    languages.wire(shell, *p.languages)
+    languages.wire(shell, *p.language_pair)
     _wire_thumbnails(shell)
     _wire_first_screen(shell, outputs)
     return event
@@ -430,7 +431,8 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
     head_outputs = [shell.link_notice, shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, shell.kind, shell.layer,
                     shell.head, shell.units, shell.step, shell.view, shell.scale, shell.tabs, shell.section,
                     shell.subviews, *shell.subtabs.values(), shell.computation.ref_text, shell.computation.forced_md,
-                    shell.computation.forced_plot, *shell.interventions.outputs]
+                    shell.computation.forced_plot, *shell.interventions.toggles,
+                    *shell.interventions.results]
 
     def on_load(width, request: gr.Request):
         params = dict(request.query_params) if request is not None else {}
@@ -463,7 +465,7 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
 
     # controls set by the link are also refreshed by the run: each listed once
     p.load_event = (on_load, list(dict.fromkeys([*head_outputs, *lazy_outputs, *sub_outputs, *outputs,
-                                                    *whatif.load_outputs(shell)])))
+                                                 *whatif.load_outputs(shell)])))
 
 
 def wire_load(shell: Shell, demo) -> None:
