@@ -147,6 +147,14 @@ def test_back_shows_only_with_a_run_to_go_back_to_and_restores_that_very_run(ser
         "cmp-back", "NoneType"}  # pressed with nothing kept: only hides itself (and keeps nothing)
 
 
+def test_the_presets_run_is_recorded_in_the_run_history(server):
+    """The preset's run (its second step) is followed by the run history's record, as every run is."""
+    fns = list(server[0].fns.values())
+    preset = next(f for f in fns if f.api_name == "word_order_preset")
+    run_step = next(f for f in fns if f.trigger_after == preset._id)
+    assert "_record" in {getattr(f.fn, "__name__", "") for f in fns if f.trigger_after == run_step._id}
+
+
 def test_thumbnails_outline_follows_the_selected_cross_attention_head(client):
     r = translate(client, DE, CROSS, 1, 3)
     assert outlined(figure(r["watch_heads"])) == [(1, 3)]  # a new run is drawn with the selection's head

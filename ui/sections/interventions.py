@@ -393,11 +393,13 @@ def wire_preset(shell: Shell, translate_event: tuple) -> None:
     preset_out = [shell.text, p.pos_enc, p.causal, p.pad_mask, p.preset_back, p.back_btn, shell.kind,
                   shell.layer, shell.head]
     translate, t_inputs, t_outputs = translate_event
-    p.preset_btn.click(lambda *a: preset_values(shell, *a), preset_in, preset_out, api_name="word_order_preset",
-                       api_visibility="undocumented", queue=False).then(
-     lambda *a: translate(*a, replay=False), t_inputs, t_outputs, api_visibility="private",
-     **shell.model_event()).then(
-     lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private", **shell.model_event())
+    ran = p.preset_btn.click(lambda *a: preset_values(shell, *a), preset_in, preset_out,
+                             api_name="word_order_preset", api_visibility="undocumented", queue=False).then(
+        lambda *a: translate(*a, replay=False), t_inputs, t_outputs, api_visibility="private",
+        **shell.model_event())
+    for then in shell.after_run:  # the preset's run is a run like any other: the run history records it
+        then(ran)
+    ran.then(lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private", **shell.model_event())
 
     def on_back(back, cmp, sel, request: gr.Request = None):
         return back_values(shell, back, cmp, sel, base=base_url(request))
