@@ -297,11 +297,12 @@ def follow_direction(run, text_a, text_b, pair, bench_model) -> tuple:
 def _wire_pair(shell: Shell) -> None:
     p = shell.analysis
 
-    def on_pair(text_a, text_b, run, name, kind, layer, head):
-        return _pair(shell, text_a, text_b, run, name, Selection.of(kind, layer, head))
+    def on_pair(text_a, text_b, run, name, sel):
+        return _pair(shell, text_a, text_b, run, name, sel if isinstance(sel, Selection) else Selection())
 
-    p.pair_btn.click(on_pair, [p.pair_a, p.pair_b, shell.run_state, shell.direction, shell.kind,
-                               shell.layer, shell.head], [p.pair_text, p.pair_plot, p.pair_state],
+    # the selection as one value: the state every control writes
+    p.pair_btn.click(on_pair, [p.pair_a, p.pair_b, shell.run_state, shell.direction, shell.sel_state],
+                     [p.pair_text, p.pair_plot, p.pair_state],
                      api_name="pair_view", api_visibility="undocumented", **shell.model_event())
     # the maps follow the one selection, however it changes (the bar, a link, a panel or a profile click)
     gr.on([shell.sel_state.change], safe(lambda pair, sel: views.pair_view_figure(pair, sel.kind, sel.layer, sel.head)
@@ -368,10 +369,9 @@ def _wire_export(shell: Shell) -> None:
                                    shell.computation.attr.state, p.sbs.held], p.export_files,
                        api_name="export_run", api_visibility="undocumented", concurrency_limit=4)
 
-    def on_figure(which, run, kind, view, layer, head, units, scale, roll, amode, bview, pstate, pstat, pair,
-                  fmt="HTML"):
+    def on_figure(which, run, sel, roll, amode, bview, pstate, pstat, pair, fmt="HTML"):
         lm = shell.lm(run)
-        s = Selection.of(kind, layer, head, units=units, view=view, scale=scale)  # one Kind from here on
+        s = sel if isinstance(sel, Selection) else Selection()
         builders = {
             "attention": lambda: views.attention_figure(run, s.kind, s.view, s.layer, s.head, s.units, lm, s.scale),
             "rollout": lambda: views.rollout_view_figure(run, roll, s.units),
@@ -392,10 +392,9 @@ def _wire_export(shell: Shell) -> None:
             log.warning("PNG export unavailable: %s", e)
             raise gr.Error(str(e)[:400]) from None
 
-    p.fig_btn.click(on_figure, [p.fig_choice, shell.run_state, shell.kind, shell.view, shell.layer, shell.head,
-                                shell.units, shell.scale, shell.attention.rollout_layer, shell.attention.align_mode,
-                                shell.generation.beam_state,
-                                p.prof_state, p.prof_stat, p.pair_state, p.fig_format], p.fig_file, api_name="export_figure",
+    p.fig_btn.click(on_figure, [p.fig_choice, shell.run_state, shell.sel_state, shell.attention.rollout_layer,
+                                shell.attention.align_mode, shell.generation.beam_state, p.prof_state, p.prof_stat,
+                                p.pair_state, p.fig_format], p.fig_file, api_name="export_figure",
                     api_visibility="undocumented", concurrency_limit=4)
 
     toggles = interventions.compare_io(shell)[0]
