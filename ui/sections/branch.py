@@ -76,7 +76,7 @@ def build_nav(shell: Shell) -> NavParts:
     return nav
 
 
-def build_step_picker(shell: Shell) -> PickParts:
+def build_step_picker() -> PickParts:
     """Under the step's top-k: pick a candidate (or type a token) and continue from it."""
     with gr.Row(equal_height=True):
         pick = gr.Dropdown([], value=None, label="Pick another token at this step", allow_custom_value=True,
@@ -86,7 +86,7 @@ def build_step_picker(shell: Shell) -> PickParts:
     return PickParts(pick=pick, button=button, note=gr.Markdown(elem_id="branch-md"))
 
 
-def build_node_picker(shell: Shell) -> PickParts:
+def build_node_picker() -> PickParts:
     """Under the beam tree: pick any node and continue from its hypothesis with beam search."""
     with gr.Row(equal_height=True):
         pick = gr.Dropdown([], value=None, label="Continue from a node of the tree", elem_id="node-pick",

@@ -65,7 +65,7 @@ def build(shell: Shell) -> GenerationParts:
             with gr.Row():
                 topk_plot = gr.Plot(label="Next-token probabilities", elem_id="step-topk", show_label=False)
                 self_plot = gr.Plot(label="Decoder self-attention row", elem_id="step-self", show_label=False)
-            step_pick = branch.build_step_picker(shell)  # continue from a candidate of the step shown
+            step_pick = branch.build_step_picker()  # continue from a candidate of the step shown
             cross_plot = gr.Plot(label="Cross-attention row", elem_id="step-cross", show_label=False)
         with gr.Tab("Beam tree", id="beam-tree") as beam_tab:
             gr.Markdown("Every hypothesis the beam kept, with its cumulative log-probability. Grey branches were "
@@ -87,7 +87,7 @@ def build(shell: Shell) -> GenerationParts:
             beam_attn = gr.Plot(views.message_figure("Pick a finished hypothesis above to see its "
                                                      "cross-attention."), label="Its cross-attention",
                                 elem_id="beam-attn", show_label=False)
-            node_pick = branch.build_node_picker(shell)  # continue from any node of the tree
+            node_pick = branch.build_node_picker()  # continue from any node of the tree
             beam_state = gr.State(None)
     shell.subtabs["generation"] = tabs
     # a new run starts at its first step (the section draws it when opened)
