@@ -24,9 +24,8 @@ import torch
 
 from model.engine.batching import MicroBatcher, translate_many
 from model.engine.config import NO_INTERVENTION
-from model.engine.decoding import (ROW_HOOKS, BeamSearchTrace, BeamStep, DecodeOptions, FinishedHypothesis,
-                                   decoder_step, hides_nothing, step_rows, StepData, generable, length_penalty,
-                                   translate)
+from model.engine.decoding import (ROW_HOOKS, BeamSearchTrace, DecodeOptions, StepData, choose, decoder_step,
+                                   generable, hides_nothing, step_rows, translate)
 from model.engine.hooks import capture
 from model.engine.transformer import KVCache
 
@@ -37,8 +36,8 @@ OPTIONS = {"translate event": DecodeOptions(beam=BEAM),
            "beam tree": DecodeOptions(beam=BEAM, record=False, trace=False, replace_unk=False)}
 
 
-# Kept on purpose: the previous model.engine.decoding.beam_search (before batched beam search, its candidate loop
-# inlined), the "before" of part 1; it repeats lines of today's model.engine.decoding by design. Not loaded from git
+# Kept on purpose: the previous model.engine.decoding.beam_search (before batched beam search; the candidate
+# choice is today's ``choose``, unchanged since), the "before" of part 1. Not loaded from git
 # history: that needs git and the history where the bench runs, and the old module imported beside the new.
 @torch.inference_mode()
 def previous_beam_search(model, src, beam=4, max_len=100, alpha=0.6, iv=NO_INTERVENTION, record=True,
@@ -63,21 +62,10 @@ def previous_beam_search(model, src, beam=4, max_len=100, alpha=0.6, iv=NO_INTER
             last = t == max_len - 1
             cand = (scores[:, None] + generable(logp, never)).view(-1)
             top_scores, top_idx = cand.topk(min(2 * beam, cand.numel()))
-            V = logp.size(1)
-            keep_parent, keep_tok, keep_score = [], [], []
-            for rank, (s, i) in enumerate(zip(top_scores.tolist(), top_idx.tolist())):
-                parent, tok = divmod(i, V)
-                if tok == eos or last:
-                    if rank < beam:
-                        ids = ys[parent, 1:].tolist() + [tok]
-                        finished.append(FinishedHypothesis(ids, s, s / length_penalty(len(ids), alpha), t, parent))
-                    continue
-                keep_parent.append(parent)
-                keep_tok.append(tok)
-                keep_score.append(s)
-                if len(keep_tok) == beam:
-                    break
-            history.append(BeamStep(keep_parent, keep_tok, keep_score))
+            step = choose(top_scores.tolist(), top_idx.tolist(), logp.size(1), beam, eos, last,
+                          lambda parent: ys[parent, 1:].tolist(), t, alpha, finished)
+            keep_parent, keep_tok, keep_score = step.parents, step.tokens, step.scores
+            history.append(step)
             if len(finished) >= beam or not keep_tok or last:
                 break
             same_rows = keep_parent == list(range(n))

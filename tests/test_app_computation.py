@@ -67,6 +67,15 @@ def test_a_query_title_shows_bos_once_escaped(client):
     assert "query 0: &lt;bos&gt;→" in title and "&amp;" not in title and "\\" not in title
 
 
+def test_a_head_title_says_which_layer_and_head_is_first(client):
+    """Titles count from 0 as the selection bar does, and say so the same way: "layer 0 (first)"."""
+    open_section(client)
+    for layer, head, name in ((0, 0, "layer 0 (first), head 0 (first)"), (1, 0, "layer 1, head 0 (first)"),
+                              (1, 2, "layer 1, head 2")):
+        fig = client.predict("decoder.cross_attn", layer, head, 0, "words", api_name="/head_computation")[1]
+        assert f"{name}, query 0" in plot(fig)["layout"]["title"]["text"]
+
+
 @pytest.mark.parametrize("kind,keys", [("encoder.self_attn", "source"), ("decoder.self_attn", "decoder input"),
                                        ("decoder.cross_attn", "source")])
 def test_inside_one_head_for_every_kind(client, kind, keys):
@@ -123,9 +132,8 @@ def forced_result(c) -> dict:
 
 
 def force(c, src=SRC, ref=REF) -> dict:
-    return named(c, c.src, c.predict(src, ref, "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1",
-                                     "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", "words", "shared",
-                                     api_name="/forced_view"), "forced_view")
+    return named(c, c.src, c.predict(src, ref, "de-en", 32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 1,
+                                     "decoder", "words", api_name="/forced_view"), "forced_view")
 
 
 def test_attribution_view(client):
@@ -181,8 +189,8 @@ def test_forced_decoding_becomes_the_current_run(client):
 
 
 def test_forced_decoding_needs_a_reference(client):
-    out = named(client, client.src, client.predict(SRC, "  ", "de-en", "decoder.cross_attn", "grid", 0, 0, "words", 32, "0, 1",
-                                                   "encoder", 1, "decoder.cross_attn", 0, 0, 1, "decoder", "words", "shared", api_name="/forced_view"), "forced_view")
+    out = named(client, client.src, client.predict(SRC, "  ", "de-en", 32, "0, 1", "encoder", 1, "decoder.cross_attn",
+                                                   0, 0, 1, "decoder", "words", api_name="/forced_view"), "forced_view")
     assert "reference" in out["forced_md"]
     assert out["run_status"] == {"__type__": "update"}  # the current run is untouched
 

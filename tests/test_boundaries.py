@@ -184,3 +184,24 @@ def test_the_circle_check_sees_imports_inside_functions(tmp_path):
                                  ["model.c", "model.a", "model.b", "model.c"])
     (pkg / "c.py").write_text("import numpy\n", encoding="utf-8")
     assert find_cycle(graph_of(tmp_path)) is None
+
+
+def string_keyed_parts(path: Path) -> list[int]:
+    """Lines where ``path`` reads or writes components through a ``.parts`` dict (``shell.parts["…"]``)."""
+    return sorted({node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   if isinstance(node, ast.Attribute) and node.attr == "parts"
+                   and isinstance(node.value, ast.Name) and node.value.id == "shell"})
+
+
+def test_sections_hand_on_typed_parts_never_a_dict_of_string_keys(tmp_path):
+    """Each section's build returns a dataclass of its components: no module keeps them in one dict on the
+    Shell, addressed by string keys."""
+    shell = next(n for n in ast.parse((ROOT / "ui" / "sections" / "__init__.py").read_text(encoding="utf-8")).body
+                 if isinstance(n, ast.ClassDef) and n.name == "Shell")
+    assert "sel_state" in {f.target.id for f in shell.body if isinstance(f, ast.AnnAssign)}
+    assert "parts" not in {f.target.id for f in shell.body if isinstance(f, ast.AnnAssign)}
+    found = {str(p.relative_to(ROOT)): string_keyed_parts(p) for p in [*(ROOT / "ui").rglob("*.py"), ROOT / "app.py"]}
+    assert {k: v for k, v in found.items() if v} == {}
+    bad = tmp_path / "bad.py"
+    bad.write_text('def build(shell):\n    shell.parts["pad_to"] = None\n', encoding="utf-8")
+    assert string_keyed_parts(bad) == [2]

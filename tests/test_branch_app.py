@@ -15,7 +15,6 @@ from ui.state import BeamView, ModelShape, RunInputs, Selection, from_query, lin
 
 DE = "Zwei Hunde spielen im Schnee."
 CROSS = "decoder.cross_attn"
-SEL = (CROSS, 0, 0, 1, None, "words", "grid", "shared")  # kind, layer, head, step, query, units, view, scale
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +59,7 @@ def test_continue_step_becomes_the_run_and_history_walks_back_and_forth(client, 
     first = t["translation"]
     tokens = first.split()
     pick = other_token(server[0].registry.models["de-en"].tgt_vocab, tokens[1])
-    o = outputs(client, client.predict(1, pick, *SEL, api_name="/continue_step"), "continue_step")
+    o = outputs(client, client.predict(1, pick, api_name="/continue_step"), "continue_step")
     assert o["run_status"].startswith("✓ branch")
     assert o["translation"].split()[:2] == [tokens[0], pick]
     assert "forced prefix up to step 1, then greedy" in o["run_bar"] and "Branch:" in o["notice"]
@@ -68,14 +67,14 @@ def test_continue_step_becomes_the_run_and_history_walks_back_and_forth(client, 
     assert o["hist_md"] == "run 2 of 2"
     query = dict(parse_qsl(urlsplit(o["link_box"]).query))
     assert len(query["prefix"].split(",")) == 2
-    back = outputs(client, client.predict(*SEL, api_name="/history_back"), "history_back")
+    back = outputs(client, client.predict(api_name="/history_back"), "history_back")
     assert back["translation"] == first and back["hist_md"] == "run 1 of 2"
     assert "forced prefix" not in back["run_bar"] and back["run_status"].startswith("✓ history")
-    fwd = outputs(client, client.predict(*SEL, api_name="/history_forward"), "history_forward")
+    fwd = outputs(client, client.predict(api_name="/history_forward"), "history_forward")
     assert fwd["translation"] == o["translation"] and fwd["hist_md"] == "run 2 of 2"
     assert "forced prefix up to step 1" in fwd["run_bar"]
     # nothing picked: a sentence beside the button, the run unchanged
-    none = outputs(client, client.predict(1, None, *SEL, api_name="/continue_step"), "continue_step")
+    none = outputs(client, client.predict(1, None, api_name="/continue_step"), "continue_step")
     assert "Pick a token" in none["branch_md"]
 
 
@@ -85,8 +84,9 @@ def _translate(demo, decoding="greedy"):
     return values["Run"]
 
 
-def _sel(section="generation", subview=None):
-    return (CROSS, 0, 0, 0, None, "words", "grid", "shared", section, {section: subview} if subview else {})
+def _sel(section="generation", subview=None) -> Selection:
+    """The Selection state as the controls write it (handlers take it as one value)."""
+    return Selection.of(CROSS, 0, 0, 0, None, "words", "grid", "shared", section, subview or "")
 
 
 def test_a_link_restores_a_branch(server):
@@ -127,7 +127,7 @@ def test_continue_from_a_beam_tree_node_and_the_export(server):
     run = _translate(demo, "beam")
     view = BeamView("de-en", run.tr, readouts.beam_tree_data(lm, run.tr), run.id)
     node = next(n for n in view.tree.nodes if n.step == 2 and n.status == "pruned")
-    values = handler(demo, "continue_node")(run, view, node.id, None, *_sel("generation", "beam-tree"))
+    values = handler(demo, "continue_node")(run, view, node.id, None, _sel("generation", "beam-tree"))
     new = values["Run"]
     ids, n = [], node
     while n.parent is not None:  # up to the root by hand
@@ -140,8 +140,38 @@ def test_continue_from_a_beam_tree_node_and_the_export(server):
     settings = run_settings(new)
     assert settings["branch"]["prefix_ids"] == ids[::-1] and settings["inputs"]["prefix"] == ids[::-1]
     assert settings["run"].startswith("forced prefix up to step 2, then beam 4")
-    other = handler(demo, "continue_node")(new, view, node.id, None, *_sel())
+    other = handler(demo, "continue_node")(new, view, node.id, None, _sel())
     assert "earlier run" in other["node-md"]
+
+
+def test_the_run_counter_counts_a_links_run_a_forced_run_and_back(server):
+    """"run i of n" from the first run on (a link's run is run 1 of 1); Force the reference records the
+    forced run at once (run 2 of 2, not at the next ◀); ◀ then shows run 1 of 2."""
+    demo = server[0]
+    run = _translate(demo)
+    record = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "_record")
+    hist, label, *_ = record(run, None)  # what every event of Translate's chain (a link's load too) runs after it
+    assert label == "run 1 of 1"
+    lazy = (32, "0, 1", "encoder", 1, CROSS, 0, 0, 1, "decoder", "words")  # Computation's own controls
+    forced = handler(demo, "forced_view")(SimpleNamespace(headers={}), run, DE, "Two dogs play in the snow.",
+                                          "de-en", Selection(section="computation", subview="forced"), hist, *lazy)
+    assert forced["run-status"].startswith("✓ forced") and forced["hist-md"] == "run 2 of 2"
+    new = forced["Run"]
+    back = handler(demo, "history_back")(new, forced["History"], _sel("computation", "forced"))
+    assert back["Run"].id == run.id and back["hist-md"] == "run 1 of 2"
+
+
+def test_only_a_finished_hypothesis_is_called_finished(server):
+    """The tree colours a finished hypothesis's whole path; the node list names only its last node
+    "finished" (the inner ones lie on its path)."""
+    demo = server[0]
+    run = _translate(demo, "beam")
+    view = BeamView("de-en", run.tr, readouts.beam_tree_data(demo.registry.models["de-en"], run.tr), run.id)
+    nodes = {n.id: n for n in view.tree.nodes}
+    assert any(n.status != "pruned" and not n.final for n in nodes.values())  # inner nodes of a finished path
+    choices = next(f.fn for f in demo.fns.values() if f.api_name == "beam_nodes")(view).choices
+    assert choices and all((", finished" in label) == nodes[i].final for label, i in choices)
+    assert any(", on the chosen path" in label for label, _ in choices)
 
 
 def test_branch_events_refresh_every_run_output(server):

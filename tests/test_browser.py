@@ -162,7 +162,7 @@ def test_head_profiles_open_with_the_picked_heads_map(page):
     """Opening Analysis draws the profiles and the picked head's map of the current run: no blank frame."""
     page.get_by_role("tab", name="Analysis & export", exact=True).click()
     assert "click a cell" in _title(page, "#prof-heat")
-    assert "layer 0, head 0" in _title(page, "#prof-head-plot")
+    assert "layer 0 (first), head 0 (first)" in _title(page, "#prof-head-plot")
 
 
 def test_script_in_input_is_inert(page):

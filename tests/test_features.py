@@ -262,8 +262,9 @@ def test_app_head_profiles(client):
 
 
 def test_app_two_sentences(client):
-    md, fig = client.predict("Der Mann sieht die Frau.", "Die Frau sieht den Mann.", "de-en", "encoder.self_attn",
-                             1, 2, api_name="/pair_view")
+    # the head is the one selection's (the bar's controls write it)
+    client.predict("encoder.self_attn", 1, 2, 0, None, "words", "grid", "shared", api_name="/selection")
+    md, fig = client.predict("Der Mann sieht die Frau.", "Die Frau sieht den Mann.", "de-en", api_name="/pair_view")
     fig = plot(fig)
     assert len(fig["data"]) == 2 and all(t["coloraxis"] == "coloraxis" for t in fig["data"])
     assert "Mann" in fig["layout"]["xaxis"]["ticktext"] and "Mann" in fig["layout"]["xaxis2"]["ticktext"]
@@ -278,13 +279,12 @@ def test_app_export_and_link(client):
     assert "encoder.layers.0.self_attn.hook_pattern" in data.files and meta["model"] == "de-en"
     S, T = len(meta["src_tokens"]), len(meta["output_tokens"])
     assert data["decoder.layers.1.cross_attn.hook_pattern"].shape == (1, 4, T, S)
-    out = client.predict("alignment", "decoder.cross_attn", "grid", 0, 0, "words", "shared", "all", "layer", "entropy",
-                         "HTML", api_name="/export_figure")
+    client.predict("decoder.cross_attn", 0, 0, 0, None, "words", "grid", "shared", api_name="/selection")
+    out = client.predict("alignment", "all", "layer", "entropy", "HTML", api_name="/export_figure")
     html_text = open(out if isinstance(out, str) else out["path"], encoding="utf-8").read()
     assert "sankey" in html_text and len(html_text) > 1_000_000  # plotly.js inline: works offline
     assert '<script src="http' not in html_text and "<b>" not in html_text
-    out = client.predict("alignment", "decoder.cross_attn", "grid", 0, 0, "words", "shared", "all", "layer", "entropy",
-                         "PNG", api_name="/export_figure")
+    out = client.predict("alignment", "all", "layer", "entropy", "PNG", api_name="/export_figure")
     png = open(out if isinstance(out, str) else out["path"], "rb").read()  # CI installs kaleido and chromium
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
     assert meta["settings"]["run"] == "greedy" and meta["settings"]["teacher_forced"] is False

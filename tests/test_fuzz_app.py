@@ -153,9 +153,10 @@ def test_random_unicode_through_the_app_views(registry, text, name, beam, pad, c
     run = state.Run(name, tr, present.run_notices(tr, notices, lm))
     layer = data.draw(st.integers(0, 5), label="layer")
     head = data.draw(st.integers(0, 5), label="head")
-    check_figure(views.attention_figure(run, data.draw(st.sampled_from(ATTN_KINDS + ("bogus",)), label="kind"),
-                                        data.draw(st.sampled_from(VIEWS), label="view"), layer, head, "words", lm),
-                 "attention")
+    # a kind as a control or a link sends it becomes the engine's Kind where it enters (Selection.of)
+    kind_in = state.Selection.of(data.draw(st.sampled_from(ATTN_KINDS + ("bogus", "cross", None)), label="kind")).kind
+    check_figure(views.attention_figure(run, kind_in, data.draw(st.sampled_from(VIEWS), label="view"), layer, head,
+                                        "words", lm), "attention")
     if tr.steps:
         check_figure(views.watch_heads(run), "watch heads")
     for kind in ATTN_KINDS:

@@ -163,8 +163,8 @@ def test_html_and_script_are_inert_in_every_view(client):
     md, beam_fig, table, _ = client.predict(*sel, 2, api_name="/beam_tree")
     assert "<script" not in md and "<img" not in md
     figs["beam"] = plot_json(beam_fig)
-    md, pair_fig = client.predict(PAYLOAD, "Ein <b>Mann</b>", "de-en", "encoder.self_attn", 0, 0,
-                                  api_name="/pair_view")
+    client.predict("encoder.self_attn", 0, 0, 0, None, "words", "grid", "shared", api_name="/selection")
+    md, pair_fig = client.predict(PAYLOAD, "Ein <b>Mann</b>", "de-en", api_name="/pair_view")
     assert "<script" not in md and "<b>" not in md
     figs["pair"] = plot_json(pair_fig)
 
@@ -180,9 +180,9 @@ def test_html_and_script_are_inert_in_every_view(client):
 
 def test_exported_figure_html_is_inert(client):
     ui_translate(client, PAYLOAD, max_len=8)
+    client.predict("encoder.self_attn", 0, 0, 0, None, "words", "head", "shared", api_name="/selection")
     for which in ("attention", "alignment", "rollout"):
-        out = client.predict(which, "encoder.self_attn", "head", 0, 0, "words", "shared", "all", "layer", "entropy",
-                             "HTML", api_name="/export_figure")
+        out = client.predict(which, "all", "layer", "entropy", "HTML", api_name="/export_figure")
         page = open(out if isinstance(out, str) else out["path"], encoding="utf-8").read()
         for raw in ('alert("x")</script', "<img src", "<svg onload", "y</b><i", "onerror=alert"):
             assert raw not in page, (which, raw)
@@ -232,7 +232,7 @@ def test_direction_values_never_become_paths(server, client, no_loading, directi
             ("/translate_stream", (DE, direction, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", "shared"),
              "not in the list of choices"),
             ("/positional", (direction, 20, "0, 1"), "not in the list of choices"),
-            ("/pair_view", (DE, DE, direction, "encoder.self_attn", 0, 0), "not in the list of choices"),
+            ("/pair_view", (DE, DE, direction), "not in the list of choices"),
         ]
     for api, args, expected in calls:
         with pytest.raises(Exception) as e:

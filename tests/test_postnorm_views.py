@@ -210,9 +210,9 @@ def test_the_positional_views_name_marians_sin_then_cos_halves(lm):
 
 def test_one_heads_norm_view_says_it_is_the_attention_term_alone(lm, forced):
     from ui import inside
-    from ui.state import Run
+    from ui.state import Run, Selection
     run = Run.of(lm, "de-en", forced.translation, forced=True)
-    fig = inside.norm_weight_figure(run, lm, "cross", 1, 2, "pieces")
+    fig = inside.norm_weight_figure(run, lm, Selection.of("cross").kind, 1, 2, "pieces")
     assert "before the residual add and the LayerNorm" in fig.layout.title.subtitle.text
     comp = Computation(forced.translation.trace, lm.model)
     z = [d.customdata for d in fig.data if d.type == "heatmap"][1]  # the raw values: the head's own term

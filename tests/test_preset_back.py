@@ -60,8 +60,10 @@ def preset(client, text, kind=CROSS, layer=0, head=0) -> dict:
     return outputs(client, out, "word_order_preset")
 
 
-def back(client, kind=ENC, layer=1, head=1) -> dict:
-    out = client.predict(kind, layer, head, 0, None, "words", "grid", "shared", api_name="/preset_back")
+def back(client) -> dict:
+    """Back: its selection is the session's Selection state (the kind, layer and head it restores are the
+    replaced run's own)."""
+    out = client.predict(api_name="/preset_back")
     return outputs(client, out, "preset_back")
 
 
@@ -89,7 +91,7 @@ def test_back_restores_the_run_the_preset_replaced(client):
     theirs = translate(client, demo.text, ENC, demo.layer, demo.head)  # the preset's next step
     assert theirs["translation"] != mine["translation"] or theirs["src_chips"] != mine["src_chips"]
 
-    b = back(client, ENC, demo.layer, demo.head)
+    b = back(client)
     assert b["input_text"] == DE and b["direction"] == "de-en" and b["tog_positional"] is True
     assert b["translation"] == mine["translation"] and b["src_chips"] == mine["src_chips"]
     assert b["run_status"].startswith("✓ back")
@@ -118,7 +120,7 @@ def test_a_second_press_of_the_preset_keeps_the_first_way_back(client):
 def test_back_shows_only_with_a_run_to_go_back_to_and_restores_that_very_run(server, monkeypatch):
     """The handlers called in-process: the Button's visibility and the State do not reach a client."""
     from ui.sections.interventions import PresetBack
-    from ui.state import Run
+    from ui.state import Run, Selection
     demo = server[0]
     tr = next(f for f in demo.fns.values() if f.api_name == "translate_stream").fn
     run = next(v for v in tr(DE, "de-en", "greedy", 4, 30, CROSS, "grid", 1, 2, "words", "shared", "translate",
@@ -137,12 +139,20 @@ def test_back_shows_only_with_a_run_to_go_back_to_and_restores_that_very_run(ser
         raise AssertionError("Back called the model")
     monkeypatch.setattr(calls, "gpu_translate", no_model)
     monkeypatch.setattr(calls, "gpu_compare", no_model)
-    b = back_fn(saved, None, ENC, 1, 1, 0, None, "words", "grid", "shared", "interventions", {})
+    b = back_fn(saved, None, Selection.of(ENC, 1, 1, section="interventions"))
     assert b["Run"] is run  # the very Run the preset replaced is current again
     assert b["cmp-back"].visible is False and b["input-text"] == "my edit" and b["tog-causal"] is False
     assert b["cmp-base"].value and "Baseline (the current run)" in b["cmp-base"].label  # its section redrawn
-    assert set(back_fn(None, None, CROSS, 0, 0, 0, None, "words", "grid", "shared", "translate", {})) == {
+    assert set(back_fn(None, None, Selection())) == {
         "cmp-back", "NoneType"}  # pressed with nothing kept: only hides itself (and keeps nothing)
+
+
+def test_the_presets_run_is_recorded_in_the_run_history(server):
+    """The preset's run (its second step) is followed by the run history's record, as every run is."""
+    fns = list(server[0].fns.values())
+    preset = next(f for f in fns if f.api_name == "word_order_preset")
+    run_step = next(f for f in fns if f.trigger_after == preset._id)
+    assert "_record" in {getattr(f.fn, "__name__", "") for f in fns if f.trigger_after == run_step._id}
 
 
 def test_thumbnails_outline_follows_the_selected_cross_attention_head(client):

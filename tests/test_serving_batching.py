@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -31,7 +32,11 @@ def submit_while_busy(mb: MicroBatcher, lock, requests, timeout: float) -> None:
         threads = [threading.Thread(target=r) for r in requests]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + timeout
         while sum(len(q) for q in mb._waiting.values()) < len(threads):
+            # a request that never queues (it raised, or took another path) must fail the test, not hang it
+            assert time.monotonic() < deadline, f"only {sum(len(q) for q in mb._waiting.values())} of " \
+                                                f"{len(threads)} requests queued in {timeout} s"
             threading.Event().wait(0.005)
     for t in threads:
         t.join(timeout)

@@ -2,14 +2,13 @@
 options, each answer its own request's lone run, and each request its own cache entry."""
 from __future__ import annotations
 
-import threading
 
 import pytest
 
 from model.engine import batching, decoding
 from model.engine.decoding import DecodeOptions
 from tests.app_fixtures import make_checkpoint
-from tests.test_serving_batching import assert_same_beam, assert_same_run
+from tests.test_serving_batching import assert_same_beam, assert_same_run, submit_while_busy
 from ui import calls
 
 TEXTS = ["Zwei Hunde spielen im Schnee.", "Ein Mann.", "Eine Frau fährt mit dem Fahrrad über die Brücke.",
@@ -44,14 +43,11 @@ def test_concurrent_beam_calls_batch_by_options_and_stay_distinct(reg, fresh_cac
           "tree 3": lambda t: calls.gpu_beam(key, "de-en", t, 3, 20),
           "tree 4": lambda t: calls.gpu_beam(key, "de-en", t, 4, 20)}
     out, before = {}, len(calls.BATCHER.batches)
-    with calls.MODEL_LOCK:  # the model is busy: every visitor's request waits for it
-        threads = [threading.Thread(target=lambda a=a: out.__setitem__(a, do[a[0]](a[1]))) for a in asks]
-        for t in threads:
-            t.start()
-        while sum(len(q) for q in calls.BATCHER._waiting.values()) < len(asks):
-            threading.Event().wait(0.005)
-    for t in threads:
-        t.join(60)
+    # batching needs the model calls to run at once (ATTN_MODEL_CONCURRENCY); with one slot they queue one by one
+    monkeypatch.setattr(calls, "model_slot", calls.ModelSlots(len(asks)))
+    # the model is busy: every visitor's request waits for it
+    submit_while_busy(calls.BATCHER, calls.MODEL_LOCK,
+                      [lambda a=a: out.__setitem__(a, do[a[0]](a[1])) for a in asks], timeout=60)
     assert sorted(calls.BATCHER.batches[before:]) == [3, 4, 4] and sorted(ran) == [(3, 4), (3, 4), (4, 3)]
     lean = dict(record=False, replace_unk=False, trace=False)
     alone = {"translate": traced, "tree 3": DecodeOptions(beam=3, max_len=20, **lean),

@@ -3,6 +3,7 @@ the app's model calls answered from it exactly as a fresh decode would answer.""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -43,7 +44,9 @@ def test_concurrent_misses_compute_once_and_errors_are_not_kept():
     threads = [threading.Thread(target=lambda: out.append(cache.get("k", slow))) for _ in range(8)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 30
     while not runs:
+        assert time.monotonic() < deadline, "no thread reached the computation in 30 s"
         threading.Event().wait(0.005)
     gate.set()
     for t in threads:

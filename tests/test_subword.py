@@ -223,11 +223,12 @@ def test_attention_view_reads_as_words_by_default(tmp_path, sv):
 def test_norm_weights_and_attribution_follow_the_units(tmp_path, sv):
     """Computation's attention-like views pool pieces into words when Units says words."""
     from model.analysis.attribution import attribute
+    from model.engine.names import CROSS
     from ui import inside
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(max_len=5))
     run = state.Run.of(lm, "de-en", tr, [])
-    text = {u: json.dumps(inside.norm_weight_figure(run, lm, "decoder.cross_attn", 0, 1, u).to_dict(),
+    text = {u: json.dumps(inside.norm_weight_figure(run, lm, CROSS, 0, 1, u).to_dict(),
                           ensure_ascii=False) for u in ("words", "pieces")}
     assert "Feuerwehrmann" in text["words"] and "(words)" in text["words"]
     assert "Feuerwehrmann" not in text["pieces"] and "(tokens)" in text["pieces"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
@@ -185,22 +186,33 @@ EXPLAIN = ("How well each cross-attention head's strongest source word matches a
            "or a table row to see its map here.")
 
 
-def build(p: dict) -> None:
+@dataclass(frozen=True)
+class AlignParts:
+    """The ranking's controls and results, inside the Head profiles tab."""
+    sentence: gr.Textbox
+    button: gr.Button
+    md: gr.Markdown
+    heat: gr.Plot
+    table: gr.Dataframe
+
+
+def build() -> AlignParts:
     """The ranking's parts, inside the Head profiles tab."""
     with gr.Accordion("Alignment (AER): which heads align words", open=False, elem_id="align-acc"):
         gr.Markdown(EXPLAIN, elem_classes="explain")
         with gr.Row():
-            p["align_sentence"] = gr.Textbox(label="Validation sentence (blank: the whole set)", placeholder="e.g. 7",
-                                             max_lines=1, scale=1, elem_id="align-sentence")
-            p["align_btn"] = gr.Button("Rank the heads by alignment", elem_id="align-btn", scale=1)
-        p["align_md"] = gr.Markdown(elem_id="align-md")
-        p["align_heat"] = gr.Plot(label="AER per layer × head", elem_id="align-heat", show_label=False)
-        p["align_table"] = gr.Dataframe(headers=TABLE_HEADERS, label="Ranked, best first", interactive=False,
-                                        elem_id="align-table")
+            sentence = gr.Textbox(label="Validation sentence (blank: the whole set)", placeholder="e.g. 7",
+                                  max_lines=1, scale=1, elem_id="align-sentence")
+            button = gr.Button("Rank the heads by alignment", elem_id="align-btn", scale=1)
+        md = gr.Markdown(elem_id="align-md")
+        heat = gr.Plot(label="AER per layer × head", elem_id="align-heat", show_label=False)
+        table = gr.Dataframe(headers=TABLE_HEADERS, label="Ranked, best first", interactive=False,
+                             elem_id="align-table")
+    return AlignParts(sentence=sentence, button=button, md=md, heat=heat, table=table)
 
 
 def wire(shell) -> None:
-    p = shell.parts
+    p, a = shell.analysis.align, shell.analysis
 
     def on_rank(run, name, sentence):
         try:
@@ -223,9 +235,8 @@ def wire(shell) -> None:
             log.exception("alignment row select failed")
             return gr.skip(), views.message_figure("This head's map could not be drawn."), *(gr.skip(),) * 3
 
-    p["align_btn"].click(on_rank, [shell.run_state, shell.direction, p["align_sentence"]], [p["align_md"], p["align_heat"], p["align_table"]],
-                         api_visibility="private", **shell.model_event())
-    p["align_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"], shell.kind, shell.layer,
-                                                        shell.head],
-                            api_visibility="private", concurrency_limit=4, show_progress="hidden")
+    p.button.click(on_rank, [shell.run_state, shell.direction, p.sentence], [p.md, p.heat, p.table],
+                   api_visibility="private", **shell.model_event())
+    p.table.select(on_row, [shell.run_state], [a.prof_pick, a.prof_head_plot, shell.kind, shell.layer, shell.head],
+                   api_visibility="private", concurrency_limit=4, show_progress="hidden")
     gr.api(make_api(shell.reg_key), api_name="alignment_heads", **shell.model_event())

@@ -8,11 +8,11 @@ import numpy as np
 from model.analysis.attribution import IG_MAX_STEPS, METHODS, Attribution
 from model.analysis.computation import Computation, Forced
 from model.engine.results import pool_words
-from model.engine.transformer import ENC_SELF
+from model.engine.transformer import ENC_SELF, Kind
 from viz import computation as vc
-from viz.common import message_figure, step_row_labels
+from viz.common import layer_head, message_figure, step_row_labels
 
-from .present import KIND_LABELS, decoder_rows, kind_of, md_escape, unspaced_caption
+from .present import KIND_LABELS, decoder_rows, md_escape, unspaced_caption
 from .state import Run
 
 FIRST = "Translate a sentence first."
@@ -27,15 +27,15 @@ def computation(run: Run, lm) -> Computation:
     return Computation(run.tr.trace, lm.model, run.tr.interventions)
 
 
-def query_labels(run: Run, kind: str) -> list[str]:
+def query_labels(run: Run, kind: Kind) -> list[str]:
     """One label per query position of ``kind``: source tokens, or ``input→token`` decoder steps."""
-    tr, kind = run.tr, kind_of(kind)
+    tr = run.tr
     if kind == ENC_SELF:
         return [f"{i}: {t}" for i, t in enumerate(tr.src_tokens)]
     return [f"{i}: {t}" for i, t in enumerate(step_row_labels(tr.decoder_input_tokens, tr.output_tokens))]
 
 
-def query_choices(run: Run | None, kind: str) -> list[tuple[str, int]]:
+def query_choices(run: Run | None, kind: Kind) -> list[tuple[str, int]]:
     return [] if run is None else [(label, i) for i, label in enumerate(query_labels(run, kind))]
 
 
@@ -47,17 +47,16 @@ def clamp(value, n: int, default: int = 0) -> int:
     return max(0, min(v, n - 1)) if n else 0
 
 
-def default_query(kind: str, n: int) -> int:
+def default_query(kind: Kind, n: int) -> int:
     """The query Inside one head opens on: the first, for every kind, so that switching to decoder
     self-attention keeps a query with masked keys (every later position) and the mask step shows them."""
     return 0
 
 
-def head_figure(run: Run | None, lm, kind: str, layer, head, query):
+def head_figure(run: Run | None, lm, kind: Kind, layer, head, query):
     """Inside one head: q, K, QKᵀ/√d_k, the mask as −∞, softmax, V, αV and the head's output after W_O."""
     if run is None or lm is None:
         return message_figure(FIRST)
-    kind = kind_of(kind)
     comp = computation(run, lm)
     layer = clamp(layer, comp.n_layers(kind.stack))
     head = clamp(head, lm.model.cfg.heads(kind))
@@ -67,7 +66,7 @@ def head_figure(run: Run | None, lm, kind: str, layer, head, query):
     keys = run.tr.axes(kind)[1]
     return vc.head_computation(h.query, h.keys, h.scores, h.mask, h.masked, h.pattern, h.values, h.z, h.result,
                                keys, labels[query].split(": ", 1)[1], lm.model.cfg.d_model // lm.model.cfg.heads(kind),
-                               title=f"{KIND_LABELS[kind]}, layer {layer}, head {head}, query {labels[query]}")
+                               title=f"{KIND_LABELS[kind]}, {layer_head(layer, head)}, query {labels[query]}")
 
 
 def residual_figure(run: Run | None, lm, part: str):
@@ -83,12 +82,11 @@ def residual_figure(run: Run | None, lm, part: str):
     return vc.residual_norms(r.resid, r.attn, r.ffn, r.cross, tokens, title=title)
 
 
-def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str = "words"):
+def norm_weight_figure(run: Run | None, lm, kind: Kind, layer, head, units: str = "words"):
     """One head's attention beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. 2020); a subword
     run's pieces pooled into words like the attention maps (keys summed, queries averaged)."""
     if run is None or lm is None:
         return message_figure(FIRST)
-    kind = kind_of(kind)
     comp = computation(run, lm)
     layer = clamp(layer, comp.n_layers(kind.stack))
     head = clamp(head, lm.model.cfg.heads(kind))
@@ -102,7 +100,7 @@ def norm_weight_figure(run: Run | None, lm, kind: str, layer, head, units: str =
         notes.append(unspaced_caption(q, k).removeprefix("; "))
     if kind != ENC_SELF:
         q = decoder_rows(q, outputs)[0]
-    title = f"{KIND_LABELS[kind]}, layer {layer}, head {head}: α beside ‖α·f(x)‖ ({unit})"
+    title = f"{KIND_LABELS[kind]}, {layer_head(layer, head)}: α beside ‖α·f(x)‖ ({unit})"
     return vc.norm_vs_attention(pattern, norm, q, k, notes=notes, title=title)
 
 

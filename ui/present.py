@@ -38,15 +38,6 @@ TRY_THIS = ("**Try this:** ① **Watch a step**: open *Generation* and press *ne
             "off**: in *Masks & interventions* untick *Causal mask*, then press *Compare*.")
 
 
-def kind_of(value, default: Kind = CROSS) -> Kind:
-    """A kind by any of its names ('cross', 'decoder.cross_attn', ...); unknown names give ``default``.
-    Where a UI value enters: past here a kind is a :class:`Kind`."""
-    try:
-        return Kind.of(str(value))
-    except ValueError:
-        return default
-
-
 def decoder_rows(q: list[str], outputs: list[str]) -> tuple[list[str], str | None]:
     """Decoder query labels in the one convention, or the tokens unchanged when lengths differ."""
     if len(q) == len(outputs):

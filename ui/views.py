@@ -17,7 +17,7 @@ from model.analysis import readouts
 from model.engine.config import NO_INTERVENTION, Interventions
 from model.engine.decoding import mask_preview, not_padding
 from model.engine.results import decoder_input, pool_words
-from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF
+from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
 from model.families import catalog
 from model.families.ours import Registry
 from viz import alignment as v_align
@@ -29,10 +29,10 @@ from viz import positional as vp
 from viz import profiles as v_prof
 from viz import rollout as v_roll
 from viz import steps as vs
-from viz.common import STEP_ROW_TITLE, message_figure, step_row_labels
+from viz.common import STEP_ROW_TITLE, layer_head, message_figure, step_row_labels
 
 from . import inside
-from .present import KIND_LABELS, decoder_rows, kind_of, md_escape, parse_heads, unspaced_caption
+from .present import KIND_LABELS, decoder_rows, md_escape, parse_heads, unspaced_caption
 from .state import BeamView, CompareRun, PairRun, Run, Selection
 
 FIRST = "Translate a sentence first."
@@ -78,11 +78,10 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None) -> KindView:
                     caption=caption)
 
 
-def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: str = "words", lm=None,
+def attention_figure(run: Run | None, kind: Kind, view: str, layer, head, units: str = "words", lm=None,
                      scale: str = "shared"):
     if run is None or run.tr.trace is None:
         return message_figure(FIRST)
-    kind = kind_of(kind)
     if view == "scores":
         return scores_figure(run, kind, layer, head)
     kv = kind_view(run, kind, units, lm)
@@ -94,8 +93,8 @@ def attention_figure(run: Run | None, kind: str, view: str, layer, head, units: 
     words = [kv.caption.removeprefix("; ")] if kv.caption else []  # a subtitle: the title keeps one line
     if view == "head":
         return va.single_head(attn[l, h], q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, layer=l,
-                              head=h, query_title=q_title, label=f"layer {l}, head {h}",
-                              title=f"{label}: layer {l}, head {h}", notes=[axes, *words])
+                              head=h, query_title=q_title, label=layer_head(l, h),
+                              title=f"{label}: {layer_head(l, h)}", notes=[axes, *words])
     if view == "mean":
         return va.layer_means(attn, q, k, query_valid=valid, mask=mask, scale=scale, kind=kind, query_title=q_title,
                               title=f"{label}: mean over heads per layer ({axes})", notes=words)
@@ -111,19 +110,19 @@ def unmasked_title(kind: str, mask) -> str | None:
     return f"the same scores: {where} masks only padding, and this run has none"
 
 
-def scores_figure(run: Run | None, kind: str, layer, head):
+def scores_figure(run: Run | None, kind: Kind, layer, head):
     """One head's scaled scores, the scores with the mask applied, and the softmax (tokens, not words)."""
     if run is None or run.tr.trace is None:
         return message_figure(FIRST)
-    tr, kind = run.tr, kind_of(kind)
+    tr = run.tr
     attn = tr.attention(kind)
     l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
     q, k = tr.axes(kind)
     rows, q_title = (q, None) if kind == ENC_SELF else decoder_rows(q, tr.output_tokens)
     mask = tr.mask(kind)
     return va.score_panels(tr.scores(kind, l)[h], attn[l, h], rows, k, mask=mask, mask_title=unmasked_title(kind, mask),
-                           query_valid=tr.query_valid(kind), query_title=q_title, label=f"L{l} H{h}",
-                           title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: QKᵀ/√d_k → mask → softmax (tokens)")
+                           query_valid=tr.query_valid(kind), query_title=q_title, label=layer_head(l, h),
+                           title=f"{KIND_LABELS[kind]}, {layer_head(l, h)}: QKᵀ/√d_k → mask → softmax (tokens)")
 
 
 # --------------------------------------------------------------------------- generation
@@ -218,14 +217,13 @@ def model_masks_figure(lm, src_tokens, out_tokens, iv: Interventions, title: str
     ], title=title)
 
 
-def compare_maps_figure(cmp: CompareRun | None, kind: str | None, layer, head, lm=None):
+def compare_maps_figure(cmp: CompareRun | None, kind: Kind | None, layer, head, lm=None):
     """Baseline, modified and difference maps of one head; a subword ``lm`` pools pieces into words.
     ``kind`` None: no attention map comes after the ablated heads (see :func:`ablation_map`)."""
     if cmp is None:
         return message_figure("Press Compare to run the baseline and the modified model.")
     if kind is None:
         return message_figure(NO_MAP_AFTER)
-    kind = kind_of(kind)
     run = _base_run(cmp, lm)
     base = kind_view(run, kind, "words", lm)
     mod = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)
@@ -234,7 +232,7 @@ def compare_maps_figure(cmp: CompareRun | None, kind: str | None, layer, head, l
     own = (kind, l, h) in cmp.iv.ablate_heads
     return va.comparison_maps(base.attn[l, h], mod.attn[l, h], base.rows, base.keys, query_valid=base.valid,
                               masks=(base.mask, mod.mask), query_title=base.row_title,
-                              title=f"{KIND_LABELS[kind]}, layer {l}, head {h}" +
+                              title=f"{KIND_LABELS[kind]}, {layer_head(l, h)}" +
                                     (" (ablated: its own pattern cannot change)" if own else "") +
                                     f": baseline, modified and their difference (same decoder input; {base.unit})")
 
@@ -397,10 +395,9 @@ def head_map_figure(run: Run | None, head_label, lm=None):
     return attention_figure(run, kind, "head", l, h, "words", lm, scale="head")
 
 
-def pair_view_figure(pair: PairRun | None, kind, layer, head):
+def pair_view_figure(pair: PairRun | None, kind: Kind, layer, head):
     if pair is None:
         return message_figure("Enter two sentences and press Compare sentences.")
-    kind = kind_of(kind, ENC_SELF)
     maps, valid, masks = [], [], []
     l = h = 0
     for label, tr in (("sentence A", pair.a), ("sentence B", pair.b)):
@@ -413,7 +410,7 @@ def pair_view_figure(pair: PairRun | None, kind, layer, head):
         masks.append(tr.mask(kind))
     return v_pair.side_by_side(maps, query_valid=valid, masks=masks,
                                query_title=None if kind == ENC_SELF else STEP_ROW_TITLE,
-                               title=f"{KIND_LABELS[kind]}, layer {l}, head {h}: both sentences on one colour scale")
+                               title=f"{KIND_LABELS[kind]}, {layer_head(l, h)}: both sentences on one colour scale")
 
 
 def hypothesis_figure(hyp, rank):

@@ -80,14 +80,13 @@ def export_settings(run: Run, bench: PatchLink | None, held, second=None) -> dic
 
 
 def load_outputs(shell) -> list:
-    """The components a link's bench and foil set on load."""
-    p = shell.parts
-    keys = ["pair_a", "pair_b", "patch_site", "patch_scan", "patch_part", "patch_point", "patch_sel", "patch_pos",
-            "patch_step", "patch_foil", "patch_ablation", "patch_output", "patch_md", "patch_plot", "patch_state",
-            "patch_model", "attr_pos", "attr_foil", "attr_foil_text", "attr_md", "attr_plot",
-            "attr_table", "attr_state"]
-    return [p[k] for k in keys if k in p] + [c for name in ("sidebyside", "decoderlens")
-                                             for c in getattr(shell.restorers.get(name), "outputs", [])]
+    """The components a link's bench, foil, second model and DecoderLens layer set on load."""
+    a, b, c = shell.analysis, shell.analysis.bench, shell.computation
+    return [a.pair_a, a.pair_b, b.patch_site, b.patch_scan, b.patch_part, b.patch_point, b.patch_sel, b.patch_pos,
+            b.patch_step, b.patch_foil, b.patch_ablation, b.patch_output, b.patch_md, b.patch_plot, b.patch_state,
+            b.patch_model, c.attr.pos, c.attr.foil, c.attr.foil_text, c.attr.md, c.attr.plot, c.attr.table,
+            c.attr.state, *(x for name in ("sidebyside", "decoderlens")
+                            for x in getattr(shell.restorers.get(name), "outputs", []))]
 
 
 def restore(shell, run: Run, params: dict, sel: Selection) -> tuple[dict, list[str]]:
@@ -110,8 +109,8 @@ def restore(shell, run: Run, params: dict, sel: Selection) -> tuple[dict, list[s
 
 def link_after_load(shell, run: Run, sel: Selection, base_url: str, values: dict) -> str | None:
     """The link box after a link restored a bench or a foil: it names them too (None: nothing restored)."""
-    p = shell.parts
-    bench, held = values.get(p.get("patch_state")), values.get(p.get("attr_state"))
+    bench = values.get(shell.analysis.bench.patch_state)
+    held = values.get(shell.computation.attr.state)
     held = held if getattr(held, "run_id", None) == run.id else None
     second = next((v for v in values.values() if hasattr(v, "run_id") and hasattr(v, "name")), None)
     second = second if _second_shown(run, second) else None

@@ -44,6 +44,12 @@ STEP_ROW_TITLE = "decoder step: input → token it produced"
 _SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
 
+def layer_head(layer: int, head: int) -> str:
+    """A head's name in a figure, counted from 0 as in the selection bar, which says so the same way:
+    "layer 0 (first), head 2"."""
+    return f"layer {layer}{' (first)' if layer == 0 else ''}, head {head}{' (first)' if head == 0 else ''}"
+
+
 def esc(token) -> str:
     """HTML-escape a token for a Plotly label (quotes as numeric entities Plotly understands)."""
     s = html.escape(str(token), quote=False)

@@ -7,7 +7,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .common import (ATTN_SCALE, CHOSEN_COLOR, MAX_TICK_LABELS, OTHER_COLOR, base_layout, blank_rows, esc, figure,
-                     finite_max, label_font_size, set_title, short, thin_axes, thin_note, token_axis, token_labels)
+                     finite_max, label_font_size, layer_head, set_title, short, thin_axes, thin_note, token_axis,
+                     token_labels)
 
 INSIDE_FROM = 0.5  # bars at least this long carry their label inside, so no label runs past the axis
 
@@ -200,7 +201,7 @@ def heads_mini(rows: np.ndarray, src_tokens: Sequence[str], row_labels: Sequence
     pieces = unit == "pieces" and any(str(x).startswith("▁") for x in src_tokens)
     notes = [f"{t} of {Q} rows decoded ({unit}); colour 0–100 %; layers L and heads H count from 0",
              "▁ starts a word" if pieces else "",
-             f"outlined: L{selected[0]} H{selected[1]}, the selected head" if selected else "",
+             f"outlined: {layer_head(*selected)}, the selected head" if selected else "",
              thin_note(k) if k > 1 else ""]
     set_title(layout, title, notes, top_extra=4)
     return figure(data, layout)

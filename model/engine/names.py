@@ -50,11 +50,6 @@ _ALIASES = {"encoder": ENC_SELF, "enc": ENC_SELF, "decoder": DEC_SELF,
             "self": DEC_SELF, "dec": DEC_SELF, "cross": CROSS}
 
 
-def canonical_kind(kind: Kind | str) -> Kind:
-    """:meth:`Kind.of`, under the name older callers import."""
-    return Kind.of(kind)
-
-
 PARTS = ("encoder", "decoder")
 FF_POINTS = ("pre", "post")
 

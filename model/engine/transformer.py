@@ -23,7 +23,7 @@ from torch import nn
 from .config import ACTIVATIONS, NO_INTERVENTION, Interventions, TransformerConfig
 from .hooks import HookPoint, global_hooks
 from .masks import causal_mask, padding_mask
-from .names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind, canonical_kind  # noqa: F401 (importable here)
+from .names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind  # noqa: F401 (importable here)
 
 
 def sinusoidal_encoding(max_len: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:

@@ -27,9 +27,8 @@ import torch
 from model.engine.config import TransformerConfig
 from model.engine.loaded import LoadedModel
 from model.engine.transformer import Transformer, tied_keys
-from model.engine.vocab import WORD_START, SubwordVocab, piece_word_spans
 
-from .marian import ACTIVATIONS, HUB_ID, hf_model_type, read_weights, side_shapes
+from .marian import ACTIVATIONS, HUB_ID, HubPieceVocab, hf_model_type, read_weights, side_shapes
 
 LABEL = "M2M100"  # how the model list names this family (an NLLB vocabulary's models: "NLLB-200")
 
@@ -66,21 +65,15 @@ def is_m2m100_source(source) -> bool:
 
 # --------------------------------------------------------------------------- the vocabulary
 
-class M2M100Vocab(SubwordVocab):
+class M2M100Vocab(HubPieceVocab):
     """One SentencePiece model for both sides, the ids of the family, and the language codes. A sentence's
     tokens start with its language's code token (``__de__`` for M2M100, ``deu_Latn`` for NLLB)."""
 
-    kind = "subword"
-
     def __init__(self, itos: list[str], proto: bytes, lang_tokens: dict[str, str], family: str):
-        import sentencepiece as spm
-        self.proto, self.model_type, self.family = bytes(proto), family, family
-        self.sp = spm.SentencePieceProcessor(model_proto=self.proto)
-        self.itos = list(itos)
-        self.stoi = {t: i for i, t in enumerate(self.itos)}
         self.lang_tokens = dict(lang_tokens)  # language code -> its token
-        self.specials = frozenset(SPECIAL_PIECES) | frozenset(self.lang_tokens.values()) | {"<mask>"}
-        self.unk_id = self.stoi["<unk>"]
+        super().__init__(itos, proto, family,
+                         frozenset(SPECIAL_PIECES) | frozenset(self.lang_tokens.values()) | {"<mask>"})
+        self.family = family
 
     @property
     def languages(self) -> list[str]:
@@ -103,26 +96,6 @@ class M2M100Vocab(SubwordVocab):
 
     def segment(self, words: list[str]) -> list[str]:
         return self.sp.encode(" ".join(words), out_type=str)
-
-    def encode(self, tokens: list[str]) -> list[int]:
-        return [self.stoi.get(t, self.unk_id) for t in tokens]
-
-    def decode(self, ids) -> list[str]:
-        return [self.itos[i] if 0 <= i < len(self.itos) else "<unk>" for i in ids]
-
-    def word_spans(self, tokens: list[str]) -> list[list[int]]:
-        return piece_word_spans(tokens, lambda t: t in self.specials)
-
-    def _text(self, pieces: list[str]) -> str:
-        return self.sp.decode_pieces(pieces).replace(WORD_START, " ").strip()
-
-    def join(self, tokens: list[str]) -> list[str]:
-        return [tokens[s[0]] if tokens[s[0]] in self.specials else self._text([tokens[i] for i in s])
-                for s in self.word_spans(tokens)]
-
-    def to_text(self, tokens: list[str], lang: str = "") -> str:
-        """SentencePiece's own decoding of the pieces, specials (language codes too) dropped."""
-        return self._text([t for t in tokens if t not in self.specials])
 
     def to_json(self) -> dict:
         return {"kind": self.family, "size": len(self)}

@@ -61,30 +61,25 @@ def looks_like_hub_id(name: str) -> bool:
     return bool(HUB_ID.match(name)) and not Path(name).exists() and not Path(name.split("/")[0]).exists()
 
 
-class MarianVocab(SubwordVocab):
-    """One side of Marian's tokenizer: its own SentencePiece model (source.spm or target.spm) for the
-    pieces, and the vocab.json shared by both sides for the ids (as MarianTokenizer does: a piece not in
-    vocab.json is ``<unk>``). A word starts at a piece marked ``▁``, as in our subword models."""
+class HubPieceVocab(SubwordVocab):
+    """A Hub tokenizer's SentencePiece model for the pieces and its vocab.json for the ids (a piece not in
+    vocab.json is ``<unk>``, as the Hub tokenizers do). A word starts at a piece marked ``▁``, as in our
+    subword models; a special is its own word. Marian's and M2M100's vocabularies differ only in their
+    specials and in how a sentence starts."""
 
     kind = "subword"
 
-    def __init__(self, itos: list[str], proto: bytes, specials=("</s>", "<unk>", "<pad>")):
+    def __init__(self, itos: list[str], proto: bytes, model_type: str, specials):
         import sentencepiece as spm
-        self.proto, self.model_type = bytes(proto), "marian"
+        self.proto, self.model_type = bytes(proto), model_type
         self.sp = spm.SentencePieceProcessor(model_proto=self.proto)
         self.itos = list(itos)
         self.stoi = {t: i for i, t in enumerate(self.itos)}
         self.specials = frozenset(specials)
         self.unk_id = self.stoi["<unk>"]
 
-    def tokens(self, text: str, lang: str = "") -> list[str]:
-        """The pieces of raw ``text`` (no spaCy): a leading >>lang<< code is kept as one token."""
-        code = LANG_CODE.match(text)
-        head = [code.group(0)] if code else []
-        return head + self.sp.encode(text[code.end():] if code else text, out_type=str)
-
-    def segment(self, words: list[str]) -> list[str]:
-        return self.tokens(" ".join(words))
+    def is_special(self, token: str) -> bool:
+        return token in self.specials
 
     def encode(self, tokens: list[str]) -> list[int]:
         return [self.stoi.get(t, self.unk_id) for t in tokens]
@@ -93,13 +88,13 @@ class MarianVocab(SubwordVocab):
         return [self.itos[i] if 0 <= i < len(self.itos) else "<unk>" for i in ids]
 
     def word_spans(self, tokens: list[str]) -> list[list[int]]:
-        """Token indices of each word: a word starts at a piece marked ``▁``; a special is its own word.
-        Text without spaces (Chinese) has no ``▁`` inside a run of characters: there a word is a piece."""
-        return piece_word_spans(tokens, lambda t: t in self.specials or bool(LANG_CODE.match(t)))
+        """Token indices of each word. Text without spaces (Chinese) has no ``▁`` inside a run of
+        characters: there a word is a piece."""
+        return piece_word_spans(tokens, self.is_special)
 
     def _text(self, pieces: list[str]) -> str:
-        # as MarianTokenizer: a piece this side's model does not know (the shared vocabulary holds the
-        # other side's too) comes back as it is, so its ▁ is turned into a space afterwards
+        # as the Hub tokenizers: a piece this side's model does not know (Marian's shared vocabulary holds
+        # the other side's too) comes back as it is, so its ▁ is turned into a space afterwards
         return self.sp.decode_pieces(pieces).replace(WORD_START, " ").strip()
 
     def join(self, tokens: list[str]) -> list[str]:
@@ -109,6 +104,27 @@ class MarianVocab(SubwordVocab):
     def to_text(self, tokens: list[str], lang: str = "") -> str:
         """The detokenized text: SentencePiece's own decoding of the pieces, specials dropped."""
         return self._text([t for t in tokens if t not in self.specials])
+
+
+class MarianVocab(HubPieceVocab):
+    """One side of Marian's tokenizer: its own SentencePiece model (source.spm or target.spm) for the
+    pieces, and the vocab.json shared by both sides for the ids (as MarianTokenizer does). A leading
+    >>lang<< code is a special."""
+
+    def __init__(self, itos: list[str], proto: bytes, specials=("</s>", "<unk>", "<pad>")):
+        super().__init__(itos, proto, "marian", specials)
+
+    def is_special(self, token: str) -> bool:
+        return token in self.specials or bool(LANG_CODE.match(token))
+
+    def tokens(self, text: str, lang: str = "") -> list[str]:
+        """The pieces of raw ``text`` (no spaCy): a leading >>lang<< code is kept as one token."""
+        code = LANG_CODE.match(text)
+        head = [code.group(0)] if code else []
+        return head + self.sp.encode(text[code.end():] if code else text, out_type=str)
+
+    def segment(self, words: list[str]) -> list[str]:
+        return self.tokens(" ".join(words))
 
     def to_json(self) -> dict:
         return {"kind": "marian", "size": len(self)}

@@ -67,19 +67,24 @@ class Shell:
     sel_state: gr.State | None = None  # the Selection itself, held once (``track_selection`` writes it)
     refreshers: list[Refresher] = field(default_factory=list)
     lazy_views: list = field(default_factory=list)  # SubView
-    # what each section's build hands to the others (typed; a section's other parts stay in its module)
+    # each section's components as its build returns them: one typed dataclass per section and sub-view
+    # (typed by name only: the section modules import this one)
     bar: "object | None" = None            # bar.BarParts
     translate: "object | None" = None      # translate.TranslateParts
     attention: "object | None" = None      # attention.AttentionParts
     generation: "object | None" = None     # generation.GenerationParts
     interventions: "object | None" = None  # interventions.InterventionsParts
     computation: "object | None" = None    # computation.ComputationParts
-    analysis: "object | None" = None
+    analysis: "object | None" = None       # analysis.AnalysisParts
     tour: "object | None" = None           # tour.TourParts
     section_tabs: dict = field(default_factory=dict)  # section id -> its gr.Tab
     subtabs: dict = field(default_factory=dict)       # section id -> its gr.Tabs of sub-views
     lazy: dict = field(default_factory=dict)          # section id -> Lazy
-    parts: dict = field(default_factory=dict)  # each section's own components, by name (read in that module only)
+    click: "object | None" = None          # attention.ClickProxy: the hidden control a panel click drives
+    # what follows every event that makes a run through Translate's chain (e.g. the run history records it):
+    # each ``then(dep)`` chains its own step after ``dep``
+    after_run: list = field(default_factory=list)
+    link_events: list = field(default_factory=list)  # events after which the link box names what they changed
     # what a link restores, set by the section that owns it: "bench" (patching), "attribution" (computation)
     restorers: dict = field(default_factory=dict)
     link_notice: gr.Markdown | None = None  # what a link could not use, above every section
@@ -271,11 +276,12 @@ def sub_view(shell: Shell, name: str, tab, outputs: list, inputs: list, fn: Call
     opts = dict(shell.model_event(), show_progress="hidden") if model_call else VIEW
 
     def draw(run, seen, *args, opened: bool = False, force: bool = False):
-        subviews = dict(args[9] or {})
+        *fields, section, held = args[:k]  # the selection's controls, in Selection's field order
+        subviews = dict(held or {})
         if opened:  # this tab (or its section) was just opened: it is the visible one
             subviews.setdefault(spec.section, spec.subview)
             subviews[spec.section] = spec.subview if opened == "tab" else subviews[spec.section]
-        sel = shell.selection(*args[:8], spec.section if opened else args[8], subviews)
+        sel = shell.selection(*fields, spec.section if opened else section, subviews)
         visible = (sel.section, sel.subview) == (spec.section, spec.subview)
         # what it shows: the run, the fields it reads, and its own controls' plain values
         now = (*stamp_of(name, run, sel), *(v for v in args[k:] if isinstance(v, (str, int, float, bool))))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gradio as gr
@@ -68,8 +68,38 @@ def profile_rows_table(rows) -> list[list]:
             for r in rows]
 
 
-def build(shell: Shell) -> None:
-    p = shell.parts
+@dataclass(eq=False)
+class AnalysisParts:
+    """The section's sub-views."""
+    prof_tab: gr.Tab
+    prof_scope: gr.Radio
+    prof_n: gr.Slider
+    prof_stat: gr.Dropdown
+    prof_md: gr.Markdown
+    prof_heat: gr.Plot
+    prof_table: gr.Dataframe
+    prof_pick: gr.Dropdown
+    prof_head_plot: gr.Plot
+    prof_state: gr.State  # (rows, label) of the profiles shown
+    align: align_heads.AlignParts
+    pair_a: gr.Textbox
+    pair_b: gr.Textbox
+    pair_btn: gr.Button
+    pair_text: gr.Markdown
+    pair_plot: gr.Plot
+    pair_state: gr.State  # PairRun
+    bench: patching.BenchParts  # the clean/corrupted bench under the two sentences
+    export_btn: gr.Button
+    export_files: gr.File
+    fig_choice: gr.Dropdown
+    fig_format: gr.Radio
+    fig_btn: gr.Button
+    fig_file: gr.File
+    sbs: sidebyside.SideParts
+    sub_tabs: dict  # sub-view id -> its gr.Tab
+
+
+def build(shell: Shell) -> AnalysisParts:
     lm = shell.default_lm
     sub_tabs = {}
     with gr.Tabs(overflow_behavior="wrap", elem_id="analysis-tabs") as tabs:
@@ -80,20 +110,20 @@ def build(shell: Shell) -> None:
                         "once per model, then cached. **Click a cell** to open that head in Attention; click a "
                         "table row to see its map here.", elem_classes="explain")
             with gr.Row():
-                p["prof_scope"] = gr.Radio(PROFILE_SCOPES, value="average", label="Over", elem_id="prof-scope")
-                p["prof_n"] = gr.Slider(4, 64, value=PROFILE_SENTENCES, step=4, label="Validation sentences",
-                                        elem_id="prof-n")
-                p["prof_stat"] = gr.Dropdown(STAT_CHOICES, value="entropy", label="Statistic", elem_id="prof-stat")
-            p["prof_md"] = gr.Markdown(elem_id="prof-md")
-            p["prof_heat"] = gr.Plot(label="Layer × head", elem_id="prof-heat", show_label=False)
-            p["prof_table"] = gr.Dataframe(headers=["kind", "layer", "head", *an.STATS], label="Every head (sortable)",
-                                           interactive=False, elem_id="prof-table")
-            p["prof_pick"] = gr.Dropdown(head_choices(lm) if lm else [], label="Open a head's map",
-                                         elem_id="prof-pick")
-            p["prof_head_plot"] = gr.Plot(label="Head map (current sentence)", elem_id="prof-head-plot",
-                                          show_label=False)
-            p["prof_state"] = gr.State(None)
-            align_heads.build(p)
+                prof_scope = gr.Radio(PROFILE_SCOPES, value="average", label="Over", elem_id="prof-scope")
+                prof_n = gr.Slider(4, 64, value=PROFILE_SENTENCES, step=4, label="Validation sentences",
+                                   elem_id="prof-n")
+                prof_stat = gr.Dropdown(STAT_CHOICES, value="entropy", label="Statistic", elem_id="prof-stat")
+            prof_md = gr.Markdown(elem_id="prof-md")
+            prof_heat = gr.Plot(label="Layer × head", elem_id="prof-heat", show_label=False)
+            prof_table = gr.Dataframe(headers=["kind", "layer", "head", *an.STATS], label="Every head (sortable)",
+                                      interactive=False, elem_id="prof-table")
+            prof_pick = gr.Dropdown(head_choices(lm) if lm else [], label="Open a head's map",
+                                    elem_id="prof-pick")
+            prof_head_plot = gr.Plot(label="Head map (current sentence)", elem_id="prof-head-plot",
+                                     show_label=False)
+            prof_state = gr.State(None)
+            align = align_heads.build()
         with gr.Tab("Two sentences", id="pair") as _t:
             sub_tabs["pair"] = _t
             gr.Markdown("Two inputs in the current run's direction, the head chosen in the selection bar above, "
@@ -101,13 +131,13 @@ def build(shell: Shell) -> None:
                         elem_classes="explain")
             with gr.Row():
                 pair_a, pair_b = PAIR_DEFAULTS.get(lm.src_lang if lm else "de", PAIR_DEFAULTS["de"])
-                p["pair_a"] = gr.Textbox(pair_a, label="Sentence A", elem_id="pair-a")
-                p["pair_b"] = gr.Textbox(pair_b, label="Sentence B", elem_id="pair-b")
-            p["pair_btn"] = gr.Button("Compare sentences", variant="primary", elem_id="pair-btn")
-            p["pair_text"] = gr.Markdown(elem_id="pair-md")
-            p["pair_plot"] = gr.Plot(label="Side by side", elem_id="pair-plot", show_label=False)
-            p["pair_state"] = gr.State(None)
-            patching.build(shell)  # the clean/corrupted bench on the same two sentences
+                pair_a = gr.Textbox(pair_a, label="Sentence A", elem_id="pair-a")
+                pair_b = gr.Textbox(pair_b, label="Sentence B", elem_id="pair-b")
+            pair_btn = gr.Button("Compare sentences", variant="primary", elem_id="pair-btn")
+            pair_text = gr.Markdown(elem_id="pair-md")
+            pair_plot = gr.Plot(label="Side by side", elem_id="pair-plot", show_label=False)
+            pair_state = gr.State(None)
+            bench = patching.build(shell)  # the clean/corrupted bench on the same two sentences
         with gr.Tab("Export & share", id="export") as _t:
             sub_tabs["export"] = _t
             gr.Markdown("Everything captured for the current run: an `.npz` with every hook's tensor (keyed by hook "
@@ -115,22 +145,28 @@ def build(shell: Shell) -> None:
                         "the logits) and a JSON file with the tokens, the settings and the model id. Figures as standalone "
                         "HTML, or PNG where the server has Kaleido and a Chromium.", elem_classes="explain")
             with gr.Row():
-                p["export_btn"] = gr.Button("Export the current run", elem_id="export-btn")
-                p["export_files"] = gr.File(label="Trace (.npz) and run (.json)", file_count="multiple",
-                                            elem_id="export-files")
+                export_btn = gr.Button("Export the current run", elem_id="export-btn")
+                export_files = gr.File(label="Trace (.npz) and run (.json)", file_count="multiple",
+                                       elem_id="export-files")
             with gr.Row():
-                p["fig_choice"] = gr.Dropdown(FIGURE_CHOICES, value="attention", label="Figure", elem_id="fig-choice")
-                p["fig_format"] = gr.Radio(["HTML", "PNG"], value="HTML", label="Format", elem_id="fig-format")
-                p["fig_btn"] = gr.Button("Download figure", elem_id="fig-btn")
-                p["fig_file"] = gr.File(label="Figure (.html or .png)", elem_id="fig-file")
+                fig_choice = gr.Dropdown(FIGURE_CHOICES, value="attention", label="Figure", elem_id="fig-choice")
+                fig_format = gr.Radio(["HTML", "PNG"], value="HTML", label="Format", elem_id="fig-format")
+                fig_btn = gr.Button("Download figure", elem_id="fig-btn")
+                fig_file = gr.File(label="Figure (.html or .png)", elem_id="fig-file")
         with gr.Tab("About", id="about") as _t:
             sub_tabs["about"] = _t
             gr.Markdown(about_markdown(shell.reg), elem_id="about")
         with gr.Tab("Two models", id="sidebyside") as _t:
-            p["sbs"] = sidebyside.build(shell, _t)  # a registered view: sub_view keeps its sub-tab
-    p["prof_tab"] = prof_tab
-    shell.subtabs["analysis"], p["analysis_sub_tabs"] = tabs, sub_tabs
-    shell.on_run([p["prof_pick"]], lambda run, ctx: _choices(shell, run))
+            sbs = sidebyside.build(shell, _t)  # a registered view: sub_view keeps its sub-tab
+    shell.subtabs["analysis"] = tabs
+    shell.on_run([prof_pick], lambda run, ctx: _choices(shell, run))
+    return AnalysisParts(prof_tab=prof_tab, prof_scope=prof_scope, prof_n=prof_n, prof_stat=prof_stat,
+                         prof_md=prof_md, prof_heat=prof_heat, prof_table=prof_table, prof_pick=prof_pick,
+                         prof_head_plot=prof_head_plot, prof_state=prof_state, align=align, pair_a=pair_a,
+                         pair_b=pair_b, pair_btn=pair_btn, pair_text=pair_text, pair_plot=pair_plot,
+                         pair_state=pair_state, bench=bench, export_btn=export_btn, export_files=export_files,
+                         fig_choice=fig_choice, fig_format=fig_format, fig_btn=fig_btn, fig_file=fig_file, sbs=sbs,
+                         sub_tabs=sub_tabs)
 
 
 def _choices(shell: Shell, run) -> list:
@@ -163,10 +199,10 @@ def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
 
 
 def wire(shell: Shell) -> None:
-    p = shell.parts
-    sidebyside.wire(shell, p["sbs"])
-    prof_out = [p["prof_md"], p["prof_heat"], p["prof_table"], p["prof_state"]]
-    prof_in = [shell.run_state, shell.direction, p["prof_scope"], p["prof_n"], p["prof_stat"]]
+    p = shell.analysis
+    sidebyside.wire(shell, p.sbs)
+    prof_out = [p.prof_md, p.prof_heat, p.prof_table, p.prof_state]
+    prof_in = [shell.run_state, shell.direction, p.prof_scope, p.prof_n, p.prof_stat]
 
     def on_profiles(run, name, scope, n, stat, progress=gr.Progress()):
         try:
@@ -178,20 +214,20 @@ def wire(shell: Shell) -> None:
                     views.message_figure("The head profiles could not be drawn."), gr.skip(), gr.skip())
 
     head_map = safe(lambda r, lab: views.head_map_figure(r, lab, shell.lm(r)), "head map")
-    track_subtabs(shell, "analysis", {v: t for v, t in p["analysis_sub_tabs"].items() if v != "profiles"})
+    track_subtabs(shell, "analysis", {v: t for v, t in p.sub_tabs.items() if v != "profiles"})
 
     def open_profiles(run, sel, name, scope, n, stat, pick):
         """Profiles of the run's model, and the picked head's map of this run: never another run's."""
         return [*on_profiles(run, name, scope, n, stat), views.head_map_figure(run, pick, shell.lm(run))]
 
-    sub_view(shell, "analysis/profiles", p["prof_tab"], [*prof_out, p["prof_head_plot"]],
-             [shell.direction, p["prof_scope"], p["prof_n"], p["prof_stat"], p["prof_pick"]], open_profiles,
+    sub_view(shell, "analysis/profiles", p.prof_tab, [*prof_out, p.prof_head_plot],
+             [shell.direction, p.prof_scope, p.prof_n, p.prof_stat, p.prof_pick], open_profiles,
              model_call=True, api_name="head_profiles", own_events=False)
-    gr.on([p["prof_scope"].input, p["prof_n"].input], on_profiles, prof_in, prof_out, api_visibility="private",
+    gr.on([p.prof_scope.input, p.prof_n.input], on_profiles, prof_in, prof_out, api_visibility="private",
           **shell.model_event())
-    p["prof_stat"].input(safe(lambda st, s: views.profiles_view_figure(st[0], s, st[1]) if st else
-                              views.message_figure("No head profiles yet."), "head profiles"),
-                         [p["prof_state"], p["prof_stat"]], p["prof_heat"], api_visibility="private", **VIEW)
+    p.prof_stat.input(safe(lambda st, s: views.profiles_view_figure(st[0], s, st[1]) if st else
+                           views.message_figure("No head profiles yet."), "head profiles"),
+                      [p.prof_state, p.prof_stat], p.prof_heat, api_visibility="private", **VIEW)
 
     def on_row(run, evt: gr.SelectData):
         try:
@@ -204,12 +240,12 @@ def wire(shell: Shell) -> None:
 
     # a row or a picked head sets the one selection too: every view that shows one head then shows it
     bar = [shell.kind, shell.layer, shell.head]
-    p["prof_table"].select(on_row, [shell.run_state], [p["prof_pick"], p["prof_head_plot"], *bar],
-                           api_visibility="private", **VIEW)
-    p["prof_pick"].input(head_map, [shell.run_state, p["prof_pick"]], p["prof_head_plot"], api_name="head_map",
-                         api_visibility="undocumented", **VIEW)
-    p["prof_pick"].input(shell.select_head, [shell.run_state, p["prof_pick"]], bar,
-                         api_visibility="private", queue=False)
+    p.prof_table.select(on_row, [shell.run_state], [p.prof_pick, p.prof_head_plot, *bar],
+                        api_visibility="private", **VIEW)
+    p.prof_pick.input(head_map, [shell.run_state, p.prof_pick], p.prof_head_plot, api_name="head_map",
+                      api_visibility="undocumented", **VIEW)
+    p.prof_pick.input(shell.select_head, [shell.run_state, p.prof_pick], bar,
+                      api_visibility="private", queue=False)
     align_heads.wire(shell)
     _wire_pair(shell)
     patching.wire(shell)
@@ -259,27 +295,28 @@ def follow_direction(run, text_a, text_b, pair, bench_model) -> tuple:
 
 
 def _wire_pair(shell: Shell) -> None:
-    p = shell.parts
+    p = shell.analysis
 
-    def on_pair(text_a, text_b, run, name, kind, layer, head):
-        return _pair(shell, text_a, text_b, run, name, Selection.of(kind, layer, head))
+    def on_pair(text_a, text_b, run, name, sel):
+        return _pair(shell, text_a, text_b, run, name, sel if isinstance(sel, Selection) else Selection())
 
-    p["pair_btn"].click(on_pair, [p["pair_a"], p["pair_b"], shell.run_state, shell.direction, shell.kind,
-                                  shell.layer, shell.head], [p["pair_text"], p["pair_plot"], p["pair_state"]],
-                        api_name="pair_view", api_visibility="undocumented", **shell.model_event())
+    # the selection as one value: the state every control writes
+    p.pair_btn.click(on_pair, [p.pair_a, p.pair_b, shell.run_state, shell.direction, shell.sel_state],
+                     [p.pair_text, p.pair_plot, p.pair_state],
+                     api_name="pair_view", api_visibility="undocumented", **shell.model_event())
     # the maps follow the one selection, however it changes (the bar, a link, a panel or a profile click)
     gr.on([shell.sel_state.change], safe(lambda pair, sel: views.pair_view_figure(pair, sel.kind, sel.layer, sel.head)
                                          if isinstance(pair, PairRun) else gr.skip(), "two-sentence view"),
-          [p["pair_state"], shell.sel_state], p["pair_plot"], api_visibility="private", **VIEW)
-    results = [p["pair_text"], p["pair_plot"], p["pair_state"], p["patch_md"], p["patch_plot"], p["patch_state"]]
+          [p.pair_state, shell.sel_state], p.pair_plot, api_visibility="private", **VIEW)
+    results = [p.pair_text, p.pair_plot, p.pair_state, p.bench.patch_md, p.bench.patch_plot, p.bench.patch_state]
     # a result never outlives its inputs: editing A or B clears both results at once
-    gr.on([p["pair_a"].input, p["pair_b"].input],
+    gr.on([p.pair_a.input, p.pair_b.input],
           lambda: (PAIR_EDITED, views.message_figure("Press Compare sentences."), None, PAIR_EDITED,
                    views.message_figure("Press Run patching."), None),
           None, results, api_visibility="private", queue=False, show_progress="hidden")
-    shell.run_state.change(follow_direction, [shell.run_state, p["pair_a"], p["pair_b"], p["pair_state"],
-                                              p["patch_model"]],
-                           [p["pair_a"], p["pair_b"], *results, p["patch_model"]], api_visibility="private",
+    shell.run_state.change(follow_direction, [shell.run_state, p.pair_a, p.pair_b, p.pair_state,
+                                              p.bench.patch_model],
+                           [p.pair_a, p.pair_b, *results, p.bench.patch_model], api_visibility="private",
                            **VIEW)
 
 
@@ -311,7 +348,7 @@ def run_settings(run) -> dict:
 
 
 def _wire_export(shell: Shell) -> None:
-    p = shell.parts
+    p = shell.analysis
 
     def on_export(run, decoding, beam, max_len, bench=None, held=None, second=None):
         if run is None or run.tr.trace is None:
@@ -328,21 +365,21 @@ def _wire_export(shell: Shell) -> None:
         npz, js = write_export(tr, run.model, folder, shell.lm(run), settings, extra, signals)
         return [str(npz), str(js)]
 
-    p["export_btn"].click(on_export, [shell.run_state, shell.decoding, shell.beam, shell.max_len, p["patch_state"],
-                                      p["attr_state"], p["sbs"].held], p["export_files"],
-                          api_name="export_run", api_visibility="undocumented", concurrency_limit=4)
+    p.export_btn.click(on_export, [shell.run_state, shell.decoding, shell.beam, shell.max_len, p.bench.patch_state,
+                                   shell.computation.attr.state, p.sbs.held], p.export_files,
+                       api_name="export_run", api_visibility="undocumented", concurrency_limit=4)
 
-    def on_figure(which, run, kind, view, layer, head, units, scale, roll, amode, bview, pstate, pstat, pair,
-                  fmt="HTML"):
+    def on_figure(which, run, sel, roll, amode, bview, pstate, pstat, pair, fmt="HTML"):
         lm = shell.lm(run)
+        s = sel if isinstance(sel, Selection) else Selection()
         builders = {
-            "attention": lambda: views.attention_figure(run, kind, view, layer, head, units, lm, scale),
-            "rollout": lambda: views.rollout_view_figure(run, roll, units),
-            "alignment": lambda: views.alignment_view_figure(run, amode, layer, head, units),
+            "attention": lambda: views.attention_figure(run, s.kind, s.view, s.layer, s.head, s.units, lm, s.scale),
+            "rollout": lambda: views.rollout_view_figure(run, roll, s.units),
+            "alignment": lambda: views.alignment_view_figure(run, amode, s.layer, s.head, s.units),
             "beam": lambda: views.beam_view_figure(bview),
             "profiles": lambda: views.profiles_view_figure(pstate[0], pstat, pstate[1]) if pstate else
             views.message_figure("Open Head profiles first."),
-            "pair": lambda: views.pair_view_figure(pair, kind, layer, head),  # the one selection's head
+            "pair": lambda: views.pair_view_figure(pair, s.kind, s.layer, s.head),  # the one selection's head
         }
         which = which if which in builders else "attention"
         fig = builders[which]()
@@ -355,11 +392,10 @@ def _wire_export(shell: Shell) -> None:
             log.warning("PNG export unavailable: %s", e)
             raise gr.Error(str(e)[:400]) from None
 
-    p["fig_btn"].click(on_figure, [p["fig_choice"], shell.run_state, shell.kind, shell.view, shell.layer, shell.head,
-                                   shell.units, shell.scale, shell.attention.rollout_layer, shell.attention.align_mode,
-                                   shell.generation.beam_state,
-                                   p["prof_state"], p["prof_stat"], p["pair_state"], p["fig_format"]], p["fig_file"], api_name="export_figure",
-                       api_visibility="undocumented", concurrency_limit=4)
+    p.fig_btn.click(on_figure, [p.fig_choice, shell.run_state, shell.sel_state, shell.attention.rollout_layer,
+                                shell.attention.align_mode, shell.generation.beam_state, p.prof_state, p.prof_stat,
+                                p.pair_state, p.fig_format], p.fig_file, api_name="export_figure",
+                    api_visibility="undocumented", concurrency_limit=4)
 
     toggles = interventions.compare_io(shell)[0]
 
@@ -379,15 +415,15 @@ def _wire_export(shell: Shell) -> None:
                         whatif.on_screen(sel, run, bench, attr_held, second, lens))
 
     link_box = shell.bar.link_box
-    link_in = [shell.run_state, p["patch_state"], p["attr_state"], *toggles, shell.sel_state, link_box, p["sbs"].held,
-               shell.computation.lens.held]
-    for dep in p.get("link_events", ()):  # a bench run or a foil changes what the link to this screen names
+    link_in = [shell.run_state, p.bench.patch_state, shell.computation.attr.state, *toggles, shell.sel_state, link_box,
+               p.sbs.held, shell.computation.lens.held]
+    for dep in shell.link_events:  # a bench run or a foil changes what the link to this screen names
         dep.then(on_link, link_in, link_box, js=LINK_JS, api_visibility="private", queue=False)
     shell.bar.link_btn.click(on_link, link_in, link_box, js=LINK_JS, api_name="make_link",
                              api_visibility="undocumented", queue=False).then(
         None, link_box, None, js=COPY_JS, api_visibility="private")
     # the box follows the screen: every new run (each sets a fresh run status), toggle and selection change
     gr.on([shell.translate.run_status.change, *(c.change for c in toggles), shell.sel_state.change,
-           p["sbs"].held.change, shell.computation.lens.held.change], on_link,
+           p.sbs.held.change, shell.computation.lens.held.change], on_link,
           link_in, link_box, js=LINK_JS, api_name="follow_link", api_visibility="undocumented", queue=False,
           show_progress="hidden", trigger_mode="always_last")

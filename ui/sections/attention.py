@@ -58,48 +58,61 @@ CLICK_JS = """() => {
 }"""
 
 
-@dataclass
+@dataclass(frozen=True)
+class ClickProxy:
+    """The hidden control a panel click drives (its value: "kind|layer|head|time") and its button."""
+    value: gr.Textbox
+    button: gr.Button
+
+
+@dataclass(eq=False)
 class AttentionParts:
-    """What Analysis's figure export reads: the rollout's layer and the alignment's weights."""
-    rollout_layer: gr.Dropdown
-    align_mode: gr.Radio
+    maps_tab: gr.Tab
+    view: gr.Radio
+    scale: gr.Radio
+    attn_plot: gr.Plot
+    align_tab: gr.Tab
+    align_mode: gr.Radio  # the alignment's weights (Analysis's figure export reads it)
+    align_plot: gr.Plot
+    rollout_tab: gr.Tab
+    rollout_layer: gr.Dropdown  # the rollout's layer (Analysis's figure export reads it)
+    rollout_plot: gr.Plot
     head_click_event: object = None  # a panel click's event (set by wire): the thumbnails' outline follows it
 
 
 def build(shell: Shell) -> AttentionParts:
-    p = shell.parts
     lm = shell.default_lm
     n_layers = lm.model.cfg.n_decoder_layers if lm else 1
     with gr.Tabs(overflow_behavior="wrap", elem_id="attn-tabs") as shell.subtabs["attention"]:
         with gr.Tab("Maps", id="maps") as maps_tab:
             with gr.Row():
-                shell.view = p["view"] = gr.Radio(VIEW_CHOICES, value="grid", label="View", elem_id="attn-view",
-                                                  scale=3)
-                shell.scale = p["scale"] = gr.Radio(SCALE_CHOICES, value="shared", label="Colour scale",
-                                                    elem_id="attn-scale", scale=2)
+                shell.view = view = gr.Radio(VIEW_CHOICES, value="grid", label="View", elem_id="attn-view", scale=3)
+                shell.scale = scale = gr.Radio(SCALE_CHOICES, value="shared", label="Colour scale",
+                                               elem_id="attn-scale", scale=2)
             gr.Markdown("Rows are **queries** (the token that looks), columns are **keys** (what it looks at); each "
                         "row sums to 1. Decoder rows read `input→token it produced`. Dark grey cells are masked "
                         "(never attended), unlike a weight of 0.", elem_classes="explain")
-            p["attn_plot"] = gr.Plot(label="Attention", elem_id="attn-plot", show_label=False)
+            attn_plot = gr.Plot(label="Attention", elem_id="attn-plot", show_label=False)
         with gr.Tab("Alignment", id="alignment") as align_tab:
             gr.Markdown("Source tokens on the left, output tokens on the right; a line's opacity is its weight. "
                         "Hover a token to highlight its lines.", elem_classes="explain")
-            p["align_mode"] = gr.Radio(ALIGN_CHOICES, value="layer", label="Weights", elem_id="align-mode")
-            p["align_plot"] = gr.Plot(label="Alignment lines", elem_id="align-plot", show_label=False)
+            align_mode = gr.Radio(ALIGN_CHOICES, value="layer", label="Weights", elem_id="align-mode")
+            align_plot = gr.Plot(label="Alignment lines", elem_id="align-plot", show_label=False)
         with gr.Tab("Rollout", id="rollout") as rollout_tab:
             gr.Markdown("**Attention rollout** (Abnar & Zuidema 2020): each encoder layer's head-mean attention is "
                         "mixed with the residual identity, rows renormalised, and the layers multiplied up; each "
                         "output token's cross-attention row is carried back through it.\n\n"
                         f"`{an.ROLLOUT_FORMULA}`", elem_classes="explain", elem_id="rollout-note")
-            p["rollout_layer"] = gr.Dropdown(rollout_choices(n_layers), value="all",
+            rollout_layer = gr.Dropdown(rollout_choices(n_layers), value="all",
                                              label="Cross-attention c_t taken from", elem_id="rollout-layer")
-            p["rollout_plot"] = gr.Plot(label="Rollout and source attribution", elem_id="rollout-plot",
+            rollout_plot = gr.Plot(label="Rollout and source attribution", elem_id="rollout-plot",
                                         show_label=False)
-    p["maps_tab"], p["align_tab"], p["rollout_tab"] = maps_tab, align_tab, rollout_tab
-    shell.on_run([p["attn_plot"], shell.layer], lambda run, ctx: _maps(shell, run, ctx.sel))
-    shell.on_run([p["rollout_layer"]], lambda run, ctx: [gr.Dropdown(
+    shell.on_run([attn_plot, shell.layer], lambda run, ctx: _maps(shell, run, ctx.sel))
+    shell.on_run([rollout_layer], lambda run, ctx: [gr.Dropdown(
         choices=rollout_choices(ModelShape.of(shell.lm(run)).n_decoder_layers), value="all")])
-    return AttentionParts(p["rollout_layer"], p["align_mode"])
+    return AttentionParts(maps_tab=maps_tab, view=view, scale=scale, attn_plot=attn_plot, align_tab=align_tab,
+                          align_mode=align_mode, align_plot=align_plot, rollout_tab=rollout_tab,
+                          rollout_layer=rollout_layer, rollout_plot=rollout_plot)
 
 
 def rollout_choices(n_layers: int) -> list:
@@ -108,9 +121,9 @@ def rollout_choices(n_layers: int) -> list:
 
 def build_click_proxy(shell: Shell) -> None:
     """The hidden control a panel click drives: outside every tab, so it is on the page from the start."""
-    p = shell.parts
-    p["head_click"] = gr.Textbox(elem_id="head-click", elem_classes="proxy", show_label=False, container=False)
-    p["head_click_btn"] = gr.Button("open head", elem_id="head-click-btn", elem_classes="proxy")
+    shell.click = ClickProxy(
+        value=gr.Textbox(elem_id="head-click", elem_classes="proxy", show_label=False, container=False),
+        button=gr.Button("open head", elem_id="head-click-btn", elem_classes="proxy"))
 
 
 def _maps(shell: Shell, run, sel: Selection) -> list:
@@ -122,8 +135,8 @@ def _maps(shell: Shell, run, sel: Selection) -> list:
 
 
 def wire(shell: Shell) -> None:
-    p = shell.parts
-    sel_in = [shell.run_state, shell.kind, p["view"], shell.layer, shell.head, shell.units, p["scale"]]
+    p: AttentionParts = shell.attention
+    sel_in = [shell.run_state, shell.kind, p.view, shell.layer, shell.head, shell.units, p.scale]
 
     def on_attention(run, kind, view, layer, head, units="words", scale="shared"):
         try:
@@ -134,22 +147,22 @@ def wire(shell: Shell) -> None:
             log.exception("attention view failed")
             return views.message_figure("This view could not be drawn."), gr.skip()
 
-    gr.on([c.input for c in (shell.kind, p["view"], shell.layer, shell.head, shell.units, p["scale"])],
-          on_attention, sel_in, [p["attn_plot"], shell.layer], api_name="attention_view",
+    gr.on([c.input for c in (shell.kind, p.view, shell.layer, shell.head, shell.units, p.scale)],
+          on_attention, sel_in, [p.attn_plot, shell.layer], api_name="attention_view",
           api_visibility="undocumented", **VIEW)
     shell.attention.head_click_event = _wire_click(shell)
-    track_subtabs(shell, "attention", {"maps": p["maps_tab"]})
-    sub_view(shell, "attention/alignment", p["align_tab"], [p["align_plot"]], [p["align_mode"]],
+    track_subtabs(shell, "attention", {"maps": p.maps_tab})
+    sub_view(shell, "attention/alignment", p.align_tab, [p.align_plot], [p.align_mode],
              lambda run, sel, mode: [views.alignment_view_figure(
                  run, mode, sel.layer, sel.head, sel.units, align_overlay.overlay_for(shell.reg_key, run, sel.units))],
              api_name="alignment_view")
-    sub_view(shell, "attention/rollout", p["rollout_tab"], [p["rollout_plot"]], [p["rollout_layer"]],
+    sub_view(shell, "attention/rollout", p.rollout_tab, [p.rollout_plot], [p.rollout_layer],
              lambda run, sel, layer: [views.rollout_view_figure(run, layer, sel.units)], api_name="rollout_view")
 
 
 def _wire_click(shell: Shell) -> None:
     """A click on a panel (first screen, Maps, head profiles) opens that head on Attention → Maps."""
-    p = shell.parts
+    p: AttentionParts = shell.attention
 
     def on_click(value, units, scale, run, held):
         try:
@@ -162,8 +175,8 @@ def _wire_click(shell: Shell) -> None:
             log.exception("head click failed")
             return (gr.skip(),) * 9
 
-    return p["head_click_btn"].click(
-        on_click, [p["head_click"], shell.units, p["scale"], shell.run_state, shell.subviews],
-        [shell.kind, shell.layer, shell.head, p["view"], p["attn_plot"], shell.tabs, shell.section,
+    return shell.click.button.click(
+        on_click, [shell.click.value, shell.units, p.scale, shell.run_state, shell.subviews],
+        [shell.kind, shell.layer, shell.head, p.view, p.attn_plot, shell.tabs, shell.section,
          shell.subtabs["attention"], shell.subviews], js=OPEN_JS, api_name="open_head", api_visibility="undocumented",
         **VIEW)

@@ -16,10 +16,11 @@ KIND_CHOICES = [(label, kind) for kind, label in KIND_LABELS.items()]
 UNIT_CHOICES = [("Words", "words"), ("Pieces (▁ starts a word)", "pieces")]
 
 
-@dataclass
+@dataclass(frozen=True)
 class BarParts:
     link_btn: gr.Button
     link_box: gr.Textbox
+    nav: branch.NavParts  # ◀ ▶ through the session's runs
 
 
 def build(shell: Shell) -> BarParts:
@@ -30,7 +31,7 @@ def build(shell: Shell) -> BarParts:
     with gr.Column(elem_id="run-bar-box"):
         with gr.Row(elem_id="run-bar-row"):
             shell.run_bar = gr.Markdown("**Current run** · translating the first example…", elem_id="run-bar")
-            branch.build_nav(shell)  # ◀ ▶ through the session's runs
+            nav = branch.build_nav(shell)  # ◀ ▶ through the session's runs
         with gr.Row(elem_id="selection-bar"):
             # dropdowns, not radios: the first screen keeps few controls, and a phone taps each one open
             shell.kind = gr.Dropdown(KIND_CHOICES, value=CROSS, label="Attention", elem_id="attn-kind",
@@ -47,7 +48,7 @@ def build(shell: Shell) -> BarParts:
                                                                  "selected)",
                                                      interactive=False, elem_id="link-box", elem_classes="link-box",
                                                      show_label=False, container=False, max_lines=1)
-    return BarParts(link_btn, link_box)
+    return BarParts(link_btn=link_btn, link_box=link_box, nav=nav)
 
 
 def follow_runs(shell: Shell) -> None:

@@ -16,7 +16,7 @@ from model.engine import branching
 
 from . import VIEW, RunContext, Shell, lazy_values, log, subview_values
 from ..present import md_escape
-from ..state import Run, RunInputs, Toggles
+from ..state import Run, RunInputs, Selection, Toggles
 from .translate import base_url, translate_values
 
 HISTORY_SIZE = 8  # runs kept per session (each holds its trace: a few MB)
@@ -46,55 +46,87 @@ class History:
         return self.runs[self.pos] if self.runs else None
 
 
-def build_nav(shell: Shell) -> None:
+@dataclass(frozen=True)
+class NavParts:
+    """◀ ▶ and "run i of n" beside the run bar, and the session's History."""
+    prev: gr.Button
+    label: gr.Markdown
+    next: gr.Button
+    state: gr.State  # History
+
+
+@dataclass(frozen=True)
+class PickParts:
+    """A pick list, its "Continue from here" button and the line that says what happened."""
+    pick: gr.Dropdown
+    button: gr.Button
+    note: gr.Markdown
+
+
+def build_nav(shell: Shell) -> NavParts:
     """◀ ▶ and "run i of n" beside the run bar (called inside the run bar's row)."""
-    p = shell.parts
-    p["hist_prev"] = gr.Button("◀", elem_id="hist-prev", size="sm", scale=0, min_width=36, interactive=False)
-    p["hist_md"] = gr.Markdown("", elem_id="hist-md")
-    p["hist_next"] = gr.Button("▶", elem_id="hist-next", size="sm", scale=0, min_width=36, interactive=False)
-    p["hist_state"] = gr.State(History())
+    nav = NavParts(prev=gr.Button("◀", elem_id="hist-prev", size="sm", scale=0, min_width=36, interactive=False),
+                   label=gr.Markdown("", elem_id="hist-md"),
+                   next=gr.Button("▶", elem_id="hist-next", size="sm", scale=0, min_width=36, interactive=False),
+                   state=gr.State(History()))
     # every event that makes a run through Translate's chain records it here (translate.replay_event)
-    p.setdefault("after_run", []).append(lambda dep: dep.then(
-        _record, [shell.run_state, p["hist_state"]], _nav_outputs(shell), api_visibility="private", queue=False,
+    shell.after_run.append(lambda dep: dep.then(
+        _record, [shell.run_state, nav.state], _nav_outputs(nav), api_visibility="private", queue=False,
         show_progress="hidden"))
+    return nav
 
 
-def build_step_picker(shell: Shell) -> None:
+def build_step_picker() -> PickParts:
     """Under the step's top-k: pick a candidate (or type a token) and continue from it."""
-    p = shell.parts
     with gr.Row(equal_height=True):
-        p["branch_pick"] = gr.Dropdown([], value=None, label="Pick another token at this step", allow_custom_value=True,
-                                       elem_id="branch-pick", scale=3,
-                                       info="the model's top candidates at the step shown; or type a token")
-        p["branch_btn"] = gr.Button("Continue from here", elem_id="branch-btn", scale=1, variant="secondary")
-    p["branch_md"] = gr.Markdown(elem_id="branch-md")
+        pick = gr.Dropdown([], value=None, label="Pick another token at this step", allow_custom_value=True,
+                           elem_id="branch-pick", scale=3,
+                           info="the model's top candidates at the step shown; or type a token")
+        button = gr.Button("Continue from here", elem_id="branch-btn", scale=1, variant="secondary")
+    return PickParts(pick=pick, button=button, note=gr.Markdown(elem_id="branch-md"))
 
 
-def build_node_picker(shell: Shell) -> None:
+def build_node_picker() -> PickParts:
     """Under the beam tree: pick any node and continue from its hypothesis with beam search."""
-    p = shell.parts
     with gr.Row(equal_height=True):
-        p["node_pick"] = gr.Dropdown([], value=None, label="Continue from a node of the tree", elem_id="node-pick",
-                                     scale=3, info="its tokens are forced, then beam search goes on")
-        p["node_btn"] = gr.Button("Continue from here", elem_id="node-btn", scale=1, variant="secondary")
-    p["node_md"] = gr.Markdown(elem_id="node-md")
+        pick = gr.Dropdown([], value=None, label="Continue from a node of the tree", elem_id="node-pick",
+                           scale=3, info="its tokens are forced, then beam search goes on")
+        button = gr.Button("Continue from here", elem_id="node-btn", scale=1, variant="secondary")
+    return PickParts(pick=pick, button=button, note=gr.Markdown(elem_id="node-md"))
 
 
 # --------------------------------------------------------------------------- history
 
-def _nav_outputs(shell: Shell) -> list:
-    p = shell.parts
-    return [p["hist_state"], p["hist_md"], p["hist_prev"], p["hist_next"]]
+def _nav_outputs(nav: NavParts) -> list:
+    return [nav.state, nav.label, nav.prev, nav.next]
+
+
+def _held(sel) -> Selection:
+    """The Selection state's value (a fresh session's default until a control first changes)."""
+    return sel if isinstance(sel, Selection) else Selection()
 
 
 def _nav(hist: History) -> list:
     n = len(hist.runs)
-    label = f"run {hist.pos + 1} of {n}" if n > 1 else ""
+    label = f"run {hist.pos + 1} of {n}" if n else ""  # from the first run on: a link's run is "run 1 of 1"
     return [hist, label, gr.Button(interactive=hist.pos > 0), gr.Button(interactive=hist.pos < n - 1)]
 
 
 def _record(run, hist):
     return _nav((hist or History()).push(run))
+
+
+def recorded(shell: Shell, hist, *runs: Run) -> dict:
+    """The run history's values once ``runs`` (the one shown before, then the new one) are recorded: for an
+    event that makes a run outside Translate's chain, so that its counter is right at once."""
+    for run in runs:
+        hist = (hist or History()).push(run)
+    return dict(zip(_nav_outputs(shell.bar.nav), _nav(hist or History())))
+
+
+def nav_outputs(shell: Shell) -> list:
+    """The run history's components (what ``recorded`` sets)."""
+    return _nav_outputs(shell.bar.nav)
 
 
 def _screen(shell: Shell, run: Run, sel, base: str, step: int, run_views: bool = True) -> dict:
@@ -112,17 +144,17 @@ def _screen_outputs(shell: Shell, extra: list) -> list:
     lazy = [c for lz in shell.lazy.values() for c in (lz.stamp, *lz.outputs)]
     sub = [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]
     return list(dict.fromkeys([shell.translate.run_status, *shell.run_outputs(), *lazy, *sub, *extra,
-                               *_nav_outputs(shell)]))
+                               *_nav_outputs(shell.bar.nav)]))
 
 
-def history_values(shell: Shell, run, hist, delta: int, sel_values, base: str = "/") -> dict:
+def history_values(shell: Shell, run, hist, delta: int, sel: Selection, base: str = "/") -> dict:
     """◀ (delta -1) or ▶ (+1): the kept run there becomes the current run, its controls set back."""
     hist = (hist or History()).push(run).go(delta)  # a run made outside Translate's chain is kept first
     shown = hist.current
-    values = dict(zip(_nav_outputs(shell), _nav(hist)))
+    values = dict(zip(_nav_outputs(shell.bar.nav), _nav(hist)))
     if shown is None or shell.lm(shown) is None or (run is not None and shown.id == run.id):
         return values
-    sel = shell.selection(*sel_values).fit(shell.shape(shown.model))
+    sel = _held(sel).fit(shell.shape(shown.model))
     sel = replace(sel, step=min(sel.step, max(0, shown.n_steps - 1)))
     values |= _screen(shell, shown, sel, base, sel.step)
     inputs = shown.inputs
@@ -156,23 +188,30 @@ def nodes(shell: Shell, view):
     for n in tree.nodes[1:]:
         toks = vocab.decode(branching.node_prefix(tree, n.id))
         text = vocab.to_text(toks, view.tr.tgt_lang) or " ".join(toks)
-        choices.append((f"step {n.step}: {text[-70:]} ({n.score:.2f}{', ' + n.status if n.status != 'pruned' else ''})",
-                        n.id))
+        choices.append((f"step {n.step}: {text[-70:]} ({n.score:.2f}{_node_note(n)})", n.id))
     return gr.Dropdown(choices=choices, value=None)
 
 
-def continue_values(shell: Shell, run, inputs: RunInputs, step: int, hist, sel_values, base: str, note) -> dict:
+def _node_note(n) -> str:
+    """What a node is: only a hypothesis that ended is "finished" (the tree colours the whole path that
+    leads to one, its inner nodes too)."""
+    if n.final:
+        return ", finished" + (", chosen" if n.status == "chosen" else "")
+    return {"chosen": ", on the chosen path", "finished": ", on a finished hypothesis's path"}.get(n.status, "")
+
+
+def continue_values(shell: Shell, run, inputs: RunInputs, step: int, hist, sel: Selection, base: str, note) -> dict:
     """The branch ``inputs`` decoded and made the current run, shown at ``step`` of the section on screen."""
-    sel = replace(shell.selection(*sel_values), step=step)
+    sel = replace(_held(sel), step=step)
     values = translate_values(shell, inputs, [], RunContext(sel, False, base))
     new = values.get(shell.run_state)
-    notice = values.get(shell.parts["notice"], "")
+    notice = values.get(shell.translate.notice, "")
     if new is None:  # the problem goes beside the button too (the notice sits on the first screen)
         return values | {note: notice or "⚠️ The branch could not be decoded."}
     values |= _screen(shell, new, sel.fit(shell.shape(new.model)), base, step, run_views=False)
     # the branch's step, where Generation opens (its top-k: what the model would have chosen there)
     values[shell.step] = gr.Slider(minimum=0, maximum=max(1, new.n_steps - 1), value=min(step, new.n_steps - 1))
-    values |= dict(zip(_nav_outputs(shell), _nav((hist or History()).push(run).push(new))))
+    values |= dict(zip(_nav_outputs(shell.bar.nav), _nav((hist or History()).push(run).push(new))))
     desc = branching.describe(len(inputs.prefix), inputs.beam if inputs.decoding == "beam" else 1)
     return values | {shell.translate.run_status: f"✓ branch · run {new.id}",
                      note: f"✓ Now the current run: {desc} → *{md_escape(new.tr.text[:120])}*"}
@@ -186,8 +225,8 @@ def branch_inputs(run: Run, prefix: tuple[int, ...], beam: int | None = None) ->
                    beam=beam or base.beam)
 
 
-def step_branch(shell: Shell, run, step, pick, hist, sel_values, base: str = "/") -> dict:
-    note = shell.parts["branch_md"]
+def step_branch(shell: Shell, run, step, pick, hist, sel: Selection, base: str = "/") -> dict:
+    note = shell.generation.step_pick.note
     if run is None or not run.tr.steps:
         return {note: "✏️ Translate a sentence first."}
     if pick in (None, ""):
@@ -198,11 +237,11 @@ def step_branch(shell: Shell, run, step, pick, hist, sel_values, base: str = "/"
         return {note: f"⚠️ “{md_escape(str(pick)[:40])}” is not in the model's target vocabulary."}
     step = max(0, min(int(step or 0), run.n_steps - 1))
     prefix = branching.step_prefix(run.tr, step, tok)
-    return continue_values(shell, run, branch_inputs(run, prefix), step, hist, sel_values, base, note)
+    return continue_values(shell, run, branch_inputs(run, prefix), step, hist, sel, base, note)
 
 
-def node_branch(shell: Shell, run, view, node, hist, sel_values, base: str = "/") -> dict:
-    note = shell.parts["node_md"]
+def node_branch(shell: Shell, run, view, node, hist, sel: Selection, base: str = "/") -> dict:
+    note = shell.generation.node_pick.note
     if run is None or view is None:
         return {note: "✏️ Translate a sentence and open the beam tree first."}
     if view.run_id != run.id:
@@ -211,11 +250,10 @@ def node_branch(shell: Shell, run, view, node, hist, sel_values, base: str = "/"
         return {note: "✏️ Pick a node of the tree first."}
     prefix = branching.node_prefix(view.tree, int(node))
     size = view.tree.size or max(len(s.tokens) for s in view.tr.beam.steps)
-    return continue_values(shell, run, branch_inputs(run, prefix, size), len(prefix) - 1, hist, sel_values, base,
-                           note)
+    return continue_values(shell, run, branch_inputs(run, prefix, size), len(prefix) - 1, hist, sel, base, note)
 
 
-def _guarded(fn, note_key: str, shell: Shell):
+def _guarded(fn, note: gr.Markdown):
     """A handler whose failure is a sentence beside its button, never a stack trace (its signature kept:
     Gradio hands the request to a parameter typed gr.Request)."""
     @functools.wraps(fn)
@@ -224,50 +262,43 @@ def _guarded(fn, note_key: str, shell: Shell):
             return fn(*args, **kwargs)
         except Exception as e:
             log.exception("continue from here failed")
-            return {shell.parts[note_key]: f"⚠️ That did not work ({md_escape(type(e).__name__)}: "
-                                           f"{md_escape(str(e)[:120])})."}
+            return {note: f"⚠️ That did not work ({md_escape(type(e).__name__)}: "
+                          f"{md_escape(str(e)[:120])})."}
     return wrapped
 
 
 def wire(shell: Shell) -> None:
     """After Translate's wiring (the branch events refresh what a new run refreshes)."""
-    p = shell.parts
-    sel_in = shell.selection_inputs()
-    gen = shell.generation
+    gen, nav = shell.generation, shell.bar.nav
+    step_pick, node_pick = gen.step_pick, gen.node_pick
     fill = dict(api_visibility="private", **VIEW)
-    gr.on([shell.step.change, p["branch_pick"].focus, p["steps_tab"].select, shell.section_tabs["generation"].select],
-          lambda run, step: candidates(shell, run, step), [shell.run_state, shell.step], p["branch_pick"],
+    gr.on([shell.step.change, step_pick.pick.focus, gen.steps_tab.select, shell.section_tabs["generation"].select],
+          lambda run, step: candidates(shell, run, step), [shell.run_state, shell.step], step_pick.pick,
           api_name="branch_candidates", **fill)
-    p["node_pick"].focus(lambda v: nodes(shell, v), gen.beam_state, p["node_pick"], api_name="beam_nodes", **fill)
+    node_pick.pick.focus(lambda v: nodes(shell, v), gen.beam_state, node_pick.pick, api_name="beam_nodes", **fill)
 
-    # the selection's ten values named one by one: Gradio hands a gr.Request only to a positional parameter
-    def on_step(run, step, pick, hist, kind, layer, head, step_, query, units, view, scale, section, subviews,
-                request: gr.Request = None):
-        sel = (kind, layer, head, step_, query, units, view, scale, section, subviews)
+    # the selection as one value: the state every control writes (a button press reads it, never a copy)
+    def on_step(run, step, pick, hist, sel, request: gr.Request = None):
         return step_branch(shell, run, step, pick, hist, sel, base_url(request))
 
-    def on_node(run, tree, node, hist, kind, layer, head, step, query, units, view, scale, section, subviews,
-                request: gr.Request = None):
-        sel = (kind, layer, head, step, query, units, view, scale, section, subviews)
+    def on_node(run, tree, node, hist, sel, request: gr.Request = None):
         return node_branch(shell, run, tree, node, hist, sel, base_url(request))
 
-    p["branch_btn"].click(_guarded(on_step, "branch_md", shell),
-                          [shell.run_state, shell.step, p["branch_pick"], p["hist_state"], *sel_in],
-                          _screen_outputs(shell, [p["branch_md"]]), api_name="continue_step",
-                          api_visibility="undocumented", **shell.model_event())
-    p["node_btn"].click(_guarded(on_node, "node_md", shell),
-                        [shell.run_state, gen.beam_state, p["node_pick"], p["hist_state"], *sel_in],
-                        _screen_outputs(shell, [p["node_md"]]), api_name="continue_node",
-                        api_visibility="undocumented", **shell.model_event())
+    step_pick.button.click(_guarded(on_step, step_pick.note),
+                           [shell.run_state, shell.step, step_pick.pick, nav.state, shell.sel_state],
+                           _screen_outputs(shell, [step_pick.note]), api_name="continue_step",
+                           api_visibility="undocumented", **shell.model_event())
+    node_pick.button.click(_guarded(on_node, node_pick.note),
+                           [shell.run_state, gen.beam_state, node_pick.pick, nav.state, shell.sel_state],
+                           _screen_outputs(shell, [node_pick.note]), api_name="continue_node",
+                           api_visibility="undocumented", **shell.model_event())
     controls = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len]
-    for btn, delta, name in ((p["hist_prev"], -1, "history_back"), (p["hist_next"], 1, "history_forward")):
-        btn.click(_go(shell, delta), [shell.run_state, p["hist_state"], *sel_in], _screen_outputs(shell, controls),
+    for btn, delta, name in ((nav.prev, -1, "history_back"), (nav.next, 1, "history_forward")):
+        btn.click(_go(shell, delta), [shell.run_state, nav.state, shell.sel_state], _screen_outputs(shell, controls),
                   api_name=name, api_visibility="undocumented", **VIEW)
 
 
 def _go(shell: Shell, delta: int):
-    def on_go(run, hist, kind, layer, head, step, query, units, view, scale, section, subviews,
-              request: gr.Request = None):
-        sel = (kind, layer, head, step, query, units, view, scale, section, subviews)
+    def on_go(run, hist, sel, request: gr.Request = None):
         return history_values(shell, run, hist, delta, sel, base_url(request))
     return on_go

@@ -11,7 +11,7 @@ import gradio as gr
 from model.analysis.attribution import IG_START, METHODS
 from model.analysis.contrast import resolve_foil
 
-from . import VIEW, RunContext, Shell, decoderlens, encodings, log, sub_view, track_subtabs
+from . import VIEW, RunContext, Shell, branch, decoderlens, encodings, log, sub_view, track_subtabs
 from .. import calls, contrast, inside, views
 from ..payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
@@ -24,16 +24,43 @@ PART_CHOICES = [("Decoder", "decoder"), ("Encoder", "encoder")]
 IG_STEPS = IG_START
 
 
-@dataclass
+@dataclass(frozen=True)
+class AttributionParts:
+    """Attribution: the output token, path points and foil, and what they give."""
+    tab: gr.Tab
+    pos: gr.Dropdown
+    steps: gr.Slider
+    foil: gr.Dropdown
+    foil_text: gr.Textbox
+    md: gr.Markdown
+    plot: gr.Plot
+    table: gr.Dataframe
+    state: gr.State  # HeldAttribution
+
+
+@dataclass(eq=False)
 class ComputationParts:
-    """What a link to a forced run sets and a forced run's first screen fills."""
+    """The section's sub-views. A link to a forced run sets
+    ``ref_text``; a forced run's first screen fills ``forced_md`` and ``forced_plot``."""
+    enc: encodings.EncodingsParts
+    head_query: gr.Dropdown
+    head_plot: gr.Plot
+    resid_part: gr.Radio
+    resid_plot: gr.Plot
+    normw_plot: gr.Plot
+    lens_plot: gr.Plot
+    attr: AttributionParts
+    forced_tab: gr.Tab
+    ref_example: gr.Dropdown
     ref_text: gr.Textbox
+    force_btn: gr.Button
     forced_md: gr.Markdown
     forced_plot: gr.Plot
     lens: decoderlens.LensParts
+    sub_tabs: dict  # sub-view id -> its gr.Tab
 
 
-def _attribution_tab(p) -> None:
+def _attribution_tab(tab: gr.Tab) -> AttributionParts:
     """Attribution's explanation and controls (laid out inside its tab)."""
     gr.Markdown("Which source tokens one output token came from: raw cross-attention (mean of the last "
                 "layer's heads), rollout, norm-based weights ‖Σₕ αₕ·fₕ(x)‖ of the last layer (Kobayashi et al. "
@@ -48,28 +75,29 @@ def _attribution_tab(p) -> None:
                 "source held). Pick or type a **foil** to ask why this token rather than the foil: the "
                 "gradient methods then explain p(token) − p(foil) (Yin & Neubig 2022).", elem_classes="explain")
     with gr.Row():
-        p["attr_pos"] = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
-        p["attr_steps"] = gr.Slider(8, 128, value=IG_STEPS, step=8, elem_id="attr-steps",
-                                    label="Integrated gradients: path points to start from")
+        pos = gr.Dropdown([], label="Output token", elem_id="attr-pos", allow_custom_value=True)
+        steps = gr.Slider(8, 128, value=IG_STEPS, step=8, elem_id="attr-steps",
+                          label="Integrated gradients: path points to start from")
     with gr.Row():
-        p["attr_foil"] = gr.Dropdown([], value=None, label="Foil: why this token rather than … (the step's "
-                                     "top candidates)", elem_id="attr-foil")
-        p["attr_foil_text"] = gr.Textbox(label="… or type a foil (a target word or piece; Enter)", lines=1,
-                                         max_lines=1, elem_id="attr-foil-text")
-    p["attr_md"] = gr.Markdown(elem_id="attr-md")
-    p["attr_plot"] = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
-    p["attr_table"] = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
-                                   label="Scores (raw)")
+        foil = gr.Dropdown([], value=None, label="Foil: why this token rather than … (the step's "
+                                                 "top candidates)", elem_id="attr-foil")
+        foil_text = gr.Textbox(label="… or type a foil (a target word or piece; Enter)", lines=1,
+                               max_lines=1, elem_id="attr-foil-text")
+    md = gr.Markdown(elem_id="attr-md")
+    plot = gr.Plot(label="Attribution", elem_id="attr-plot", show_label=False)
+    table = gr.Dataframe(headers=["source", *METHODS], interactive=False, elem_id="attr-table",
+                         label="Scores (raw)")
+    return AttributionParts(tab=tab, pos=pos, steps=steps, foil=foil, foil_text=foil_text, md=md, plot=plot,
+                            table=table, state=gr.State(None))
 
 
 def build(shell: Shell) -> ComputationParts:
-    p = shell.parts
     shell.restorers["attribution"] = restore_attribution
     sub_tabs = {}
     with gr.Tabs(overflow_behavior="wrap", elem_id="comp-tabs") as tabs:
         with gr.Tab("Embedding & positions", id="encodings") as _t:
             sub_tabs["encodings"] = _t
-            encodings.build(shell)
+            enc = encodings.build(shell)
         with gr.Tab("Inside one head", id="inside") as _t:
             sub_tabs["inside"] = _t
             gr.Markdown("The head chosen above (kind, layer, head) for one **query** token, as the formula is "
@@ -78,9 +106,9 @@ def build(shell: Shell) -> ComputationParts:
                         "cross-attention K and V come from the encoder. Hover any cell for its number. "
                         "The arithmetic runs on the model's own tokens, subword pieces included (▁ starts a word).",
                         elem_classes="explain")
-            shell.query = p["head_query"] = gr.Dropdown([], label="Query token", elem_id="head-query",
-                                                        allow_custom_value=True)
-            p["head_plot"] = gr.Plot(label="Inside one head", elem_id="head-comp", show_label=False)
+            shell.query = head_query = gr.Dropdown([], label="Query token", elem_id="head-query",
+                                                   allow_custom_value=True)
+            head_plot = gr.Plot(label="Inside one head", elem_id="head-comp", show_label=False)
         with gr.Tab("Residual stream", id="residual") as _t:
             sub_tabs["residual"] = _t
             gr.Markdown("The residual stream's L2 norm through the stack, and what each sublayer adds to it. Below, "
@@ -88,47 +116,49 @@ def build(shell: Shell) -> ComputationParts:
                         "2020): a key with a large weight but a small transformed value fades. Units pools "
                         "these two into words; the norms above stay per token.",
                         elem_classes="explain")
-            p["resid_part"] = gr.Radio(PART_CHOICES, value="decoder", label="Stack", elem_id="resid-part")
-            p["resid_plot"] = gr.Plot(label="Residual stream", elem_id="resid-plot", show_label=False)
-            p["normw_plot"] = gr.Plot(label="Attention vs norm-based weights", elem_id="normw-plot",
-                                      show_label=False)
+            resid_part = gr.Radio(PART_CHOICES, value="decoder", label="Stack", elem_id="resid-part")
+            resid_plot = gr.Plot(label="Residual stream", elem_id="resid-plot", show_label=False)
+            normw_plot = gr.Plot(label="Attention vs norm-based weights", elem_id="normw-plot",
+                                 show_label=False)
         with gr.Tab("Logit lens", id="lens") as _t:
             sub_tabs["lens"] = _t
             gr.Markdown("What the decoder would say if it stopped after each layer: the final layer norm and the "
                         "generator applied to the residual stream, at every step. The last layer is the model's own "
                         "output distribution. One column per token: a subword model's steps are pieces.",
                         elem_classes="explain")
-            p["lens_plot"] = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
+            lens_plot = gr.Plot(label="Logit lens", elem_id="lens-plot", show_label=False)
         with gr.Tab("Attribution", id="attribution") as attr_tab:
             sub_tabs["attribution"] = attr_tab
-            _attribution_tab(p)
+            attr = _attribution_tab(attr_tab)
         with gr.Tab("Forced decoding", id="forced") as _t:
-            sub_tabs["forced"] = p["forced_tab"] = _t
+            sub_tabs["forced"] = forced_tab = _t
             gr.Markdown("Teacher-force the model on a **reference** translation: the probability and the "
                         "cross-entropy −log p of each reference token (the training loss), the perplexity, and where "
                         "the model's own top-1 choice differs. The forced run becomes the current run, so every "
                         "attention view shows it.", elem_classes="explain")
-            p["ref_example"] = gr.Dropdown([], label="A validation or test pair with its reference",
-                                         elem_id="ref-example", allow_custom_value=True)
-            p["ref_text"] = gr.Textbox(label="Reference translation (of the sentence above)", lines=1, max_lines=4,
-                                       elem_id="ref-text")
-            p["force_btn"] = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
-            p["forced_md"] = gr.Markdown(elem_id="forced-md")
-            p["forced_plot"] = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
+            ref_example = gr.Dropdown([], label="A validation or test pair with its reference",
+                                      elem_id="ref-example", allow_custom_value=True)
+            ref_text = gr.Textbox(label="Reference translation (of the sentence above)", lines=1, max_lines=4,
+                                  elem_id="ref-text")
+            force_btn = gr.Button("Force the reference", variant="primary", elem_id="force-btn")
+            forced_md = gr.Markdown(elem_id="forced-md")
+            forced_plot = gr.Plot(label="Forced decoding", elem_id="forced-plot", show_label=False)
         with gr.Tab("DecoderLens", id="decoderlens") as _t:
             lens = decoderlens.build(shell, _t)
-    p["attr_tab"], p["attr_state"] = attr_tab, gr.State(None)  # HeldAttribution
-    shell.subtabs["computation"], p["comp_sub_tabs"] = tabs, sub_tabs
-    return ComputationParts(p["ref_text"], p["forced_md"], p["forced_plot"], lens)
+    shell.subtabs["computation"] = tabs
+    return ComputationParts(enc=enc, head_query=head_query, head_plot=head_plot, resid_part=resid_part,
+                            resid_plot=resid_plot, normw_plot=normw_plot, lens_plot=lens_plot, attr=attr,
+                            forced_tab=forced_tab, ref_example=ref_example, ref_text=ref_text, force_btn=force_btn,
+                            forced_md=forced_md, forced_plot=forced_plot, lens=lens, sub_tabs=sub_tabs)
 
 
 def lazy_io(shell: Shell) -> tuple[list, list, callable]:
     """(outputs, extra inputs, fn(run, *extra)) of the section as drawn when opened. Attribution and Forced
     decoding are registered views of their own (``_wire_attribution``, ``_wire_forced``)."""
-    p = shell.parts
+    p = shell.computation
     enc_out, enc_in = encodings.lazy_io(shell)
-    outs = [p["head_query"], p["head_plot"], p["resid_plot"], p["normw_plot"], p["lens_plot"], p["ref_example"]]
-    ins = [shell.kind, shell.layer, shell.head, p["head_query"], p["resid_part"], shell.units]
+    outs = [p.head_query, p.head_plot, p.resid_plot, p.normw_plot, p.lens_plot, p.ref_example]
+    ins = [shell.kind, shell.layer, shell.head, p.head_query, p.resid_part, shell.units]
     k = len(enc_in)
     return ([*enc_out, *outs], [*enc_in, *ins],
             lambda run, *x, positional=True: (encodings.refresh(shell, run, *x[:k], positional=positional)
@@ -137,25 +167,32 @@ def lazy_io(shell: Shell) -> tuple[list, list, callable]:
 
 def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words") -> list:
     lm = shell.lm(run)
-    n = len(inside.query_labels(run, kind))
-    query = inside.clamp(query, n, inside.default_query(kind, n))
+    query_dd, head_fig, normw_fig = _one_head(shell, run, Selection.of(kind, layer, head, query=query, units=units))
     pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
-    return [gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
-            inside.head_figure(run, lm, kind, layer, head, query), inside.residual_figure(run, lm, part),
-            inside.norm_weight_figure(run, lm, kind, layer, head, units), inside.lens_figure(run, lm),
+    return [query_dd, head_fig, inside.residual_figure(run, lm, part), normw_fig, inside.lens_figure(run, lm),
             gr.Dropdown(choices=[(pair.label, i) for i, pair in enumerate(pairs)], value=None)]
 
 
+def _one_head(shell: Shell, run: Run, sel: Selection) -> tuple:
+    """(query choices, Inside one head, its norm-based weights) for the selection's head and query."""
+    lm = shell.lm(run)
+    n = len(inside.query_labels(run, sel.kind))
+    query = inside.clamp(sel.query, n, inside.default_query(sel.kind, n))
+    return (gr.Dropdown(choices=inside.query_choices(run, sel.kind), value=query),
+            inside.head_figure(run, lm, sel.kind, sel.layer, sel.head, query),
+            inside.norm_weight_figure(run, lm, sel.kind, sel.layer, sel.head, sel.units))
+
+
 def wire(shell: Shell) -> None:
-    p = shell.parts
+    p = shell.computation
     # Attribution and Forced decoding are registered views: ``sub_view`` keeps their sub-tab itself
-    track_subtabs(shell, SID, {k: t for k, t in p["comp_sub_tabs"].items() if k not in ("attribution", "forced")})
+    track_subtabs(shell, SID, {k: t for k, t in p.sub_tabs.items() if k not in ("attribution", "forced")})
     decoderlens.wire(shell, shell.computation.lens)
     encodings.wire(shell)
     _wire_head(shell)
     resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731
-    p["resid_part"].input(_safe(resid, "residual stream"), [shell.run_state, p["resid_part"]], p["resid_plot"],
-                          api_name="residual_view", api_visibility="undocumented", **VIEW)
+    p.resid_part.input(_safe(resid, "residual stream"), [shell.run_state, p.resid_part], p.resid_plot,
+                       api_name="residual_view", api_visibility="undocumented", **VIEW)
     _wire_attribution(shell)
     _wire_forced(shell)
 
@@ -172,26 +209,21 @@ def _safe(fn, what):
 
 def _wire_head(shell: Shell) -> None:
     """Kind, layer, head or query changed: redraw one head (and its norm weights) where the section shows."""
-    p = shell.parts
+    p = shell.computation
     stamp = shell.lazy[SID].stamp
-    outs = [p["head_query"], p["head_plot"], p["normw_plot"], stamp]
+    outs = [p.head_query, p.head_plot, p.normw_plot, stamp]
 
     def on_head(run, section, seen, kind, layer, head, query, units="words"):
         if run is None or section != SID:  # drawn when the section opens instead
             return gr.skip(), gr.skip(), gr.skip(), ""
-        try:
-            lm = shell.lm(run)
-            n = len(inside.query_labels(run, kind))
-            query = inside.clamp(query, n, inside.default_query(kind, n))
-            return (gr.Dropdown(choices=inside.query_choices(run, kind), value=query),
-                    inside.head_figure(run, lm, kind, layer, head, query),
-                    inside.norm_weight_figure(run, lm, kind, layer, head, units), seen)
+        try:  # the control values become one Selection (its Kind) here, where they enter
+            return (*_one_head(shell, run, Selection.of(kind, layer, head, query=query, units=units)), seen)
         except Exception:
             log.exception("inside one head failed")
             return gr.skip(), views.message_figure("This head could not be drawn."), gr.skip(), seen
 
-    ins = [shell.run_state, shell.section, stamp, shell.kind, shell.layer, shell.head, p["head_query"], shell.units]
-    gr.on([c.input for c in (p["head_query"], shell.kind, shell.layer, shell.head, shell.units)], on_head, ins, outs,
+    ins = [shell.run_state, shell.section, stamp, shell.kind, shell.layer, shell.head, p.head_query, shell.units]
+    gr.on([c.input for c in (p.head_query, shell.kind, shell.layer, shell.head, shell.units)], on_head, ins, outs,
           api_name="head_computation", api_visibility="undocumented", **VIEW)
 
 
@@ -251,7 +283,7 @@ def _attribution_failed(e: Exception) -> tuple:
 
 def restore_attribution(shell: Shell, run: Run, w: WhatIf, sel: Selection, problems: list[str]) -> dict:
     """The values a link's attribution (output token and foil) sets on load, computed for ``run``."""
-    p, n = shell.parts, len(run.tr.output_ids)
+    p, n = shell.computation, len(run.tr.output_ids)
     pos = w.attr_pos if w.attr_pos is not None else 0
     if pos >= n:
         problems.append(f"The link's apos={pos} is past this run's last output token; token {n - 1} is shown.")
@@ -267,18 +299,18 @@ def restore_attribution(shell: Shell, run: Run, w: WhatIf, sel: Selection, probl
         md, fig, table = _attribution_values(run, held.attr, sel.units)
     except Exception as e:
         md, fig, table = _attribution_failed(e)
-    return {p["attr_pos"]: gr.Dropdown(choices=inside.position_choices(run), value=pos),
-            p["attr_foil"]: gr.Dropdown(choices=contrast.foil_choices(run, pos), value=None),
-            p["attr_foil_text"]: w.foil if held is not None and held.foil is not None else "",
-            p["attr_md"]: md, p["attr_plot"]: fig, p["attr_table"]: table, p["attr_state"]: held}
+    return {p.attr.pos: gr.Dropdown(choices=inside.position_choices(run), value=pos),
+            p.attr.foil: gr.Dropdown(choices=contrast.foil_choices(run, pos), value=None),
+            p.attr.foil_text: w.foil if held is not None and held.foil is not None else "",
+            p.attr.md: md, p.attr.plot: fig, p.attr.table: table, p.attr.state: held}
 
 
 def _wire_attribution(shell: Shell) -> None:
     """A registered view: drawn for the current run when its tab (or the section on it) opens, and when
     Units change while it shows; a picked token, path points or foil redraw it at once. Opening it or
     picking another token clears the foil (a foil is one step's question)."""
-    p = shell.parts
-    foils = [p["attr_foil"], p["attr_foil_text"]]
+    p = shell.computation
+    foils = [p.attr.foil, p.attr.foil_text]
 
     def view(run, sel, position, steps, held):
         kept = _kept_foil(run, position, held)  # a redraw of the same question keeps its foil (a link's too)
@@ -289,9 +321,9 @@ def _wire_attribution(shell: Shell) -> None:
         return [gr.Dropdown(choices=inside.position_choices(run), value=h.position),
                 *_attribution_values(run, h.attr, sel.units), h, *_foil_choices(run, h.position, kept or "")]
 
-    sub_view(shell, "computation/attribution", p["attr_tab"],
-             [p["attr_pos"], p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"], *foils],
-             [p["attr_pos"], p["attr_steps"], p["attr_state"]], view, model_call=True, api_name="attribution_view",
+    sub_view(shell, "computation/attribution", p.attr.tab,
+             [p.attr.pos, p.attr.md, p.attr.plot, p.attr.table, p.attr.state, *foils],
+             [p.attr.pos, p.attr.steps, p.attr.state], view, model_call=True, api_name="attribution_view",
              own_events=False)
 
     def on_pick(run, position, steps, units, held, foil=None, foil_text=None):
@@ -305,20 +337,20 @@ def _wire_attribution(shell: Shell) -> None:
         except Exception as e:
             return (*_attribution_failed(e), held)
 
-    ins = [shell.run_state, p["attr_pos"], p["attr_steps"], shell.units, p["attr_state"]]
-    outs = [p["attr_md"], p["attr_plot"], p["attr_table"], p["attr_state"]]
-    p["attr_pos"].input(on_pick, ins, outs, api_name="attribution_pick", api_visibility="undocumented",
-                        **shell.model_event())
-    p["attr_pos"].input(_foil_choices, [shell.run_state, p["attr_pos"]], foils, api_visibility="private", **VIEW)
-    p["attr_steps"].release(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
-    picked = p["attr_foil"].input(on_pick, ins + foils, outs, api_name="attribution_foil",
-                                  api_visibility="undocumented", **shell.model_event())
-    typed = p["attr_foil_text"].submit(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
-    p.setdefault("link_events", []).extend([picked, typed])  # the link box then names the foil
+    ins = [shell.run_state, p.attr.pos, p.attr.steps, shell.units, p.attr.state]
+    outs = [p.attr.md, p.attr.plot, p.attr.table, p.attr.state]
+    p.attr.pos.input(on_pick, ins, outs, api_name="attribution_pick", api_visibility="undocumented",
+                     **shell.model_event())
+    p.attr.pos.input(_foil_choices, [shell.run_state, p.attr.pos], foils, api_visibility="private", **VIEW)
+    p.attr.steps.release(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
+    picked = p.attr.foil.input(on_pick, ins + foils, outs, api_name="attribution_foil",
+                               api_visibility="undocumented", **shell.model_event())
+    typed = p.attr.foil_text.submit(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
+    shell.link_events.extend([picked, typed])  # the link box then names the foil
 
 
 def _wire_forced(shell: Shell) -> None:
-    p = shell.parts
+    p = shell.computation
 
     def on_example(name, i):
         lm = shell.reg.models.get(name)
@@ -327,40 +359,40 @@ def _wire_forced(shell: Shell) -> None:
             return gr.skip(), gr.skip()
         return pairs[int(i)].source, pairs[int(i)].reference
 
-    p["ref_example"].input(on_example, [shell.direction, p["ref_example"]], [shell.text, p["ref_text"]],
-                           api_visibility="private", queue=False, show_progress="hidden")
+    p.ref_example.input(on_example, [shell.direction, p.ref_example], [shell.text, p.ref_text],
+                        api_visibility="private", queue=False, show_progress="hidden")
     # a registered view: a later run (or a hidden tab) never leaves a previous forced run on it
-    sv = sub_view(shell, "computation/forced", p["forced_tab"], [p["forced_md"], p["forced_plot"]], [],
+    sv = sub_view(shell, "computation/forced", p.forced_tab, [p.forced_md, p.forced_plot], [],
                   lambda run, sel: inside.forced_view(run), api_name="forced_result_view")
-    sel_inputs = [shell.kind, shell.view, shell.layer, shell.head, shell.units]
     lz = shell.lazy[SID]
-    outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, sv.stamp, *sv.outputs, *shell.run_outputs()]
+    outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, sv.stamp, *sv.outputs, *shell.run_outputs(),
+               *branch.nav_outputs(shell)]
 
-    assert len(lz.inputs) == 10  # spelled out below: Gradio passes the request only to a positional parameter
-
-    def on_force(before, text, reference, name, kind, view, layer, head, units, e0, e1, e2, e3, x0, x1, x2, x3, x4,
-                 x5, scale="shared", held=None, request: gr.Request = None):
-        lazy_extra = (e0, e1, e2, e3, x0, x1, x2, x3, x4, x5)
+    # the request first: Gradio hands a gr.Request only to a positional parameter before any *args
+    def on_force(request: gr.Request, before, text, reference, name, sel, hist, *lazy_extra):
         inputs, notices = read_inputs(text, name, "greedy", 1, None, reference)
         problem = no_model_message(shell.reg, name)
         if problem or is_blank(inputs.text) or is_blank(inputs.reference):
             msg = f"⚠️ {problem}" if problem else "✏️ Give a sentence (above) and its reference translation."
-            return {p["forced_md"]: msg}
+            return {p.forced_md: msg}
         try:
             run, forced = make_run(shell, inputs, notices)
         except Exception as e:
             log.exception("forced decoding failed")
-            return {p["forced_md"]: f"⚠️ Forced decoding failed ({md_escape(type(e).__name__)})."}
-        sel = shell.selection(kind, layer, head, 0, None, units, view, scale, SID, held)
+            return {p.forced_md: f"⚠️ Forced decoding failed ({md_escape(type(e).__name__)})."}
+        sel = sel if isinstance(sel, Selection) else Selection()
+        # a new run starts at step 0 on each view's own query, on this section (the sub-view shown kept)
+        sel = Selection.of(sel.kind, sel.layer, sel.head, 0, None, sel.units, sel.view, sel.scale, SID,
+                           sel.subview if sel.section == SID else "")
         # the encoding figures are the model's own: unchanged (and not rebuilt) when the model is
         same_model = before is not None and before.model == name
         lazy = dict(zip([lz.stamp, *lz.outputs], [run.id, *lz.fn(run, *lazy_extra, positional=not same_model)]))
         if same_model:  # keep the picked example and its choices
-            lazy[p["ref_example"]] = gr.skip()
+            lazy[p.ref_example] = gr.skip()
         shown = dict(zip([sv.stamp, *sv.outputs], [stamp_of(sv.name, run, sel), *sv.fn(run, sel)]))
         return (shell.run_values(run, RunContext(sel, base_url=base_url(request))) | lazy | shown |
-                {shell.translate.run_status: f"✓ forced · run {run.id}"})
+                branch.recorded(shell, hist, before, run) | {shell.translate.run_status: f"✓ forced · run {run.id}"})
 
-    p["force_btn"].click(on_force, [shell.run_state, shell.text, p["ref_text"], shell.direction, *sel_inputs,
-                                    *lz.inputs, shell.scale, shell.subviews], outputs, api_name="forced_view",
-                         api_visibility="undocumented", **shell.model_event())
+    p.force_btn.click(on_force, [shell.run_state, shell.text, p.ref_text, shell.direction, shell.sel_state,
+                                 shell.bar.nav.state, *lz.inputs], outputs, api_name="forced_view",
+                      api_visibility="undocumented", **shell.model_event())

@@ -44,7 +44,7 @@ def build(shell: Shell, tab: gr.Tab) -> LensParts:
     layer = gr.Dropdown([], value=None, label="Cross-attention of the decode that read encoder layer …",
                         elem_id="dlens-layer", allow_custom_value=True)
     attn_plot = gr.Plot(label="DecoderLens cross-attention", elem_id="dlens-attn", show_label=False)
-    return LensParts(tab, md, tokens_plot, layer, attn_plot, gr.State(None))
+    return LensParts(tab=tab, md=md, tokens_plot=tokens_plot, layer=layer, attn_plot=attn_plot, held=gr.State(None))
 
 
 def lens_of(shell: Shell, run: Run):

@@ -17,62 +17,89 @@ from ..state import BeamView
 PREFIX_COLORS = {"token": "#dde7f7", "special": "#d9d9d9", "input": "#b8cff0", "new": "#ffb347"}
 
 
-@dataclass
+@dataclass(eq=False)
 class GenerationParts:
-    step_outputs: list      # what the section draws when opened: the step slider and the step's views
-    beam_state: gr.State    # the beam search drawn (Analysis exports its figure)
+    """Step by step and the beam tree."""
+    steps_tab: gr.Tab
+    prev_btn: gr.Button
+    play_btn: gr.Button
+    pause_btn: gr.Button
+    next_btn: gr.Button
+    timer: gr.Timer
+    step_md: gr.Markdown
+    prefix: gr.HighlightedText
+    strip_plot: gr.Plot
+    topk_plot: gr.Plot
+    self_plot: gr.Plot
+    cross_plot: gr.Plot
+    step_pick: branch.PickParts  # continue from a candidate of the step shown
+    beam_tab: gr.Tab
+    beam_size: gr.Slider
+    beam_btn: gr.Button
+    beam_md: gr.Markdown
+    beam_plot: gr.Plot
+    beam_table: gr.Dataframe
+    beam_pick: gr.Dropdown
+    beam_text: gr.Textbox
+    beam_attn: gr.Plot
+    node_pick: branch.PickParts  # continue from any node of the tree
+    beam_state: gr.State  # the beam search drawn (Analysis exports its figure)
+    step_outputs: list  # what the section draws when opened: the slider and the step's views
 
 
 def build(shell: Shell) -> GenerationParts:
-    p = shell.parts
     with gr.Tabs(overflow_behavior="wrap", elem_id="gen-tabs") as tabs:
         with gr.Tab("Step by step", id="steps") as steps_tab:
             with gr.Row():
                 shell.step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="step-slider", scale=4)
-                p["prev_btn"] = gr.Button("◀ back", elem_id="step-prev", scale=0, min_width=70)
-                p["play_btn"] = gr.Button("▶ Play", elem_id="step-play", scale=0, min_width=80)
-                p["pause_btn"] = gr.Button("❚❚", elem_id="step-pause", scale=0, min_width=50)
-                p["next_btn"] = gr.Button("next ▶", elem_id="step-next", scale=0, min_width=70)
-            p["timer"] = gr.Timer(0.8, active=False)
-            p["step_md"] = gr.Markdown(elem_id="step-md")
-            p["prefix"] = gr.HighlightedText(label="What the decoder reads (last: this step's input) → the token it "
-                                                   "produces", color_map=PREFIX_COLORS, show_inline_category=False,
-                                             show_legend=False, elem_id="step-prefix")
-            p["strip_plot"] = gr.Plot(elem_id="step-strip", show_label=False)
+                prev_btn = gr.Button("◀ back", elem_id="step-prev", scale=0, min_width=70)
+                play_btn = gr.Button("▶ Play", elem_id="step-play", scale=0, min_width=80)
+                pause_btn = gr.Button("❚❚", elem_id="step-pause", scale=0, min_width=50)
+                next_btn = gr.Button("next ▶", elem_id="step-next", scale=0, min_width=70)
+            timer = gr.Timer(0.8, active=False)
+            step_md = gr.Markdown(elem_id="step-md")
+            prefix = gr.HighlightedText(label="What the decoder reads (last: this step's input) → the token it "
+                                              "produces", color_map=PREFIX_COLORS, show_inline_category=False,
+                                        show_legend=False, elem_id="step-prefix")
+            strip_plot = gr.Plot(elem_id="step-strip", show_label=False)
             with gr.Row():
-                p["topk_plot"] = gr.Plot(label="Next-token probabilities", elem_id="step-topk", show_label=False)
-                p["self_plot"] = gr.Plot(label="Decoder self-attention row", elem_id="step-self", show_label=False)
-            branch.build_step_picker(shell)  # continue from a candidate of the step shown
-            p["cross_plot"] = gr.Plot(label="Cross-attention row", elem_id="step-cross", show_label=False)
+                topk_plot = gr.Plot(label="Next-token probabilities", elem_id="step-topk", show_label=False)
+                self_plot = gr.Plot(label="Decoder self-attention row", elem_id="step-self", show_label=False)
+            step_pick = branch.build_step_picker()  # continue from a candidate of the step shown
+            cross_plot = gr.Plot(label="Cross-attention row", elem_id="step-cross", show_label=False)
         with gr.Tab("Beam tree", id="beam-tree") as beam_tab:
             gr.Markdown("Every hypothesis the beam kept, with its cumulative log-probability. Grey branches were "
                         "pruned, blue ones finished but lost, red is the chosen translation. A greedy run is "
                         "re-decoded here with beam search.", elem_classes="explain")
             with gr.Row():
-                p["beam_size"] = gr.Slider(2, 8, value=4, step=1, label="Beam size (for a greedy run)",
-                                           elem_id="beam-size")
-                p["beam_btn"] = gr.Button("Re-run beam search", elem_id="beam-rerun")
-            p["beam_md"] = gr.Markdown(elem_id="beam-md")
-            p["beam_plot"] = gr.Plot(label="Beam search tree", elem_id="beam-plot", show_label=False)
-            p["beam_table"] = gr.Dataframe(headers=["rank (normalised)", "rank (raw log-prob)", "translation",
-                                                    "length", "log-prob", "normalised"],
-                                           label="Finished hypotheses: the length penalty's effect",
-                                           interactive=False, elem_id="beam-table")
-            p["beam_pick"] = gr.Dropdown([], label="Show another finished hypothesis", elem_id="beam-pick")
-            p["beam_text"] = gr.Textbox(label="Its translation", interactive=False, elem_id="beam-text")
+                beam_size = gr.Slider(2, 8, value=4, step=1, label="Beam size (for a greedy run)",
+                                      elem_id="beam-size")
+                beam_btn = gr.Button("Re-run beam search", elem_id="beam-rerun")
+            beam_md = gr.Markdown(elem_id="beam-md")
+            beam_plot = gr.Plot(label="Beam search tree", elem_id="beam-plot", show_label=False)
+            beam_table = gr.Dataframe(headers=["rank (normalised)", "rank (raw log-prob)", "translation",
+                                               "length", "log-prob", "normalised"],
+                                      label="Finished hypotheses: the length penalty's effect",
+                                      interactive=False, elem_id="beam-table")
+            beam_pick = gr.Dropdown([], label="Show another finished hypothesis", elem_id="beam-pick")
+            beam_text = gr.Textbox(label="Its translation", interactive=False, elem_id="beam-text")
             # never an empty frame below the table: it says what fills it
-            p["beam_attn"] = gr.Plot(views.message_figure("Pick a finished hypothesis above to see its "
-                                                          "cross-attention."), label="Its cross-attention",
-                                     elem_id="beam-attn", show_label=False)
-            branch.build_node_picker(shell)  # continue from any node of the tree
-            p["beam_state"] = gr.State(None)
-    p["beam_tab"], p["steps_tab"] = beam_tab, steps_tab
+            beam_attn = gr.Plot(views.message_figure("Pick a finished hypothesis above to see its "
+                                                     "cross-attention."), label="Its cross-attention",
+                                elem_id="beam-attn", show_label=False)
+            node_pick = branch.build_node_picker()  # continue from any node of the tree
+            beam_state = gr.State(None)
     shell.subtabs["generation"] = tabs
     # a new run starts at its first step (the section draws it when opened)
     shell.on_run([shell.step], lambda run, ctx: [gr.Slider(minimum=0, maximum=max(1, run.n_steps - 1), value=0)])
-    p["step_outputs"] = [shell.step, p["step_md"], p["prefix"], p["strip_plot"], p["topk_plot"], p["cross_plot"],
-                         p["self_plot"]]
-    return GenerationParts(p["step_outputs"], p["beam_state"])
+    step_outputs = [shell.step, step_md, prefix, strip_plot, topk_plot, cross_plot,
+                    self_plot]
+    return GenerationParts(steps_tab=steps_tab, prev_btn=prev_btn, play_btn=play_btn, pause_btn=pause_btn,
+                           next_btn=next_btn, timer=timer, step_md=step_md, prefix=prefix, strip_plot=strip_plot,
+                           topk_plot=topk_plot, self_plot=self_plot, cross_plot=cross_plot, step_pick=step_pick,
+                           beam_tab=beam_tab, beam_size=beam_size, beam_btn=beam_btn, beam_md=beam_md,
+                           beam_plot=beam_plot, beam_table=beam_table, beam_pick=beam_pick, beam_text=beam_text,
+                           beam_attn=beam_attn, node_pick=node_pick, beam_state=beam_state, step_outputs=step_outputs)
 
 
 def step_values(run, t, delta: int = 0, head=None) -> list:
@@ -99,7 +126,7 @@ def _beam(shell: Shell, run, old, size, force=False):
     size = max(2, min(int(size or 4), 8))
     lm = shell.lm(run)
     if old is not None and not force and old.run_id == run.id and (run.tr.beam is not None
-                                                                    or old.tree.size == size):
+                                                                   or old.tree.size == size):
         return old  # this run's tree is already drawn
     if run.tr.beam is not None and not force:
         return BeamView(run.model, run.tr, readouts.beam_tree_data(lm, run.tr), run.id)
@@ -131,15 +158,15 @@ def _beam_outputs(shell: Shell, run, old, size, force=False):
 
 
 def wire(shell: Shell) -> None:
-    p = shell.parts
-    outs = p["step_outputs"]
+    p = shell.generation
+    outs = p.step_outputs
     # released after a drag, or typed into the slider's number box
     gr.on([shell.step.release, shell.step.input], _on_step, [shell.run_state, shell.step], outs, api_name="step_view",
           api_visibility="undocumented", trigger_mode="always_last", **VIEW)
-    p["prev_btn"].click(lambda r, t: _on_step(r, t, -1), [shell.run_state, shell.step], outs,
-                        api_visibility="private", **VIEW)
-    p["next_btn"].click(lambda r, t: _on_step(r, t, 1), [shell.run_state, shell.step], outs,
-                        api_visibility="private", **VIEW)
+    p.prev_btn.click(lambda r, t: _on_step(r, t, -1), [shell.run_state, shell.step], outs,
+                     api_visibility="private", **VIEW)
+    p.next_btn.click(lambda r, t: _on_step(r, t, 1), [shell.run_state, shell.step], outs,
+                     api_visibility="private", **VIEW)
 
     def on_play(run, t):
         n = len(run.tr.steps) if run is not None else 0
@@ -155,20 +182,20 @@ def wire(shell: Shell) -> None:
         out = _on_step(run, t, 1)
         return (gr.Timer(active=t + 1 < n - 1), *out)
 
-    p["play_btn"].click(on_play, [shell.run_state, shell.step], [p["timer"], shell.step], api_visibility="private",
-                        show_progress="hidden")
-    p["pause_btn"].click(lambda: gr.Timer(active=False), None, p["timer"], api_visibility="private",
-                         show_progress="hidden")
-    p["timer"].tick(on_tick, [shell.run_state, shell.step], [p["timer"], *outs], api_visibility="private", **VIEW)
+    p.play_btn.click(on_play, [shell.run_state, shell.step], [p.timer, shell.step], api_visibility="private",
+                     show_progress="hidden")
+    p.pause_btn.click(lambda: gr.Timer(active=False), None, p.timer, api_visibility="private",
+                      show_progress="hidden")
+    p.timer.tick(on_tick, [shell.run_state, shell.step], [p.timer, *outs], api_visibility="private", **VIEW)
 
-    beam_outs = [p["beam_md"], p["beam_plot"], p["beam_table"], p["beam_pick"], p["beam_state"]]
-    beam_in = [shell.run_state, p["beam_state"], p["beam_size"]]
-    track_subtabs(shell, "generation", {"steps": p["steps_tab"]})
-    sub_view(shell, "generation/beam-tree", p["beam_tab"], beam_outs, [p["beam_state"], p["beam_size"]],
+    beam_outs = [p.beam_md, p.beam_plot, p.beam_table, p.beam_pick, p.beam_state]
+    beam_in = [shell.run_state, p.beam_state, p.beam_size]
+    track_subtabs(shell, "generation", {"steps": p.steps_tab})
+    sub_view(shell, "generation/beam-tree", p.beam_tab, beam_outs, [p.beam_state, p.beam_size],
              lambda run, sel, old, size: _beam_outputs(shell, run, old, size), model_call=True, api_name="beam_tree",
              own_events=False)
-    p["beam_btn"].click(lambda r, o, s: _beam_outputs(shell, r, o, s, True), beam_in, beam_outs,
-                        api_visibility="private", **shell.model_event())
+    p.beam_btn.click(lambda r, o, s: _beam_outputs(shell, r, o, s, True), beam_in, beam_outs,
+                     api_visibility="private", **shell.model_event())
 
     def on_pick(view, idx):
         try:
@@ -181,5 +208,5 @@ def wire(shell: Shell) -> None:
             log.exception("beam pick failed")
             return gr.skip(), views.message_figure("This hypothesis could not be drawn.")
 
-    p["beam_pick"].input(on_pick, [p["beam_state"], p["beam_pick"]], [p["beam_text"], p["beam_attn"]],
-                         api_name="beam_pick", api_visibility="undocumented", **shell.model_event())
+    p.beam_pick.input(on_pick, [p.beam_state, p.beam_pick], [p.beam_text, p.beam_attn],
+                      api_name="beam_pick", api_visibility="undocumented", **shell.model_event())

@@ -51,59 +51,89 @@ def follow(pad_on, causal_on, pos_on, heads, padded: bool, kind, layer, head):
     return kind, layer, head, ""
 
 
-@dataclass
+@dataclass(eq=False)
 class InterventionsParts:
-    """What a link sets: the toggles (and Compare's outputs), and how."""
-    outputs: list
-    restore: Callable  # (shell, run, RunInputs, Selection) -> values of ``outputs``
+    """The toggles, Compare and its results."""
+    pad_to: gr.Slider
+    pad_mask: gr.Checkbox
+    causal: gr.Checkbox
+    pos_enc: gr.Checkbox
+    ablate_heads: gr.Dropdown
+    ablate_src: gr.Dropdown
+    compare_btn: gr.Button
+    preset_btn: gr.Button
+    back_btn: gr.Button
+    cmp_stale: gr.Markdown
+    cmp_notice: gr.Markdown
+    base_chips: gr.HighlightedText
+    mod_chips: gr.HighlightedText
+    prob_plot: gr.Plot
+    cmp_plot: gr.Plot
+    masks_plot: gr.Plot
+    cmp_state: gr.State  # CompareRun
+    preset_back: gr.State  # PresetBack: what the word-order preset replaced
+    # how a link sets the toggles (and Compare's results): (shell, run, RunInputs, Selection) -> values
+    restore: Callable
+
+    @property
+    def toggles(self) -> list:
+        return [self.pad_to, self.pad_mask, self.causal, self.pos_enc, self.ablate_heads, self.ablate_src]
+
+    @property
+    def results(self) -> list:
+        """What Compare draws (the selection it moves to is the bar's)."""
+        return [self.cmp_notice, self.cmp_stale, self.base_chips, self.mod_chips, self.prob_plot, self.cmp_plot,
+                self.masks_plot, self.cmp_state]
 
 
 def build(shell: Shell) -> InterventionsParts:
-    p = shell.parts
     lm = shell.default_lm
     with gr.Row():
         with gr.Column(scale=1):
-            p["pad_to"] = gr.Slider(0, 64, value=0, step=1, label="Pad the source to N tokens", info=EXPLAIN["pad"],
-                                    elem_id="pad-to")
-            p["pad_mask"] = gr.Checkbox(True, label="Source padding mask", info=EXPLAIN["padding"],
-                                        elem_id="tog-padding")
-            p["causal"] = gr.Checkbox(True, label="Causal mask", info=EXPLAIN["causal"], elem_id="tog-causal")
-            p["pos_enc"] = gr.Checkbox(True, label="Positional encoding", info=EXPLAIN["positional"],
-                                       elem_id="tog-positional")
+            pad_to = gr.Slider(0, 64, value=0, step=1, label="Pad the source to N tokens", info=EXPLAIN["pad"],
+                               elem_id="pad-to")
+            pad_mask = gr.Checkbox(True, label="Source padding mask", info=EXPLAIN["padding"],
+                                   elem_id="tog-padding")
+            causal = gr.Checkbox(True, label="Causal mask", info=EXPLAIN["causal"], elem_id="tog-causal")
+            pos_enc = gr.Checkbox(True, label="Positional encoding", info=EXPLAIN["positional"],
+                                  elem_id="tog-positional")
         with gr.Column(scale=1):
-            p["ablate_heads"] = gr.Dropdown(head_choices(lm) if lm else [], value=[], multiselect=True,
-                                            label="Ablate heads", info=EXPLAIN["heads"], elem_id="tog-heads")
-            p["ablate_src"] = gr.Dropdown([], value=[], multiselect=True, label="Ablate source tokens",
-                                          info=EXPLAIN["src"], elem_id="tog-src")
+            ablate_heads = gr.Dropdown(head_choices(lm) if lm else [], value=[], multiselect=True,
+                                       label="Ablate heads", info=EXPLAIN["heads"], elem_id="tog-heads")
+            ablate_src = gr.Dropdown([], value=[], multiselect=True, label="Ablate source tokens",
+                                     info=EXPLAIN["src"], elem_id="tog-src")
             gr.Markdown("The maps below show the head selected above (attention, layer, head); a mask toggle "
                         "moves that selection to the attention it changes.", elem_classes="explain")
             with gr.Row():
-                p["compare_btn"] = gr.Button("Compare with the current run", variant="primary",
-                                             elem_id="compare-btn")
-                p["preset_btn"] = gr.Button("Try word order: positional encoding off", elem_id="cmp-preset",
-                                            size="sm")
-                p["back_btn"] = gr.Button("↩ Back to your sentence", elem_id="cmp-back", size="sm", visible=False)
-    p["cmp_stale"] = gr.Markdown(elem_id="cmp-stale")
-    p["cmp_notice"] = gr.Markdown(elem_id="cmp-notice")
+                compare_btn = gr.Button("Compare with the current run", variant="primary",
+                                        elem_id="compare-btn")
+                preset_btn = gr.Button("Try word order: positional encoding off", elem_id="cmp-preset",
+                                       size="sm")
+                back_btn = gr.Button("↩ Back to your sentence", elem_id="cmp-back", size="sm", visible=False)
+    cmp_stale = gr.Markdown(elem_id="cmp-stale")
+    cmp_notice = gr.Markdown(elem_id="cmp-notice")
     with gr.Row():
-        p["base_chips"] = gr.HighlightedText(label="Baseline", color_map=DIFF_COLORS, show_inline_category=False,
-                                             show_legend=False, elem_id="cmp-base")
-        p["mod_chips"] = gr.HighlightedText(label="Modified", color_map=DIFF_COLORS, show_inline_category=False,
-                                            show_legend=False, elem_id="cmp-mod")
-    p["prob_plot"] = gr.Plot(label="Chosen-token probability per step", elem_id="cmp-probs", show_label=False)
-    p["cmp_plot"] = gr.Plot(label="Attention: baseline, modified, difference", elem_id="cmp-maps", show_label=False)
+        base_chips = gr.HighlightedText(label="Baseline", color_map=DIFF_COLORS, show_inline_category=False,
+                                        show_legend=False, elem_id="cmp-base")
+        mod_chips = gr.HighlightedText(label="Modified", color_map=DIFF_COLORS, show_inline_category=False,
+                                       show_legend=False, elem_id="cmp-mod")
+    prob_plot = gr.Plot(label="Chosen-token probability per step", elem_id="cmp-probs", show_label=False)
+    cmp_plot = gr.Plot(label="Attention: baseline, modified, difference", elem_id="cmp-maps", show_label=False)
     with gr.Accordion("The masks as built for these settings (True = attend)", open=False, elem_id="masks-box"):
-        p["masks_plot"] = gr.Plot(label="Masks", elem_id="masks-plot", show_label=False)
-    p["cmp_state"] = gr.State(None)
-    p["preset_back"] = gr.State(None)  # PresetBack: what the word-order preset replaced
+        masks_plot = gr.Plot(label="Masks", elem_id="masks-plot", show_label=False)
+    cmp_state = gr.State(None)
+    preset_back = gr.State(None)  # PresetBack: what the word-order preset replaced
     # what can be ablated is the run's: its model's heads, its sentence's tokens (a new run starts with none)
-    shell.on_run([p["ablate_heads"], p["ablate_src"]], lambda run, ctx: [
+    shell.on_run([ablate_heads, ablate_src], lambda run, ctx: [
         gr.Dropdown(choices=head_choices(shell.lm(run)), value=[]),
         gr.Dropdown(choices=src_token_choices(run.tr.src_tokens), value=[])])
     # Back leads to the run the preset replaced: only while the preset's own run is the current one
-    shell.on_run([p["back_btn"], p["preset_back"]], lambda run, ctx: _back_after(shell, run))
-    toggles = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"]]
-    return InterventionsParts([*toggles, *_compare_outputs(shell)], restore)
+    shell.on_run([back_btn, preset_back], lambda run, ctx: _back_after(shell, run))
+    return InterventionsParts(pad_to=pad_to, pad_mask=pad_mask, causal=causal, pos_enc=pos_enc,
+                              ablate_heads=ablate_heads, ablate_src=ablate_src, compare_btn=compare_btn,
+                              preset_btn=preset_btn, back_btn=back_btn, cmp_stale=cmp_stale, cmp_notice=cmp_notice,
+                              base_chips=base_chips, mod_chips=mod_chips, prob_plot=prob_plot, cmp_plot=cmp_plot,
+                              masks_plot=masks_plot, cmp_state=cmp_state, preset_back=preset_back, restore=restore)
 
 
 def toggles_of(pad_to, padding, causal, positional, heads, src) -> Toggles:
@@ -115,14 +145,14 @@ def toggles_of(pad_to, padding, causal, positional, heads, src) -> Toggles:
 
 def restore(shell: Shell, run, inputs: RunInputs, sel: Selection) -> dict:
     """The toggles a link names, set on the controls; on the Masks & interventions section, compared at once."""
-    p, t = shell.parts, inputs.toggles
+    p, t = shell.interventions, inputs.toggles
     if not t.changed:
         return {}
     names = src_token_choices(run.tr.src_tokens)
-    values = {p["pad_to"]: t.pad_to, p["pad_mask"]: t.padding, p["causal"]: t.causal, p["pos_enc"]: t.positional,
-              p["ablate_heads"]: gr.Dropdown(choices=head_choices(shell.lm(run)),
+    values = {p.pad_to: t.pad_to, p.pad_mask: t.padding, p.causal: t.causal, p.pos_enc: t.positional,
+              p.ablate_heads: gr.Dropdown(choices=head_choices(shell.lm(run)),
                                              value=[head_label(*h) for h in t.heads]),
-              p["ablate_src"]: gr.Dropdown(choices=names, value=[names[i] for i in t.src if i < len(names)])}
+              p.ablate_src: gr.Dropdown(choices=names, value=[names[i] for i in t.src if i < len(names)])}
     if sel.section == "interventions":
         values |= _compare(shell, run, t.pad_to, t.padding, t.causal, t.positional, [head_label(*h) for h in t.heads],
                            [i for i in t.src if i < len(names)], sel.kind, sel.layer, sel.head)
@@ -131,10 +161,10 @@ def restore(shell: Shell, run, inputs: RunInputs, sel: Selection) -> dict:
 
 def lazy_io(shell: Shell) -> tuple[list, list, callable]:
     """(outputs, extra inputs, fn(run, *extra)) of the section as drawn when opened."""
-    p = shell.parts
-    outs = [p["masks_plot"], p["ablate_src"], p["cmp_stale"], p["base_chips"], p["mod_chips"], p["prob_plot"],
-            p["cmp_plot"]]
-    return outs, [p["cmp_state"]], lambda run, cmp: refresh(shell, run, cmp)
+    p = shell.interventions
+    outs = [p.masks_plot, p.ablate_src, p.cmp_stale, p.base_chips, p.mod_chips, p.prob_plot,
+            p.cmp_plot]
+    return outs, [p.cmp_state], lambda run, cmp: refresh(shell, run, cmp)
 
 
 def refresh(shell: Shell, run, cmp=None) -> list:
@@ -154,16 +184,18 @@ def refresh(shell: Shell, run, cmp=None) -> list:
 
 
 def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, kind, layer, head):
-    p = shell.parts
+    p = shell.interventions
+    sel = Selection.of(kind, layer, head)  # the control values as one Selection (its Kind) from here on
+    kind, layer, head = sel.kind, sel.layer, sel.head
     if run is None:
-        return {p["cmp_notice"]: "✏️ Translate a sentence first: Compare runs against the current run."}
+        return {p.cmp_notice: "✏️ Translate a sentence first: Compare runs against the current run."}
     lm = shell.lm(run)
     try:
         iv = make_interventions(pad_on, causal_on, pos_on, heads_sel, src_sel)
         lm.model.validate_interventions(iv)
     except ValueError as e:
         gr.Warning(str(e))
-        return {p["cmp_notice"]: f"⚠️ {md_escape(e)}"}
+        return {p.cmp_notice: f"⚠️ {md_escape(e)}"}
     tr = run.tr
     opts = opts_from("beam" if tr.beam is not None else "greedy", max(len(s.tokens) for s in tr.beam.steps)
                      if tr.beam is not None else 1, 100, pad_in)
@@ -172,7 +204,7 @@ def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, sr
     except Exception as e:
         log.exception("compare failed")
         gr.Warning("The comparison failed; please try another sentence.")
-        return {p["cmp_notice"]: f"⚠️ The comparison failed ({md_escape(type(e).__name__)})."}
+        return {p.cmp_notice: f"⚠️ The comparison failed ({md_escape(type(e).__name__)})."}
     cmp = CompareRun(run.model, base, mod, mod_on_base, iv, run.id)
     kind, layer, head, why = follow(pad_on, causal_on, pos_on, heads_sel, "<pad>" in mod.src_tokens, kind, layer,
                                     head)
@@ -191,16 +223,16 @@ def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, sr
     if not pad_on and "<pad>" not in mod.src_tokens:
         msgs.append("The source has no padding, so switching the padding mask off changes nothing: pad it first.")
     return {
-        p["cmp_notice"]: notice_md(msgs), p["cmp_stale"]: "",
-        p["base_chips"]: gr.HighlightedText(value=[(t, "differs" if d else "token") for t, d in zip(bw, da)],
+        p.cmp_notice: notice_md(msgs), p.cmp_stale: "",
+        p.base_chips: gr.HighlightedText(value=[(t, "differs" if d else "token") for t, d in zip(bw, da)],
                                             label=f"Baseline: {base.text[:300]}"),
-        p["mod_chips"]: gr.HighlightedText(value=[(t, "differs" if d else "token") for t, d in zip(mw, db)],
+        p.mod_chips: gr.HighlightedText(value=[(t, "differs" if d else "token") for t, d in zip(mw, db)],
                                            label=f"Modified: {mod.text[:300]}"),
-        p["prob_plot"]: views.probability_figure(cmp),
-        p["cmp_plot"]: views.compare_maps_figure(cmp, kind, layer, head, lm),
-        p["masks_plot"]: views.masks_figure(shell.reg, run.model, mod.src_tokens, mod.output_tokens, iv,
+        p.prob_plot: views.probability_figure(cmp),
+        p.cmp_plot: views.compare_maps_figure(cmp, kind, layer, head, lm),
+        p.masks_plot: views.masks_figure(shell.reg, run.model, mod.src_tokens, mod.output_tokens, iv,
                                             "Masks of the modified run (True = attend)"),
-        p["cmp_state"]: cmp, **_selected(shell, run, kind, layer, head),
+        p.cmp_state: cmp, **_selected(shell, run, kind, layer, head),
     }
 
 
@@ -213,24 +245,22 @@ def _selected(shell: Shell, run, kind, layer, head) -> dict:
     return {shell.kind: kind, shell.layer: gr.Dropdown(choices=layer_choices(n_layers), value=layer), shell.head: head}
 
 
-def _compare_outputs(shell: Shell) -> list:
-    p = shell.parts
-    return [p["cmp_notice"], p["cmp_stale"], p["base_chips"], p["mod_chips"], p["prob_plot"], p["cmp_plot"],
-            p["masks_plot"], p["cmp_state"], shell.kind, shell.layer, shell.head]
+def _compare_outputs(shell: Shell, p: InterventionsParts) -> list:
+    return [*p.results, shell.kind, shell.layer, shell.head]
 
 
 def compare_io(shell: Shell) -> tuple[list, list, list]:
     """(toggles, inputs, outputs) of Compare, named once."""
-    p = shell.parts
-    toggles = [p["pad_to"], p["pad_mask"], p["causal"], p["pos_enc"], p["ablate_heads"], p["ablate_src"]]
-    return toggles, [shell.run_state, *toggles, shell.kind, shell.layer, shell.head], _compare_outputs(shell)
+    p = shell.interventions
+    toggles = p.toggles
+    return toggles, [shell.run_state, *toggles, shell.kind, shell.layer, shell.head], _compare_outputs(shell, p)
 
 
 def wire(shell: Shell) -> None:
-    p = shell.parts
+    p = shell.interventions
     toggles, cmp_in, outs = compare_io(shell)
-    p["compare_btn"].click(lambda *a: _compare(shell, *a), cmp_in, outs, api_name="compare_ui",
-                           api_visibility="undocumented", **shell.model_event())
+    p.compare_btn.click(lambda *a: _compare(shell, *a), cmp_in, outs, api_name="compare_ui",
+                        api_visibility="undocumented", **shell.model_event())
 
     def on_toggle(run, cmp, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, kind):
         """Redraw the masks at once; the verdict below is now stale; the map follows the toggle."""
@@ -248,25 +278,28 @@ def wire(shell: Shell) -> None:
             log.exception("mask preview failed")
             return views.message_figure("The masks could not be drawn."), gr.skip(), gr.skip()
 
-    tog_in = [shell.run_state, p["cmp_state"], *toggles, shell.kind]
-    gr.on([c.input for c in toggles], on_toggle, tog_in, [p["masks_plot"], p["cmp_stale"], shell.kind],
+    tog_in = [shell.run_state, p.cmp_state, *toggles, shell.kind]
+    gr.on([c.input for c in toggles], on_toggle, tog_in, [p.masks_plot, p.cmp_stale, shell.kind],
           api_name="masks", api_visibility="undocumented", **VIEW)
 
     def on_maps(cmp, kind, layer, head):
+        return show_maps(cmp, Selection.of(kind, layer, head))
+
+    def show_maps(cmp, sel: Selection):
         try:
             if cmp is None:
                 return views.message_figure("Press Compare first.")
-            return views.compare_maps_figure(cmp, kind, layer, head, shell.reg.models.get(cmp.model))
+            return views.compare_maps_figure(cmp, sel.kind, sel.layer, sel.head, shell.reg.models.get(cmp.model))
         except Exception:
             log.exception("compare maps failed")
             return views.message_figure("This map could not be drawn.")
 
     # the maps follow the one selection, however it changes (the bar, a toggle, a link, a panel click)
     gr.on([c.input for c in (shell.kind, shell.layer, shell.head)], on_maps,
-          [p["cmp_state"], shell.kind, shell.layer, shell.head], p["cmp_plot"], api_name="compare_maps",
+          [p.cmp_state, shell.kind, shell.layer, shell.head], p.cmp_plot, api_name="compare_maps",
           api_visibility="undocumented", **VIEW)
-    shell.sel_state.change(lambda cmp, sel: on_maps(cmp, sel.kind, sel.layer, sel.head) if cmp is not None
-                           else gr.skip(), [p["cmp_state"], shell.sel_state], p["cmp_plot"], api_visibility="private",
+    shell.sel_state.change(lambda cmp, sel: show_maps(cmp, sel) if cmp is not None
+                           else gr.skip(), [p.cmp_state, shell.sel_state], p.cmp_plot, api_visibility="private",
                            **VIEW)
 
 
@@ -304,7 +337,7 @@ def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, caus
     """The preset's first step: its sentence in the box, the positional encoding off, the selection on the
     demo's encoder self-attention head, and what it replaces kept for Back (a second press keeps the first
     press's: the run then is the preset's own)."""
-    p = shell.parts
+    p = shell.interventions
     lm = shell.reg.models.get(name)
     demo = word_order_demo(name, lm.src_lang if lm else "en")
     own = back is not None and run is not None and is_preset_run(shell, run) and run.model == name
@@ -312,8 +345,8 @@ def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, caus
         back = None if run is None else PresetBack(
             run=run, text=text or "", direction=name, kind=Selection.of(kind).kind, layer=int(layer or 0),
             head=int(head or 0), padding=bool(pad_on), causal=bool(causal_on), positional=bool(pos_on))
-    values = {shell.text: demo.text, p["pos_enc"]: False, p["causal"]: True, p["pad_mask"]: True,
-              p["preset_back"]: back, p["back_btn"]: gr.Button(visible=back is not None), shell.kind: ENC_SELF}
+    values = {shell.text: demo.text, p.pos_enc: False, p.causal: True, p.pad_mask: True,
+              p.preset_back: back, p.back_btn: gr.Button(visible=back is not None), shell.kind: ENC_SELF}
     if lm is not None:
         shape = ModelShape.of(lm)
         n_layers = shape.layers(ENC_SELF)
@@ -323,53 +356,53 @@ def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, caus
     return values
 
 
-def back_values(shell: Shell, back: PresetBack | None, cmp, *sel_values, base: str = "/") -> dict:
+def back_values(shell: Shell, back: PresetBack | None, cmp, sel: Selection | None, base: str = "/") -> dict:
     """Back: the run the preset replaced, its sentence and direction, its map and toggles, with every
     view of the run redrawn as a new run would be (no model call), this section's too (the comparison
     marked stale unless it was of that run)."""
-    p = shell.parts
-    hide = {p["preset_back"]: None, p["back_btn"]: gr.Button(visible=False)}
+    p = shell.interventions
+    hide = {p.preset_back: None, p.back_btn: gr.Button(visible=False)}
     if back is None or shell.lm(back.run) is None:
         return hide
-    sel = replace(shell.selection(*sel_values), kind=back.kind, layer=back.layer, head=back.head)
+    sel = replace(sel if isinstance(sel, Selection) else Selection(), kind=back.kind, layer=back.layer, head=back.head)
     sel = sel.fit(ModelShape.of(shell.lm(back.run)))
     values = lazy_values(shell, "interventions", back.run, cmp) | shell.run_values(back.run, RunContext(sel, False, base))
     return values | hide | {
         shell.text: back.text, shell.direction: back.direction, shell.kind: sel.kind,
-        p["pad_mask"]: back.padding, p["causal"]: back.causal, p["pos_enc"]: back.positional,
+        p.pad_mask: back.padding, p.causal: back.causal, p.pos_enc: back.positional,
         shell.translate.run_status: f"✓ back · run {back.run.id}"}
 
 
 def back_outputs(shell: Shell) -> list:
     """Back's outputs, each once: the run's (as Translate's), the section's own, and the controls it resets."""
-    p = shell.parts
+    p = shell.interventions
     lz = shell.lazy.get("interventions")
     return list(dict.fromkeys([
         shell.translate.run_status, *shell.run_outputs(), *([lz.stamp, *lz.outputs] if lz else []), shell.text,
-        shell.direction, shell.kind, p["pad_mask"], p["causal"], p["pos_enc"], p["preset_back"],
-        p["back_btn"]]))
+        shell.direction, shell.kind, p.pad_mask, p.causal, p.pos_enc, p.preset_back,
+        p.back_btn]))
 
 
 def wire_preset(shell: Shell, translate_event: tuple) -> None:
     """A sentence where word order matters, translated, then compared with the positional encoding off;
     Back returns to the run it replaced."""
-    p = shell.parts
+    p = shell.interventions
     _, cmp_in, outs = compare_io(shell)
-    preset_in = [shell.run_state, shell.text, shell.direction, shell.kind, shell.layer, shell.head, p["pad_mask"],
-                 p["causal"], p["pos_enc"], p["preset_back"]]
-    preset_out = [shell.text, p["pos_enc"], p["causal"], p["pad_mask"], p["preset_back"], p["back_btn"], shell.kind,
+    preset_in = [shell.run_state, shell.text, shell.direction, shell.kind, shell.layer, shell.head, p.pad_mask,
+                 p.causal, p.pos_enc, p.preset_back]
+    preset_out = [shell.text, p.pos_enc, p.causal, p.pad_mask, p.preset_back, p.back_btn, shell.kind,
                   shell.layer, shell.head]
     translate, t_inputs, t_outputs = translate_event
-    p["preset_btn"].click(lambda *a: preset_values(shell, *a), preset_in, preset_out, api_name="word_order_preset",
-                          api_visibility="undocumented", queue=False).then(
+    ran = p.preset_btn.click(lambda *a: preset_values(shell, *a), preset_in, preset_out,
+                             api_name="word_order_preset", api_visibility="undocumented", queue=False).then(
         lambda *a: translate(*a, replay=False), t_inputs, t_outputs, api_visibility="private",
-        **shell.model_event()).then(
-        lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private", **shell.model_event())
+        **shell.model_event())
+    for then in shell.after_run:  # the preset's run is a run like any other: the run history records it
+        then(ran)
+    ran.then(lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private", **shell.model_event())
 
-    def on_back(back, cmp, kind, layer, head, step, query, units, view, scale, section, subviews,
-                request: gr.Request = None):
-        return back_values(shell, back, cmp, kind, layer, head, step, query, units, view, scale, section, subviews,
-                           base=base_url(request))
+    def on_back(back, cmp, sel, request: gr.Request = None):
+        return back_values(shell, back, cmp, sel, base=base_url(request))
 
-    p["back_btn"].click(on_back, [p["preset_back"], p["cmp_state"], *shell.selection_inputs()], back_outputs(shell),
-                        api_name="preset_back", api_visibility="undocumented", **VIEW)
+    p.back_btn.click(on_back, [p.preset_back, p.cmp_state, shell.sel_state], back_outputs(shell),
+                     api_name="preset_back", api_visibility="undocumented", **VIEW)

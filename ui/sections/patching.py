@@ -3,6 +3,8 @@ corrupted one; patch one activation (or scan every head, or every layer × posit
 ablate it (zero, validation mean), and see what happens to one target token of B's output."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
 from model.analysis.patching import RESID_POINTS, PatchError
@@ -27,40 +29,66 @@ EXPLAIN = ("**Clean/corrupted bench (activation patching).** A is the clean run,
            "minus a foil's. Encoder positions need sources of equal length (same number of tokens).")
 
 
-def build(shell: Shell) -> None:
+@dataclass(eq=False)
+class BenchParts:
+    """The bench's controls and result (sentences A and B are
+    Two sentences' own boxes, in ``AnalysisParts``)."""
+    patch_fill: gr.Button
+    patch_site: gr.Radio
+    patch_scan: gr.Radio
+    patch_sel: gr.Markdown
+    patch_part: gr.Radio
+    patch_point: gr.Dropdown
+    patch_pos: gr.Textbox
+    patch_step: gr.Dropdown
+    patch_foil: gr.Textbox
+    patch_ablation: gr.Radio
+    patch_output: gr.Textbox
+    patch_btn: gr.Button
+    patch_md: gr.Markdown
+    patch_plot: gr.Plot
+    patch_state: gr.State  # the PatchLink of the bench shown
+    patch_model: gr.State  # the model it ran on
+
+
+def build(shell: Shell) -> BenchParts:
     """The bench's controls, under the two sentences (their text boxes are sentence A and B). The attention
     kind, layer and head are the selection bar's: the bench has no copy of its own."""
     shell.restorers["bench"] = restore_bench
-    p = shell.parts
     with gr.Accordion("Clean/corrupted bench: activation patching", open=True, elem_id="patch-bench"):
         gr.Markdown(EXPLAIN, elem_classes="explain")
-        p["patch_fill"] = gr.Button("A = the current run, B = a variant (two words swapped)", size="sm",
-                                    elem_id="patch-fill")
+        patch_fill = gr.Button("A = the current run, B = a variant (two words swapped)", size="sm",
+                               elem_id="patch-fill")
         with gr.Row():
-            p["patch_site"] = gr.Radio(SITE_CHOICES, value="z", label="Patch", elem_id="patch-site")
-            p["patch_scan"] = gr.Radio(SCAN_CHOICES, value="heads", label="Scan", elem_id="patch-scan")
-        p["patch_sel"] = gr.Markdown(where(Selection(), "z", "heads"), elem_id="patch-sel")
+            patch_site = gr.Radio(SITE_CHOICES, value="z", label="Patch", elem_id="patch-site")
+            patch_scan = gr.Radio(SCAN_CHOICES, value="heads", label="Scan", elem_id="patch-scan")
+        patch_sel = gr.Markdown(where(Selection(), "z", "heads"), elem_id="patch-sel")
         with gr.Row():
-            p["patch_part"] = gr.Radio([("Encoder", "encoder"), ("Decoder", "decoder")], value="encoder",
-                                       label="Stream", visible=False, elem_id="patch-part")
-            p["patch_point"] = gr.Dropdown(POINT_CHOICES, value="post", label="Where in the layer", visible=False,
-                                           elem_id="patch-point")
-            p["patch_pos"] = gr.Textbox("", label="Positions (B's; empty = all)", placeholder="e.g. 2 or 1-3",
-                                        elem_id="patch-pos")
+            patch_part = gr.Radio([("Encoder", "encoder"), ("Decoder", "decoder")], value="encoder",
+                                  label="Stream", visible=False, elem_id="patch-part")
+            patch_point = gr.Dropdown(POINT_CHOICES, value="post", label="Where in the layer", visible=False,
+                                      elem_id="patch-point")
+            patch_pos = gr.Textbox("", label="Positions (B's; empty = all)", placeholder="e.g. 2 or 1-3",
+                                   elem_id="patch-pos")
         with gr.Row():
-            p["patch_step"] = gr.Dropdown([("step 0", 0)], value=0, label="Target token (B's output step)",
-                                          elem_id="patch-step")
-            p["patch_foil"] = gr.Textbox("", label="Foil token (empty: probability)",
-                                         placeholder="a word (read as its word-start ▁piece) or a ▁piece",
-                                         elem_id="patch-foil")
-            p["patch_ablation"] = gr.Radio(ABLATION_CHOICES, value="patch", label="With", elem_id="patch-ablation")
-        p["patch_output"] = gr.Textbox("", label="Target text both runs are forced on (empty: B's own translation)",
-                                       lines=1, max_lines=2, elem_id="patch-output")
-        p["patch_btn"] = gr.Button("Run patching", variant="primary", elem_id="patch-btn")
-        p["patch_md"] = gr.Markdown(elem_id="patch-md")
-        p["patch_plot"] = gr.Plot(label="Patching effect", elem_id="patch-plot", show_label=False)
-        p["patch_state"] = gr.State(None)  # the PatchLink of the bench shown (the link and the export read it)
-        p["patch_model"] = gr.State(None)  # the model it ran on (a run in another direction clears it)
+            patch_step = gr.Dropdown([("step 0", 0)], value=0, label="Target token (B's output step)",
+                                     elem_id="patch-step")
+            patch_foil = gr.Textbox("", label="Foil token (empty: probability)",
+                                    placeholder="a word (read as its word-start ▁piece) or a ▁piece",
+                                    elem_id="patch-foil")
+            patch_ablation = gr.Radio(ABLATION_CHOICES, value="patch", label="With", elem_id="patch-ablation")
+        patch_output = gr.Textbox("", label="Target text both runs are forced on (empty: B's own translation)",
+                                  lines=1, max_lines=2, elem_id="patch-output")
+        patch_btn = gr.Button("Run patching", variant="primary", elem_id="patch-btn")
+        patch_md = gr.Markdown(elem_id="patch-md")
+        patch_plot = gr.Plot(label="Patching effect", elem_id="patch-plot", show_label=False)
+        patch_state = gr.State(None)  # the PatchLink of the bench shown (the link and the export read it)
+        patch_model = gr.State(None)  # the model it ran on (a run in another direction clears it)
+    return BenchParts(patch_fill=patch_fill, patch_site=patch_site, patch_scan=patch_scan, patch_sel=patch_sel,
+                      patch_part=patch_part, patch_point=patch_point, patch_pos=patch_pos, patch_step=patch_step,
+                      patch_foil=patch_foil, patch_ablation=patch_ablation, patch_output=patch_output,
+                      patch_btn=patch_btn, patch_md=patch_md, patch_plot=patch_plot, patch_state=patch_state,
+                      patch_model=patch_model)
 
 
 # which of the selection's fields a bench reads, by its site and scan (scans cover every layer and head)
@@ -151,18 +179,18 @@ def _steps(shell: Shell, run, name, text_a, text_b, output, step):
 def restore_bench(shell: Shell, run, b: PatchLink) -> dict:
     """The values a link's patching bench sets on load, the bench run for ``run``. The bench reads the
     selection bar: the link's bench kind, layer and head are set there where the bench uses them."""
-    p = shell.parts
+    p, a = shell.analysis.bench, shell.analysis
     sel = Selection(kind=b.kind, layer=b.layer, head=b.head)
     controls = (b.site, b.scan, b.part, b.point, b.positions, b.step, b.foil, b.ablation, b.output)
     md, fig, steps, shown = _run(shell, run, run.model, b.text_a, b.text_b, sel, *controls)
     part_v, point_v = _visible(b.site)
     bar = {"kind": shell.kind, "layer": shell.layer, "head": shell.head}
-    return {p["pair_a"]: b.text_a, p["pair_b"]: b.text_b, p["patch_site"]: b.site, p["patch_scan"]: b.scan,
-            p["patch_part"]: dict(part_v, value=b.part), p["patch_point"]: dict(point_v, value=b.point),
-            p["patch_pos"]: b.positions, p["patch_step"]: steps if shown is not None else b.step,
-            p["patch_foil"]: b.foil, p["patch_ablation"]: b.ablation, p["patch_output"]: b.output,
-            p["patch_md"]: md, p["patch_plot"]: fig, p["patch_state"]: shown, p["patch_model"]: run.model,
-            p["patch_sel"]: where(sel, b.site, b.scan)} | {bar[f]: getattr(b, f) for f in uses(b.site, b.scan)}
+    return {a.pair_a: b.text_a, a.pair_b: b.text_b, p.patch_site: b.site, p.patch_scan: b.scan,
+            p.patch_part: dict(part_v, value=b.part), p.patch_point: dict(point_v, value=b.point),
+            p.patch_pos: b.positions, p.patch_step: steps if shown is not None else b.step,
+            p.patch_foil: b.foil, p.patch_ablation: b.ablation, p.patch_output: b.output,
+            p.patch_md: md, p.patch_plot: fig, p.patch_state: shown, p.patch_model: run.model,
+            p.patch_sel: where(sel, b.site, b.scan)} | {bar[f]: getattr(b, f) for f in uses(b.site, b.scan)}
 
 
 def stale(shown: PatchLink | None, sel: Selection) -> bool:
@@ -183,14 +211,14 @@ def _on_selection(sel, shown, site, scan) -> tuple:
 
 
 def wire(shell: Shell) -> None:
-    p = shell.parts
-    controls = [p[k] for k in ("patch_site", "patch_scan", "patch_part", "patch_point", "patch_pos", "patch_step",
-                               "patch_foil", "patch_ablation", "patch_output")]
-    p["patch_site"].input(_visible, p["patch_site"], [p["patch_part"], p["patch_point"]], api_visibility="private",
-                          queue=False)
-    shown = [p["patch_sel"], p["patch_md"], p["patch_plot"], p["patch_state"]]
-    gr.on([shell.sel_state.change, p["patch_site"].input, p["patch_scan"].input], _on_selection,
-          [shell.sel_state, p["patch_state"], p["patch_site"], p["patch_scan"]], shown, api_visibility="private",
+    p, a = shell.analysis.bench, shell.analysis
+    controls = [p.patch_site, p.patch_scan, p.patch_part, p.patch_point, p.patch_pos, p.patch_step, p.patch_foil,
+                p.patch_ablation, p.patch_output]
+    p.patch_site.input(_visible, p.patch_site, [p.patch_part, p.patch_point], api_visibility="private",
+                       queue=False)
+    shown = [p.patch_sel, p.patch_md, p.patch_plot, p.patch_state]
+    gr.on([shell.sel_state.change, p.patch_site.input, p.patch_scan.input], _on_selection,
+          [shell.sel_state, p.patch_state, p.patch_site, p.patch_scan], shown, api_visibility="private",
           queue=False, show_progress="hidden")
 
     def fill(run):
@@ -199,29 +227,29 @@ def wire(shell: Shell) -> None:
             return (gr.skip(),) * 8
         # new sentences: the results of the old ones go (as when A or B is typed)
         return (run.tr.src_text, patching.variant(run.tr.src_text), "", views.message_figure("Press Compare "
-                "sentences."), None, "", views.message_figure("Press Run patching."), None)
+                                                                                             "sentences."), None, "", views.message_figure("Press Run patching."), None)
 
-    results = [p["pair_text"], p["pair_plot"], p["pair_state"], p["patch_md"], p["patch_plot"], p["patch_state"]]
-    filled = p["patch_fill"].click(fill, shell.run_state, [p["pair_a"], p["pair_b"], *results],
-                                   api_visibility="private", queue=False)
+    results = [a.pair_text, a.pair_plot, a.pair_state, p.patch_md, p.patch_plot, p.patch_state]
+    filled = p.patch_fill.click(fill, shell.run_state, [a.pair_a, a.pair_b, *results],
+                                api_visibility="private", queue=False)
     # the step dropdown follows A, B and the target text (their tokens, before the bench runs)
-    sync = ([shell.run_state, shell.direction, p["pair_a"], p["pair_b"], p["patch_output"], p["patch_step"]],
-            p["patch_step"])
+    sync = ([shell.run_state, shell.direction, a.pair_a, a.pair_b, p.patch_output, p.patch_step],
+            p.patch_step)
 
     def steps(run, name, a, b, out, step):
         return _steps(shell, run, name, a, b, out, step)
 
-    gr.on([p["pair_a"].blur, p["pair_b"].blur, p["pair_b"].submit, p["patch_output"].blur, p["patch_output"].submit],
+    gr.on([a.pair_a.blur, a.pair_b.blur, a.pair_b.submit, p.patch_output.blur, p.patch_output.submit],
           steps, *sync, api_visibility="private", **shell.model_event())
     filled.then(lambda *a: steps(*a[:-1], 0), *sync, api_visibility="private", **shell.model_event())
 
     def on_run(sel, run, name, a, b, *c):
         return (*_run(shell, run, name, a, b, sel, *c), run.model if run is not None else name)
 
-    ran = p["patch_btn"].click(shell.with_selection(on_run),
-                               [*shell.selection_inputs(), shell.run_state, shell.direction, p["pair_a"], p["pair_b"],
-                                *controls],
-                               [p["patch_md"], p["patch_plot"], p["patch_step"], p["patch_state"], p["patch_model"]],
-                               api_visibility="private", **shell.model_event())
-    p.setdefault("link_events", []).append(ran)  # the link box then names the bench shown
+    ran = p.patch_btn.click(shell.with_selection(on_run),
+                            [*shell.selection_inputs(), shell.run_state, shell.direction, a.pair_a, a.pair_b,
+                             *controls],
+                            [p.patch_md, p.patch_plot, p.patch_step, p.patch_state, p.patch_model],
+                            api_visibility="private", **shell.model_event())
+    shell.link_events.append(ran)  # the link box then names the bench shown
     gr.api(Api(shell.reg_key).patch, api_name="patch", **shell.model_event())

@@ -65,7 +65,8 @@ def build(shell: Shell, tab: gr.Tab) -> SideParts:
     with gr.Row():
         aer_a = gr.Plot(label="AER, this run", elem_id="sbs-aer-a", show_label=False)
         aer_b = gr.Plot(label="AER, second model", elem_id="sbs-aer-b", show_label=False)
-    return SideParts(tab, second, md, trust_a, trust_b, grid_a, grid_b, aer_md, aer_a, aer_b, gr.State(None))
+    return SideParts(tab=tab, second=second, md=md, trust_a=trust_a, trust_b=trust_b, grid_a=grid_a, grid_b=grid_b,
+                     aer_md=aer_md, aer_a=aer_a, aer_b=aer_b, held=gr.State(None))
 
 
 def second_run(shell: Shell, run: Run, name: str) -> Run:

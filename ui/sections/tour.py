@@ -78,7 +78,7 @@ def build(shell: Shell) -> TourParts:
     def after_run(run, stop, seen, units, request: gr.Request):
         return _after_run(shell, run, stop, seen, units, request)
 
-    shell.parts.setdefault("after_run", []).append(lambda dep: dep.then(
+    shell.after_run.append(lambda dep: dep.then(
         after_run, [shell.run_state, parts.stop, parts.link_seen, shell.units], [*parts.outputs(shell), parts.link_seen],
         api_visibility="private", show_progress="hidden", concurrency_limit=4))
     return parts

@@ -39,9 +39,24 @@ def opts_from(decoding: str, beam, max_len, pad_to: int = 0) -> DecodeOptions:
                          pad_src_to=max(0, int(pad_to or 0)))
 
 
-@dataclass
+@dataclass(eq=False)
 class TranslateParts:
-    run_status: gr.Markdown  # "✓" and the run's id once its last value is on the page (tests wait on it)
+    """The first screen's components."""
+    language_pair: tuple  # languages.build's parts: a many-to-many model's pair
+    translate_btn: gr.Button
+    run_status: gr.Markdown  # "✓" and the run's id once its last value is on the page
+    viewport: gr.Number  # the browser's width, read once on load
+    out_text: gr.Textbox
+    notice: gr.Markdown
+    trust_md: gr.Markdown  # signals that say when not to trust the translation
+    watch_step: gr.Markdown
+    watch_strip: gr.HighlightedText
+    src_chips: gr.HighlightedText
+    out_chips: gr.HighlightedText
+    watch_heads: gr.Plot
+    examples_box: gr.Examples | None
+    first_example: list | None  # [text, model] of the first example, or None
+    load_event: tuple | None = None  # (fn, outputs) of the page's load: set by ``wire``, wired by ``wire_load``
 
 
 def build(shell: Shell) -> TranslateParts:
@@ -57,52 +72,53 @@ def build(shell: Shell) -> TranslateParts:
                                               value=shell.default_model, label="Direction", elem_id="direction")
                 translate_btn = gr.Button("Translate", variant="primary", elem_id="translate-btn", scale=0,
                                           min_width=110)
-            shell.parts["languages"] = languages.build(shell)  # a many-to-many model's pair (hidden otherwise)
+            language_pair = languages.build(shell)  # a many-to-many model's pair (hidden otherwise)
             with gr.Accordion("More settings: decoding", open=False, elem_id="decoding-box"):
                 shell.decoding = gr.Radio([("Greedy", "greedy"), ("Beam search", "beam")], value="greedy",
                                           label="Decoding", elem_id="decoding")
                 shell.beam = gr.Slider(2, 8, value=4, step=1, label="Beam size", elem_id="beam", visible=False)
                 shell.max_len = gr.Slider(1, 200, value=100, step=1, label="Max output tokens", elem_id="max-len")
-    p = shell.parts
-    p["translate_btn"] = translate_btn
     # "✓" plus a fresh id once the last value of a run is on the page: browser tests wait on it
-    p["run_status"] = gr.Markdown(elem_id="run-status")
+    run_status = gr.Markdown(elem_id="run-status")
     # the browser's width, read once on load: a phone opens on one head instead of the grid of all heads
-    p["viewport"] = gr.Number(0, elem_id="viewport", elem_classes="proxy", show_label=False, container=False)
+    viewport = gr.Number(0, elem_id="viewport", elem_classes="proxy", show_label=False, container=False)
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
-            p["out_text"] = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
+            out_text = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
             # what the notices say is about this translation: read after it (and a phone shows it first)
-            p["notice"] = gr.Markdown(elem_id="notice")
-            p["trust"] = gr.Markdown(elem_id="trust-signals")  # signals that say when not to trust it
-            p["watch_step"] = gr.Markdown(elem_id="watch-step")
-            p["watch_strip"] = gr.HighlightedText(label="Source, shaded by the cross-attention of the step being "
-                                                        "generated (last layer, mean of heads)",
-                                                  show_legend=False, elem_id="watch-strip", interactive=False)
+            notice = gr.Markdown(elem_id="notice")
+            trust_md = gr.Markdown(elem_id="trust-signals")  # signals that say when not to trust it
+            watch_step = gr.Markdown(elem_id="watch-step")
+            watch_strip = gr.HighlightedText(label="Source, shaded by the cross-attention of the step being "
+                                                   "generated (last layer, mean of heads)",
+                                             show_legend=False, elem_id="watch-strip", interactive=False)
             with gr.Row():
-                p["src_chips"] = gr.HighlightedText(label="Source tokens (▁ starts a word)", color_map=CHIP_COLORS,
-                                                    show_legend=False, show_inline_category=False,
-                                                    elem_id="src-chips")
-                p["out_chips"] = gr.HighlightedText(label="Output tokens (▁ starts a word)", color_map=CHIP_COLORS,
-                                                    show_legend=False, show_inline_category=False,
-                                                    elem_id="out-chips")
+                src_chips = gr.HighlightedText(label="Source tokens (▁ starts a word)", color_map=CHIP_COLORS,
+                                               show_legend=False, show_inline_category=False,
+                                               elem_id="src-chips")
+                out_chips = gr.HighlightedText(label="Output tokens (▁ starts a word)", color_map=CHIP_COLORS,
+                                               show_legend=False, show_inline_category=False,
+                                               elem_id="out-chips")
         with gr.Column(scale=3, min_width=300):
-            p["watch_heads"] = gr.Plot(label="Every head, row by row", elem_id="watch-heads", show_label=False)
+            watch_heads = gr.Plot(label="Every head, row by row", elem_id="watch-heads", show_label=False)
             # under the map: on a desktop in the first screen, on a phone after the translation
             gr.Markdown(TRY_THIS, elem_id="try-this", elem_classes="explain")
     langs = {n: i.src_lang for n, i in catalog.infos(reg).items()}
     # an added model's examples come after ours (its first use loads it)
     examples = examples_for(names, langs, calls.DATA_DIRS)
-    p["examples"] = gr.Examples(examples, inputs=[shell.text, shell.direction], examples_per_page=8,
-                                label="Examples: the Multi30k test set, then everyday sentences (click one to "
-                                      "translate it)") if examples else None
-    p["first_example"] = examples[0] if examples else None
-    shell.on_run([p["notice"], p["out_text"], p["src_chips"], p["out_chips"], p["watch_step"], p["watch_strip"],
-                  p["watch_heads"], shell.run_state, shell.run_bar],
+    examples_box = gr.Examples(examples, inputs=[shell.text, shell.direction], examples_per_page=8,
+                               label="Examples: the Multi30k test set, then everyday sentences (click one to "
+                                     "translate it)") if examples else None
+    first_example = examples[0] if examples else None
+    shell.on_run([notice, out_text, src_chips, out_chips, watch_step, watch_strip,
+                  watch_heads, shell.run_state, shell.run_bar],
                  lambda run, ctx: _final(shell, run, 0 if ctx.replay else None,
                                          outlined(ctx.sel.kind, ctx.sel.layer, ctx.sel.head), ctx.sel.units))
-    shell.on_run([p["trust"]], lambda run, ctx: [trust.panel(shell.reg_key, run)])
-    return TranslateParts(p["run_status"])
+    shell.on_run([trust_md], lambda run, ctx: [trust.panel(shell.reg_key, run)])
+    return TranslateParts(language_pair=language_pair, translate_btn=translate_btn, run_status=run_status,
+                          viewport=viewport, out_text=out_text, notice=notice, trust_md=trust_md,
+                          watch_step=watch_step, watch_strip=watch_strip, src_chips=src_chips, out_chips=out_chips,
+                          watch_heads=watch_heads, examples_box=examples_box, first_example=first_example)
 
 
 def outlined(kind, layer, head) -> tuple[int, int] | None:
@@ -134,21 +150,21 @@ def replay_frames(shell: Shell, run: Run, animate: bool = True, selected: tuple[
     the source lights up with each step's cross-attention, and the heads' map gains rows. Its own
     event, with three outputs: a streamed frame costs Gradio about 1 ms for every output it leaves
     unchanged, and the translate event has eleven."""
-    p, tr = shell.parts, run.tr
+    p, tr = shell.translate, run.tr
     k = min(REPLAY_FRAMES, len(tr.steps) - 1) if animate else 0  # the last step is the final frame's
     shown = sorted({round(i * (len(tr.steps) - 2) / max(1, k - 1)) for i in range(k)})
     marks = {shown[len(shown) * (i + 1) // (WATCH_FIGURES + 1)] for i in range(WATCH_FIGURES)} if shown else set()
     vocab = shell.reg.models[run.model].tgt_vocab
     for t in shown:
-        frame = {p["watch_step"]: _caption(run, t, vocab), p["watch_strip"]: views.watch_strip(run, t)}
+        frame = {p.watch_step: _caption(run, t, vocab), p.watch_strip: views.watch_strip(run, t)}
         if t in marks:
-            frame[p["watch_heads"]] = views.watch_heads(run, t + 1, selected, units)
+            frame[p.watch_heads] = views.watch_heads(run, t + 1, selected, units)
         yield frame
         time.sleep(WATCH_PACE)
     last = len(tr.steps) - 1
-    yield {p["watch_strip"]: views.watch_strip(run, last) if tr.steps else [], p["watch_heads"]: views.watch_heads(run, selected=selected, units=units)}
+    yield {p.watch_strip: views.watch_strip(run, last) if tr.steps else [], p.watch_heads: views.watch_heads(run, selected=selected, units=units)}
     # last, a small frame: the end of a streamed event repeats its last frame
-    yield {p["watch_step"]: _caption(run, last, vocab) if tr.steps else ""}
+    yield {p.watch_step: _caption(run, last, vocab) if tr.steps else ""}
 
 
 def _caption(run: Run, t: int, vocab) -> str:
@@ -217,25 +233,25 @@ def problem_of(shell: Shell, inputs: RunInputs) -> str | None:
 def translate_values(shell: Shell, inputs: RunInputs, notices: list[str], ctx: RunContext) -> dict:
     """Every view of the new run, in one message (a streamed event sends its last frame twice); the replay
     follows as its own event. A problem comes back as a notice, never a stack trace."""
-    p = shell.parts
+    p = shell.translate
     problem = problem_of(shell, inputs)
     if problem:
-        return {p["notice"]: problem, p["run_status"]: "✗ " + ("no model" if problem[0] == "⚠" else "empty input")}
+        return {p.notice: problem, p.run_status: "✗ " + ("no model" if problem[0] == "⚠" else "empty input")}
     try:
         run, forced = make_run(shell, inputs, notices)
     except CheckpointError as e:  # an added model that cannot be loaded: why, and the others keep serving
         log.warning("model %s could not be loaded: %s", inputs.model, e)
-        return {p["notice"]: f"⚠️ This model could not be loaded: {md_escape(str(e)[:400])}. Pick another model.",
-                p["run_status"]: "✗ model not loaded"}
+        return {p.notice: f"⚠️ This model could not be loaded: {md_escape(str(e)[:400])}. Pick another model.",
+                p.run_status: "✗ model not loaded"}
     except Exception as e:
         if isinstance(e, ValueError) and inputs.prefix:  # a forced prefix the model cannot take: say why
-            return {p["notice"]: f"⚠️ {md_escape(str(e)[:200])}", p["run_status"]: "✗ bad prefix"}
+            return {p.notice: f"⚠️ {md_escape(str(e)[:200])}", p.run_status: "✗ bad prefix"}
         log.error("translate failed: %s", traceback.format_exc())
         gr.Warning("The translation failed; please try another sentence.")
-        return {p["notice"]: f"⚠️ The translation failed ({md_escape(type(e).__name__)}).", p["run_status"]: "✗ failed"}
+        return {p.notice: f"⚠️ The translation failed ({md_escape(type(e).__name__)}).", p.run_status: "✗ failed"}
     # with a replay to follow, the watch views start at the first step
     ctx = replace(ctx, replay=ctx.replay and run.n_steps > 1)
-    values = shell.run_values(run, ctx) | {p["run_status"]: f"✓ {'forced' if forced else 'translated'} · run {run.id}"}
+    values = shell.run_values(run, ctx) | {p.run_status: f"✓ {'forced' if forced else 'translated'} · run {run.id}"}
     if forced is not None:
         values |= {shell.computation.forced_md: inside.forced_markdown(forced),
                    shell.computation.forced_plot: inside.forced_figure(forced)}
@@ -252,7 +268,7 @@ def base_url(request) -> str:
 
 def replay_event(shell: Shell):
     """``replay(dep)`` chains the replay after an event that made a new run (animated on Translate & watch)."""
-    p = shell.parts
+    p = shell.translate
 
     def on_replay(run, section, kind, layer, head, units="words"):
         if run is not None:
@@ -260,10 +276,10 @@ def replay_event(shell: Shell):
                                      units=units)
 
     def chain(dep):
-        for then in p.get("after_run", ()):  # e.g. the run history records the new run
+        for then in shell.after_run:  # e.g. the run history records the new run
             then(dep)
         return dep.then(on_replay, [shell.run_state, shell.section, shell.kind, shell.layer, shell.head, shell.units],
-                        [p["watch_step"], p["watch_strip"], p["watch_heads"]],
+                        [p.watch_step, p.watch_strip, p.watch_heads],
                         api_visibility="private", show_progress="hidden", concurrency_limit=16)
     return chain
 
@@ -271,11 +287,11 @@ def replay_event(shell: Shell):
 def wire(shell: Shell) -> tuple:
     """The translate event, wired after every section is built (it refreshes them all): returns
     (fn, inputs, outputs) for another event that makes a run the same way."""
-    p = shell.parts
+    p = shell.translate
     sel_inputs = [shell.kind, shell.view, shell.layer, shell.head, shell.units, shell.scale, shell.section,
                   shell.subviews]
     inputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, *sel_inputs]
-    outputs = [p["run_status"], *shell.run_outputs()]
+    outputs = [p.run_status, *shell.run_outputs()]
 
     def translate_fn(text_in, name, decoding_in, beam_in, max_len_in, kind, view, layer, head, units="words",
                      scale="shared", section="translate", held=None, request: gr.Request = None, replay=True):
@@ -291,10 +307,10 @@ def wire(shell: Shell) -> tuple:
 
     event = (translate_fn, inputs, outputs)
     replay = replay_event(shell)
-    replay(gr.on([p["translate_btn"].click, shell.text.submit], on_translate, inputs, outputs,
+    replay(gr.on([p.translate_btn.click, shell.text.submit], on_translate, inputs, outputs,
                  api_name="translate_stream", api_visibility="undocumented", show_progress="minimal",
                  **shell.model_event()))
-    ex = p.get("examples")
+    ex = p.examples_box
     if ex is not None and getattr(ex, "load_input_event", None) is not None:
         replay(ex.load_input_event.then(on_translate, inputs, outputs, api_visibility="private",
                                         show_progress="minimal", **shell.model_event()))
@@ -303,8 +319,8 @@ def wire(shell: Shell) -> tuple:
     # the user's pick only: an example, a link or Back set the direction with a run of their own, whose
     # notice must not be overwritten by a hint computed before it lands
     shell.direction.input(lambda run, name: direction_notice(shell, run, name), [shell.run_state, shell.direction],
-                          p["notice"], api_name="direction_hint", api_visibility="undocumented", **VIEW)
-    languages.wire(shell, *p["languages"])
+                          p.notice, api_name="direction_hint", api_visibility="undocumented", **VIEW)
+    languages.wire(shell, *p.language_pair)
     _wire_thumbnails(shell)
     _wire_first_screen(shell, outputs)
     return event
@@ -321,13 +337,13 @@ def direction_notice(shell: Shell, run: Run | None, name: str | None):
 
 def _wire_thumbnails(shell: Shell) -> None:
     """The thumbnails' outline follows the selected head: on a pick, and after a panel click opens one."""
-    p = shell.parts
+    p = shell.translate
     ins = [shell.run_state, shell.kind, shell.layer, shell.head, shell.units]
     gr.on([c.input for c in (shell.kind, shell.layer, shell.head, shell.units)], safe(thumbnails, "heads' overview"), ins,
-          p["watch_heads"], api_name="thumbnails", api_visibility="undocumented", **VIEW)
+          p.watch_heads, api_name="thumbnails", api_visibility="undocumented", **VIEW)
     clicked = getattr(shell.attention, "head_click_event", None)
     if clicked is not None:
-        clicked.then(safe(thumbnails, "heads' overview"), ins, p["watch_heads"], api_visibility="private", **VIEW)
+        clicked.then(safe(thumbnails, "heads' overview"), ins, p.watch_heads, api_visibility="private", **VIEW)
 
 
 def _linked_model(shell: Shell, params: dict) -> tuple[dict, str | None]:
@@ -350,7 +366,7 @@ def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, l
     restored = from_query(params, shapes, MAX_BEAM, MAX_OUTPUT_TOKENS)
     if restored is not None and refused:
         restored = replace(restored, problems=[refused, *restored.problems])
-    first = shell.parts.get("first_example")
+    first = shell.translate.first_example
     if restored is None and first is not None:  # no text: the first example, with the rest of the link
         linked = {k: v for k, v in params.items() if k != "text"}
         restored = from_query({"model": first[1], **linked, "text": first[0]}, shapes)
@@ -408,14 +424,15 @@ def _past_the_run(run: Run, inputs: RunInputs, sel: Selection, shown: Selection)
 
 def _wire_first_screen(shell: Shell, outputs: list) -> None:
     """On page load: the shared link's run and screen, or the first example, translated at once."""
-    p = shell.parts
+    p = shell.translate
     lazy = shell.lazy
     lazy_outputs = [c for lz in lazy.values() for c in (lz.stamp, *lz.outputs)]
     sub_outputs = [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]
     head_outputs = [shell.link_notice, shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, shell.kind, shell.layer,
                     shell.head, shell.units, shell.step, shell.view, shell.scale, shell.tabs, shell.section,
                     shell.subviews, *shell.subtabs.values(), shell.computation.ref_text, shell.computation.forced_md,
-                    shell.computation.forced_plot, *shell.interventions.outputs]
+                    shell.computation.forced_plot, *shell.interventions.toggles,
+                    *shell.interventions.results]
 
     def on_load(width, request: gr.Request):
         params = dict(request.query_params) if request is not None else {}
@@ -440,19 +457,19 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
         if link is not None:
             values[shell.bar.link_box] = link
         if bad:
-            values[p["notice"]] = "\n\n".join(x for x in (values.get(p["notice"]), whatif.notice(bad)) if x)
+            values[p.notice] = "\n\n".join(x for x in (values.get(p.notice), whatif.notice(bad)) if x)
         late = _past_the_run(run, inputs, sel, shown)
         values[shell.link_notice] = link_notice_md([*problems, *late, *bad])
         return _controls(shell, inputs, shown) | values | {shell.step: gr.Slider(
             minimum=0, maximum=max(1, run.n_steps - 1), value=shown.step)}
 
     # controls set by the link are also refreshed by the run: each listed once
-    p["load_event"] = (on_load, list(dict.fromkeys([*head_outputs, *lazy_outputs, *sub_outputs, *outputs,
-                                                    *whatif.load_outputs(shell)])))
+    p.load_event = (on_load, list(dict.fromkeys([*head_outputs, *lazy_outputs, *sub_outputs, *outputs,
+                                                 *whatif.load_outputs(shell)])))
 
 
 def wire_load(shell: Shell, demo) -> None:
-    fn, outputs = shell.parts["load_event"]
-    first = demo.load(fn, shell.parts["viewport"], outputs, js="() => [window.innerWidth]", api_name="deep_link",
+    fn, outputs = shell.translate.load_event
+    first = demo.load(fn, shell.translate.viewport, outputs, js="() => [window.innerWidth]", api_name="deep_link",
                       api_visibility="undocumented", show_progress="minimal", **shell.model_event())
     replay_event(shell)(first)
