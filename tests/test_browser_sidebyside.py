@@ -1,7 +1,8 @@
 """A real browser on Analysis › Two models: a link naming a second model of another depth (a tiny 3 + 3-layer
 folder beside the 2 + 2-layer de-en) restores both models and draws both grids, the deeper one with more
 panels, and each side's trust signals under its own model's name; picking a model of another source language
-is refused in words, and the trust panels are emptied."""
+is refused in words, and the trust panels are emptied. On the same server, Computation › DecoderLens: a link
+naming an encoder layer opens its cross-attention, and picking another layer puts that one in the link box."""
 from __future__ import annotations
 
 from urllib.parse import urlencode
@@ -54,3 +55,22 @@ def test_a_link_restores_both_models_and_another_source_language_is_refused(app)
                                timeout=90_000)
         assert "translates from 'en'" in page.locator("#sbs-md").inner_text()
         assert "Can I trust" not in page.locator("#sbs-trust-b").inner_text()
+
+
+TITLE = "(sel) => document.querySelector(sel + ' .js-plotly-plot')?.layout?.title?.text || ''"
+
+
+def test_decoderlens_layer_is_restored_by_a_link_and_followed_by_the_link_box(app):
+    _, url = app
+    query = urlencode({"text": "Zwei Hunde spielen im Schnee.", "model": "de-en", "section": "computation",
+                       "subview": "decoderlens", "dlayer": 1})
+    with chromium() as browser:
+        page = load(new_page(browser), f"{url}?{query}")
+        page.wait_for_function(f"() => ({TITLE})('#dlens-attn').includes('encoder layer 1')", timeout=90_000)
+        page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('dlayer=1')",
+                               timeout=30_000)
+        page.locator("#dlens-layer input").first.click()
+        page.locator("#dlens-layer [data-testid=dropdown-option]", has_text="encoder layer 0").first.click()
+        page.wait_for_function(f"() => ({TITLE})('#dlens-attn').includes('encoder layer 0')", timeout=90_000)
+        page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('dlayer=0')",
+                               timeout=30_000)
