@@ -47,6 +47,8 @@ def test_the_link_box_follows_every_run_toggle_and_selection_change(url):
     for name in ("follow_link", "make_link"):  # both read the one Selection, not the controls
         ins = {elem[i] for i in dep[name]["inputs"]}
         assert sel_state in ins and not ins & set(selection), name
+        # the page's address replaces the last input in the browser: a State there would drop it
+        assert elem[dep[name]["inputs"][-1]] == "link-box", name
 
 
 def test_the_followed_link_carries_the_toggles_and_restores_them(url):

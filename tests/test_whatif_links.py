@@ -160,13 +160,15 @@ def test_the_link_on_screen_and_the_export_carry_the_bench_and_the_foil(demo):
     toggles = (0, True, True, True, [], [])
     on = {s: Selection(section=s.split("/")[0], subview=s.split("/")[-1]) for s in ("analysis/pair",
                                                                                   "computation/attribution")}
-    on_pair = link(run, bench, held, *toggles, on["analysis/pair"], "http://h/")
+    def at(sel, r=run):  # the link button's inputs: no second model, no DecoderLens layer, the page's address last
+        return link(r, bench, held, *toggles, sel, None, None, "http://h/")
+    on_pair = at(on["analysis/pair"])
     assert whatif_from_query(_query(on_pair), SHAPES["de-en"]) == (WhatIf(bench), [])
-    on_attr = link(run, bench, held, *toggles, on["computation/attribution"], "http://h/")
+    on_attr = at(on["computation/attribution"])
     assert whatif_from_query(_query(on_attr), SHAPES["de-en"]) == (WhatIf(attr_pos=0, foil=foil), [])
-    assert not set(_query(link(run, bench, held, *toggles, Selection(section="translate"), "http://h/"))) & {"pa", "foil"}
+    assert not set(_query(at(Selection(section="translate")))) & {"pa", "foil"}
     # an attribution of another run is not this screen's
-    assert "foil" not in _query(link(first, bench, held, *toggles, on["computation/attribution"], "http://h/"))
+    assert "foil" not in _query(at(on["computation/attribution"], first))
 
     export = next(f for f in demo.fns.values() if f.api_name == "export_run").fn
     _, js = export(run, "greedy", 4, 20, bench, held)

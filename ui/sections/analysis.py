@@ -402,11 +402,11 @@ def _wire_export(shell: Shell) -> None:
     def on_link(run, bench, attr_held, *rest):
         """The link to this screen: the run on it (not the text box, which may have been edited since), its
         Masks & interventions toggles, the selection (the one state every control writes), the second
-        model Two models shows and the layer DecoderLens shows (last, optional)."""
+        model Two models shows, the layer DecoderLens shows, and last the page's address (LINK_JS puts it
+        in place of the link box's value: it must be the last input and not a State, whose value gradio
+        takes from the session, not from the page)."""
         k = len(toggles)
-        sel, base, second = rest[k], rest[k + 1], (rest[k + 2] if len(rest) > k + 2 else None)
-        lens = rest[k + 3] if len(rest) > k + 3 else None
-        toggles_ = rest[:k]
+        toggles_, (sel, second, lens, base) = rest[:k], rest[k:k + 4]
         if run is None or run.inputs is None:
             return ""
         inputs = replace(run.inputs, toggles=toggles_of(*toggles_))
@@ -415,8 +415,8 @@ def _wire_export(shell: Shell) -> None:
                         whatif.on_screen(sel, run, bench, attr_held, second, lens))
 
     link_box = shell.bar.link_box
-    link_in = [shell.run_state, p.bench.patch_state, shell.computation.attr.state, *toggles, shell.sel_state, link_box,
-               p.sbs.held, shell.computation.lens.held]
+    link_in = [shell.run_state, p.bench.patch_state, shell.computation.attr.state, *toggles, shell.sel_state,
+               p.sbs.held, shell.computation.lens.held, link_box]
     for dep in shell.link_events:  # a bench run or a foil changes what the link to this screen names
         dep.then(on_link, link_in, link_box, js=LINK_JS, api_visibility="private", queue=False)
     shell.bar.link_btn.click(on_link, link_in, link_box, js=LINK_JS, api_name="make_link",
