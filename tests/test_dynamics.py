@@ -16,7 +16,7 @@ from model.analysis.alignment.reference import Reference
 from model.analysis.attribution import attribute
 from model.analysis.computation import force
 from model.engine.decoding import DecodeOptions, full_trace, translate
-from model.dynamics import DATA_DIRS, main, read
+from model.training.measure_dynamics import DATA_DIRS, main, read
 from model.analysis.dynamics import Settings, ValSet, dictionary, kendall_tau, measure
 from model.families.frames import list_frames, load_frame, read_parent
 from model.engine.names import CROSS, DEC_SELF, ENC_SELF, hook_name
@@ -217,7 +217,7 @@ def test_a_rerun_measures_only_the_new_frames(framed_run, tmp_path, monkeypatch)
     first = read(out)
     stamp = first.frames[0]
     measured = []
-    import model.dynamics as cmd
+    import model.training.measure_dynamics as cmd
     original = cmd.measure
     monkeypatch.setattr(cmd, "measure", lambda *a, **k: measured.append(1) or original(*a, **k))
     assert main(flags + ["--steps", "0,4,8"]) == 0

@@ -11,7 +11,7 @@ from model.analysis import trust_eval as te
 from model.analysis import trust_set as ts
 from model.families.ours import find_checkpoints, load_checkpoint
 from model.analysis.trust_signals import NUMERIC
-from model.trust import DOCS, ROOT, SCORES, TABLE, main, markdown_table, subset, tables
+from model.training.measure_trust import DOCS, ROOT, SCORES, TABLE, main, markdown_table, subset, tables
 
 FIELDS = ("seq_logprob", "alti_source_share", "attn_eos", "attn_ign_src", "entropy_mean", "entropy_max",
           "repetition", "unfamiliar_share", "truncated", "stopped_early", "output_tokens")
