@@ -10,7 +10,8 @@ import gradio as gr
 import pytest
 
 from tests.frames_fixtures import framed_run  # noqa: F401 (a fixture)
-from ui.state import Run, from_query
+from model.engine.names import Kind
+from ui.state import Run, Selection, from_query
 from viz.learning import Curve, curves_figure
 
 CROSS = "decoder.cross_attn"
@@ -64,8 +65,9 @@ def demo_shapes(demo):
 def test_watch_a_head_form_draws_one_panel_per_frame(app_fns):
     _, fns = app_fns
     run = run_of(fns, "de-en@16")["Run"]
-    fig = fns["head_forms"](run, CROSS, 1, 2)
+    fig = fns["head_forms"](run, Selection(kind=Kind.of(CROSS), layer=1, head=2))
     assert [t.type for t in fig.data] == ["heatmap"] * 6
+    assert "layer 1 head 2" in fig.layout.title.text
     titles = [a.text for a in fig.layout.annotations]
     assert [t.split(":")[0] for t in titles] == [f"step {s}" for s in (0, 4, 8, 16, 32, 48)]
 

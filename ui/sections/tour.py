@@ -72,8 +72,9 @@ def build(shell: Shell) -> TourParts:
         link = gr.Textbox(label="Link to this stop (share it: it opens this stop on this sentence)",
                           elem_id="tour-link", interactive=False, max_lines=1)
         leave_link = gr.Textbox(elem_id="tour-leave-link", elem_classes="proxy", show_label=False, container=False)
-    parts = TourParts(start, panel, gr.State(CLOSED), gr.State(False), text, direction, go, heading, body, trial,
-                      changed, plot, back, nxt, leave, link, leave_link)
+    parts = TourParts(start=start, panel=panel, stop=gr.State(CLOSED), link_seen=gr.State(False), text=text,
+                      direction=direction, go=go, heading=heading, body=body, trial=trial, changed=changed, plot=plot,
+                      back=back, next=nxt, leave=leave, link=link, leave_link=leave_link)
     # every event that makes a run redraws the open stop on it (and the page's load opens a linked stop)
     def after_run(run, stop, seen, units, request: gr.Request):
         return _after_run(shell, run, stop, seen, units, request)
