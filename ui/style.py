@@ -74,5 +74,91 @@ CSS = """
   color: #4a3000; font-size: 1.02em;}
 """
 # Gradio scopes the CSS above inside its content box; the page's own side padding lies outside it.
-HEAD = "<style>@media (max-width: 600px) {.gradio-container > .main {padding-left: 6px !important; " \
-       "padding-right: 6px !important;}}</style>"
+PHONE_CSS = "<style>@media (max-width: 600px) {.gradio-container > .main {padding-left: 6px !important; " \
+            "padding-right: 6px !important;}}</style>"
+
+# On a phone (the page's own width, known only in the browser) every figure is fitted to it once it is drawn:
+# the title and its note wrap (SVG text never wraps, so they ran off the right edge), the desktop gutters give way
+# to margins that grow only as far as the labels need, a lone vertical colour bar lies flat above the plot and
+# several get thin, and a legend goes below the plot instead of over the title or the axis. The figures stay
+# the server's (viz/ knows no width); Plotly's own relayout and restyle do it, once per drawn figure.
+PHONE_JS = """<script>
+(() => {
+  const PHONE = 600, TITLE_PX = 7.6, NOTE_PX = 6.1, TITLE_LINE = 18, NOTE_LINE = 14;
+  const fitted = new WeakSet();
+  const plain = (t) => String(t || '').replace(/<br>/g, ' ');
+  function wrap(text, width, px) {
+    const lines = [];
+    let line = '';
+    for (const word of plain(text).split(' ')) {
+      const next = line ? line + ' ' + word : word;
+      if (line && next.length * px > width) { lines.push(line); line = word; } else { line = next; }
+    }
+    if (line) lines.push(line);
+    return lines;
+  }
+  function put(obj, path, value) {  // obj.a.b.c = value, making the objects on the way
+    const keys = path.split('.');
+    let o = obj;
+    for (const k of keys.slice(0, -1)) o = (o[k] = (o[k] && typeof o[k] === 'object') ? o[k] : {});
+    o[keys[keys.length - 1]] = value;
+  }
+  function titleFit(L, width) {
+    const t = L.title || {}, note = (t.subtitle || {}).text;
+    if (!t.text) return 0;
+    const head = wrap(t.text, width, TITLE_PX), sub = note ? wrap(note, width, NOTE_PX) : [];
+    put(L, 'title.text', head.join('<br>'));
+    if (note) put(L, 'title.subtitle.text', sub.join('<br>'));
+    // from the top down (Plotly anchors a title's first line by its middle: 16 px clear the edge)
+    Object.assign(L.title, {yref: 'container', y: 1 - 16 / (L.height || 400), yanchor: 'top'});
+    return (head.length - 1) * TITLE_LINE + Math.max(0, sub.length - 1) * NOTE_LINE;
+  }
+  function barsFit(gd, data) {  // thinner, in smaller type: a vertical bar took a fifth of the width
+    for (const f of (gd._fullData || []).filter(d => d.showscale && d.colorbar)) {
+      const d = data[f.index], bar = d.colorbar || {};
+      d.colorbar = Object.assign({}, bar, {thickness: Math.min(bar.thickness || 30, 7), xpad: 2, tickfont: {size: 9},
+        title: Object.assign({}, bar.title, {font: {size: 9}})});
+    }
+  }
+  function legendFit(gd, L, width) {
+    if (!(gd._fullLayout || {}).showlegend) return 0;
+    const names = (gd._fullData || []).filter(d => d.showlegend && d.visible !== false).map(d => plain(d.name));
+    let rows = 1, used = 0;
+    for (const n of names) {
+      const w = 40 + n.length * NOTE_PX;
+      if (used && used + w > width) { rows += 1; used = 0; }
+      used += w;
+    }
+    L.legend = Object.assign({}, L.legend, {orientation: 'h', x: 0, xanchor: 'left', xref: 'container', y: 0,
+                                            yanchor: 'bottom', yref: 'container', font: {size: 10},
+                                            entrywidth: 0, itemwidth: 30});
+    return rows * 19 + 6;
+  }
+  function fit(gd) {
+    if (window.innerWidth > PHONE || !window.Plotly || !gd.layout || gd.__fitting || fitted.has(gd.layout)) return;
+    const L = JSON.parse(JSON.stringify(gd.layout)), data = gd.data.map(d => Object.assign({}, d));
+    const width = (gd.clientWidth || window.innerWidth) - 12, m = Object.assign({}, L.margin);
+    put(L, 'font.size', Math.min((L.font || {}).size || 12, 11));
+    barsFit(gd, data);
+    const top = titleFit(L, width), below = legendFit(gd, L, width);
+    // the right gutter goes: a colour bar or a legend still there pushes the margin out as far as it needs
+    L.margin = Object.assign(m, {r: Math.min(m.r ?? 80, 10), t: (m.t ?? 20) + top,
+                                 b: (m.b ?? 40) + below, autoexpand: true});
+    L.height = (L.height || 400) + top + below;
+    fitted.add(L);
+    gd.__fitting = true;
+    Promise.resolve(window.Plotly.react(gd, data, L, {responsive: true}))
+      .finally(() => { fitted.add(gd.layout); gd.__fitting = false; });
+  }
+  function watch(gd) {
+    if (gd.__phoneWatch || typeof gd.on !== 'function') return;
+    gd.__phoneWatch = true;
+    gd.on('plotly_afterplot', () => fit(gd));
+    fit(gd);
+  }
+  const scan = () => document.querySelectorAll('.js-plotly-plot').forEach(watch);
+  new MutationObserver(scan).observe(document.documentElement, {childList: true, subtree: true});
+  document.addEventListener('DOMContentLoaded', scan);
+})();
+</script>"""
+HEAD = PHONE_CSS + PHONE_JS
