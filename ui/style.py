@@ -78,14 +78,13 @@ PHONE_CSS = "<style>@media (max-width: 600px) {.gradio-container > .main {paddin
             "padding-right: 6px !important;}}</style>"
 
 # On a phone (the page's own width, known only in the browser) every figure is fitted to it once it is drawn:
-# the title and its note wrap (SVG text never wraps, so they ran off the right edge), the desktop gutters give way
-# to margins that grow only as far as the labels need, a lone vertical colour bar lies flat above the plot and
-# several get thin, and a legend goes below the plot instead of over the title or the axis. The figures stay
-# the server's (viz/ knows no width); Plotly's own relayout and restyle do it, once per drawn figure.
+# the title and its note wrap (SVG text never wraps, so they ran off the right edge), colour bars get thin (one
+# took a fifth of the width), a legend goes below the plot, one entry a line (it covered the title or the axis),
+# and the right gutter goes where no axis needs it. The figures stay the server's (viz/ knows no width):
+# Plotly's own react redraws each one once, fitted, and a wrapped title is then measured clear of the top edge.
 PHONE_JS = """<script>
 (() => {
   const PHONE = 600, TITLE_PX = 7.6, NOTE_PX = 6.1, TITLE_LINE = 18, NOTE_LINE = 14;
-  const fitted = new WeakSet();
   const plain = (t) => String(t || '').replace(/<br>/g, ' ');
   function wrap(text, width, px) {
     const lines = [];
@@ -109,8 +108,7 @@ PHONE_JS = """<script>
     const head = wrap(t.text, width, TITLE_PX), sub = note ? wrap(note, width, NOTE_PX) : [];
     put(L, 'title.text', head.join('<br>'));
     if (note) put(L, 'title.subtitle.text', sub.join('<br>'));
-    // from the top down (Plotly anchors a title's first line by its middle: 16 px clear the edge)
-    Object.assign(L.title, {yref: 'container', y: 1 - 16 / (L.height || 400), yanchor: 'top'});
+    Object.assign(L.title, {yref: 'container', yanchor: 'top'});  // from the top down; settle() checks the edge
     return (head.length - 1) * TITLE_LINE + Math.max(0, sub.length - 1) * NOTE_LINE;
   }
   function barsFit(gd, data) {  // thinner, in smaller type: a vertical bar took a fifth of the width
@@ -120,35 +118,38 @@ PHONE_JS = """<script>
         title: Object.assign({}, bar.title, {font: {size: 9}})});
     }
   }
-  function legendFit(gd, L, width) {
+  function legendFit(gd, L) {  // one entry a line below the plot (a row of them wrapped unpredictably)
     if (!(gd._fullLayout || {}).showlegend) return 0;
-    const names = (gd._fullData || []).filter(d => d.showlegend && d.visible !== false).map(d => plain(d.name));
-    let rows = 1, used = 0;
-    for (const n of names) {
-      const w = 40 + n.length * NOTE_PX;
-      if (used && used + w > width) { rows += 1; used = 0; }
-      used += w;
-    }
-    L.legend = Object.assign({}, L.legend, {orientation: 'h', x: 0, xanchor: 'left', xref: 'container', y: 0,
-                                            yanchor: 'bottom', yref: 'container', font: {size: 10},
-                                            entrywidth: 0, itemwidth: 30});
-    return rows * 19 + 6;
+    const rows = (gd._fullData || []).filter(d => d.showlegend && d.visible !== false).length;
+    L.legend = Object.assign({}, L.legend, {orientation: 'v', x: 0, xanchor: 'left', xref: 'container', y: 0,
+                                            yanchor: 'bottom', yref: 'container', font: {size: 10}});
+    return rows * 19 + 8;
+  }
+  function settle(gd) {  // Plotly versions anchor a wrapped title differently: measured, it moves below the edge
+    const t = gd.querySelector('.gtitle'), F = gd._fullLayout || {}, box = gd.getBoundingClientRect();
+    if (!t || !F.title || !box.height || gd.__settled === gd.layout) return;
+    gd.__settled = gd.layout;
+    const over = box.top + 6 - t.getBoundingClientRect().top;
+    if (over > 0.5) window.Plotly.relayout(gd, {'title.y': F.title.y - over / F.height});
   }
   function fit(gd) {
-    if (window.innerWidth > PHONE || !window.Plotly || !gd.layout || gd.__fitting || fitted.has(gd.layout)) return;
+    if (window.innerWidth > PHONE || !window.Plotly || !gd.layout || gd.__fitting) return;
+    if (gd.layout.__phone) return settle(gd);
     const L = JSON.parse(JSON.stringify(gd.layout)), data = gd.data.map(d => Object.assign({}, d));
-    const width = (gd.clientWidth || window.innerWidth) - 12, m = Object.assign({}, L.margin);
+    const width = (gd.clientWidth || window.innerWidth) - 12, m = Object.assign({}, L.margin), F = gd._fullLayout || {};
     put(L, 'font.size', Math.min((L.font || {}).size || 12, 11));
     barsFit(gd, data);
-    const top = titleFit(L, width), below = legendFit(gd, L, width);
-    // the right gutter goes: a colour bar or a legend still there pushes the margin out as far as it needs
-    L.margin = Object.assign(m, {r: Math.min(m.r ?? 80, 10), t: (m.t ?? 20) + top,
+    const top = titleFit(L, width), below = legendFit(gd, L);
+    // the right gutter goes unless an axis's labels live there: a colour bar still there pushes it out as it needs
+    const right = Object.keys(F).some(k => /^yaxis\\d*$/.test(k) && F[k].side === 'right');
+    L.margin = Object.assign(m, {r: right ? (m.r ?? 80) : Math.min(m.r ?? 80, 10), t: (m.t ?? 20) + top,
                                  b: (m.b ?? 40) + below, autoexpand: true});
-    L.height = (L.height || 400) + top + below;
-    fitted.add(L);
+    L.height = (L.height || F.height || 400) + top + below;
+    if (L.title && L.title.text) L.title.y = 1 - 16 / L.height;
+    L.__phone = true;
     gd.__fitting = true;
     Promise.resolve(window.Plotly.react(gd, data, L, {responsive: true}))
-      .finally(() => { fitted.add(gd.layout); gd.__fitting = false; });
+      .finally(() => { gd.__fitting = false; fit(gd); });  // a newer figure that came meanwhile is fitted too
   }
   function watch(gd) {
     if (gd.__phoneWatch || typeof gd.on !== 'function') return;
@@ -156,7 +157,12 @@ PHONE_JS = """<script>
     gd.on('plotly_afterplot', () => fit(gd));
     fit(gd);
   }
-  const scan = () => document.querySelectorAll('.js-plotly-plot').forEach(watch);
+  let queued = false;  // one look per frame, however many nodes a streamed run changes
+  const scan = () => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => { queued = false; document.querySelectorAll('.js-plotly-plot').forEach(watch); });
+  };
   new MutationObserver(scan).observe(document.documentElement, {childList: true, subtree: true});
   document.addEventListener('DOMContentLoaded', scan);
 })();
