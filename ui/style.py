@@ -84,14 +84,17 @@ PHONE_CSS = "<style>@media (max-width: 600px) {.gradio-container > .main {paddin
 # Plotly's own react redraws each one once, fitted, and a wrapped title is then measured clear of the top edge.
 PHONE_JS = """<script>
 (() => {
-  const PHONE = 600, TITLE_PX = 7.6, NOTE_PX = 6.1, TITLE_LINE = 18, NOTE_LINE = 14;
+  const PHONE = 600, TITLE_LINE = 18, NOTE_LINE = 14;
   const plain = (t) => String(t || '').replace(/<br>/g, ' ');
-  function wrap(text, width, px) {
+  const pen = document.createElement('canvas').getContext('2d');
+  function wrap(text, width, font) {  // the lines of ``text`` as wide as ``width`` at most, in the figure's font
+    pen.font = `${font.size || 12}px ${font.family || 'sans-serif'}`;
     const lines = [];
     let line = '';
     for (const word of plain(text).split(' ')) {
       const next = line ? line + ' ' + word : word;
-      if (line && next.length * px > width) { lines.push(line); line = word; } else { line = next; }
+      if (line && pen.measureText(next.replace(/<[^>]*>/g, '')).width > width) { lines.push(line); line = word; }
+      else { line = next; }
     }
     if (line) lines.push(line);
     return lines;
@@ -102,27 +105,31 @@ PHONE_JS = """<script>
     for (const k of keys.slice(0, -1)) o = (o[k] = (o[k] && typeof o[k] === 'object') ? o[k] : {});
     o[keys[keys.length - 1]] = value;
   }
-  function titleFit(L, width) {
-    const t = L.title || {}, note = (t.subtitle || {}).text;
+  function titleFit(L, F, width) {
+    const t = L.title || {}, note = (t.subtitle || {}).text, ft = F.title || {};
     if (!t.text) return 0;
-    const head = wrap(t.text, width, TITLE_PX), sub = note ? wrap(note, width, NOTE_PX) : [];
+    const head = wrap(t.text, width, ft.font || {}), sub = note ? wrap(note, width, (ft.subtitle || {}).font || {}) : [];
     put(L, 'title.text', head.join('<br>'));
     if (note) put(L, 'title.subtitle.text', sub.join('<br>'));
     Object.assign(L.title, {yref: 'container', yanchor: 'top'});  // from the top down; settle() checks the edge
     return (head.length - 1) * TITLE_LINE + Math.max(0, sub.length - 1) * NOTE_LINE;
   }
-  function barsFit(gd, data) {  // thinner, in smaller type: a vertical bar took a fifth of the width
+  function thin(bar) {
+    return Object.assign({}, bar, {thickness: Math.min((bar || {}).thickness || 30, 7), xpad: 2, tickfont: {size: 9},
+                                   title: Object.assign({}, (bar || {}).title, {font: {size: 9}})});
+  }
+  function barsFit(gd, data, L) {  // thinner, in smaller type: a vertical bar took a fifth of the width
     for (const f of (gd._fullData || []).filter(d => d.showscale && d.colorbar)) {
-      const d = data[f.index], bar = d.colorbar || {};
-      d.colorbar = Object.assign({}, bar, {thickness: Math.min(bar.thickness || 30, 7), xpad: 2, tickfont: {size: 9},
-        title: Object.assign({}, bar.title, {font: {size: 9}})});
+      data[f.index].colorbar = thin(data[f.index].colorbar);
     }
+    for (const k of Object.keys(L).filter(k => /^coloraxis\\d*$/.test(k))) L[k].colorbar = thin(L[k].colorbar);
   }
   function legendFit(gd, L) {  // one entry a line below the plot (a row of them wrapped unpredictably)
     if (!(gd._fullLayout || {}).showlegend) return 0;
     const rows = (gd._fullData || []).filter(d => d.showlegend && d.visible !== false).length;
-    L.legend = Object.assign({}, L.legend, {orientation: 'v', x: 0, xanchor: 'left', xref: 'container', y: 0,
-                                            yanchor: 'bottom', yref: 'container', font: {size: 10}});
+    L.legend = Object.assign({}, L.legend, {orientation: 'h', entrywidth: 1, entrywidthmode: 'fraction', x: 0,
+                                            xanchor: 'left', xref: 'container', y: 0, yanchor: 'bottom',
+                                            yref: 'container', font: {size: 10}});
     return rows * 19 + 8;
   }
   function settle(gd) {  // Plotly versions anchor a wrapped title differently: measured, it moves below the edge
@@ -138,8 +145,8 @@ PHONE_JS = """<script>
     const L = JSON.parse(JSON.stringify(gd.layout)), data = gd.data.map(d => Object.assign({}, d));
     const width = (gd.clientWidth || window.innerWidth) - 12, m = Object.assign({}, L.margin), F = gd._fullLayout || {};
     put(L, 'font.size', Math.min((L.font || {}).size || 12, 11));
-    barsFit(gd, data);
-    const top = titleFit(L, width), below = legendFit(gd, L);
+    barsFit(gd, data, L);
+    const top = titleFit(L, F, width), below = legendFit(gd, L);
     // the right gutter goes unless an axis's labels live there: a colour bar still there pushes it out as it needs
     const right = Object.keys(F).some(k => /^yaxis\\d*$/.test(k) && F[k].side === 'right');
     L.margin = Object.assign(m, {r: right ? (m.r ?? 80) : Math.min(m.r ?? 80, 10), t: (m.t ?? 20) + top,
