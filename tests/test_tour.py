@@ -217,7 +217,7 @@ def test_the_learn_stop_says_what_the_frames_are_from_their_own_numbers(framed_r
     s = tour.stop(t, LEARN)
     text = " ".join(s.sentences)
     assert s.heading == f"Stop {LEARN + 1} of {tour.N_STOPS}: Watch it learn" and len(s.sentences) <= 4
-    assert "16 times" in text and "3 snapshots" in text and "from 5.00 to 2.25" in text
+    assert "16 times" in text and "3 snapshots" in text and "from 5.00 at the start to 2.25 after 16 updates" in text
     assert f"The finished model translates your sentence as “{t.tr.text[:100]}" in text
     assert (s.fact("frames"), s.fact("first_loss"), s.fact("last_loss")) == (3, 5.0, 2.25)
     assert s.focus.section == "learn" and s.model is None   # leaving opens Watch it learn on this run

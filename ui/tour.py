@@ -460,11 +460,13 @@ def stop_learn(t: TourRun, choice: str | None = None) -> Stop:
     text = t.tr.text if key == t.run.model else \
         calls.gpu_translate(t.reg_key, key, t.tr.src_text, t.opts()).text
     said = "The finished model" if k is None else f"After {fs.steps[k]:,} updates the model"
+    quoted = md_escape(text[:120]) + ("…" if len(text) > 120 else "")
     s = [f"This model did not come knowing how to translate: it began as random numbers and learned from example "
          f"translations, nudged a little after each small batch of them, {fs.updates_total:,} times in all.",
          f"{len(fs.steps)} snapshots of it were saved on the way, and the line shows its error on the training "
-         f"sentences falling from {fs.train_loss[0]:.2f} to {fs.train_loss[-1]:.2f} (lower is better).",
-         f"{said} translates your sentence as “{md_escape(text[:120])}{'…' if len(text) > 120 else ''}”.",
+         f"sentences falling from {fs.train_loss[0]:.2f} at the start to {fs.train_loss[-1]:.2f} after "
+         f"{fs.steps[-1]:,} updates (lower is better).",
+         f"{said} translates your sentence as “{quoted}”" + ("" if quoted[-1:] in ".!?…" else "."),
          "Pick another snapshot below, or leave the tour to open Watch it learn, whose slider makes any snapshot "
          "the model behind every view."]
     lines = [Curve("error on the training sentences", fs.train_loss)]
