@@ -124,6 +124,17 @@ PHONE_JS = """<script>
     }
     for (const k of Object.keys(L).filter(k => /^coloraxis\\d*$/.test(k))) L[k].colorbar = thin(L[k].colorbar);
   }
+  function panelsFit(L, F, width) {  // panels side by side: each panel's title wraps to its own column
+    const doms = Object.keys(F).filter(k => /^xaxis\\d*$/.test(k)).map(k => F[k].domain);
+    if (!doms.some(d => d[1] - d[0] < 0.6) || !Array.isArray(L.annotations)) return;
+    L.annotations = L.annotations.map(a => {
+      if (a.xref !== 'paper' || typeof a.text !== 'string') return a;
+      const font = Object.assign({family: (F.font || {}).family}, a.font, {size: Math.min((a.font || {}).size || 12, 9)});
+      const dom = doms.filter(d => d[0] <= a.x + 1e-6 && a.x <= d[1] + 1e-6).sort((p, q) => (p[1] - p[0]) - (q[1] - q[0]))[0];
+      const lines = wrap(a.text, Math.max(60, (dom ? dom[1] - dom[0] : 1) * width - 4), font);
+      return Object.assign({}, a, {text: lines.join('<br>'), font});
+    });
+  }
   function legendFit(gd, L) {  // one entry a line below the plot (a row of them wrapped unpredictably)
     if (!(gd._fullLayout || {}).showlegend) return 0;
     const rows = (gd._fullData || []).filter(d => d.showlegend && d.visible !== false).length;
@@ -146,6 +157,7 @@ PHONE_JS = """<script>
     const width = (gd.clientWidth || window.innerWidth) - 12, m = Object.assign({}, L.margin), F = gd._fullLayout || {};
     put(L, 'font.size', Math.min((L.font || {}).size || 12, 11));
     barsFit(gd, data, L);
+    panelsFit(L, F, width);
     const top = titleFit(L, F, width), below = legendFit(gd, L);
     // the right gutter goes unless an axis's labels live there: a colour bar still there pushes it out as it needs
     const right = Object.keys(F).some(k => /^yaxis\\d*$/.test(k) && F[k].side === 'right');
