@@ -131,7 +131,8 @@ PHONE_JS = """<script>
       if (a.xref !== 'paper' || typeof a.text !== 'string') return a;
       const font = Object.assign({family: (F.font || {}).family}, a.font, {size: Math.min((a.font || {}).size || 12, 9)});
       const dom = doms.filter(d => d[0] <= a.x + 1e-6 && a.x <= d[1] + 1e-6).sort((p, q) => (p[1] - p[0]) - (q[1] - q[0]))[0];
-      const lines = wrap(a.text, Math.max(60, (dom ? dom[1] - dom[0] : 1) * width - 4), font);
+      const area = (F._size || {}).w || width;  // the plot area, inside the margins: the domains divide it
+      const lines = wrap(a.text, Math.max(60, (dom ? dom[1] - dom[0] : 1) * area - 4), font);
       return Object.assign({}, a, {text: lines.join('<br>'), font});
     });
   }
