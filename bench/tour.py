@@ -4,7 +4,7 @@ The app is built as ``python app.py`` builds it (``bench.common.InProcessApp``).
 20 Multi30k test sentences (5 with ``--quick``), a session translates it with the UI's defaults (the
 first screen: ``translate_stream``, its server time and JSON kept to check the first screen's targets
 still hold with the tour's start button on it), then opens the tour (``tour_start``: stop 1) and
-presses Next through the other nine stops (``tour_next``). The first screen is the median of 3 sessions per sentence (``--reps``), as in
+presses Next through the other stops (``tour_next``). The first screen is the median of 3 sessions per sentence (``--reps``), as in
 ``bench.server``. Per stop: the event's server time
 (``Blocks.process_api``, the handler and Gradio's processing, no HTTP) and the JSON it sends. p50 and
 p95 over the sentences; the first sentence is a warm-up, not counted.

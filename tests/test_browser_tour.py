@@ -2,7 +2,8 @@
 shipped directions (tiny models of their shapes), each stop's link reopens that stop, a stated number is
 the engine's own value for the run, leaving the tour opens the explorer on the stop's selection; the
 first screen at 1440×900 keeps to 12 controls with the tour's start in view; at 390×844 every selection
-control opens on screen and takes a tap, Copy link shows, and the tour's first stops work.
+control opens on screen and takes a tap, Copy link shows, and the tour's first stops work with their
+figures fitted to the width (titles wrap inside the plot, colour bars thin).
 
 Screenshots go to test-artifacts/ (tour-*.png, phone-*.png)."""
 from __future__ import annotations
@@ -28,6 +29,18 @@ CONTROLS_JS = """() => [...document.querySelectorAll('button, input, textarea, s
   if (e.getAttribute('role') === 'tab' || e.closest('.js-plotly-plot')) return false;
   return r.bottom > 0 && r.top < innerHeight && r.right > 0 && r.left < innerWidth;
 }).map(e => e.id || e.type || e.tagName)"""
+
+
+# a phone's figure is fitted once drawn: every title line and note inside the plot's width, no thick colour bar
+FITTED_JS = """(sel) => {
+  const plot = document.querySelector(sel + ' .js-plotly-plot');
+  if (!plot) return false;
+  const box = plot.getBoundingClientRect();
+  const titles = [...plot.querySelectorAll('.gtitle, .gtitle-subtitle')].map(e => e.getBoundingClientRect());
+  const bars = [...plot.querySelectorAll('.cbfill')].map(e => e.getBoundingClientRect());
+  return titles.length > 0 && titles.every(r => r.left >= box.left - 1 && r.right <= box.right + 1)
+    && bars.every(r => Math.min(r.width, r.height) <= 8);
+}"""
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +211,8 @@ def test_on_a_phone_the_tour_takes_a_typed_sentence_and_walks_its_first_three_st
         _wait_stop(page, n)
         plot = page.locator("#tour-plot .js-plotly-plot").bounding_box()
         assert plot and plot["x"] >= 0 and plot["x"] + plot["width"] <= 390
+        # the figure fitted to the phone: its title and note wrap inside the plot, its colour bars are thin
+        page.wait_for_function(FITTED_JS, arg="#tour-plot", timeout=10_000)
         nxt = page.locator("#tour-next").bounding_box()
         assert nxt and nxt["x"] + nxt["width"] <= 390
         page.screenshot(path=str(ARTIFACTS / f"phone-tour-stop{n}.png"), full_page=True)

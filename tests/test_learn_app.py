@@ -10,7 +10,8 @@ import gradio as gr
 import pytest
 
 from tests.frames_fixtures import framed_run  # noqa: F401 (a fixture)
-from ui.state import Run, from_query
+from model.engine.names import Kind
+from ui.state import Run, Selection, from_query
 from viz.learning import Curve, curves_figure
 
 CROSS = "decoder.cross_attn"
@@ -64,10 +65,32 @@ def demo_shapes(demo):
 def test_watch_a_head_form_draws_one_panel_per_frame(app_fns):
     _, fns = app_fns
     run = run_of(fns, "de-en@16")["Run"]
-    fig = fns["head_forms"](run, CROSS, 1, 2)
+    fig = fns["head_forms"](run, Selection(kind=Kind.of(CROSS), layer=1, head=2))
     assert [t.type for t in fig.data] == ["heatmap"] * 6
+    assert "layer 1 head 2" in fig.layout.title.text
     titles = [a.text for a in fig.layout.annotations]
     assert [t.split(":")[0] for t in titles] == [f"step {s}" for s in (0, 4, 8, 16, 32, 48)]
+
+
+def test_the_tours_learn_stop_shows_the_frames_and_leaving_opens_the_picked_one(app_fns):
+    """The tour's handlers on a model with frames: Next onto the stop draws its text and curve, picking a
+    snapshot says what that frame writes, and the leave link opens Watch it learn on that frame."""
+    from ui import tour
+    _, fns = app_fns
+    run = run_of(fns, "de-en")["Run"]
+    learn_stop = tour.TITLES.index("Watch it learn")
+    drawn = fns["tour_next"](run, learn_stop - 1, "words", None)
+    heading, body, trial, plot, leave = drawn[4], drawn[5], drawn[6], drawn[8], drawn[10]
+    assert heading.startswith(f"### Stop {learn_stop + 1} of {tour.N_STOPS}: Watch it learn")
+    assert "6 snapshots" in body and "48 times" in body and f"“{run.tr.text[:60]}" in body
+    assert [v for _, v in trial.choices][-1] == tour.FINAL and trial.value == tour.FINAL
+    assert [s.name for s in plot.data][0] == "error on the training sentences"
+    query = parse_qs(urlsplit(leave).query)
+    assert query["section"] == ["learn"] and query["model"] == ["de-en"]
+    changed, body, plot, leave = fns["tour_try"](run, learn_stop, "words", "2", None)
+    assert changed.startswith("**What changed:** After 8 updates the model translates your sentence as")
+    assert "After 8 updates" in body and plot.layout.shapes[0].x0 == 9
+    assert parse_qs(urlsplit(leave).query)["model"] == ["de-en@8"]   # leaving opens every view on that frame
 
 
 def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns):

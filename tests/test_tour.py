@@ -1,7 +1,7 @@
 """The guided tour's stops on tiny models (a word-level and a subword one): every stop's stated numbers
 are the engine's own values for the run, each stop keeps to four sentences, the trials say what changed;
 a link names a stop; the first screen's grid reads in words; a run far from the captions gets a
-warning box."""
+warning box; the training-frames stop shows the frames that ship and says so plainly where none do."""
 from __future__ import annotations
 
 import re
@@ -14,7 +14,7 @@ from model.engine.decoding import DecodeOptions, translate
 from model.engine.names import CROSS, ENC_SELF
 from tests.app_fixtures import make_checkpoint
 from tests.test_subword import sv, tiny_subword_checkpoint  # noqa: F401  (sv: a pytest fixture)
-from ui import calls, domain, inside, state, tour, views
+from ui import calls, domain, inside, learn, state, tour, views
 from ui.present import WARNING_MARK, notice_md
 
 TEXT = "Zwei Hunde spielen im Schnee."
@@ -27,10 +27,10 @@ def word_reg(tmp_path_factory):
     return calls.load_registry(root, "cpu")
 
 
-def _tour_run(reg_key, reg, name="de-en", text=TEXT):
+def _tour_run(reg_key, reg, name="de-en", text=TEXT, max_len=100):
     lm = reg.models[name]
-    tr = calls.gpu_translate(reg_key, name, text, DecodeOptions())
-    run = state.Run.of(lm, name, tr, inputs=state.RunInputs(model=name, text=text))
+    tr = calls.gpu_translate(reg_key, name, text, DecodeOptions(max_len=max_len))
+    run = state.Run.of(lm, name, tr, inputs=state.RunInputs(model=name, text=text, max_len=max_len))
     return tour.TourRun(run, lm, "words", reg_key)
 
 
@@ -133,7 +133,8 @@ def test_a_link_names_a_stop():
     r = state.from_query({"text": "Hallo", "tour": "5"}, shapes)
     assert r.tour == 5 and not r.problems
     assert state.tour_stop({"tour": "5"}) == 4
-    bad = state.from_query({"text": "Hallo", "tour": "11"}, shapes)
+    assert state.from_query({"text": "Hallo", "tour": str(tour.N_STOPS)}, shapes).tour == tour.N_STOPS
+    bad = state.from_query({"text": "Hallo", "tour": str(tour.N_STOPS + 1)}, shapes)
     assert bad.tour is None and any("tour" in p for p in bad.problems)
     assert state.tour_stop({"tour": "0"}) is None and state.tour_stop({}) is None
     url = state.tour_url("http://x/?old=1", state.RunInputs("de-en", "Hallo"), state.Selection(kind=ENC_SELF), 4)
@@ -183,3 +184,78 @@ def test_every_stop_on_a_marian_model_and_the_warning_names_it(tmp_path, monkeyp
     said = domain.notice(reg, "de-en", ours.lm, unsure, label=lambda k: f"<{k}>")
     assert f"pick <{key}> in Direction" in said
     assert domain.notice(reg, key, t.lm, replace(t.tr, steps=[replace(x, prob=0.2) for x in t.tr.steps])) is None
+
+
+# --------------------------------------------------------------------------- Watch it learn
+
+LEARN = tour.TITLES.index("Watch it learn")
+STEPS, LOSSES = (0, 8, 16), (5.0, 3.5, 2.25)
+SHORT = 12  # random weights write to max_len: short runs keep these tests fast
+
+
+@pytest.fixture(scope="module")
+def framed_reg(tmp_path_factory):
+    """de-en with three frames beside it (random weights of its shape, losses as a run would log them) and
+    en-de with none; the frames offered as the app offers shipped ones."""
+    import torch
+    from model.engine.transformer import Transformer
+    from model.training.train import save_frame
+    root = tmp_path_factory.mktemp("framed")
+    cfg = load_checkpoint(make_checkpoint(root / "de-en", "de", "en", seed=0)).model.cfg
+    make_checkpoint(root / "en-de", "en", "de", seed=1)
+    for seed, (step, loss) in enumerate(zip(STEPS, LOSSES)):
+        torch.manual_seed(10 + seed)
+        save_frame(root / "de-en" / "frames", Transformer(cfg).eval(), step,
+                   dict(epoch=step / 8, train_loss=loss, val_loss=loss + 0.5, lr=1e-3, updates_total=16))
+    reg_key, reg = calls.load_registry(root, "cpu")
+    learn.offer_shipped(reg)
+    return reg_key, reg
+
+
+def test_the_learn_stop_says_what_the_frames_are_from_their_own_numbers(framed_reg):
+    t = _tour_run(*framed_reg, max_len=SHORT)
+    s = tour.stop(t, LEARN)
+    text = " ".join(s.sentences)
+    assert s.heading == f"Stop {LEARN + 1} of {tour.N_STOPS}: Watch it learn" and len(s.sentences) <= 4
+    assert "16 times" in text and "3 snapshots" in text and "from 5.00 at the start to 2.25 after 16 updates" in text
+    assert f"The finished model translates your sentence as “{t.tr.text[:100]}" in text
+    assert (s.fact("frames"), s.fact("first_loss"), s.fact("last_loss")) == (3, 5.0, 2.25)
+    assert s.focus.section == "learn" and s.model is None   # leaving opens Watch it learn on this run
+    assert [v for _, v in s.trial.choices] == ["0", "1", "2", tour.FINAL] and s.trial.default == tour.FINAL
+    assert "random start" in s.trial.choices[0][0]
+    curves = s.figure.to_dict()
+    assert list(curves["data"][0]["y"]) == list(LOSSES) and list(curves["data"][1]["y"]) == [5.5, 4.0, 2.75]
+    assert "shapes" not in curves["layout"]                   # the finished model: no frame marked
+    for jargon in ("nats", "checkpoint", "gradient", "epoch"):
+        assert jargon not in text.lower() and jargon not in str(curves["layout"]).lower()
+
+
+def test_picking_a_snapshot_translates_the_sentence_with_that_frame(framed_reg):
+    reg_key, reg = framed_reg
+    t = _tour_run(reg_key, reg, max_len=SHORT)
+    picked = tour.stop(t, LEARN, "1")
+    frame = translate(reg.models["de-en@8"], TEXT, DecodeOptions(max_len=SHORT))   # the engine, on the frame itself
+    assert f"After 8 updates the model translates your sentence as “{frame.text[:100]}" in " ".join(picked.sentences)
+    assert picked.model == "de-en@8" and picked.fact("picked_step") == 8
+    assert picked.figure.to_dict()["layout"]["shapes"][0]["x0"] == 9   # step 8, drawn at step + 1 (log axis)
+    said = tour.tried(t, LEARN, "1")
+    assert said.startswith("**What changed:**") and f"“{frame.text[:100]}" in said
+    assert tour.tried(t, LEARN, tour.FINAL) == ""
+    # a run of a frame: its own snapshot is the stop's default, and no new decode names another model
+    own = tour.TourRun(state.Run.of(reg.models["de-en@8"], "de-en@8", frame,
+                                    inputs=state.RunInputs("de-en@8", TEXT, max_len=SHORT)),
+                       reg.models["de-en@8"], "words", reg_key)
+    s = tour.stop(own, LEARN)
+    assert s.trial.default == "1" and s.model is None and f"“{frame.text[:100]}" in " ".join(s.sentences)
+
+
+def test_where_no_frames_ship_the_stop_says_so_plainly(framed_reg):
+    reg_key, reg = framed_reg
+    run = _tour_run(reg_key, reg, "en-de", "Two dogs play.", max_len=SHORT).run
+    s = tour.stop(tour.TourRun(run, reg.models["en-de"], "words", reg_key), LEARN)
+    text = " ".join(s.sentences)
+    assert "No snapshots of this model's training ship with it" in text
+    assert "The German → English model ships them" in text        # where to find some
+    assert s.fact("frames") == 0 and len(s.trial.choices) == 1 and s.focus.section == "learn"
+    alone = tour.stop(tour.TourRun(run, reg.models["en-de"]), LEARN)
+    assert "None of the models on this server ship them" in " ".join(alone.sentences)  # no registry known

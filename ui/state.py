@@ -36,7 +36,7 @@ DECODINGS = ("greedy", "beam")
 SHORT_KINDS = {"enc": ENC_SELF, "dec": DEC_SELF, "cross": CROSS}
 _KIND_SHORT = {v: k for k, v in SHORT_KINDS.items()}
 MAX_STEP = 1000
-TOUR_STOPS = 10  # the guided tour's stops (ui/tour.py); a link's tour=N opens stop N (1-based)
+TOUR_STOPS = 11  # the guided tour's stops (ui/tour.py); a link's tour=N opens stop N (1-based)
 
 
 @dataclass(frozen=True)

@@ -74,5 +74,117 @@ CSS = """
   color: #4a3000; font-size: 1.02em;}
 """
 # Gradio scopes the CSS above inside its content box; the page's own side padding lies outside it.
-HEAD = "<style>@media (max-width: 600px) {.gradio-container > .main {padding-left: 6px !important; " \
-       "padding-right: 6px !important;}}</style>"
+PHONE_CSS = "<style>@media (max-width: 600px) {.gradio-container > .main {padding-left: 6px !important; " \
+            "padding-right: 6px !important;}}</style>"
+
+# On a phone (the page's own width, known only in the browser) every figure is fitted to it once it is drawn:
+# the title and its note wrap (SVG text never wraps, so they ran off the right edge), colour bars get thin (one
+# took a fifth of the width), a legend goes below the plot, one entry a line (it covered the title or the axis),
+# and the right gutter goes where no axis needs it. The figures stay the server's (viz/ knows no width):
+# Plotly's own react redraws each one once, fitted, and a wrapped title is then measured clear of the top edge.
+PHONE_JS = """<script>
+(() => {
+  const PHONE = 600, TITLE_LINE = 18, NOTE_LINE = 14;
+  const plain = (t) => String(t || '').replace(/<br>/g, ' ');
+  const pen = document.createElement('canvas').getContext('2d');
+  function wrap(text, width, font) {  // the lines of ``text`` as wide as ``width`` at most, in the figure's font
+    pen.font = `${font.size || 12}px ${font.family || 'sans-serif'}`;
+    const lines = [];
+    let line = '';
+    for (const word of plain(text).split(' ')) {
+      const next = line ? line + ' ' + word : word;
+      if (line && pen.measureText(next.replace(/<[^>]*>/g, '')).width > width) { lines.push(line); line = word; }
+      else { line = next; }
+    }
+    if (line) lines.push(line);
+    return lines;
+  }
+  function put(obj, path, value) {  // obj.a.b.c = value, making the objects on the way
+    const keys = path.split('.');
+    let o = obj;
+    for (const k of keys.slice(0, -1)) o = (o[k] = (o[k] && typeof o[k] === 'object') ? o[k] : {});
+    o[keys[keys.length - 1]] = value;
+  }
+  function titleFit(L, F, width) {
+    const t = L.title || {}, note = (t.subtitle || {}).text, ft = F.title || {};
+    if (!t.text) return 0;
+    const head = wrap(t.text, width, ft.font || {}), sub = note ? wrap(note, width, (ft.subtitle || {}).font || {}) : [];
+    put(L, 'title.text', head.join('<br>'));
+    if (note) put(L, 'title.subtitle.text', sub.join('<br>'));
+    Object.assign(L.title, {yref: 'container', yanchor: 'top'});  // from the top down; settle() checks the edge
+    return (head.length - 1) * TITLE_LINE + Math.max(0, sub.length - 1) * NOTE_LINE;
+  }
+  function thin(bar) {
+    return Object.assign({}, bar, {thickness: Math.min((bar || {}).thickness || 30, 7), xpad: 2, tickfont: {size: 9},
+                                   title: Object.assign({}, (bar || {}).title, {font: {size: 9}})});
+  }
+  function barsFit(gd, data, L) {  // thinner, in smaller type: a vertical bar took a fifth of the width
+    for (const f of (gd._fullData || []).filter(d => d.showscale && d.colorbar)) {
+      data[f.index].colorbar = thin(data[f.index].colorbar);
+    }
+    for (const k of Object.keys(L).filter(k => /^coloraxis\\d*$/.test(k))) L[k].colorbar = thin(L[k].colorbar);
+  }
+  function panelsFit(L, F, width) {  // panels side by side: each panel's title wraps to its own column
+    const doms = Object.keys(F).filter(k => /^xaxis\\d*$/.test(k)).map(k => F[k].domain);
+    if (!doms.some(d => d[1] - d[0] < 0.6) || !Array.isArray(L.annotations)) return;
+    L.annotations = L.annotations.map(a => {
+      if (a.xref !== 'paper' || typeof a.text !== 'string') return a;
+      const font = Object.assign({family: (F.font || {}).family}, a.font, {size: Math.min((a.font || {}).size || 12, 9)});
+      const dom = doms.filter(d => d[0] <= a.x + 1e-6 && a.x <= d[1] + 1e-6).sort((p, q) => (p[1] - p[0]) - (q[1] - q[0]))[0];
+      const area = (F._size || {}).w || width;  // the plot area, inside the margins: the domains divide it
+      const lines = wrap(a.text, Math.max(60, (dom ? dom[1] - dom[0] : 1) * area - 4), font);
+      return Object.assign({}, a, {text: lines.join('<br>'), font});
+    });
+  }
+  function legendFit(gd, L) {  // one entry a line below the plot (a row of them wrapped unpredictably)
+    if (!(gd._fullLayout || {}).showlegend) return 0;
+    const rows = (gd._fullData || []).filter(d => d.showlegend && d.visible !== false).length;
+    L.legend = Object.assign({}, L.legend, {orientation: 'h', entrywidth: 1, entrywidthmode: 'fraction', x: 0,
+                                            xanchor: 'left', xref: 'container', y: 0, yanchor: 'bottom',
+                                            yref: 'container', font: {size: 10}});
+    return rows * 19 + 8;
+  }
+  function settle(gd) {  // Plotly versions anchor a wrapped title differently: measured, it moves below the edge
+    const t = gd.querySelector('.gtitle'), F = gd._fullLayout || {}, box = gd.getBoundingClientRect();
+    if (!t || !F.title || !box.height || gd.__settled === gd.layout) return;
+    gd.__settled = gd.layout;
+    const over = box.top + 6 - t.getBoundingClientRect().top;
+    if (over > 0.5) window.Plotly.relayout(gd, {'title.y': F.title.y - over / F.height});
+  }
+  function fit(gd) {
+    if (window.innerWidth > PHONE || !window.Plotly || !gd.layout || gd.__fitting) return;
+    if (gd.layout.__phone) return settle(gd);
+    const L = JSON.parse(JSON.stringify(gd.layout)), data = gd.data.map(d => Object.assign({}, d));
+    const width = (gd.clientWidth || window.innerWidth) - 12, m = Object.assign({}, L.margin), F = gd._fullLayout || {};
+    put(L, 'font.size', Math.min((L.font || {}).size || 12, 11));
+    barsFit(gd, data, L);
+    panelsFit(L, F, width);
+    const top = titleFit(L, F, width), below = legendFit(gd, L);
+    // the right gutter goes unless an axis's labels live there: a colour bar still there pushes it out as it needs
+    const right = Object.keys(F).some(k => /^yaxis\\d*$/.test(k) && F[k].side === 'right');
+    L.margin = Object.assign(m, {r: right ? (m.r ?? 80) : Math.min(m.r ?? 80, 10), t: (m.t ?? 20) + top,
+                                 b: (m.b ?? 40) + below, autoexpand: true});
+    L.height = (L.height || F.height || 400) + top + below;
+    if (L.title && L.title.text) L.title.y = 1 - 16 / L.height;
+    L.__phone = true;
+    gd.__fitting = true;
+    Promise.resolve(window.Plotly.react(gd, data, L, {responsive: true}))
+      .finally(() => { gd.__fitting = false; fit(gd); });  // a newer figure that came meanwhile is fitted too
+  }
+  function watch(gd) {
+    if (gd.__phoneWatch || typeof gd.on !== 'function') return;
+    gd.__phoneWatch = true;
+    gd.on('plotly_afterplot', () => fit(gd));
+    fit(gd);
+  }
+  let queued = false;  // one look per frame, however many nodes a streamed run changes
+  const scan = () => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => { queued = false; document.querySelectorAll('.js-plotly-plot').forEach(watch); });
+  };
+  new MutationObserver(scan).observe(document.documentElement, {childList: true, subtree: true});
+  document.addEventListener('DOMContentLoaded', scan);
+})();
+</script>"""
+HEAD = PHONE_CSS + PHONE_JS

@@ -1,8 +1,9 @@
 """The guided tour's stops, written from the current run's own numbers (no gradio here).
 
-Ten stops in the order the tutorials teach the Transformer: tokens and embeddings, positional
+Eleven stops in the order the tutorials teach the Transformer: tokens and embeddings, positional
 encoding, one head's scores and softmax, many heads, the masks, feed-forward and the residual stream,
-cross-attention as alignment, one decoding step, what moved the output, and the whole run. Each stop
+cross-attention as alignment, one decoding step, what moved the output, how the model learned it (its
+training frames, where they ship), and the whole run. Each stop
 is a :class:`Stop`: the selection it points at (what "leave the tour" opens), at most four sentences
 built from the run's values, the figure it is about, one thing to try and, once tried, what changed.
 Every number a sentence states is also kept as a :class:`Fact` (tests compare it with the engine).
@@ -23,14 +24,17 @@ from model.engine.decoding import DecodeOptions
 from model.engine.names import CROSS, DEC_SELF, ENC_SELF
 from viz import tour as vt
 
-from . import calls, inside, views
-from .present import md_escape, piece_note
+from viz.common import message_figure
+from viz.learning import Curve, curves_figure
+
+from . import calls, inside, learn, views
+from .present import direction_label, md_escape, piece_note
 from .state import TOUR_STOPS, Run, Selection
 
 SPECIAL = ("<bos>", "<eos>", "<pad>", "<unk>", "<s>", "</s>")
 TITLES = ("Tokens and embeddings", "Positional encoding", "One head: scores → softmax", "Many heads",
           "Padding and look-ahead masks", "Feed-forward and the residual stream", "Cross-attention as alignment",
-          "One decoding step", "What moved the output", "The whole run")
+          "One decoding step", "What moved the output", "Watch it learn", "The whole run")
 N_STOPS = len(TITLES)
 assert N_STOPS == TOUR_STOPS, "a link names stops 1..TOUR_STOPS"
 
@@ -63,6 +67,7 @@ class Stop:
     trial: Trial
     figure: object = None       # a plotly figure (viz)
     facts: list[Fact] = field(default_factory=list)
+    model: str | None = None    # the model the view shows where the trial picked another (a training frame)
 
     @property
     def heading(self) -> str:
@@ -423,7 +428,71 @@ def tried_moved(t: TourRun, choice: str) -> str:
     return _changed(f"With {em(keys[j])} hidden from the cross-attention,", t.tr, other)
 
 
-# --------------------------------------------------------------------------- stop 10
+# --------------------------------------------------------------------------- stop 10: how it learned
+
+FINAL = "final"  # the trial's value for the finished model (the others are frame indices)
+
+
+def _frames(t: TourRun):
+    """(registry, the run's model's training frames): frames None where none ship (or no registry is known)."""
+    reg = calls.REGISTRIES.get(t.reg_key)
+    return reg, learn.frame_set(reg, t.run.model) if reg is not None else None
+
+
+def _frame_choices(fs: learn.FrameSet, finished: bool) -> tuple[tuple[str, str], ...]:
+    named = tuple((f"after {s:,} updates" + (" (the random start)" if s == 0 else ""), str(k))
+                  for k, s in enumerate(fs.steps))
+    return named + ((("the finished model", FINAL),) if finished else ())
+
+
+def stop_learn(t: TourRun, choice: str | None = None) -> Stop:
+    """What the frames are, the error falling over them, and the sentence as the picked frame translates it."""
+    reg, fs = _frames(t)
+    focus = Selection(section="learn", units=t.units)
+    if fs is None:
+        return _no_frames(t, reg, focus)
+    own = fs.index_of(t.run.model)             # None: the run is the finished model
+    trial = Trial("Pick a snapshot", _frame_choices(fs, fs.pair in reg.names),
+                  FINAL if own is None else str(own))
+    picked = choice if choice in [v for _, v in trial.choices] else trial.default
+    k = None if picked == FINAL else int(picked)
+    key = fs.pair if k is None else fs.key_at(k)
+    text = t.tr.text if key == t.run.model else \
+        calls.gpu_translate(t.reg_key, key, t.tr.src_text, t.opts()).text
+    said = "The finished model" if k is None else f"After {fs.steps[k]:,} updates the model"
+    quoted = md_escape(text[:120]) + ("…" if len(text) > 120 else "")
+    s = [f"This model did not come knowing how to translate: it began as random numbers and learned from example "
+         f"translations, nudged a little after each small batch of them, {fs.updates_total:,} times in all.",
+         f"{len(fs.steps)} snapshots of it were saved on the way, and the line shows its error on the training "
+         f"sentences falling from {fs.train_loss[0]:.2f} at the start to {fs.train_loss[-1]:.2f} after "
+         f"{fs.steps[-1]:,} updates (lower is better).",
+         f"{said} translates your sentence as “{quoted}”" + ("" if quoted[-1:] in ".!?…" else "."),
+         "Pick another snapshot below, or leave the tour to open Watch it learn, whose slider makes any snapshot "
+         "the model behind every view."]
+    lines = [Curve("error on the training sentences", fs.train_loss)]
+    if fs.val_loss != fs.train_loss:
+        lines.append(Curve("error on sentences it never trained on", fs.val_loss))
+    fig = curves_figure(fs.steps, lines, None if k is None else fs.steps[k], "How wrong the model was as it learned",
+                        height=320, y_title="error (lower is better)")
+    facts = [Fact("frames", len(fs.steps)), Fact("first_loss", fs.train_loss[0]),
+             Fact("last_loss", fs.train_loss[-1])] + ([Fact("picked_step", fs.steps[k])] if k is not None else [])
+    return Stop(9, TITLES[9], s, focus, trial, fig, facts, model=None if key == t.run.model else key)
+
+
+def _no_frames(t: TourRun, reg, focus: Selection) -> Stop:
+    """The stop where no training frames ship with the run's model: said plainly, and where another ships them."""
+    infos = set(reg.names) if reg is not None else set()
+    others = sorted({k.rpartition("@")[0] for k in infos if learn.step_of(k) is not None} & infos)
+    where = (f"The {direction_label(others[0], reg)} model ships them: pick it in Direction and come back to "
+             "this stop." if others else "None of the models on this server ship them.")
+    s = ["A model learns by training: it begins as random numbers and is nudged, one small batch of example "
+         "translations at a time, until its translations come out right.",
+         "No snapshots of this model's training ship with it, so this stop cannot show it learning.", where]
+    return Stop(9, TITLES[9], s, focus, Trial("Pick a snapshot", (("the finished model (no snapshots ship)", FINAL),)),
+                message_figure("No training snapshots ship with this model."), [Fact("frames", 0)])
+
+
+# --------------------------------------------------------------------------- stop 11
 
 def stop_whole(t: TourRun, choice: str | None = None) -> Stop:
     tr, cfg = t.tr, t.lm.model.cfg
@@ -441,12 +510,12 @@ def stop_whole(t: TourRun, choice: str | None = None) -> Stop:
         facts.append(Fact("step_prob", probs[j]))
     s.append("Leave the tour to open the full explorer on this run, or type another sentence and walk it again.")
     steps = tuple((f"step {k}: {x.token}", str(k)) for k, x in enumerate(tr.steps))
-    return Stop(9, TITLES[9], s, Selection(step=j, section="translate", units=t.units),
+    return Stop(10, TITLES[10], s, Selection(step=j, section="translate", units=t.units),
                 Trial("Look at one step", steps, str(lo)), views.watch_heads(t.run), facts)
 
 
 STOPS = (stop_tokens, stop_positions, stop_one_head, stop_many_heads, stop_masks, stop_residual, stop_cross,
-         stop_step, stop_moved, stop_whole)
+         stop_step, stop_moved, stop_learn, stop_whole)
 TRIED = {1: tried_positions, 4: tried_masks, 7: tried_step, 8: tried_moved}
 
 

@@ -32,7 +32,7 @@ def _log_ticks(steps: Sequence[int]) -> dict:
 
 
 def curves_figure(steps: Sequence[int], curves: Sequence[Curve], current: int | None = None,
-                  title: str | None = None, height: int = 360) -> go.Figure:
+                  title: str | None = None, height: int = 360, y_title: str = "nats") -> go.Figure:
     """Lines over the frames' steps; the current frame marked by a vertical line."""
     x = [s + 1 for s in steps]
     data = [dict(type="scatter", mode="lines+markers", x=x, y=[None if v != v else v for v in c.values],
@@ -40,7 +40,7 @@ def curves_figure(steps: Sequence[int], curves: Sequence[Curve], current: int | 
                  hovertemplate=f"{esc(c.label)}: %{{y:.3f}}<extra>step %{{text}}</extra>", text=list(steps))
             for k, c in enumerate(curves)]
     layout = base_layout(height, title, plot_bgcolor="white", xaxis=_log_ticks(steps),
-                         yaxis=dict(title=dict(text="nats")), legend=dict(orientation="h", y=-0.25))
+                         yaxis=dict(title=dict(text=y_title)), legend=dict(orientation="h", y=-0.25))
     if any(c.axis == "y2" for c in curves):
         layout["yaxis2"] = dict(overlaying="y", side="right", range=[0, 1], title=dict(text="share / accuracy"))
     if current is not None:

@@ -21,8 +21,8 @@ from viz.common import message_figure
 from viz.learning import curves_figure, head_forms_figure, loss_figure
 
 from .. import calls, learn
-from ..present import model_choices
-from ..state import Run
+from ..present import KIND_LABELS, model_choices
+from ..state import Run, Selection
 from . import Shell, log
 
 TOY_GROUP = "toy"   # the toy trainer's own concurrency group: it never queues behind or ahead of translations
@@ -75,7 +75,9 @@ def build(shell: Shell) -> LearnParts:
         toy_status = gr.Markdown("", elem_id="toy-status")
         toy_plot = gr.Plot(show_label=False, elem_id="toy-plot")
     TOYS.setdefault(shell.reg_key, Toys(ToyGate(cap=1), ToyShelf(shell.reg)))
-    return LearnParts(frame_md, scrub, curves, form_btn, form_plot, toy_pairs, toy_seed, toy_btn, toy_status, toy_plot)
+    return LearnParts(frame_md=frame_md, scrub=scrub, curves=curves, form_btn=form_btn, form_plot=form_plot,
+                      toy_pairs=toy_pairs, toy_seed=toy_seed, toy_btn=toy_btn, toy_status=toy_status,
+                      toy_plot=toy_plot)
 
 
 def _frame_values(shell: Shell, run: Run | None) -> list:
@@ -100,18 +102,20 @@ def _pick(shell: Shell, run: Run | None, index):
     return gr.Dropdown(choices=model_choices(shell.reg), value=fs.key_at(index))
 
 
-def _head_forms(shell: Shell, run: Run | None, kind, layer, head):
+def _head_forms(shell: Shell, run: Run | None, sel: Selection | None):
+    """The selection's head in every frame of ``run``'s model (``sel``: the Selection state, the bar's head)."""
     if run is None:
         return message_figure("Translate a sentence first.")
     keys = learn.family_keys(shell.reg, run.model)
     if not keys:
         return message_figure("No training frames for this model.")
     opts = DecodeOptions(max_len=min(60, 2 * len(run.tr.src_tokens) + 10))
+    sel = (sel or Selection()).fit(shell.shape(run.model)) if shell.shape(run.model) else (sel or Selection())
     panels = []
     for key in keys:
         tr = calls.gpu_translate(shell.reg_key, key, run.tr.src_text, opts)
-        panels.append(learn.head_panel(learn.step_of(key), tr, kind, int(layer), int(head)))
-    return head_forms_figure(panels, f"{kind} layer {layer} head {head}")
+        panels.append(learn.head_panel(learn.step_of(key), tr, sel.kind, sel.layer, sel.head))
+    return head_forms_figure(panels, f"{KIND_LABELS[sel.kind]}, layer {sel.layer} head {sel.head} (counted from 0)")
 
 
 def _toy(shell: Shell, pairs_text: str, seed, request: gr.Request):
@@ -173,8 +177,8 @@ def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
     def pick(run, index):
         return _pick(shell, run, index)
 
-    def forms(run, kind, layer, head):
-        return _head_forms(shell, run, kind, layer, head)
+    def forms(run, sel):
+        return _head_forms(shell, run, sel)
 
     def toy(pairs_text, seed, request: gr.Request):
         yield from _toy(shell, pairs_text, seed, request)
@@ -186,7 +190,8 @@ def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
           api_name="pick_frame", api_visibility="undocumented", concurrency_limit=None, show_progress="hidden",
           trigger_mode="always_last").success(
         again, t_inputs, t_outputs, api_visibility="private", **shell.model_event())
-    parts.form_btn.click(forms, [shell.run_state, shell.kind, shell.layer, shell.head], parts.form_plot,
+    # the selection as one value: the state every bar control writes, never a copy of the controls
+    parts.form_btn.click(forms, [shell.run_state, shell.sel_state], parts.form_plot,
                          api_name="head_forms", api_visibility="undocumented", show_progress="minimal",
                          **shell.model_event())
     parts.toy_btn.click(toy, [parts.toy_pairs, parts.toy_seed],

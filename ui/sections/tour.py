@@ -72,8 +72,9 @@ def build(shell: Shell) -> TourParts:
         link = gr.Textbox(label="Link to this stop (share it: it opens this stop on this sentence)",
                           elem_id="tour-link", interactive=False, max_lines=1)
         leave_link = gr.Textbox(elem_id="tour-leave-link", elem_classes="proxy", show_label=False, container=False)
-    parts = TourParts(start, panel, gr.State(CLOSED), gr.State(False), text, direction, go, heading, body, trial,
-                      changed, plot, back, nxt, leave, link, leave_link)
+    parts = TourParts(start=start, panel=panel, stop=gr.State(CLOSED), link_seen=gr.State(False), text=text,
+                      direction=direction, go=go, heading=heading, body=body, trial=trial, changed=changed, plot=plot,
+                      back=back, next=nxt, leave=leave, link=link, leave_link=leave_link)
     # every event that makes a run redraws the open stop on it (and the page's load opens a linked stop)
     def after_run(run, stop, seen, units, request: gr.Request):
         return _after_run(shell, run, stop, seen, units, request)
@@ -102,10 +103,19 @@ def draw(shell: Shell, run, index: int, units: str, request=None) -> list:
     # drawn, hidden, on every visit; leaving opens it
     link = tour_url(base, run.inputs, replace(focus, section="translate", subview=""), index) \
         if run.inputs is not None else ""
-    leave = link_url(base, run.inputs, focus) if run.inputs is not None else ""
     return [*head, f"### {md_escape(s.heading)}", "\n\n".join(s.sentences),
             gr.Dropdown(choices=list(s.trial.choices), value=s.trial.default, label=s.trial.label), "",
-            s.figure, link, leave, run.tr.src_text, run.model, *_nav(index)]
+            s.figure, link, _leave_link(shell, run, s, base), run.tr.src_text, run.model, *_nav(index)]
+
+
+def _leave_link(shell: Shell, run, s: tour.Stop, base: str) -> str:
+    """The explorer's link on the stop's selection; on the model the stop shows where its trial picked
+    another (a training frame), so leaving opens every view on that frame."""
+    if run.inputs is None:
+        return ""
+    inputs = replace(run.inputs, model=s.model) if s.model else run.inputs
+    shape = shell.shape(inputs.model)
+    return link_url(base, inputs, s.focus.fit(shape) if shape else s.focus)
 
 
 def _nav(index: int) -> list:
@@ -133,20 +143,20 @@ def _safe_draw(shell: Shell, run, index, units, request) -> list:
                 gr.skip(), gr.skip(), gr.skip(), gr.skip(), *_nav(int(index))]
 
 
-def _tried(shell: Shell, run, index, units, choice) -> tuple:
-    """(what changed, the stop's text, its figure) once the trial's ``choice`` is tried."""
+def _tried(shell: Shell, run, index, units, choice, base: str = "") -> tuple:
+    """(what changed, the stop's text, its figure, the leave link) once the trial's ``choice`` is tried."""
     if run is None or index in (None, CLOSED):
-        return gr.skip(), gr.skip(), gr.skip()
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip()
     try:
         t = tour.TourRun(run, shell.lm(run), units or "words", shell.reg_key)
         changed = tour.tried(t, index, choice)
         if index in tour.TRIED:  # the model itself changed: the stop's own text and view stay
-            return changed, gr.skip(), gr.skip()
+            return changed, gr.skip(), gr.skip(), gr.skip()
         s = tour.stop(t, index, choice)
-        return changed, "\n\n".join(s.sentences), s.figure
+        return changed, "\n\n".join(s.sentences), s.figure, _leave_link(shell, run, s, base)
     except Exception:
         log.exception("tour trial at stop %s failed", index)
-        return "⚠️ This could not be tried on this run.", gr.skip(), gr.skip()
+        return "⚠️ This could not be tried on this run.", gr.skip(), gr.skip(), gr.skip()
 
 
 def wire(shell: Shell, translate_event: tuple) -> None:
@@ -164,9 +174,11 @@ def wire(shell: Shell, translate_event: tuple) -> None:
     p.start.click(move(0), ins, outs, api_name="tour_start", api_visibility="undocumented", **VIEW)
     p.next.click(move(1), ins, outs, api_name="tour_next", api_visibility="undocumented", **VIEW)
     p.back.click(move(-1), ins, outs, api_visibility="private", **VIEW)
-    p.trial.input(lambda run, stop, units, choice: _tried(shell, run, stop, units, choice), [*ins, p.trial],
-                  [p.changed, p.body, p.plot], api_name="tour_try", api_visibility="undocumented",
-                  **shell.model_event(), show_progress="minimal")
+    def try_it(run, stop, units, choice, request: gr.Request):
+        return _tried(shell, run, stop, units, choice, base_url(request))
+
+    p.trial.input(try_it, [*ins, p.trial], [p.changed, p.body, p.plot, p.leave_link], api_name="tour_try",
+                  api_visibility="undocumented", **shell.model_event(), show_progress="minimal")
     p.leave.click(None, p.leave_link, None, js=LEAVE_JS)
     fn, inputs, outputs = translate_event
     # the tour's own sentence box runs the explorer's translate event (the run every section shares)
