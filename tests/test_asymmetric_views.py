@@ -21,6 +21,7 @@ from tests.test_marian import build_marian  # noqa: E402
 from ui.present import head_choices  # noqa: E402
 from ui.state import ModelShape, Run, Selection  # noqa: E402
 from ui.views import REGISTRY  # noqa: E402
+from viz.common import layer_head  # noqa: E402
 
 DE = "Zwei Hunde spielen im Schnee!"
 
@@ -62,7 +63,7 @@ def test_every_view_draws_every_kinds_last_layer_and_head(name, lm, run):
         assert figs and all(f is not None for f in figs)
         title = str(figs[0].layout.title.text) if hasattr(figs[0], "layout") else ""
         if name in ("attention/maps", "computation/inside"):  # the head asked is the head shown
-            assert f"layer {layer}, head {head}" in title, (name, kind, title)
+            assert layer_head(layer, head) in title, (name, kind, title)
 
 
 def test_attribution_and_the_head_scan_follow_each_sides_shape(lm, run):
