@@ -5,6 +5,7 @@ Two directions of different depth: de→en has 2 layers, en→de 3 (like the shi
 """
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from tests.app_fixtures import served
 from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
 from tests.test_browser import _plot, _status, _translate, _wait_done
+from viz.common import layer_head
 
 pytestmark = pytest.mark.browser
 A, B = "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch im Park."
@@ -121,12 +123,12 @@ def test_the_first_screen_panel_click_opens_the_head(page):
     page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.2)  # inside the second head
     page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=30_000)
     assert page.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
-    # the pickers say "(first)" or "(last)" after the number; the map's title names the number alone
-    head = page.locator("#attn-head input").first.input_value().split(" (")[0]
-    layer = page.locator("#attn-layer input").first.input_value().split(" (")[0]
+    # the pickers say "layer 0 (first)"; the map's title names the same head the way every figure does
+    head, layer = (int(re.search(r"\d+", page.locator(f"#attn-{c} input").first.input_value()).group())
+                   for c in ("head", "layer"))
     _plot(page, "#attn-plot")
     page.wait_for_function("(t) => document.querySelector('#attn-plot .js-plotly-plot')?.layout.title.text"
-                           ".includes(t)", arg=f"{layer}, {head}", timeout=30_000)
+                           ".includes(t)", arg=layer_head(layer, head), timeout=30_000)
 
 
 def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):

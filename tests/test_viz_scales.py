@@ -69,7 +69,7 @@ def test_thumbnails_name_tokens_and_outline_the_selected_head():
     assert "r0" in list(fig.layout.yaxis.ticktext)
     red = [s for s in fig.layout.shapes if s.line.color == "#d62728"]
     assert len(red) == 1 and red[0].x0 == 2 * 5 - 0.5 and red[0].y0 == 1 * 6 - 0.5  # layer 1, head 2
-    assert "L1 H2" in subtitle(fig)
+    assert "outlined: layer 1, head 2," in subtitle(fig)
     plain = vs.heads_mini(softmax_rows((2, 3, 5, 4)), src, labels, n_rows=5)
     assert not [s for s in plain.layout.shapes if s.line.color == "#d62728"]
 
