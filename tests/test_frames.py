@@ -125,3 +125,20 @@ def test_frames_are_offered_like_added_models(framed_run):
     assert [k for k in keys if catalog.is_loaded(reg, k)] == keys[1:3]  # the least recently used went
     assert catalog.is_loaded(reg, "de-en")                               # the checkpoint itself stays
     assert catalog.infos(reg)[keys[0]].source.endswith("step_00000.safetensors")
+
+
+def test_evaluate_takes_a_frame_file_and_names_a_bad_one(framed_run, tmp_path, capsys):
+    from model.training.evaluate import main as evaluate
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(framed_run.ckpt, ckpt)
+    (ckpt / "frames").mkdir()
+    frame = ckpt / "frames" / "step_00008.safetensors"
+    shutil.copy(framed_run.frames / frame.name, frame)
+    flags = ["--data", str(framed_run.data), "--split", "val", "--beam", "2", "--limit", "5", "--json"]
+    assert evaluate(["--checkpoint", str(frame)] + flags) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["checkpoint"] == str(frame) and res["sentences"] == 5 and 0 <= res["lowercased"]["bleu"] <= 100
+    frame.write_bytes(b"not a frame")
+    with pytest.raises(SystemExit) as e:
+        evaluate(["--checkpoint", str(frame)] + flags)
+    assert e.value.code == 2 and "step_00008" in capsys.readouterr().err

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import torch
 
 from model.engine.loaded import LoadedModel
+from model.families.frames import FrameError, load_frame
 from model.families.ours import CheckpointError, load_checkpoint
 
 
@@ -18,8 +20,12 @@ def pick_device(name: str = "auto") -> str:
 
 
 def load_or_exit(path, device: str) -> LoadedModel:
+    """A checkpoint (folder or Hub id), or a training frame (a step_NNNNN.safetensors file in a frames folder,
+    which shares the vocabulary of the checkpoint above it)."""
     try:
+        if str(path).endswith(".safetensors") and Path(path).is_file():
+            return load_frame(path, device=pick_device(device))
         return load_checkpoint(path, pick_device(device))
-    except CheckpointError as e:
+    except (CheckpointError, FrameError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
