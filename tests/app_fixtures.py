@@ -51,11 +51,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_ready(url: str, timeout: float = 60.0) -> None:
-    """Poll /gradio_api/info: 'Running on local URL' is printed before the server answers."""
+# How long a server may take to answer at first. Generous on purpose: a busy 2-core machine can take minutes
+# to import torch and gradio and build the page, and a start-up that is slow is not what these tests check.
+START_TIMEOUT = 600.0
+
+
+def wait_ready(url: str, timeout: float = START_TIMEOUT, proc=None) -> None:
+    """Poll /gradio_api/info: 'Running on local URL' is printed before the server answers. ``proc`` (a
+    Popen of the server): fail at once if it exits first."""
     deadline = time.time() + timeout
     last = None
     while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited with code {proc.returncode} before answering {url}")
         try:
             with urllib.request.urlopen(url.rstrip("/") + "/gradio_api/info", timeout=5) as r:
                 if r.status == 200:
@@ -94,7 +102,7 @@ def served(tmp_path_factory, en_de: dict | None = None, de_en: dict | None = Non
 
 
 @contextmanager
-def app_process(env: dict, log: Path, port: int, timeout: float):
+def app_process(env: dict, log: Path, port: int):
     """``python app.py`` run the way a Space runs it, with ``env`` (which names ``port``), its output in
     ``log``; yields its url once it answers, and terminates it afterwards."""
     with open(log, "w") as out:
@@ -102,7 +110,7 @@ def app_process(env: dict, log: Path, port: int, timeout: float):
                                 stdout=out, stderr=subprocess.STDOUT)
         try:
             url = f"http://127.0.0.1:{port}/"
-            wait_ready(url, timeout=timeout)
+            wait_ready(url, proc=proc)
             yield url
         finally:
             proc.terminate()

@@ -392,7 +392,7 @@ def test_python_app_py_honours_env(tmp_path):
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=Path(__file__).resolve().parents[1], env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_ready(f"http://127.0.0.1:{port}/", timeout=90)
+        wait_ready(f"http://127.0.0.1:{port}/", proc=proc)
         out = Client(f"http://127.0.0.1:{port}/", verbose=False).predict("Zwei Hunde.", "de-en", 1, 5,
                                                                          api_name="/translate")
         assert out["src_tokens"] == ["<bos>", "Zwei", "Hunde", ".", "<eos>"]

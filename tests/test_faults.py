@@ -234,7 +234,7 @@ def test_killed_mid_request_restarts_without_clean_up(tmp_path, monkeypatch):
     log = tmp_path / "app.log"
     proc = _start(ck, port, log)
     try:
-        wait_ready(url, timeout=120)
+        wait_ready(url, proc=proc)
         c = Client(url, verbose=False)
         long_text = "Ein Mann fährt mit dem Fahrrad durch die Stadt. " * 20
         jobs = [c.submit(long_text, "de-en", 8, 250, api_name="/translate") for _ in range(4)]
@@ -259,7 +259,7 @@ def test_killed_mid_request_restarts_without_clean_up(tmp_path, monkeypatch):
     try:
         demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                     **app.launch_kwargs())
-        wait_ready(url, timeout=60)
+        wait_ready(url)
         out = Client(url, verbose=False).predict("Zwei Hunde.", "de-en", 1, 5, api_name="/translate")
         assert out["src_tokens"] == ["<bos>", "Zwei", "Hunde", ".", "<eos>"]
     finally:

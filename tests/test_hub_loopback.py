@@ -34,7 +34,7 @@ def served(tmp_path_factory):
                    HF_HUB_DISABLE_TELEMETRY="1")
         for name in ("HF_HUB_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "ATTN_GPU_CALLS", "HF_TOKEN"):
             env.pop(name, None)
-        with app_process(env, home / "server.log", port, timeout=180) as url:
+        with app_process(env, home / "server.log", port) as url:
             yield Client(url, verbose=False), hub, folder, home
 
 

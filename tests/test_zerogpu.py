@@ -27,7 +27,7 @@ def served(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(EMULATION), str(ROOT)]), ATTN_GPU_CALLS="on",
                ATTN_DEVICE="cpu", ATTN_CHECKPOINTS=str(root), GRADIO_SERVER_NAME="127.0.0.1",
                GRADIO_SERVER_PORT=str(port), SPACES_EMU_LOG=str(calls), ATTN_TORCH_THREADS="1")
-    with app_process(env, calls.parent / "server.log", port, timeout=120) as url:
+    with app_process(env, calls.parent / "server.log", port) as url:
         yield Client(url, verbose=False), calls
 
 

@@ -38,7 +38,7 @@ def zero(tmp_path_factory):
                ATTN_TORCH_THREADS="1", PYTHONUNBUFFERED="1")
     for name in ("ATTN_GPU_CALLS", "ATTN_DEVICE", "ATTN_ALLOW_ANY_MODEL"):
         env.pop(name, None)
-    with app_process(env, work / "server.log", port, timeout=180) as url:
+    with app_process(env, work / "server.log", port) as url:
         yield Client(url, verbose=False), work
 
 

@@ -53,7 +53,7 @@ def zero(tmp_path_factory):
         log = open(work / "server.log", "w")
         proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            wait_ready(f"http://127.0.0.1:{port}/", timeout=120)
+            wait_ready(f"http://127.0.0.1:{port}/", proc=proc)
             yield Client(f"http://127.0.0.1:{port}/", verbose=False), cp, work / "server.log"
         finally:
             proc.terminate()
