@@ -13,6 +13,9 @@ import pytest
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("ARTIFACTS_DIR", "test-artifacts"))
+# How long any wait for the page may take (ms). Generous on purpose: a 2-core machine that other work keeps
+# busy can take minutes to draw what an idle one draws in seconds, and these tests check what is drawn, not when.
+WAIT = 240_000
 
 
 def check_chromium() -> None:
@@ -33,7 +36,9 @@ def chromium():
 
 
 def new_page(browser, width: int = 1440, height: int = 900):
-    return browser.new_page(viewport={"width": width, "height": height})
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(WAIT)  # every click, fill and wait without a timeout of its own
+    return page
 
 
 def wait_done(page, before: str = ""):
@@ -43,13 +48,13 @@ def wait_done(page, before: str = ""):
     page.wait_for_function(
         "(before) => { const e = document.querySelector('#run-status');"
         " const t = e ? e.innerText.trim() : ''; return t.startsWith('✓') && t !== before.trim() }",
-        arg=before, timeout=90_000)
+        arg=before, timeout=WAIT)
 
 
 def load(page, url: str):
     """``page`` opened on the app at ``url``, once its first run (translated on load) has landed."""
     page.goto(url)
-    page.wait_for_selector("#input-text textarea", timeout=60_000)
+    page.wait_for_selector("#input-text textarea", timeout=WAIT)
     wait_done(page)
     return page
 

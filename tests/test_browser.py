@@ -8,7 +8,8 @@ import pytest
 
 from tests.app_fixtures import served
 # CHROMIUM and _wait_done are imported from here by the other browser tests too
-from tests.browser_fixtures import ARTIFACTS, CHROMIUM, check_chromium, chromium, load, new_page, pick_kind  # noqa: F401
+from tests.browser_fixtures import (ARTIFACTS, CHROMIUM, WAIT, check_chromium, chromium, load,  # noqa: F401
+                                    new_page, pick_kind)
 from tests.browser_fixtures import wait_done as _wait_done
 
 pytestmark = pytest.mark.browser
@@ -46,7 +47,7 @@ SECTIONS = ["Translate & watch", "Attention", "Generation", "Masks & interventio
 
 
 def _plot(page, sel: str):
-    page.wait_for_selector(f'{sel} [data-testid="plotly"] .main-svg', timeout=60_000)
+    page.wait_for_selector(f'{sel} [data-testid="plotly"] .main-svg', timeout=WAIT)
     return page.locator(f"{sel} .js-plotly-plot").first
 
 
@@ -67,11 +68,11 @@ def test_clicking_a_grid_panel_opens_that_head(page):
     gd = _plot(page, "#attn-plot")
     # the click handler is attached once the plot is mounted; clicking before that would be lost
     page.wait_for_function("() => !!(document.querySelector('#attn-plot .js-plotly-plot') || {}).__headClick",
-                           timeout=30_000)
+                           timeout=WAIT)
     page.locator("#attn-plot .js-plotly-plot .nsewdrag").first.scroll_into_view_if_needed()  # a mouse click lands only on screen
     box = page.locator("#attn-plot .js-plotly-plot .nsewdrag").first.bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.1)  # layer 0, head 1
-    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]').checked", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]').checked", timeout=WAIT)
     assert page.locator("#attn-head input").first.input_value() == "head 1"
     page.screenshot(path=str(ARTIFACTS / "head-opened.png"), full_page=True)
     assert gd is not None
@@ -105,10 +106,10 @@ def test_compare_causal_off_shows_the_upper_triangle_and_goes_stale(page):
     page.get_by_role("tab", name="Masks & interventions").click()
     page.locator("#tog-causal input").uncheck()
     page.wait_for_function("() => document.querySelector('#attn-kind input').value === 'Decoder masked self-attention'",
-                           timeout=30_000)
+                           timeout=WAIT)
     page.locator("#compare-btn").click()
     page.wait_for_function("() => (document.querySelector('#cmp-notice')||{}).innerText?.includes('causal mask off')",
-                           timeout=90_000)
+                           timeout=WAIT)
     _plot(page, "#cmp-maps")
     mod = page.evaluate("() => { const gd = document.querySelector('#cmp-maps .js-plotly-plot');"
                         " const t = gd._fullData.filter(d => d.name !== 'masked')[1]; const z = t.z;"
@@ -119,7 +120,7 @@ def test_compare_causal_off_shows_the_upper_triangle_and_goes_stale(page):
     page.screenshot(path=str(ARTIFACTS / "compare-causal.png"), full_page=True)
     page.locator("#tog-causal input").check()  # a changed input: the verdict is stale
     page.wait_for_function("() => (document.querySelector('#cmp-stale')||{}).innerText?.includes('Stale')",
-                           timeout=30_000)
+                           timeout=WAIT)
 
 
 def _title(page, sel: str) -> str:
@@ -144,7 +145,7 @@ def test_computation_inside_head_lens_attribution_and_forced(page):
     assert "Logit lens" in _title(page, "#lens-plot")
     page.get_by_role("tab", name="Attribution", exact=True).click()
     page.wait_for_function("() => (document.querySelector('#attr-md')||{}).innerText?.includes('ALTI+')",
-                           timeout=90_000)
+                           timeout=WAIT)
     assert "six ways" in _title(page, "#attr-plot")
     page.get_by_role("tab", name="Forced decoding", exact=True).click()
     page.locator("#ref-text textarea").fill("Two dogs are playing in the snow.")
@@ -203,7 +204,7 @@ def test_selection_bar_stays_in_view_after_scrolling(page):
     assert bar.bounding_box()["height"] < 60  # one row, not a block of stacked controls
     page.mouse.move(700, 600)
     page.mouse.wheel(0, 800)
-    page.wait_for_function("() => window.scrollY >= 400", timeout=10_000)
+    page.wait_for_function("() => window.scrollY >= 400", timeout=WAIT)
     page.wait_for_timeout(300)
     box = bar.bounding_box()
     assert page.evaluate("() => window.scrollY") >= 400

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
+from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page
 from tests.test_browser import _plot
 from tests.test_wordalign import aligned_app
 
@@ -34,7 +34,7 @@ def test_clicking_a_head_in_the_alignment_grid_opens_its_map(page):
                           " return [z.length, z[0].length] }")
     assert shape == [3, 5]  # 3 decoder layers × (4 heads + the layer's mean)
     assert "AER" in page.locator("#align-md").inner_text()
-    page.wait_for_function(f"() => !!(document.querySelector('{GRID}') || {{}}).__headClick", timeout=60_000)
+    page.wait_for_function(f"() => !!(document.querySelector('{GRID}') || {{}}).__headClick", timeout=WAIT)
     page.screenshot(path=str(ARTIFACTS / "alignment-grid.png"), full_page=False)
     # the cell of layer 2, head 1, from the axes' own data-to-pixel maps, with the grid in the viewport (a
     # mouse click lands only on what is on screen)
@@ -43,7 +43,7 @@ def test_clicking_a_head_in_the_alignment_grid_opens_its_map(page):
         const box = gd.getBoundingClientRect();
         return [box.left + f.xaxis._offset + f.xaxis.l2p(1), box.top + f.yaxis._offset + f.yaxis.l2p(2)] }}""")
     page.mouse.click(x, y)
-    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=60_000)
+    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=WAIT)
     assert page.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
     assert page.get_by_role("tab", name="Maps", exact=True).get_attribute("aria-selected") == "true"
     assert page.locator("#attn-layer input").first.input_value() == "layer 2 (last)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.app_fixtures import served
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, new_page, wait_done
+from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, new_page, wait_done
 from tests.test_browser import _status
 
 pytestmark = pytest.mark.browser
@@ -26,7 +26,7 @@ def _wait_status(page, prefix: str, before: str):
     page.wait_for_function(
         "([p, before]) => { const e = document.querySelector('#run-status');"
         " const t = e ? e.innerText.trim() : ''; return t.startsWith(p) && t !== before.trim() }",
-        arg=[prefix, before], timeout=90_000)
+        arg=[prefix, before], timeout=WAIT)
 
 
 def test_continue_from_a_candidate_then_back_forward_and_the_link(app_url):
@@ -36,10 +36,10 @@ def test_continue_from_a_candidate_then_back_forward_and_the_link(app_url):
         wait_done(page)
         first = page.locator("#translation textarea").input_value()
         page.get_by_role("tab", name="Generation", exact=True).click()
-        page.wait_for_selector("#step-topk .js-plotly-plot", timeout=60_000)
+        page.wait_for_selector("#step-topk .js-plotly-plot", timeout=WAIT)
         # the list holds the model's candidates at the step shown; the second is not its choice
         page.locator("#branch-pick input").click()
-        page.wait_for_selector("#branch-pick [data-testid=dropdown-option]", timeout=30_000)
+        page.wait_for_selector("#branch-pick [data-testid=dropdown-option]", timeout=WAIT)
         options = page.locator("#branch-pick [data-testid=dropdown-option]")
         assert "(chosen)" in options.nth(0).inner_text()
         picked = options.nth(1).inner_text().split("·")[0].strip()
@@ -51,11 +51,11 @@ def test_continue_from_a_candidate_then_back_forward_and_the_link(app_url):
         branch = page.locator("#translation textarea").input_value()
         assert branch.split()[0] == picked and branch != first
         page.wait_for_function("() => document.querySelector('#step-md').innerText.includes('forced')",
-                               timeout=30_000)
+                               timeout=WAIT)
         assert page.locator("#hist-md").inner_text().strip() == "run 2 of 2"
         page.screenshot(path=str(ARTIFACTS / "branch-generation.png"))
         page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('prefix=')",
-                               timeout=30_000)
+                               timeout=WAIT)
         link = page.locator("#link-box input").input_value()
         assert "prefix=" in link
         before = _status(page)

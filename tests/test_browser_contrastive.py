@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.app_fixtures import served
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
+from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page
 from tests.test_browser import _translate
 
 pytestmark = pytest.mark.browser
@@ -22,19 +22,19 @@ def page(tmp_path_factory):
 
 def _md_has(page, text: str):
     page.wait_for_function("(t) => (document.querySelector('#attr-md') || {}).innerText?.includes(t)", arg=text,
-                           timeout=90_000)
+                           timeout=WAIT)
 
 
 def _title(page) -> str:
     """The attribution figure's title, once Plotly has drawn it (the markdown beside it can come first)."""
     page.wait_for_function("() => document.querySelector('#attr-plot .js-plotly-plot')?.layout?.title?.text",
-                           timeout=60_000)
+                           timeout=WAIT)
     return page.evaluate("() => document.querySelector('#attr-plot .js-plotly-plot').layout.title.text")
 
 
 def _options(page) -> list[str]:
     page.locator("#attr-foil input").first.click()
-    page.wait_for_selector("#attr-foil [data-testid=dropdown-option]", timeout=20_000)
+    page.wait_for_selector("#attr-foil [data-testid=dropdown-option]", timeout=WAIT)
     return [t.replace("✓", "").strip() for t in page.locator("#attr-foil [data-testid=dropdown-option]")
             .all_inner_texts()]
 
@@ -54,7 +54,7 @@ def test_choosing_a_foil_makes_the_attribution_contrastive(page):
     assert f"rather than the foil {word}" in md and "p(token) − p(foil)" in md and "same for any foil" in md
     assert "Completeness" in md and "does not add up" not in md
     page.wait_for_function("(w) => document.querySelector('#attr-plot .js-plotly-plot')?.layout.title.text"
-                           ".includes('rather than')", arg=word, timeout=60_000)
+                           ".includes('rather than')", arg=word, timeout=WAIT)
     shapes = page.evaluate("() => document.querySelector('#attr-plot .js-plotly-plot').layout.shapes.length")
     assert shapes >= 1  # the divider between the source and the target prefix
     page.screenshot(path=str(ARTIFACTS / "attribution-contrastive.png"), full_page=True)
@@ -70,6 +70,6 @@ def test_choosing_a_foil_makes_the_attribution_contrastive(page):
     page.locator("#attr-pos [data-testid=dropdown-option]").nth(1).click()
     _md_has(page, "Output 1 ")
     _md_has(page, "log p(token)")
-    page.wait_for_function("() => document.querySelector('#attr-foil input').value === ''", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#attr-foil input').value === ''", timeout=WAIT)
     later = _options(page)
     assert later and later != options  # the new step's own candidates, with their own probabilities

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from tests.app_fixtures import launch
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, new_page, wait_done
+from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, new_page, wait_done
 from tests.frames_fixtures import train_with_frames
 
 pytestmark = pytest.mark.browser
@@ -40,30 +40,30 @@ def test_scrubber_link_and_head_forming(app_url):
         page.goto(app_url + "?text=haus+katze+hund&model=de-en")
         wait_done(page)
         page.get_by_role("tab", name="Attention", exact=True).click()
-        page.wait_for_selector("#attn-plot .js-plotly-plot", timeout=60_000)
+        page.wait_for_selector("#attn-plot .js-plotly-plot", timeout=WAIT)
         grid = _grid_json(page)
         assert "at step" not in page.locator("#run-bar").inner_text()
         page.get_by_role("tab", name="Watch it learn", exact=True).click()
         page.wait_for_function("() => document.querySelector('#frame-md').innerText.includes('Frame 6 of 6')",
-                               timeout=30_000)
+                               timeout=WAIT)
         before = _status(page)
         box = page.locator("#frame-scrub input[type=number]")
         box.fill("2")
         box.press("Enter")
         wait_done(page, before)
         page.wait_for_function("() => document.querySelector('#run-bar').innerText.includes('at step 8 of 48')",
-                               timeout=30_000)
+                               timeout=WAIT)
         assert "Frame 3 of 6" in page.locator("#frame-md").inner_text()
         page.locator("#form-btn").click()
         page.wait_for_function("() => { const p = document.querySelector('#form-plot .js-plotly-plot');"
-                               " return p && p.data && p.data.length === 6 }", timeout=90_000)
+                               " return p && p.data && p.data.length === 6 }", timeout=WAIT)
         page.screenshot(path=str(ARTIFACTS / "learn-head-forms.png"), full_page=True)
         page.get_by_role("tab", name="Attention", exact=True).click()
         page.wait_for_function("(old) => { const p = document.querySelector('#attn-plot .js-plotly-plot');"
                                " return p && JSON.stringify(p.data.map(t => t.z)) !== old }", arg=grid,
-                               timeout=60_000)
+                               timeout=WAIT)
         page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('de-en%408')",
-                               timeout=30_000)
+                               timeout=WAIT)
         link = page.locator("#link-box input").input_value()
         fresh = new_page(browser)
         fresh.goto(link)

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("transformers")  # builds the tiny random Marian folder (a development requirement)
 
 from tests.app_fixtures import served  # noqa: E402
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page  # noqa: E402
+from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page  # noqa: E402
 from tests.test_browser import _plot, _status  # noqa: E402
 from tests.test_marian import build_marian  # noqa: E402
 
@@ -37,7 +37,7 @@ def test_the_link_opens_the_marian_model_with_its_label(page):
     assert "was loaded for this run" in page.locator("#notice").inner_text()
     page.locator("#link-btn").click()
     page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('model=')",
-                           timeout=30_000)
+                           timeout=WAIT)
     assert f"model={KEY}" in page.locator("#link-box input").input_value()
 
 
@@ -53,7 +53,7 @@ def test_the_grid_of_48_heads_and_one_head(page):
     page.get_by_role("option", name="head 7 (last)", exact=True).click()
     page.wait_for_function("() => { const gd = document.querySelector('#attn-plot .js-plotly-plot');"
                            " const t = gd && gd.layout.title && gd.layout.title.text || '';"
-                           " return /layer 5/i.test(t) && /head 7/i.test(t) }", timeout=60_000)
+                           " return /layer 5/i.test(t) && /head 7/i.test(t) }", timeout=WAIT)
     page.screenshot(path=str(ARTIFACTS / "marian-one-head.png"), full_page=True)
 
 

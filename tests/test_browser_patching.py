@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.app_fixtures import served
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
+from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page
 from tests.test_browser import _plot
 
 pytestmark = pytest.mark.browser
@@ -45,7 +45,7 @@ def test_a_head_scan_draws_the_effect_map(page):
     page.screenshot(path=str(ARTIFACTS / "patching-head-scan.png"), full_page=False)
     # the link box names the bench shown (both sentences), so the link reproduces this map
     page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('pb=Ein+Buch')",
-                           timeout=30_000)
+                           timeout=WAIT)
 
     # encoder positions of sources with different lengths: refused with the reason, no traceback
     page.locator("#pair-a textarea").fill("Ein Mann liest.")
@@ -53,7 +53,7 @@ def test_a_head_scan_draws_the_effect_map(page):
     page.get_by_label("Scan every layer × position").check()
     page.locator("#patch-btn").click()
     page.wait_for_function("() => (document.querySelector('#patch-md')||{}).innerText?.includes('equal source')",
-                           timeout=90_000)
+                           timeout=WAIT)
 
 
 def test_a_patching_link_restores_the_map(page):
@@ -64,7 +64,7 @@ def test_a_patching_link_restores_the_map(page):
     query = {"text": "Ein Mann liest ein Buch.", "model": "de-en", "section": "analysis", "subview": "pair",
              "pa": "Ein Mann liest ein Buch.", "pb": "Ein Buch liest ein Mann.", "psite": "resid",
              "pscan": "positions", "pwith": "zero", "pstep": "1"}
-    pg = page.context.browser.new_page(viewport={"width": 1440, "height": 900})
+    pg = new_page(page.context.browser)
     pg.goto(base + "?" + urlencode(query))
     pg.wait_for_function(
         "() => { const gd = document.querySelector('#patch-plot .js-plotly-plot');"
@@ -81,6 +81,6 @@ def test_a_patching_link_restores_the_map(page):
     md = pg.locator("#patch-md").inner_text()
     assert "A (clean)" in md and "largest effect" in md
     pg.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('pscan=positions')",
-                         timeout=30_000)  # the link box names the bench restored
+                         timeout=WAIT)  # the link box names the bench restored
     pg.screenshot(path=str(ARTIFACTS / "patching-link.png"), full_page=True)
     pg.close()

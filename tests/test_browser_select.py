@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 import pytest
 
 from tests.app_fixtures import served
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page, pick_kind
+from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page, pick_kind
 from tests.test_browser import _plot, _wait_done
 
 pytestmark = pytest.mark.browser
@@ -39,7 +39,7 @@ def page(browser, app_url):
 def _open(browser, app_url, **query):
     pg = new_page(browser)
     pg.goto(app_url + "?" + urlencode(query))
-    pg.wait_for_selector("#input-text textarea", timeout=60_000)
+    pg.wait_for_selector("#input-text textarea", timeout=WAIT)
     _wait_done(pg)
     return pg
 
@@ -60,9 +60,9 @@ def test_a_link_keeps_the_attribution_foil(browser, app_url):
     assert "rather than the foil rides" in pg.locator("#attr-md").inner_text()
     assert pg.locator("#attr-foil-text textarea, #attr-foil-text input").first.input_value() == "rides"
     pg.wait_for_function("() => document.querySelector('#attr-plot .js-plotly-plot')?.layout?.title?.text"
-                         "?.includes('rather than')", timeout=60_000)
+                         "?.includes('rather than')", timeout=WAIT)
     pg.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('foil=rides')",
-                         timeout=30_000)
+                         timeout=WAIT)
     pg.screenshot(path=str(ARTIFACTS / "link-keeps-foil.png"), full_page=False)
     pg.close()
 
@@ -143,7 +143,7 @@ def test_two_sentences_follows_the_runs_direction_and_clears_when_edited(page):
     _plot(page, "#prof-heat")
     _tab(page, "Two sentences")
     page.wait_for_function("() => document.querySelector('#pair-a textarea').value === 'The man sees the woman.'",
-                           timeout=30_000)
+                           timeout=WAIT)
     assert page.locator("#pair-b textarea").input_value() == "The woman sees the man."
     page.locator("#pair-btn").click()
     _text_has(page, "#pair-md", "The man sees the woman.")
@@ -200,5 +200,5 @@ def test_copy_link_says_it_copied(page):
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     page.locator("#link-btn").click()
     page.wait_for_function("() => /copied|from the box/i.test(document.querySelector('#link-btn')?.textContent)",
-                           timeout=30_000)
+                           timeout=WAIT)
     assert page.locator("#link-box input, #link-box textarea").first.input_value().startswith("http")

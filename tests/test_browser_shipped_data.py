@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.app_fixtures import served
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
+from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page
 from tests.test_browser_state import _options, _tab
 
 pytestmark = pytest.mark.browser
@@ -23,7 +23,7 @@ def page(tmp_path_factory):
 def test_head_profiles_and_forced_decoding_read_the_shipped_texts(page):
     _tab(page, "Analysis & export")
     _tab(page, "Head profiles")
-    page.wait_for_function(f"() => ({PROFILE_TITLE}).includes('mean over')", timeout=120_000)
+    page.wait_for_function(f"() => ({PROFILE_TITLE}).includes('mean over')", timeout=WAIT)
     note = page.locator("#prof-md").inner_text()
     title = page.evaluate(f"() => {PROFILE_TITLE}")
     slider = page.locator("#prof-n input[type=number]").first.input_value()

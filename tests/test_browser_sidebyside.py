@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 import pytest
 
 from tests.app_fixtures import launch, make_checkpoint
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
+from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page
 
 pytestmark = pytest.mark.browser
 PANELS = "(sel) => (document.querySelector(sel + ' .js-plotly-plot')?.data || []).filter(t => t.type === 'heatmap')" \
@@ -38,7 +38,7 @@ def test_a_link_restores_both_models_and_another_source_language_is_refused(app)
                        "subview": "sidebyside", "model2": deep})
     with chromium() as browser:
         page = load(new_page(browser), f"{url}?{query}")
-        page.wait_for_function(f"() => ({PANELS})('#sbs-grid-b') > 0", timeout=90_000)
+        page.wait_for_function(f"() => ({PANELS})('#sbs-grid-b') > 0", timeout=WAIT)
         a, b = page.evaluate(PANELS, "#sbs-grid-a"), page.evaluate(PANELS, "#sbs-grid-b")
         assert 0 < a < b, (a, b)  # the deeper model's grid: its own layer count
         md = page.locator("#sbs-md").inner_text()
@@ -52,7 +52,7 @@ def test_a_link_restores_both_models_and_another_source_language_is_refused(app)
         page.locator("#sbs-model input").first.click()
         page.locator("#sbs-model [data-testid=dropdown-option]", has_text="en → de").first.click()
         page.wait_for_function("() => (document.querySelector('#sbs-md') || {}).innerText?.includes('must match')",
-                               timeout=90_000)
+                               timeout=WAIT)
         assert "translates from 'en'" in page.locator("#sbs-md").inner_text()
         assert "Can I trust" not in page.locator("#sbs-trust-b").inner_text()
 
@@ -66,11 +66,11 @@ def test_decoderlens_layer_is_restored_by_a_link_and_followed_by_the_link_box(ap
                        "subview": "decoderlens", "dlayer": 1})
     with chromium() as browser:
         page = load(new_page(browser), f"{url}?{query}")
-        page.wait_for_function(f"() => ({TITLE})('#dlens-attn').includes('encoder layer 1')", timeout=90_000)
+        page.wait_for_function(f"() => ({TITLE})('#dlens-attn').includes('encoder layer 1')", timeout=WAIT)
         page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('dlayer=1')",
-                               timeout=30_000)
+                               timeout=WAIT)
         page.locator("#dlens-layer input").first.click()
         page.locator("#dlens-layer [data-testid=dropdown-option]", has_text="encoder layer 0").first.click()
-        page.wait_for_function(f"() => ({TITLE})('#dlens-attn').includes('encoder layer 0')", timeout=90_000)
+        page.wait_for_function(f"() => ({TITLE})('#dlens-attn').includes('encoder layer 0')", timeout=WAIT)
         page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('dlayer=0')",
-                               timeout=30_000)
+                               timeout=WAIT)

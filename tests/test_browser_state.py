@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from tests.app_fixtures import served
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page
+from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page
 from tests.test_browser import _plot, _status, _translate, _wait_done
 from viz.common import layer_head
 
@@ -61,7 +61,7 @@ def _js(page, sel: str, expr: str):
 def _wait_plot_has(page, sel: str, word: str):
     page.wait_for_function(
         "([sel, w]) => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
-        " return !!gd && JSON.stringify([gd.data, gd.layout]).includes(w) }", arg=[sel, word], timeout=60_000)
+        " return !!gd && JSON.stringify([gd.data, gd.layout]).includes(w) }", arg=[sel, word], timeout=WAIT)
 
 
 def _full_width(page, sel: str):
@@ -69,13 +69,13 @@ def _full_width(page, sel: str):
     page.wait_for_function(
         "(sel) => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
         " return !!gd && gd._fullLayout && Math.abs(gd._fullLayout.width - gd.clientWidth) <= 2"
-        " && gd.clientWidth > 600 }", arg=sel, timeout=30_000)
+        " && gd.clientWidth > 600 }", arg=sel, timeout=WAIT)
 
 
 def _options(page, sel: str) -> list[str]:
     """The choices a Gradio dropdown offers (opened, read, closed)."""
     page.locator(f"{sel} input").first.click()
-    page.wait_for_selector(f"{sel} [data-testid=dropdown-option]", timeout=10_000)
+    page.wait_for_selector(f"{sel} [data-testid=dropdown-option]", timeout=WAIT)
     texts = page.locator(f"{sel} [data-testid=dropdown-option]").all_inner_texts()
     page.keyboard.press("Escape")
     return [t.replace("✓", "").strip() for t in texts]
@@ -115,20 +115,20 @@ def test_a_new_run_refreshes_alignment_and_rollout(page):
 def test_the_first_screen_panel_click_opens_the_head(page):
     # the replay has ended (its last frame is the caption of the last step): the map is the final one
     page.wait_for_function("() => /Step (\\d+) of 0–\\1 /.test((document.querySelector('#watch-step')||{}).innerText||'')",
-                           timeout=60_000)
+                           timeout=WAIT)
     page.wait_for_function("() => !!(document.querySelector('#watch-heads .js-plotly-plot') || {}).__headClick",
-                           timeout=30_000)
+                           timeout=WAIT)
     page.locator("#watch-heads .js-plotly-plot .nsewdrag").first.scroll_into_view_if_needed()  # a mouse click lands only on screen
     box = page.locator("#watch-heads .js-plotly-plot .nsewdrag").first.bounding_box()  # every head's panel
     page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.2)  # inside the second head
-    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=WAIT)
     assert page.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
     # the pickers say "layer 0 (first)"; the map's title names the same head the way every figure does
     head, layer = (int(re.search(r"\d+", page.locator(f"#attn-{c} input").first.input_value()).group())
                    for c in ("head", "layer"))
     _plot(page, "#attn-plot")
     page.wait_for_function("(t) => document.querySelector('#attn-plot .js-plotly-plot')?.layout.title.text"
-                           ".includes(t)", arg=layer_head(layer, head), timeout=30_000)
+                           ".includes(t)", arg=layer_head(layer, head), timeout=WAIT)
 
 
 def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
@@ -144,14 +144,14 @@ def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
     _pick(page, "#tog-heads", "cross L2 H3")
     page.locator("#compare-btn").click()
     page.wait_for_function("() => (document.querySelector('#cmp-notice')||{}).innerText?.includes('cross L2 H3')",
-                           timeout=90_000)
+                           timeout=WAIT)
     _tab(page, "Analysis & export")
     page.wait_for_function("() => (document.querySelector('#prof-md')||{}).innerText?.includes('en-de')",
-                           timeout=90_000)  # the profiles of the run's model are in
+                           timeout=WAIT)  # the profiles of the run's model are in
     assert "enc L2 H0" in _options(page, "#prof-pick")
     _pick(page, "#prof-pick", "enc L2 H0")
     page.wait_for_function("() => document.querySelector('#prof-head-plot .js-plotly-plot')?.layout.title.text"
-                           ".includes('layer 2, head 0')", timeout=30_000)
+                           ".includes('layer 2, head 0')", timeout=WAIT)
     _tab(page, "Two sentences")  # its maps read the one selection: the bar offers the deeper model's layers
     assert "layer 2 (last)" in _options(page, "#attn-layer")
 
@@ -163,7 +163,7 @@ def test_a_link_after_forced_decoding_restores_the_forced_run(page, browser):
     _force(page, ref)
     page.locator("#link-btn").click()
     page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('ref=')",
-                           timeout=30_000)
+                           timeout=WAIT)
     link = page.locator("#link-box input").input_value()
     q = dict(parse_qsl(urlsplit(link).query))
     assert q["ref"] == ref and q["section"] == "computation" and q["subview"] == "forced"
@@ -203,17 +203,17 @@ def test_the_step_box_moves_the_view_and_a_new_run_resets_it(page):
     _translate(page, A)
     _tab(page, "Generation")
     page.wait_for_function("() => (document.querySelector('#step-md')||{}).innerText?.includes('Step 0 of')",
-                           timeout=30_000)
+                           timeout=WAIT)
     box = page.locator("#step-slider input[type=number]")
     box.fill("2")
     box.press("Enter")
     page.wait_for_function("() => (document.querySelector('#step-md')||{}).innerText?.includes('Step 2 of')",
-                           timeout=30_000)
+                           timeout=WAIT)
     _full_width(page, "#step-strip")
     _translate(page, B)
     _tab(page, "Generation")
     page.wait_for_function("() => (document.querySelector('#step-md')||{}).innerText?.includes('Step 0 of')",
-                           timeout=30_000)
+                           timeout=WAIT)
     assert page.locator("#step-slider input[type=number]").input_value() == "0"
 
 
@@ -224,11 +224,11 @@ def test_a_head_profile_click_opens_the_map(page):
     _tab(page, "Analysis & export")
     _plot(page, "#prof-heat")
     page.wait_for_function("() => !!(document.querySelector('#prof-heat .js-plotly-plot') || {}).__headClick",
-                           timeout=30_000)
+                           timeout=WAIT)
     page.locator("#prof-heat .js-plotly-plot .nsewdrag").first.scroll_into_view_if_needed()  # a mouse click lands only on screen
     box = page.locator("#prof-heat .js-plotly-plot .nsewdrag").first.bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.9, box["y"] + box["height"] * 0.5)
-    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=WAIT)
     assert page.get_by_role("tab", name="Maps", exact=True).get_attribute("aria-selected") == "true"
     assert page.locator("#attn-plot").is_visible()
     _full_width(page, "#attn-plot")
@@ -239,7 +239,7 @@ def _fits(page, sel: str, min_width: int):
     page.wait_for_function(
         "([sel, w]) => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
         " return !!gd && gd._fullLayout && Math.abs(gd._fullLayout.width - gd.clientWidth) <= 2"
-        " && gd.clientWidth >= w }", arg=[sel, min_width], timeout=30_000)
+        " && gd.clientWidth >= w }", arg=[sel, min_width], timeout=WAIT)
 
 
 @pytest.mark.parametrize("width,height", [(1440, 900), (390, 844)])
@@ -270,18 +270,18 @@ def test_attribution_and_forced_decoding_show_the_current_run_when_opened(page):
     _tab(page, "Computation")
     _tab(page, "Attribution")
     page.wait_for_function("() => (document.querySelector('#attr-table')||{}).innerText?.includes('Hunde')",
-                           timeout=90_000)
+                           timeout=WAIT)
     _translate(page, B)
     _tab(page, "Computation")  # Attribution is still its sub-tab: it draws the new run, no click needed
     page.wait_for_function("() => (document.querySelector('#attr-table')||{}).innerText?.includes('Frau')",
-                           timeout=90_000)
+                           timeout=WAIT)
     assert "Hunde" not in page.locator("#attr-table").inner_text()
     _force(page, "A woman reads a book in the park.")
     assert "perplexity" in page.locator("#forced-md").inner_text()
     _translate(page, A)
     _tab(page, "Computation")  # the forced run was replaced: Forced decoding no longer shows it
     page.wait_for_function("() => (document.querySelector('#forced-md')||{}).innerText?.includes('was decoded')",
-                           timeout=30_000)
+                           timeout=WAIT)
     assert "perplexity" not in _js(page, "#forced-plot", "JSON.stringify(gd.layout)")
 
 
@@ -291,22 +291,22 @@ def test_the_link_box_follows_runs_and_toggles(page):
 
     _translate(page, A)
     page.wait_for_function("(t) => (document.querySelector('#link-box input')||{}).value?.includes(t)",
-                           arg="Zwei+Hunde", timeout=30_000)
+                           arg="Zwei+Hunde", timeout=WAIT)
     _tab(page, "Masks & interventions")
     page.locator("#tog-causal input").uncheck()
     page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('causal=off')",
-                           timeout=30_000)
+                           timeout=WAIT)
     _translate(page, B)
     page.wait_for_function("(t) => (document.querySelector('#link-box input')||{}).value?.includes(t)",
-                           arg="Eine+Frau", timeout=30_000)
+                           arg="Eine+Frau", timeout=WAIT)
     page.wait_for_timeout(500)  # the follow-up after the run has landed
     assert link()["causal"] == "off" and link()["text"] == B
     _pick(page, "#attn-head", "head 2")  # a selection change: the one Selection state, then the link
     page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('head=2')",
-                           timeout=30_000)
+                           timeout=WAIT)
     assert link()["causal"] == "off" and link()["text"] == B
     _tab(page, "Attention")
     _tab(page, "Rollout")  # the section and sub-view are part of the Selection too
     page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('subview=rollout')",
-                           timeout=30_000)
+                           timeout=WAIT)
     assert link()["section"] == "attention" and link()["head"] == "2"

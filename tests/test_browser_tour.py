@@ -16,7 +16,7 @@ from model.families.ours import load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.names import CROSS
 from tests.app_fixtures import launch, make_checkpoint
-from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, load, new_page, wait_done
+from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page, wait_done
 from ui import state, tour
 
 pytestmark = pytest.mark.browser
@@ -70,8 +70,8 @@ def _url(base: str, name: str, **extra) -> str:
 
 def _wait_stop(page, n: int):
     page.wait_for_function("(n) => (document.querySelector('#tour-heading')||{}).innerText?.startsWith("
-                           "'Stop ' + n + ' of ')", arg=n, timeout=60_000)
-    page.wait_for_selector("#tour-plot .js-plotly-plot", timeout=30_000)
+                           "'Stop ' + n + ' of ')", arg=n, timeout=WAIT)
+    page.wait_for_selector("#tour-plot .js-plotly-plot", timeout=WAIT)
 
 
 def _body(page) -> str:
@@ -80,7 +80,7 @@ def _body(page) -> str:
 
 def _link(page) -> str:
     page.wait_for_function("() => (document.querySelector('#tour-link textarea, #tour-link input')||{}).value"
-                           "?.includes('tour=')", timeout=30_000)
+                           "?.includes('tour=')", timeout=WAIT)
     return page.locator("#tour-link textarea, #tour-link input").first.input_value()
 
 
@@ -144,13 +144,13 @@ def test_a_trial_says_what_changed_and_leaving_opens_the_explorer_on_the_stop(br
     page.locator("#tour-try input").first.click()
     page.get_by_role("option", name="switch positional encoding off").click()
     page.wait_for_function("() => (document.querySelector('#tour-changed')||{}).innerText?.includes('What changed')",
-                           timeout=60_000)
+                           timeout=WAIT)
     assert "Without positional encoding" in page.locator("#tour-changed").inner_text()
     page.goto(_url(url, "de-en", tour=7))
     _wait_stop(page, 7)
     cross, _ = _engine_stop(root, "de-en", 6)
     page.locator("#tour-leave").click()
-    page.wait_for_url(lambda u: "tour=" not in u, timeout=30_000)
+    page.wait_for_url(lambda u: "tour=" not in u, timeout=WAIT)
     wait_done(page)
     assert page.locator("#tour").count() == 0 and page.locator("#tour-start").is_visible()
     assert page.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
@@ -178,7 +178,7 @@ def test_on_a_phone_the_selection_opens_on_screen_takes_a_tap_and_the_link_shows
         before = page.locator(f"{sel} input").first.input_value()
         page.locator(f"{sel} input").first.click()
         options = page.locator(f"{sel} [data-testid=dropdown-option]")
-        options.first.wait_for(timeout=10_000)
+        options.first.wait_for(timeout=WAIT)
         boxes = [options.nth(i).bounding_box() for i in range(options.count())]
         assert all(b and b["x"] >= 0 and b["x"] + b["width"] <= 390 for b in boxes), (sel, boxes)
         page.screenshot(path=str(ARTIFACTS / f"phone-open-{sel[1:]}.png"))
@@ -186,12 +186,12 @@ def test_on_a_phone_the_selection_opens_on_screen_takes_a_tap_and_the_link_shows
         label = options.nth(pick).inner_text().replace("✓", "").strip()
         options.nth(pick).click()
         page.wait_for_function("([s, v]) => document.querySelector(s + ' input').value === v", arg=[sel, label],
-                               timeout=10_000)
+                               timeout=WAIT)
     link = page.locator("#link-btn").bounding_box()
     assert link and link["width"] > 40 and link["height"] > 16 and link["x"] + link["width"] <= 390
     page.locator("#link-btn").click()
     page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('text=')",
-                           timeout=30_000)
+                           timeout=WAIT)
     page.screenshot(path=str(ARTIFACTS / "phone-first-screen.png"))
     page.close()
 
@@ -205,14 +205,14 @@ def test_on_a_phone_the_tour_takes_a_typed_sentence_and_walks_its_first_three_st
     page.locator("#tour-text textarea").fill("Eine Frau liest ein Buch im Park.")
     page.locator("#tour-go").click()
     page.wait_for_function("() => (document.querySelector('#tour-body')||{}).innerText?.includes('Eine Frau liest')",
-                           timeout=60_000)
+                           timeout=WAIT)
     assert "Eine Frau liest" in page.locator("#run-bar").inner_text()
     for n in (1, 2, 3):
         _wait_stop(page, n)
         plot = page.locator("#tour-plot .js-plotly-plot").bounding_box()
         assert plot and plot["x"] >= 0 and plot["x"] + plot["width"] <= 390
         # the figure fitted to the phone: its title and note wrap inside the plot, its colour bars are thin
-        page.wait_for_function(FITTED_JS, arg="#tour-plot", timeout=10_000)
+        page.wait_for_function(FITTED_JS, arg="#tour-plot", timeout=WAIT)
         nxt = page.locator("#tour-next").bounding_box()
         assert nxt and nxt["x"] + nxt["width"] <= 390
         page.screenshot(path=str(ARTIFACTS / f"phone-tour-stop{n}.png"), full_page=True)
