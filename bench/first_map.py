@@ -15,8 +15,10 @@ cache, no cookies: a first visitor) and times, from navigation start:
 Loads are interleaved: round by round, each width, the trees in an order that rotates, so slow spells from
 other processes fall on every tree alike. One load per tree and width before the timed ones is kept apart
 (the first page after start-up). Bytes are what Chromium received off the wire (DevTools'
-``encodedDataLength``: headers and compressed bodies) for the requests finished by ``done``, and the part of
-them from ``/gradio_api/`` (config, events, their streams; the rest is the front end's scripts, styles, fonts).
+``encodedDataLength``: headers and compressed bodies) of every request, counted once it has finished (the
+event streams close a moment after ``done``; ``unfinished_requests`` says if any were still open 10 s on),
+and the part of them from ``/gradio_api/`` (config, events, their streams; the rest is the front end's
+scripts, styles, fonts).
 
 Prints the figures and writes them, with the machine's load, to bench/first_map.json.
 """
@@ -26,6 +28,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -59,19 +62,31 @@ def one_load(browser, url: str, width: int, height: int) -> dict:
         page.add_init_script(PROBE)
         cdp = ctx.new_cdp_session(page)
         cdp.send("Network.enable")
-        got, urls = {"bytes": 0, "api_bytes": 0, "requests": 0}, {}
+        got, urls, pending = {"bytes": 0, "api_bytes": 0, "requests": 0}, {}, set()
+
+        def sent(e):
+            urls[e["requestId"]] = e["request"]["url"]
+            pending.add(e["requestId"])
 
         def finished(e):
             n = int(e.get("encodedDataLength", 0))
             got["bytes"] += n
             got["api_bytes"] += n if "/gradio_api/" in urls.get(e["requestId"], "") else 0
             got["requests"] += 1
-        cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+            pending.discard(e["requestId"])
+        cdp.on("Network.requestWillBeSent", sent)
         cdp.on("Network.loadingFinished", finished)
+        cdp.on("Network.loadingFailed", lambda e: pending.discard(e["requestId"]))
         page.goto(url, wait_until="commit")
         page.wait_for_function("() => window.__firstMap && window.__firstMap.done !== null", timeout=TIMEOUT_MS,
                                polling=50)
         t = page.evaluate("() => window.__firstMap")
+        # the event streams close a moment after the last frame: their bytes count once they have
+        for _ in range(100):
+            if not pending:
+                break
+            page.wait_for_timeout(100)
+        got["unfinished_requests"] = len(pending)
         return {"map_ms": round(t["map"]), "done_ms": round(t["done"]), **got}
     finally:
         ctx.close()
@@ -119,6 +134,11 @@ def measure(trees: list[Path], sizes: list[tuple[int, int]], loads: int) -> dict
                           "bytes_p50": int(sorted(x["bytes"] for x in xs)[len(xs) // 2]),
                           "api_bytes_p50": int(sorted(x["api_bytes"] for x in xs)[len(xs) // 2])}
                    for size, xs in per.items()} for n, per in runs.items()}
+    if len(names) == 2:  # the rounds' pairs: new minus old, load by load (both saw the same spell of load)
+        for size in runs[names[0]]:
+            diffs = [a["done_ms"] - b["done_ms"] for a, b in zip(runs[names[0]][size], runs[names[1]][size])]
+            summary[f"{names[0]} - {names[1]}"] = {**summary.get(f"{names[0]} - {names[1]}", {}),
+                                                    size: {"done_ms_paired_diff_p50": statistics.median(diffs)}}
     return {"trees": {n: str(t) for n, t in zip(names, trees)}, "servers_ready_s": ready, "summary": summary,
             "first_load_after_start": first, "loads": runs, "server_errors": errors}
 
@@ -144,6 +164,9 @@ def main(argv=None) -> int:
           f"other processes {others} cores)")
     for n, per in res["summary"].items():
         for size, s in per.items():
+            if "done_ms" not in s:
+                print(f"  {n}: {size} done, paired difference p50 {s['done_ms_paired_diff_p50'] / 1e3:+.2f} s")
+                continue
             d, m = s["done_ms"], s["map_ms"]
             print(f"  {n:<16} {size:>8}  done p50 {d['p50'] / 1e3:.2f} s, p95 {d['p95'] / 1e3:.2f} s, "
                   f"max {d['max'] / 1e3:.2f} s; first map p50 {m['p50'] / 1e3:.2f} s; {s['bytes_p50'] / 1e3:.0f} kB "
