@@ -16,7 +16,7 @@ Loads are interleaved: round by round, each width, the trees in an order that ro
 other processes fall on every tree alike. One load per tree and width before the timed ones is kept apart
 (the first page after start-up). Bytes are what Chromium received off the wire (DevTools'
 ``encodedDataLength``: headers and compressed bodies) of every request, counted once it has finished (the
-event streams close a moment after ``done``; ``unfinished_requests`` says if any were still open 10 s on),
+event streams close a moment after ``done``; ``unfinished`` names those still open 3 s on),
 and the part of them from ``/gradio_api/`` (config, events, their streams; the rest is the front end's
 scripts, styles, fonts).
 
@@ -82,11 +82,11 @@ def one_load(browser, url: str, width: int, height: int) -> dict:
                                polling=50)
         t = page.evaluate("() => window.__firstMap")
         # the event streams close a moment after the last frame: their bytes count once they have
-        for _ in range(100):
+        for _ in range(30):
             if not pending:
                 break
             page.wait_for_timeout(100)
-        got["unfinished_requests"] = len(pending)
+        got["unfinished"] = sorted({urls.get(r, "?").split("?")[0].replace(url, "/") for r in pending})
         return {"map_ms": round(t["map"]), "done_ms": round(t["done"]), **got}
     finally:
         ctx.close()
