@@ -134,8 +134,9 @@ def paired_ratio(num, den) -> float:
 class AppServer:
     """``python app.py`` on 127.0.0.1 and a free port, serving ``root``; its output kept, time-stamped."""
 
-    def __init__(self, root: Path, env: dict | None = None):
-        self.root, self.port, self.extra_env = root, free_port(), dict(env or {})
+    def __init__(self, root: Path, env: dict | None = None, cwd: Path = ROOT):
+        # ``cwd``: the source tree whose app.py runs (another checkout imports its own code, not this one's)
+        self.root, self.cwd, self.port, self.extra_env = root, cwd, free_port(), dict(env or {})
         self.url = f"http://127.0.0.1:{self.port}/"
         self.lines: list[tuple[float, str]] = []
 
@@ -143,7 +144,7 @@ class AppServer:
         env = dict(os.environ, ATTN_CHECKPOINTS=str(self.root), ATTN_DEVICE="cpu", GRADIO_SERVER_NAME="127.0.0.1",
                    GRADIO_SERVER_PORT=str(self.port), GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1", **self.extra_env)
         self.t0 = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([sys.executable, "app.py"], cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         threading.Thread(target=self._drain, daemon=True).start()
         return self
