@@ -52,9 +52,10 @@ def wait_done(page, before: str = ""):
 
 
 def load(page, url: str):
-    """``page`` opened on the app at ``url``, once its first run (translated on load) has landed."""
+    """``page`` opened on the app at ``url``, once its first run (translated on load) has landed. The text box
+    is only attached, not visible, when a link opens another section."""
     page.goto(url)
-    page.wait_for_selector("#input-text textarea", timeout=WAIT)
+    page.wait_for_selector("#input-text textarea", state="attached", timeout=WAIT)
     wait_done(page)
     return page
 

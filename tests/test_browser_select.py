@@ -39,7 +39,7 @@ def page(browser, app_url):
 def _open(browser, app_url, **query):
     pg = new_page(browser)
     pg.goto(app_url + "?" + urlencode(query))
-    pg.wait_for_selector("#input-text textarea", timeout=WAIT)
+    pg.wait_for_selector("#input-text textarea", state="attached", timeout=WAIT)
     _wait_done(pg)
     return pg
 
