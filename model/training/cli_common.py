@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from model.engine.loaded import LoadedModel
-from model.families.frames import FrameError, load_frame
+from model.families.frames import load_frame
 from model.families.ours import CheckpointError, load_checkpoint
 
 
@@ -26,6 +26,6 @@ def load_or_exit(path, device: str) -> LoadedModel:
         if str(path).endswith(".safetensors") and Path(path).is_file():
             return load_frame(path, device=pick_device(device))
         return load_checkpoint(path, pick_device(device))
-    except (CheckpointError, FrameError) as e:
+    except CheckpointError as e:  # a FrameError is one
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
