@@ -1,6 +1,7 @@
 """Training frames as models: listing in step order, loading with the parent's vocabulary, metadata checks."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -52,6 +53,10 @@ def test_tiny_run_frames_load_translate_and_carry_metadata(framed_run):
     assert all(torch.equal(v, ckpt.model.state_dict()[k]) for k, v in last.model.state_dict().items())
     assert last.frame.val_loss == pytest.approx(hist[-1]["val_loss"], abs=1e-3)
     assert last.frame.epoch == pytest.approx(hist[-1]["epoch"])
+    assert last.frame.averaged_epochs == (hist[-1]["epoch"],) and models[-2].frame.averaged_epochs == ()
+    assert last.frame.label == f"step {last.frame.step:,} of {last.frame.step:,}"  # one epoch: nothing averaged
+    two = dataclasses.replace(last.frame, averaged_epochs=(33, 42))
+    assert two.label.endswith("(averaged over epochs 33–42)")
     # step 0 is the initialisation: not the trained weights, a higher validation loss
     w_q = lambda lm: lm.model.encoder.layers[0].self_attn.w_q.weight  # noqa: E731
     assert not torch.equal(w_q(models[0]), w_q(last))

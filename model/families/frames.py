@@ -46,11 +46,14 @@ class FrameInfo:
     val_loss: float
     lr: float
     updates_total: int        # the run's planned updates (the last frame's step when it ran to the end)
+    averaged_epochs: tuple[int, ...] = ()  # the last frame: the weights averaged over these epochs
 
     @property
     def label(self) -> str:
-        """'step 512 of 8,060' (the run bar's words)."""
-        return f"step {self.step:,} of {self.updates_total:,}"
+        """'step 512 of 8,060' (the run bar's words); the exported last frame says it is averaged."""
+        e = self.averaged_epochs
+        avg = f" (averaged over epochs {e[0]}–{e[-1]})" if len(e) > 1 else ""
+        return f"step {self.step:,} of {self.updates_total:,}{avg}"
 
 
 @dataclass
@@ -87,7 +90,8 @@ def read_info(path) -> FrameInfo:
         if missing:
             raise ValueError(f"missing {', '.join(missing)}")
         info = FrameInfo(path=path, step=int(d["step"]), epoch=float(d["epoch"]), train_loss=float(d["train_loss"]),
-                         val_loss=float(d["val_loss"]), lr=float(d["lr"]), updates_total=int(d["updates_total"]))
+                         val_loss=float(d["val_loss"]), lr=float(d["lr"]), updates_total=int(d["updates_total"]),
+                         averaged_epochs=tuple(int(e) for e in d.get("averaged_epochs", ())))
     except (ValueError, TypeError) as e:
         raise FrameError(f"frame {path.name}: its '{FRAME_KEY}' metadata is corrupt ({e})") from None
     if info.step < 0 or info.updates_total < info.step:

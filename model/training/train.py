@@ -419,6 +419,13 @@ def export(args, work, out, cfg, data: TrainData, meta, history, device) -> None
             beam.update({f"test_{k}": v for k, v in bleu(lm, data.test, args.export_beam).items()})
         info["averaged_beam"] = beam
     save_checkpoint(out, model, data.src_vocab, data.tgt_vocab, args.src, args.tgt, {"training": info})
+    if args.frames:  # the run's last frame is the model it exports: the averaged weights
+        val_batches = token_batches(data.val.src, data.val.tgt, args.max_tokens)
+        save_frame(Path(args.frames_dir or work / "frames"), model, meta["step"], {
+            "epoch": float(meta["epoch"]), "train_loss": history[-1]["train_loss"] if history else float("nan"),
+            "lr": lr_at(meta["step"], args.lr, args.warmup), "updates_total": meta["step"],
+            "val_loss": round(validation_loss(model, val_batches, data.val.src, data.val.tgt, device), 4),
+            "averaged_epochs": info["averaged_epochs"]})
     (out / "history.json").write_text(json.dumps(history, indent=1))
     print(f"wrote {out} (averaged epochs {info['averaged_epochs']}; {averaged}; {info.get('averaged_beam', '')})",
           flush=True)
