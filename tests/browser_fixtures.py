@@ -64,3 +64,15 @@ def pick_kind(page, label: str) -> None:
     """Choose the attention kind in the selection bar's dropdown, as a person does."""
     page.locator("#attn-kind input").first.click()
     page.get_by_role("option", name=label, exact=True).click()
+
+
+# On a phone, panels side by side stack: no two panels share a height band unless they share a width band.
+STACKED_JS = """(sel) => {
+  const F = (document.querySelector(sel + ' .js-plotly-plot') || {})._fullLayout;
+  if (!F) return false;
+  const ax = Object.keys(F).filter(k => /^xaxis\\d*$/.test(k) && !F[k].overlaying && F[k].anchor)
+    .map(k => ({x: F[k].domain, y: F['yaxis' + F[k].anchor.slice(1)].domain}));
+  const apart = (a, b) => a[1] <= b[0] + 1e-6 || b[1] <= a[0] + 1e-6;
+  // no two panels side by side: wherever their heights overlap, so do their widths
+  return ax.length > 2 && ax.every(p => ax.every(q => apart(p.y, q.y) || !apart(p.x, q.x)));
+}"""

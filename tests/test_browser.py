@@ -8,7 +8,7 @@ import pytest
 
 from tests.app_fixtures import served
 # CHROMIUM and _wait_done are imported from here by the other browser tests too
-from tests.browser_fixtures import (ARTIFACTS, CHROMIUM, WAIT, check_chromium, chromium, load,  # noqa: F401
+from tests.browser_fixtures import (ARTIFACTS, CHROMIUM, STACKED_JS, WAIT, check_chromium, chromium, load,  # noqa: F401
                                     new_page, pick_kind)
 from tests.browser_fixtures import wait_done as _wait_done
 
@@ -193,6 +193,13 @@ def test_phone_sections_reachable_and_attention_on_one_head(page):
     _plot(pg, "#attn-plot")
     assert pg.locator("#attn-view input[value=head]").is_checked()
     pg.screenshot(path=str(ARTIFACTS / "phone-attention.png"), full_page=True)
+    # the baseline / modified / difference maps: three panels side by side on a desktop, one under another here
+    pg.get_by_role("tab", name="Masks & interventions", exact=True).click()
+    pg.locator("#compare-btn").click()
+    _plot(pg, "#cmp-maps").scroll_into_view_if_needed()
+    pg.wait_for_function(STACKED_JS, arg="#cmp-maps", timeout=WAIT)
+    assert pg.locator("#cmp-maps .js-plotly-plot").bounding_box()["width"] <= 390
+    pg.screenshot(path=str(ARTIFACTS / "phone-masks-compare.png"), full_page=True)
     pg.close()
 
 

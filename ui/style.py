@@ -80,7 +80,7 @@ PHONE_CSS = "<style>@media (max-width: 600px) {.gradio-container > .main {paddin
 # On a phone (the page's own width, known only in the browser) every figure is fitted to it once it is drawn:
 # the title and its note wrap (SVG text never wraps, so they ran off the right edge), colour bars get thin (one
 # took a fifth of the width), a legend goes below the plot, one entry a line (it covered the title or the axis),
-# and the right gutter goes where no axis needs it. The figures stay the server's (viz/ knows no width):
+# the right gutter goes where no axis needs it, and panels side by side stack one under another. The figures stay the server's (viz/ knows no width):
 # Plotly's own react redraws each one once, fitted, and a wrapped title is then measured clear of the top edge.
 PHONE_JS = """<script>
 (() => {
@@ -136,6 +136,73 @@ PHONE_JS = """<script>
       return Object.assign({}, a, {text: lines.join('<br>'), font});
     });
   }
+  function groups(items, lo, hi) {  // items whose [lo, hi) overlap, merged, in increasing order
+    const out = [];
+    for (const it of [...items].sort((a, b) => lo(a) - lo(b))) {
+      const g = out[out.length - 1];
+      if (g && lo(it) < g.hi - 1e-6) { g.hi = Math.max(g.hi, hi(it)); g.items.push(it); }
+      else out.push({lo: lo(it), hi: hi(it), items: [it]});
+    }
+    return out;
+  }
+  // Panels side by side go one under another, each as wide as the phone (two columns left each ~150 px).
+  // A grid (every column's panels at the same heights) is read row by row; columns of their own (a flow down
+  // each column) one column after the other. Panels inside a piece keep their places.
+  function stackFit(gd, data, L, F, width) {
+    const H = (F._size || {}).h, W = (F._size || {}).w || width, GAP = 40, MIN_COLUMN = 200;
+    const yKey = (ref) => 'yaxis' + String(ref).slice(1);
+    const panels = Object.keys(F).filter(k => /^xaxis\d*$/.test(k) && !F[k].overlaying && F[yKey(F[k].anchor)])
+      .map(k => ({x: k, y: yKey(F[k].anchor), xd: F[k].domain, yd: F[yKey(F[k].anchor)].domain}));
+    const cols = groups(panels, p => p.xd[0], p => p.xd[1]);
+    const rows = (c) => c.items.map(p => p.yd.map(v => v.toFixed(3)).join()).sort().join(';');
+    const band = (items) => ({top: Math.max(...items.map(p => p.yd[1])), bottom: Math.min(...items.map(p => p.yd[0]))});
+    const pieces = cols.every(c => rows(c) === rows(cols[0]))
+      ? groups(panels, p => -p.yd[1], p => -p.yd[0])
+          .flatMap(b => groups(b.items, p => p.xd[0], p => p.xd[1]).map(c => ({b: band(b.items), c})))
+      : cols.map(c => ({b: band(c.items), c}));
+    if (!H || cols.length < 2 || cols.every(c => (c.hi - c.lo) * W >= MIN_COLUMN) || pieces.length > 16) return 0;
+    // below a piece that sat on the figure's floor go the labels that had the bottom margin to themselves
+    pieces.forEach(q => { q.gap = q.b.bottom < 0.05 ? Math.max(GAP, ((F._size || {}).b || 0) + 24) : GAP; });
+    const total = pieces.reduce((s, q, i) => s + (q.b.top - q.b.bottom) * H + (i ? pieces[i - 1].gap : 0), 0);
+    // each piece as wide as the columns were together: the room left of them (labels) and right (bars) stays
+    const left = Math.min(...cols.map(c => c.lo)), right = Math.max(...cols.map(c => c.hi));
+    let cursor = 1;
+    for (const q of pieces) {
+      q.top = cursor;
+      q.bottom = cursor - (q.b.top - q.b.bottom) * H / total;
+      cursor = q.bottom - q.gap / total;
+      q.fx = (x) => Math.min(1, Math.max(0, left + (x - q.c.lo) / (q.c.hi - q.c.lo) * (right - left)));
+      q.fy = (y) => Math.min(1, Math.max(0, q.bottom + (y - q.b.bottom) / (q.b.top - q.b.bottom) * (q.top - q.bottom)));
+      for (const p of q.c.items) {
+        put(L, p.x + '.domain', p.xd.map(q.fx));
+        put(L, p.y + '.domain', p.yd.map(q.fy));
+      }
+    }
+    const near = (q, x, y) => x >= q.c.lo - 0.02 && x <= q.c.hi + 0.02 && y >= q.b.bottom - 0.02 && y <= q.b.top + 0.1;
+    if (Array.isArray(L.annotations)) {  // panel titles and notes move with their panel
+      L.annotations = L.annotations.map(a => {
+        const q = (a.xref === 'paper' && a.yref === 'paper') ? pieces.find(q => near(q, a.x, a.y)) : null;
+        return q ? Object.assign({}, a, {x: q.fx(a.x), y: q.fy(Math.min(a.y, q.b.top)) + (a.y > q.b.top ? 0.5 * GAP / total : 0)}) : a;
+      });
+    }
+    // a colour bar spans the panels its traces are drawn on
+    const span = (traces) => {
+      const on = pieces.filter(q => traces.some(d => q.c.items.some(p => p.x === 'xaxis' + String(d.xaxis).slice(1))));
+      if (!on.length) return null;
+      const top = Math.max(...on.map(q => q.top)), bottom = Math.min(...on.map(q => q.bottom));
+      return {y: top, yanchor: 'top', len: top - bottom, lenmode: 'fraction'};
+    };
+    const full = gd._fullData || [];
+    for (const f of full.filter(d => d.showscale && d.colorbar && !d.coloraxis)) {
+      const at = span([f]);
+      if (at) data[f.index].colorbar = Object.assign({}, data[f.index].colorbar, at);
+    }
+    for (const k of Object.keys(L).filter(k => /^coloraxis\d*$/.test(k) && L[k].colorbar)) {
+      const at = span(full.filter(d => d.coloraxis === k));
+      if (at) L[k].colorbar = Object.assign({}, L[k].colorbar, at);
+    }
+    return Math.round(total - H);
+  }
   function legendFit(gd, L) {  // one entry a line below the plot (a row of them wrapped unpredictably)
     if (!(gd._fullLayout || {}).showlegend) return 0;
     const rows = (gd._fullData || []).filter(d => d.showlegend && d.visible !== false).length;
@@ -157,14 +224,15 @@ PHONE_JS = """<script>
     const L = JSON.parse(JSON.stringify(gd.layout)), data = gd.data.map(d => Object.assign({}, d));
     const width = (gd.clientWidth || window.innerWidth) - 12, m = Object.assign({}, L.margin), F = gd._fullLayout || {};
     put(L, 'font.size', Math.min((L.font || {}).size || 12, 11));
+    const grown = stackFit(gd, data, L, F, width);
     barsFit(gd, data, L);
-    panelsFit(L, F, width);
+    if (!grown) panelsFit(L, F, width);
     const top = titleFit(L, F, width), below = legendFit(gd, L);
     // the right gutter goes unless an axis's labels live there: a colour bar still there pushes it out as it needs
     const right = Object.keys(F).some(k => /^yaxis\\d*$/.test(k) && F[k].side === 'right');
     L.margin = Object.assign(m, {r: right ? (m.r ?? 80) : Math.min(m.r ?? 80, 10), t: (m.t ?? 20) + top,
                                  b: (m.b ?? 40) + below, autoexpand: true});
-    L.height = (L.height || F.height || 400) + top + below;
+    L.height = (L.height || F.height || 400) + top + below + grown;
     if (L.title && L.title.text) L.title.y = 1 - 16 / L.height;
     L.__phone = true;
     gd.__fitting = true;
