@@ -80,8 +80,9 @@ PHONE_CSS = "<style>@media (max-width: 600px) {.gradio-container > .main {paddin
 # On a phone (the page's own width, known only in the browser) every figure is fitted to it once it is drawn:
 # the title and its note wrap (SVG text never wraps, so they ran off the right edge), colour bars get thin (one
 # took a fifth of the width), a legend goes below the plot, one entry a line (it covered the title or the axis),
-# the right gutter goes where no axis needs it, and panels side by side stack one under another. The figures stay the server's (viz/ knows no width):
-# Plotly's own react redraws each one once, fitted, and a wrapped title is then measured clear of the top edge.
+# the right gutter goes where no axis needs it, and panels side by side stack one under another. The figures
+# stay the server's (viz/ knows no width): Plotly's own react redraws each one once, fitted, and a wrapped title
+# is then measured clear of the top edge.
 PHONE_JS = """<script>
 (() => {
   const PHONE = 600, TITLE_LINE = 18, NOTE_LINE = 14;
