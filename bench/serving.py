@@ -23,6 +23,7 @@ import os
 import random
 import threading
 import time
+from pathlib import Path
 
 from .common import AppServer, entry, figure, percentile, rss_kb, sentences, standalone
 from .load import MIX, ask
@@ -74,6 +75,40 @@ def ui_request(client, text: str, direction: str) -> None:
         raise ValueError(f"no translation in the first screen: {str(out)[:200]}")
 
 
+class LeanClient:
+    """The UI's Translate event over Gradio's queue protocol with nothing else: a join POST, then the event
+    stream read until the result. gradio_client spends ~50 ms of CPU a call on its own machinery, and 40 of
+    them in one process (one GIL) on these 2 cores took longer than the server did; a class's browsers each
+    have their own machine. The payload is gradio_client's own (state inputs filled in), built once."""
+
+    def __init__(self, url: str):
+        import httpx
+        from gradio_client import Client
+        c = Client(url, verbose=False, download_files=False)
+        ep = next(e for e in c.endpoints.values() if e.api_name == "/translate_stream")
+        self.fn_index, self.empty_state = ep.fn_index, ep.insert_empty_state
+        self.join_url, self.data_url = c.sse_data_url, c.sse_url
+        self.http = httpx.Client(timeout=300)
+
+    def request(self, text: str, direction: str) -> None:
+        import json
+        import uuid
+        session = uuid.uuid4().hex[:11]
+        body = {"data": list(self.empty_state(text, direction, *UI_ARGS)), "fn_index": self.fn_index,
+                "session_hash": session, "event_data": None, "trigger_id": None}
+        self.http.post(self.join_url, json=body).raise_for_status()
+        with self.http.stream("GET", self.data_url, params={"session_hash": session}) as r:
+            for line in r.iter_lines():
+                if not line.startswith("data:") or '"process_completed"' not in line:
+                    continue
+                msg = json.loads(line[5:])
+                out = (msg.get("output") or {}).get("data") or []
+                if not msg.get("success") or not any(isinstance(v, str) and v.startswith("✓") for v in out):
+                    raise ValueError(f"no translation in the first screen: {str(msg)[:200]}")
+                return
+        raise ValueError("the event stream ended without a result")
+
+
 def drive(n: int, duration: float, one) -> dict:
     """``n`` users calling ``one(u, k)`` back to back for ``duration`` s."""
     log, t0 = [], time.perf_counter()
@@ -111,7 +146,8 @@ def model_calls(srv, since: float) -> dict:
 
 
 def classroom(srv, clients: list, text: str, direction: str, within: float = 5.0) -> dict:
-    """Every client opens the same link at a random moment within ``within`` s (0: all at one instant)."""
+    """Every client opens the same link at a random moment within ``within`` s (0: all at one instant).
+    A client is a gradio_client Client or a LeanClient."""
     since, rng, log = time.perf_counter() - srv.t0, random.Random(0), []
     offsets = sorted(rng.uniform(0, within) for _ in clients)
     gate = threading.Barrier(len(clients)) if within == 0 else None
@@ -121,17 +157,27 @@ def classroom(srv, clients: list, text: str, direction: str, within: float = 5.0
         gate.wait() if gate else time.sleep(at)
         a, err = time.perf_counter(), None
         try:
-            ui_request(c, text, direction)
+            c.request(text, direction) if isinstance(c, LeanClient) else ui_request(c, text, direction)
         except Exception as e:
             err = f"{type(e).__name__}: {str(e)[:160]}"
         log.append((a, time.perf_counter(), err))
     threads = [threading.Thread(target=one, args=(c, at)) for c, at in zip(clients, offsets)]
+    cpu0, server0 = time.process_time(), cpu_seconds(srv.proc.pid)
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    # the clients share the server's two cores here, unlike a class's own machines: what each side spent
+    cpu = {"clients_cpu_s": round(time.process_time() - cpu0, 2),
+           "server_cpu_s": round(cpu_seconds(srv.proc.pid) - server0, 2)}
     time.sleep(0.5)  # the log lines of the last calls
-    return {**summary(log, t0), **model_calls(srv, since)}
+    return {**summary(log, t0), **model_calls(srv, since), **cpu}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its children that were waited for (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def busy(cfg, pool: dict) -> dict:
