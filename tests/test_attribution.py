@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from model.analysis.attribution import METHODS, _log_prob, alti_matrices, attribute, gradients, spearman
+from model.analysis.attribution import (IG_PANEL, METHODS, _log_prob, _null_rules, alti_matrices, attribute, gradients,
+                                        spearman)
 from model.analysis.computation import Computation, force
 from model.engine.config import BOS_ID
 
@@ -88,3 +89,16 @@ def test_grad_input_matches_finite_differences(tiny_lm, forced):
         with torch.no_grad():
             fd = (_log_prob(model, emb + eps * step, s, d, 1, tok) - _log_prob(model, emb - eps * step, s, d, 1, tok))
         assert float(fd) / (2 * eps) == pytest.approx(gi[j], abs=1e-6, rel=1e-4)
+
+
+def test_null_rules_read_the_top_legendre_coefficients_and_nothing_below():
+    """The panel tail's weights: zero on every polynomial the rule's lower degrees hold, and on P_6 and P_7
+    exactly their coefficient (1), so a tail is large only where the integrand has content the rule cannot
+    resolve."""
+    x, _ = np.polynomial.legendre.leggauss(IG_PANEL)
+    null = _null_rules()
+    for degree in range(IG_PANEL - 2):
+        assert np.abs(null @ x ** degree).max() < 1e-12, degree
+    top = [np.polynomial.legendre.legval(x, [0] * m + [1]) for m in (IG_PANEL - 2, IG_PANEL - 1)]
+    assert np.allclose(null @ np.stack(top).T, np.eye(2), atol=1e-12)
+
