@@ -114,6 +114,11 @@ def test_curves_figure_marks_the_current_frame():
                         current=4)
     assert list(fig.data[0].x) == [1, 5, 9] and list(fig.layout.xaxis.ticktext) == ["0", "4", "8"]
     assert fig.data[1].y[1] is None and fig.layout.shapes[0].x0 == 5
+    # close steps on the log axis: every frame keeps its tick, the earlier of two crowded ones its label
+    steps = [0, 4, 8, 16, 1024, 2048, 2480]
+    fig = curves_figure(steps, [Curve("loss", (1.0,) * len(steps))])
+    assert list(fig.layout.xaxis.tickvals) == [s + 1 for s in steps]
+    assert list(fig.layout.xaxis.ticktext) == ["0", "4", "8", "16", "1,024", "", "2,480"]
 
 
 @pytest.mark.parametrize("which", ["frame", "toy"])
@@ -132,3 +137,19 @@ def test_every_view_draws_a_frame_and_the_toy(which, framed_run):
         for view in ("grid", "head") if spec.draw is not None else ():
             out = spec.draw(run, Selection(view=view), lm)
             assert out is not None, name
+
+
+def test_a_frame_is_labelled_with_its_greedy_bleu_where_the_dynamics_measured_it():
+    from pathlib import Path
+
+    from model.analysis.dynamics import read_dynamics
+    from ui.learn import FrameSet, frame_markdown
+    path = Path(__file__).resolve().parents[1] / "checkpoints" / "de-en" / "frames" / "dynamics.json"
+    dyn = read_dynamics(path)
+    steps = tuple(f.step for f in dyn.frames)
+    n = len(steps)
+    fs = FrameSet("de-en", tuple(f"de-en@{s}" for s in steps), steps, (2.0,) * n, (1.5,) * n, steps[-1], dyn)
+    last = frame_markdown(fs, n - 1)
+    assert f"Frame {n} of {n}" in last and f"greedy validation BLEU {dyn.frames[-1].bleu:.1f}" in last
+    assert "BLEU" not in frame_markdown(FrameSet(**{**fs.__dict__, "dynamics": None}), n - 1)
+

@@ -117,8 +117,10 @@ def frame_label(src_lang: str, tgt_lang: str, step: int, total: int) -> str:
 
 def frame_markdown(fs: FrameSet, index: int) -> str:
     k = max(0, min(int(index), len(fs.steps) - 1))
+    bleu = _by_step(fs, "bleu")[k] if fs.dynamics else math.nan
     return (f"**Frame {k + 1} of {len(fs.steps)}** · {fs.pair} at step **{fs.steps[k]:,}** of "
-            f"{fs.updates_total:,} · train loss {fs.train_loss[k]:.2f} · validation loss {fs.val_loss[k]:.2f}")
+            f"{fs.updates_total:,} · train loss {fs.train_loss[k]:.2f} · validation loss {fs.val_loss[k]:.2f}"
+            + ("" if math.isnan(bleu) else f" · greedy validation BLEU {bleu:.1f}"))
 
 
 def head_panel(step: int, tr, kind: str, layer: int, head: int) -> HeadPanel:

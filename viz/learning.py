@@ -26,8 +26,15 @@ class Curve:
     axis: str = "y"           # "y" (left) or "y2" (right: shares, accuracies, BLEU / 100)
 
 
-def _log_ticks(steps: Sequence[int]) -> dict:
-    return dict(type="log", tickvals=[s + 1 for s in steps], ticktext=[f"{s:,}" for s in steps],
+def _log_ticks(steps: Sequence[int], min_ratio: float = 1.4) -> dict:
+    """A tick at every frame; a label only where it stands clear of the next labelled one (2,048 and 2,480
+    overlapped): labelled from the last frame back, each at least ``min_ratio`` times below the one after."""
+    text, kept = [], None
+    for s in reversed(steps):
+        show = kept is None or (kept + 1) / (s + 1) >= min_ratio
+        text.append(f"{s:,}" if show else "")
+        kept = s if show else kept
+    return dict(type="log", tickvals=[s + 1 for s in steps], ticktext=text[::-1],
                 title=dict(text="training step (log scale)"))
 
 
@@ -43,6 +50,7 @@ def curves_figure(steps: Sequence[int], curves: Sequence[Curve], current: int | 
                          yaxis=dict(title=dict(text=y_title)), legend=dict(orientation="h", y=-0.25))
     if any(c.axis == "y2" for c in curves):
         layout["yaxis2"] = dict(overlaying="y", side="right", range=[0, 1], title=dict(text="share / accuracy"))
+        layout["margin"]["r"] = 70  # the right axis's ticks and title
     if current is not None:
         layout["shapes"] = [dict(type="line", xref="x", yref="paper", x0=current + 1, x1=current + 1, y0=0, y1=1,
                                  line=dict(color=CHOSEN_COLOR, width=2, dash="dot"))]
