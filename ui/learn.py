@@ -110,11 +110,6 @@ def curves(fs: FrameSet) -> list[Curve]:
                   Curve("ALTI+ source share", _by_step(fs, "source_share"), "y2")]
 
 
-def frame_label(src_lang: str, tgt_lang: str, step: int, total: int) -> str:
-    """'de→en at step 512 of 8,060' (the run bar's words for a frame)."""
-    return f"{src_lang}→{tgt_lang} at step {step:,} of {total:,}"
-
-
 def frame_markdown(fs: FrameSet, index: int) -> str:
     k = max(0, min(int(index), len(fs.steps) - 1))
     bleu = _by_step(fs, "bleu")[k] if fs.dynamics else math.nan

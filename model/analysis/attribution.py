@@ -269,7 +269,7 @@ def _integrate(f, emb: torch.Tensor, panels: list[tuple[float, float]]) -> list[
     terms = _path_terms(f, emb, torch.tensor(nodes, dtype=emb.dtype, device=emb.device)).view(len(panels), IG_PANEL, -1)
     values = torch.einsum("pns,n->ps", terms, torch.tensor(w, dtype=emb.dtype, device=emb.device)) * half[:, None]
     null = torch.tensor(_null_rules(), dtype=emb.dtype, device=emb.device)
-    tails = torch.einsum("pns,kn->pks", terms, null).abs().sum(1) * half[:, None] / IG_TAIL_RATIO
+    tails = (torch.einsum("pns,kn->pks", terms, null).abs().sum(1) * half[:, None] / IG_TAIL_RATIO).double()
     return list(zip(values, tails))
 
 
@@ -303,7 +303,7 @@ def _halve(f, emb: torch.Tensor, panels: list[_Panel], split: list[_Panel]) -> l
         (left, (lv, lt)), (right, (rv, rt)) = replaced[id(p)]
         change = (lv + rv - p.values).double() / 2
         err = abs(float(lv.sum() + rv.sum() - p.values.sum())) / 2
-        out += [_Panel(*left, lv, err, change, lt.double()), _Panel(*right, rv, err, change, rt.double())]
+        out += [_Panel(*left, lv, err, change, lt), _Panel(*right, rv, err, change, rt)]
     return out
 
 
@@ -347,7 +347,7 @@ def integrated_gradients(f, emb: torch.Tensor, delta: float, start: int = IG_STA
     units of ``f`` (nats for a log-probability)."""
     n = max(1, min(start, max_steps) // IG_PANEL)
     bounds = [(i / n, (i + 1) / n) for i in range(n)]
-    panels = [_Panel(a, b, v, tail=t.double()) for (a, b), (v, t) in zip(bounds, _integrate(f, emb, bounds))]
+    panels = [_Panel(a, b, v, tail=t) for (a, b), (v, t) in zip(bounds, _integrate(f, emb, bounds))]
     evaluations, tolerance = n * IG_PANEL, max(IG_RTOL * abs(delta), atol)
     while True:
         values = torch.stack([p.values for p in panels]).sum(0)

@@ -10,6 +10,12 @@ from model.engine.loaded import LoadedModel
 from model.families.frames import load_frame
 from model.families.ours import CheckpointError, load_checkpoint
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+# Multi30k's texts: the ones shipped beside the checkpoints first, then a checkout beside the project (or beside
+# the folder that holds a worktree of it)
+DATA_DIRS = (ROOT / "checkpoints" / "multi30k", ROOT.parent / "shared" / "multi30k",
+             ROOT.parents[1] / "shared" / "multi30k")
+
 
 def pick_device(name: str = "auto") -> str:
     if name == "auto":

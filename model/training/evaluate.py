@@ -26,7 +26,8 @@ def score(hyps: list[str], refs: list[str], lang: str | None = None, tok_refs: l
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--checkpoint", required=True, help="our checkpoint folder, a training frame (.safetensors), a Marian folder, or a Hub id")
+    p.add_argument("--checkpoint", required=True,
+                   help="our checkpoint folder, a training frame (.safetensors), a Marian folder, or a Hub id")
     p.add_argument("--data", default="../shared/multi30k")
     p.add_argument("--base-url", default=MULTI30K_URL)
     p.add_argument("--split", default="test_2016_flickr")

@@ -21,9 +21,10 @@ from model.analysis.alignment.reference import read_pharaoh, reference_path
 from model.analysis.dynamics import (DYNAMICS, Dynamics, Settings, ValSet, dictionary, measure, read_dynamics,
                              reference_reordering, write_dynamics)
 from model.families.frames import FrameError, list_frames, load_frame, parent_of, read_parent
+from model.training.cli_common import DATA_DIRS, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA_DIRS = (str(ROOT / "checkpoints" / "multi30k"), str(ROOT.parent / "shared" / "multi30k"))  # shipped first
+read = read_dynamics   # the command's JSON, read back (tests and benchmarks)
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
@@ -33,7 +34,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(default: the folder above --frames)")
     p.add_argument("--out", default=None, help=f"the JSON to write (default: FRAMES/{DYNAMICS})")
     p.add_argument("--data", default=None, help="folder with val.<lang>.gz (default: the first of "
-                   f"{', '.join(DATA_DIRS)} that has them)")
+                   f"{', '.join(map(str, DATA_DIRS))} that has them)")
     p.add_argument("--align-dir", default=str(ROOT / "checkpoints" / "alignments"),
                    help="folder with <src>-<tgt>.val.align")
     p.add_argument("--sentences", type=int, default=Settings.sentences, help="validation sentences measured")
@@ -117,7 +118,3 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-
-read = read_dynamics   # the command's JSON, read back (tests and benchmarks)

@@ -29,12 +29,12 @@ from model.analysis import trust_eval as te
 from model.analysis import trust_set as ts
 from model.analysis.trust_signals import INFO, NUMERIC, Measured, load_reference, save_reference
 from model.families.ours import find_checkpoints, load_checkpoint
+from model.training.cli_common import DATA_DIRS
 
 ROOT = ts.ROOT
 DOCS = ROOT / "docs" / "trust.md"
 TABLE = ROOT / "docs" / "trust.json"
 SCORES = ts.SET_DIR / "scores.jsonl.gz"
-DATA_DIRS = [ROOT / "checkpoints" / "multi30k", ROOT.parent / "shared" / "multi30k", ROOT.parents[1] / "shared" / "multi30k"]
 MIN_FLAG_PRECISION = 0.8   # the combined flag is shipped for a direction only where its precision reaches this
 MARK_BEGIN, MARK_END = "<!-- trust-table: written by python -m model.trust -->", "<!-- /trust-table -->"
 

@@ -120,6 +120,14 @@ def save_frame(folder: Path, model, step: int, info: dict) -> Path:
     return path
 
 
+def frame_info(args, model, data: TrainData, device, val_batches, step: int, epoch: float, train_loss: float,
+               total: int) -> dict:
+    """A frame's training state: where the run is, its losses (validation measured now) and learning rate."""
+    return {"epoch": round(epoch, 3), "train_loss": round(train_loss, 4), "lr": lr_at(step, args.lr, args.warmup),
+            "val_loss": round(validation_loss(model, val_batches, data.val.src, data.val.tgt, device), 4),
+            "updates_total": total}
+
+
 def lr_at(step: int, peak: float, warmup: int) -> float:
     step = max(step, 1)
     return peak * min(step / warmup, math.sqrt(warmup / step))
@@ -317,9 +325,7 @@ def train_epochs(args, data: TrainData, model, opt, meta, history, device, world
     frames_dir = Path(args.frames_dir or Path(args.work) / "frames")
 
     def frame(loss: float, epoch: float) -> None:
-        info = {"epoch": round(epoch, 3), "train_loss": round(loss, 4), "lr": lr_at(meta["step"], args.lr, args.warmup),
-                "val_loss": round(validation_loss(model, val_batches, data.val.src, data.val.tgt, device), 4),
-                "updates_total": total}
+        info = frame_info(args, model, data, device, val_batches, meta["step"], epoch, loss, total)
         log(f"frame at step {meta['step']}: {info}")
         save_frame(frames_dir, model, meta["step"], info)
         model.train()
@@ -420,12 +426,11 @@ def export(args, work, out, cfg, data: TrainData, meta, history, device) -> None
         info["averaged_beam"] = beam
     save_checkpoint(out, model, data.src_vocab, data.tgt_vocab, args.src, args.tgt, {"training": info})
     if args.frames:  # the run's last frame is the model it exports: the averaged weights
+        loss = history[-1]["train_loss"] if history else float("nan")
         val_batches = token_batches(data.val.src, data.val.tgt, args.max_tokens)
-        save_frame(Path(args.frames_dir or work / "frames"), model, meta["step"], {
-            "epoch": float(meta["epoch"]), "train_loss": history[-1]["train_loss"] if history else float("nan"),
-            "lr": lr_at(meta["step"], args.lr, args.warmup), "updates_total": meta["step"],
-            "val_loss": round(validation_loss(model, val_batches, data.val.src, data.val.tgt, device), 4),
-            "averaged_epochs": info["averaged_epochs"]})
+        save_frame(Path(args.frames_dir or work / "frames"), model, meta["step"],
+                   frame_info(args, model, data, device, val_batches, meta["step"], meta["epoch"], loss,
+                              meta["step"]) | {"averaged_epochs": info["averaged_epochs"]})
     (out / "history.json").write_text(json.dumps(history, indent=1))
     print(f"wrote {out} (averaged epochs {info['averaged_epochs']}; {averaged}; {info.get('averaged_beam', '')})",
           flush=True)
