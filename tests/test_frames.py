@@ -147,3 +147,30 @@ def test_evaluate_takes_a_frame_file_and_names_a_bad_one(framed_run, tmp_path, c
     with pytest.raises(SystemExit) as e:
         evaluate(["--checkpoint", str(frame)] + flags)
     assert e.value.code == 2 and "step_00008" in capsys.readouterr().err
+
+
+def test_a_run_goes_on_from_a_frame_when_its_state_is_lost(framed_run, tmp_path, train_flags):
+    """--init-frame: the new run starts at the frame's step and epoch, from its weights, not from scratch."""
+    from model.training.train import main
+    last = list_frames(framed_run.frames)[-1]
+    first_loss = list_frames(framed_run.frames)[0].train_loss
+    args = train_flags + ["--data", str(framed_run.data), "--work", str(tmp_path / "work"), "--out",
+                          str(tmp_path / "ckpt"), "--average", "1", "--epochs", str(int(last.epoch) + 2)]
+    assert main(args + ["--init-frame", str(last.path)]) == 0
+    hist = json.loads((tmp_path / "work" / "history.json").read_text())
+    assert [h["epoch"] for h in hist] == [int(last.epoch) + 1, int(last.epoch) + 2]
+    per_epoch = hist[1]["step"] - hist[0]["step"]
+    assert hist[0]["step"] == last.step + per_epoch
+    assert hist[0]["train_loss"] < 0.5 * first_loss  # trained weights, not a fresh initialisation
+    # a frame inside an epoch cannot start a run: the data order is per epoch
+    meta = {"frame": json.dumps(dict(json.loads(_frame_meta(last.path)["frame"]), epoch=last.epoch - 0.5))}
+    odd = tmp_path / "odd.safetensors"
+    save_file(load_file(str(last.path)), str(odd), metadata=_frame_meta(last.path) | meta)
+    with pytest.raises(SystemExit, match="not an epoch boundary"):
+        main(args + ["--work", str(tmp_path / "work2"), "--init-frame", str(odd)])
+
+
+def _frame_meta(path: Path) -> dict:
+    from safetensors import safe_open
+    with safe_open(str(path), "pt") as f:
+        return dict(f.metadata())

@@ -85,6 +85,8 @@ def parse_args(argv=None):
     p.add_argument("--frames", default="", help="updates after which to save a training frame: "
                    "comma-separated steps, or 'log' for 0, 4, 8, 16, ... and the last update")
     p.add_argument("--frames-dir", default=None, help="where frames go (default WORK/frames)")
+    p.add_argument("--init-frame", default=None, help="a new run starts from this frame's weights, step and epoch "
+                   "(the optimizer's moments start at zero): how a run whose state was lost goes on")
     args = p.parse_args(argv)
     state = Path(args.work or f"runs/{args.src}-{args.tgt}") / STATE
     if state.exists():  # a run's model shape comes from its saved state, not from the new command line
@@ -126,6 +128,18 @@ def frame_info(args, model, data: TrainData, device, val_batches, step: int, epo
     return {"epoch": round(epoch, 3), "train_loss": round(train_loss, 4), "lr": lr_at(step, args.lr, args.warmup),
             "val_loss": round(validation_loss(model, val_batches, data.val.src, data.val.tgt, device), 4),
             "updates_total": total}
+
+
+def start_from_frame(model, path, cfg: TransformerConfig) -> dict:
+    """Load a frame's weights into ``model``; its step and epoch (an epoch boundary) become the run's."""
+    from model.families.frames import _config, _weights, read_info
+    info, frame_cfg = read_info(path), _config(Path(path))
+    if frame_cfg != cfg:
+        raise SystemExit(f"--init-frame {path}: its model shape differs from this run's ({frame_cfg} vs {cfg})")
+    if abs(info.epoch - round(info.epoch)) > 1e-6:
+        raise SystemExit(f"--init-frame {path}: epoch {info.epoch} is not an epoch boundary")
+    model.load_state_dict(_weights(Path(path), cfg).state_dict())
+    return {"epoch": int(round(info.epoch)), "step": info.step, "init_frame": str(path)}
 
 
 def lr_at(step: int, peak: float, warmup: int) -> float:
@@ -297,6 +311,9 @@ def main(argv=None) -> int:
         meta["args"] = vars(args)
         history = json.loads((work / HISTORY).read_text()) if (work / HISTORY).exists() else []
         log(f"resumed from {work / STATE} at epoch {meta['epoch']}, step {meta['step']}")
+    elif args.init_frame:
+        meta.update(start_from_frame(model, args.init_frame, cfg))
+        log(f"started from frame {args.init_frame} at epoch {meta['epoch']}, step {meta['step']}")
     if not args.export_only:
         history = train_epochs(args, data, model, opt, meta, history, device, world, rank, log)
         if history is None:  # stopped early (--stop-after)
