@@ -29,9 +29,15 @@ EXAMPLES = {
     "fr-en": [("Un chien noir court sur la plage.", [{"black"}, {"dog"}, {"beach"}]),
               ("Deux hommes jouent au football.", [{"two"}, {"men"}, {"soccer", "football"}]),
               ("Une femme en robe rouge marche dans la rue.", [{"woman", "lady"}, {"red"}, {"dress"}])],
+    "en-cs": [("Two dogs are playing in the snow.", [{"dva"}, {"psi"}, {"sněhu"}]),
+              ("A woman is reading a book in the park.", [{"žena"}, {"knihu"}, {"parku"}]),
+              ("A black dog runs on the beach.", [{"černý"}, {"pes"}, {"pláži"}])],
+    "cs-en": [("Dva psi si hrají ve sněhu.", [{"two"}, {"dogs"}, {"snow"}]),
+              ("Žena čte knihu v parku.", [{"woman", "lady"}, {"book"}, {"park"}]),
+              ("Muž krájí chléb nožem.", [{"man"}, {"bread"}, {"knife"}])],
 }
 # Floors on the Multi30k literature's metric (tokenized lowercased BLEU, test_2016_flickr, beam 5).
-FLOORS = {"de-en": 42.0, "en-de": 41.5, "en-fr": 58.0, "fr-en": 50.0}
+FLOORS = {"de-en": 42.0, "en-de": 41.5, "en-fr": 58.0, "fr-en": 50.0, "en-cs": 33.0, "cs-en": 41.0}
 
 
 def test_every_direction_is_shipped():

@@ -109,12 +109,19 @@ EVERYDAY = {
            "A woman is reading a book in the park.", "The children are eating ice cream on the beach."],
     "fr": ["Un homme fait du vélo dans la ville.", "Deux chiens jouent dans la neige.",
            "Une femme lit un livre dans le parc.", "Les enfants mangent une glace sur la plage."],
+    "cs": ["Muž jede na kole městem.", "Dva psi si hrají ve sněhu.",
+           "Žena čte knihu v parku.", "Děti jedí zmrzlinu na pláži."],
 }
 # French puts most adjectives after the noun ("un chien noir" / "a black dog"), so these show
 # crossing lines in the cross-attention, which German-English word order rarely does.
 DIRECTION_EXAMPLES = {
     "en-fr": ["A black dog runs on the beach.", "A woman in a red dress is walking down the street."],
     "fr-en": ["Un chien noir court sur la plage.", "Une femme en robe rouge marche dans la rue."],
+    # Czech has no articles, and its case endings do the work of English prepositions: "nožem" (instrumental)
+    # is "with a knife", "psovi" (dative) "to the dog". One Czech word then feeds several English ones.
+    "cs-en": ["Muž krájí chléb nožem.", "Žena dává psovi míč.", "Chlapec píše tužkou."],
+    "en-cs": ["A man is cutting bread with a knife.", "A boy writes with a pencil.",
+              "The woman watches the man."],
 }
 TEST_FALLBACK = {  # the first lines of Multi30k test_2016_flickr, used when the data folder is absent
     "de": ["Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
@@ -126,6 +133,9 @@ TEST_FALLBACK = {  # the first lines of Multi30k test_2016_flickr, used when the
     "fr": ["Un homme avec un chapeau orange regardant quelque chose.",
            "Un terrier de Boston court sur l'herbe verdoyante devant une clôture blanche.",
            "Une fille en tenue de karaté brisant un bâton avec un coup de pied."],
+    "cs": ["Muž v oranžovém klobouku na něco zírá.",
+           "Bostonský teriér běží po zářivě zelené trávě před bílým plotem.",
+           "Dívka v uniformě na karate, která předním kopem láme dřívko."],
 }
 # Word order carries the meaning here: with the positional encoding off the model reads a bag of
 # words, and who does what to whom is lost. Each sentence was picked by translating candidates with the
@@ -142,15 +152,20 @@ class WordOrderDemo:
 WORD_ORDER = {"de-en": WordOrderDemo("Die Frau sieht den Mann.", 1, 1),
               "en-de": WordOrderDemo("The woman watches the man.", 4, 1),
               "en-fr": WordOrderDemo("A man is photographing a woman.", 1, 3),
-              "fr-en": WordOrderDemo("La femme regarde l'homme.", 3, 3)}
+              "fr-en": WordOrderDemo("La femme regarde l'homme.", 3, 3),
+              "en-cs": WordOrderDemo("The woman watches the man.", 1, 3),
+              # Czech marks who does what by case ("muže" is the object wherever it stands), so most
+              # sentences translate the same without positions; object-first order is where they matter.
+              "cs-en": WordOrderDemo("Muže vidí žena.", 3, 1)}
 WORD_ORDER_BY_LANG = {"de": "Die Frau sieht den Mann.", "en": "The woman watches the man.",
-                      "fr": "La femme regarde l'homme."}
+                      "fr": "La femme regarde l'homme.", "cs": "Muže vidí žena."}
 
 
 # Two sentences: the same words, the roles swapped, in each source language.
 PAIR_DEFAULTS = {"de": ("Der Mann sieht die Frau.", "Die Frau sieht den Mann."),
                  "en": ("The man sees the woman.", "The woman sees the man."),
-                 "fr": ("L'homme voit la femme.", "La femme voit l'homme.")}
+                 "fr": ("L'homme voit la femme.", "La femme voit l'homme."),
+                 "cs": ("Muž vidí ženu.", "Žena vidí muže.")}
 
 
 def pair_texts(text_a: str, text_b: str, src_lang: str) -> tuple[str, str]:

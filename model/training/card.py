@@ -203,7 +203,8 @@ def render_card(lm, m: dict, args, hooks: list[str]) -> str:
                                  f"a 2-core x86-64 CPU (no GPU), torch.set_num_threads({ta.get('threads')})")
     lines = [
         f"# Model card: {lm.name} ({lm.src_lang} → {lm.tgt_lang}) Transformer trained on Multi30k", "",
-        "## Data", "Multi30k task 1 (Elliott et al. 2016; French: Elliott et al. 2017): 29,000 training pairs of "
+        "## Data", "Multi30k task 1 (Elliott et al. 2016; French: Elliott et al. 2017; Czech: Barrault et al. 2018): "
+        "29,000 training pairs of "
         f"Flickr image captions, val 1,014, test_2016_flickr 1,000. Tokenized with spaCy's blank pipelines; {vocab}.",
         "", "## Recipe", f"- Pre-norm encoder-decoder Transformer: d_model {c['d_model']}, {c['n_heads']} heads, "
         f"{c['n_encoder_layers']}+{c['n_decoder_layers']} layers, d_ff {c['d_ff']}, dropout {c['dropout']} "
