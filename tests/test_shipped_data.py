@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints" / "multi30k"
 ALIGNMENTS = ROOT / "checkpoints" / "alignments"
 LINES = {"val": 1014, "test_2016_flickr": 1000}
+LANGS = ("de", "en", "fr", "cs")
 
 
 def _lines(path: Path) -> list[str]:
@@ -44,9 +45,9 @@ def only_shipped(monkeypatch):
 def test_the_app_reads_only_the_texts_shipped_in_the_repository():
     assert calls.DATA_DIRS == [ROOT / "checkpoints" / "multi30k"]
     names = sorted(p.name for p in SHIPPED.glob("*.gz"))
-    assert names == sorted(f"{s}.{lang}.gz" for s in LINES for lang in ("de", "en", "fr"))
+    assert names == sorted(f"{s}.{lang}.gz" for s in LINES for lang in LANGS)
     for split, n in LINES.items():
-        for lang in ("de", "en", "fr"):
+        for lang in LANGS:
             lines = _lines(SHIPPED / f"{split}.{lang}.gz")
             assert len(lines) == n and all(line.strip() for line in lines)
     # never the training set, anywhere in the shipped folders
@@ -70,17 +71,24 @@ def test_head_profiles_average_the_shipped_validation_sentences(tmp_path, only_s
         assert rows
 
 
-def test_one_validation_sentence_is_ranked_from_the_shipped_texts(only_shipped):
-    lm = load_checkpoint(ROOT / "checkpoints" / "de-en")
-    pair = val_reference(ALIGNMENTS, calls.DATA_DIRS, "de", "en", 7)
-    assert (pair.source, pair.target) == (_lines(SHIPPED / "val.de.gz")[7], _lines(SHIPPED / "val.en.gz")[7])
-    r = sentence_ranking(lm, pair, reference_path(ALIGNMENTS, "de", "en"))
+def test_czech_validation_sentences_are_read_for_head_profiles(only_shipped):
+    sentences, source = validation_sentences("cs", calls.DATA_DIRS, 16)
+    assert sentences == [s for s in _lines(SHIPPED / "val.cs.gz") if len(s) <= 200][:16]
+    assert source == "val.cs.gz (first 16)" and any("ž" in s or "ř" in s for s in sentences)
+
+
+@pytest.mark.parametrize("src,tgt", [("de", "en"), ("cs", "en"), ("en", "cs")])
+def test_one_validation_sentence_is_ranked_from_the_shipped_texts(src, tgt, only_shipped):
+    lm = load_checkpoint(ROOT / "checkpoints" / f"{src}-{tgt}")
+    pair = val_reference(ALIGNMENTS, calls.DATA_DIRS, src, tgt, 7)
+    assert (pair.source, pair.target) == (_lines(SHIPPED / f"val.{src}.gz")[7], _lines(SHIPPED / f"val.{tgt}.gz")[7])
+    r = sentence_ranking(lm, pair, reference_path(ALIGNMENTS, src, tgt))
     cfg = lm.model.cfg
     assert r.sentences == 1 and len(r.of("head")) == cfg.n_decoder_layers * cfg.n_heads
     assert all(0.0 <= e.aer <= 1.0 for e in r.entries)
 
 
-@pytest.mark.parametrize("src,tgt", [("de", "en"), ("en", "fr")])
+@pytest.mark.parametrize("src,tgt", [("de", "en"), ("en", "fr"), ("cs", "en")])
 def test_forced_decoding_offers_validation_pairs_with_reference_links(src, tgt, only_shipped):
     pairs = reference_pairs(src, tgt, calls.DATA_DIRS)
     assert {p.split for p in pairs} == {"val", "test_2016_flickr"}
