@@ -6,9 +6,9 @@ For each shipped direction, sentences no model was trained on, in four categorie
 - ``perturbed``: the same sentences with one deterministic change each (a word dropped, two neighbouring
   words swapped, a misspelling, or a word replaced by a Spanish one), scored against the same reference;
 - ``ood``: sentences written for this set (news, dialogue, questions; checkpoints/trust/written.tsv), each
-  written in English, German and French, so every direction has a reference;
+  written in English, German, French and Czech, so every direction has a reference;
 - ``script``: inputs in a script the models never read (Russian, Greek, Chinese, Arabic, Japanese;
-  checkpoints/trust/other_script.tsv), with references written in the three languages.
+  checkpoints/trust/other_script.tsv), with references written in the four languages.
 
 The failure rule, fixed before any output of the set was read: an output is a failure when its
 sentence-level chrF (sacreBLEU's chrF2: character 6-grams, beta 2) against the reference is below
@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 SET_DIR = ROOT / "checkpoints" / "trust"
 SET_FILE = SET_DIR / "set.jsonl.gz"
-DIRECTIONS = ("de-en", "en-de", "en-fr", "fr-en")
+DIRECTIONS = ("de-en", "en-de", "en-fr", "fr-en", "en-cs", "cs-en")
 SEED = 2026
 TEST_ITEMS = 100          # clean test sentences per direction (the same lines for every direction)
 FAILURE_CHRF = 40.0       # an output below this sentence chrF against its reference is a failure

@@ -82,9 +82,23 @@ def score(args) -> int:
     for d in args.directions:
         scored += te.score_items(models[d], [it for it in items if it.direction == d], _progress(d))
     out = Path(args.out) if args.out else (None if args.limit else ROOT)
+    directions = args.directions
+    if out == ROOT:  # the shipped table keeps every other direction's shipped scores
+        scored, directions = beside_shipped(scored, args)
+        models = _models(Path(args.checkpoints), directions)
     if out is not None:
         te.save_scores(scored, SCORES if out == ROOT else out / "scores.jsonl.gz")
-    return publish(scored, args.directions, out, models)
+    return publish(scored, directions, out, models)
+
+
+def beside_shipped(scored: list[te.Scored], args) -> tuple[list[te.Scored], list[str]]:
+    """The new directions' scores with the shipped ones of the directions not scored now, in the set's order."""
+    items = ts.load_set(Path(args.set))
+    new = {s.item.direction for s in scored}
+    old = [s for s in te.load_scores(SCORES, items) if s.item.direction not in new] if SCORES.is_file() else []
+    order = {(it.direction, it.id): i for i, it in enumerate(items)}
+    merged = sorted(old + scored, key=lambda s: order[(s.item.direction, s.item.id)])
+    return merged, [d for d in ts.DIRECTIONS if any(s.item.direction == d for s in merged)]
 
 
 def tables(scored: list[te.Scored], directions) -> tuple[list[te.Row], list[te.Row]]:
