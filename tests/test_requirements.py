@@ -15,10 +15,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("app.py", "tests", "bench", "model", "viz", "ui")
 # Distributions whose import name is not their own name with "-" read as "_".
-IMPORT_NAMES = {"pyyaml": "yaml", "pillow": "PIL", "protobuf": "google", "scikit-learn": "sklearn",
-                "beautifulsoup4": "bs4", "opencv-python": "cv2", "pytest-timeout": "pytest_timeout"}
-# Modules that come with a named distribution because it requires them itself (checked against its metadata
-# below): we import them, so they must not silently depend on a package that might drop them.
+IMPORT_NAMES = {"pyyaml": "yaml", "pillow": "PIL", "protobuf": "google", "pytest-timeout": "pytest_timeout"}
+# Modules we import that come with a named distribution, which requires them itself: a test below checks that
+# against its installed metadata, so a release that drops one fails here rather than in the app.
 COMES_WITH = {"gradio": {"gradio-client": "gradio_client", "huggingface-hub": "huggingface_hub",
                          "httpx": "httpx", "pyyaml": "yaml"}}
 # Packages a test writes at run time (from the repository's own history), not installed ones.
@@ -64,18 +63,21 @@ def parsed(path: Path) -> ast.Module:
 def imports_of(path: Path) -> tuple[tuple[str, bool], ...]:
     """(dotted module, optional) of every absolute import in a file, lazy ones inside functions too; optional:
     inside a ``try`` that catches the failure."""
-    tree = parsed(path)
-    guarded = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Try) and node.handlers:
-            guarded |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
     out = []
-    for node in ast.walk(tree):
+
+    def visit(node: ast.AST, guarded: bool) -> None:
         if isinstance(node, ast.Import):
-            out += [(a.name, id(node) in guarded) for a in node.names]
+            out.extend((a.name, guarded) for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out += [(node.module, id(node) in guarded)]
-            out += [(f"{node.module}.{a.name}", id(node) in guarded) for a in node.names]
+            out.append((node.module, guarded))
+            out.extend((f"{node.module}.{a.name}", guarded) for a in node.names)
+        for field, value in ast.iter_fields(node):
+            inside = guarded or (isinstance(node, ast.Try) and bool(node.handlers) and field == "body")
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, ast.AST):
+                    visit(child, inside)
+
+    visit(parsed(path), False)
     return tuple(out)
 
 
