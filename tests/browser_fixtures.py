@@ -60,6 +60,46 @@ def load(page, url: str):
     return page
 
 
+# A plot is redrawn whenever its figure arrives, and the redraw detaches the old element. So these read or
+# scroll what a selector names in one step inside the page, never through an element found earlier (a
+# locator's scroll_into_view_if_needed or bounding_box resolves the element, then acts on it later).
+BOX_JS = """([sel, scroll]) => {
+  const e = document.querySelector(sel);
+  if (!e) return null;
+  if (scroll) e.scrollIntoView({block: 'center', inline: 'nearest', behavior: 'instant'});
+  const r = e.getBoundingClientRect();
+  return {x: r.x, y: r.y, width: r.width, height: r.height};
+}"""
+
+
+def box_now(page, sel: str, scroll: bool = False) -> dict:
+    """The viewport box of the first element ``sel`` names at this moment (scrolled to the middle of the screen
+    first when ``scroll``), found and measured in one step; fails when there is none."""
+    box = page.evaluate(BOX_JS, [sel, scroll])
+    assert box is not None, f"nothing matches {sel}"
+    return box
+
+
+def scroll_to(page, sel: str) -> None:
+    """Bring the first element ``sel`` names on screen, found and scrolled in one step."""
+    box_now(page, sel, scroll=True)
+
+
+def click_head_panel(page, plot_sel: str, fx: float, fy: float) -> None:
+    """Click at (fx, fy) of the first panel of the plot under ``plot_sel``, as a person does: once the plot on
+    the page has its head-click handler, on screen (a mouse click lands only there), at that plot's position."""
+    point = page.wait_for_function(
+        """([sel, fx, fy]) => {
+          const gd = document.querySelector(sel + ' .js-plotly-plot');
+          const panel = gd && gd.__headClick && gd.querySelector('.nsewdrag');
+          if (!panel) return null;
+          panel.scrollIntoView({block: 'center', inline: 'nearest', behavior: 'instant'});
+          const r = panel.getBoundingClientRect();
+          return r.width > 0 && r.height > 0 ? [r.x + r.width * fx, r.y + r.height * fy] : null;
+        }""", arg=[plot_sel, fx, fy], timeout=WAIT).json_value()
+    page.mouse.click(*point)
+
+
 def pick_kind(page, label: str) -> None:
     """Choose the attention kind in the selection bar's dropdown, as a person does."""
     page.locator("#attn-kind input").first.click()

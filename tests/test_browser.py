@@ -8,8 +8,8 @@ import pytest
 
 from tests.app_fixtures import served
 # CHROMIUM and _wait_done are imported from here by the other browser tests too
-from tests.browser_fixtures import (ARTIFACTS, CHROMIUM, STACKED_JS, WAIT, check_chromium, chromium, load,  # noqa: F401
-                                    new_page, pick_kind)
+from tests.browser_fixtures import (ARTIFACTS, CHROMIUM, STACKED_JS, WAIT, box_now, check_chromium,  # noqa: F401
+                                    chromium, click_head_panel, load, new_page, pick_kind, scroll_to)
 from tests.browser_fixtures import wait_done as _wait_done
 
 pytestmark = pytest.mark.browser
@@ -47,6 +47,7 @@ SECTIONS = ["Translate & watch", "Attention", "Generation", "Masks & interventio
 
 
 def _plot(page, sel: str):
+    """The plot under ``sel``, once drawn: a locator, found afresh at each use (a redraw replaces the element)."""
     page.wait_for_selector(f'{sel} [data-testid="plotly"] .main-svg', timeout=WAIT)
     return page.locator(f"{sel} .js-plotly-plot").first
 
@@ -65,17 +66,12 @@ def test_first_screen_shows_a_heatmap_and_every_section(page):
 
 def test_clicking_a_grid_panel_opens_that_head(page):
     page.get_by_role("tab", name="Attention", exact=True).click()
-    gd = _plot(page, "#attn-plot")
+    _plot(page, "#attn-plot")
     # the click handler is attached once the plot is mounted; clicking before that would be lost
-    page.wait_for_function("() => !!(document.querySelector('#attn-plot .js-plotly-plot') || {}).__headClick",
-                           timeout=WAIT)
-    page.locator("#attn-plot .js-plotly-plot .nsewdrag").first.scroll_into_view_if_needed()  # a mouse click lands only on screen
-    box = page.locator("#attn-plot .js-plotly-plot .nsewdrag").first.bounding_box()
-    page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.1)  # layer 0, head 1
+    click_head_panel(page, "#attn-plot", 0.3, 0.1)  # layer 0, head 1
     page.wait_for_function("() => document.querySelector('#attn-view input[value=head]').checked", timeout=WAIT)
     assert page.locator("#attn-head input").first.input_value() == "head 1"
     page.screenshot(path=str(ARTIFACTS / "head-opened.png"), full_page=True)
-    assert gd is not None
 
 
 def test_masked_cells_differ_from_zero_cells(page):
@@ -110,7 +106,9 @@ def test_compare_causal_off_shows_the_upper_triangle_and_goes_stale(page):
     page.locator("#compare-btn").click()
     page.wait_for_function("() => (document.querySelector('#cmp-notice')||{}).innerText?.includes('causal mask off')",
                            timeout=WAIT)
-    _plot(page, "#cmp-maps")
+    # the comparison's figure, not the placeholder it replaces: baseline, modified and difference maps drawn
+    page.wait_for_function("() => (document.querySelector('#cmp-maps .js-plotly-plot')?._fullData || [])"
+                           ".filter(d => d.name !== 'masked').length >= 3", timeout=WAIT)
     mod = page.evaluate("() => { const gd = document.querySelector('#cmp-maps .js-plotly-plot');"
                         " const t = gd._fullData.filter(d => d.name !== 'masked')[1]; const z = t.z;"
                         " let up = 0; for (let i = 0; i < z.length; i++) for (let j = i + 1; j < z[i].length; j++)"
@@ -196,9 +194,13 @@ def test_phone_sections_reachable_and_attention_on_one_head(page):
     # the baseline / modified / difference maps: three panels side by side on a desktop, one under another here
     pg.get_by_role("tab", name="Masks & interventions", exact=True).click()
     pg.locator("#compare-btn").click()
-    _plot(pg, "#cmp-maps").scroll_into_view_if_needed()
+    # opening the section draws a placeholder in #cmp-maps, which the comparison then replaces: wait for this
+    # comparison's notice and its figure, stacked, before looking at it
+    pg.wait_for_function("() => (document.querySelector('#cmp-notice')||{}).innerText?.includes('Modified:')",
+                         timeout=WAIT)
+    scroll_to(pg, "#cmp-maps")
     pg.wait_for_function(STACKED_JS, arg="#cmp-maps", timeout=WAIT)
-    assert pg.locator("#cmp-maps .js-plotly-plot").bounding_box()["width"] <= 390
+    assert box_now(pg, "#cmp-maps .js-plotly-plot")["width"] <= 390
     pg.screenshot(path=str(ARTIFACTS / "phone-masks-compare.png"), full_page=True)
     pg.close()
 
@@ -238,9 +240,7 @@ def test_phone_screens_and_a_one_head_map_that_fits(page):
     pg.get_by_role("tab", name="Attention", exact=True).click()
     _plot(pg, "#attn-plot")
     assert pg.locator("#attn-view input[value=head]").is_checked()
-    plot = pg.locator("#attn-plot .js-plotly-plot").first
-    plot.scroll_into_view_if_needed()
-    assert plot.bounding_box()["width"] >= 330
+    assert box_now(pg, "#attn-plot .js-plotly-plot", scroll=True)["width"] >= 330
     assert pg.evaluate("() => Array.from(document.querySelectorAll('#attn-plot .heatmap-label'))"
                        ".every(g => getComputedStyle(g).display === 'none')")
     pg.screenshot(path=str(ARTIFACTS / "phone-390-attention.png"))

@@ -37,9 +37,10 @@ def test_clicking_a_head_in_the_alignment_grid_opens_its_map(page):
     page.wait_for_function(f"() => !!(document.querySelector('{GRID}') || {{}}).__headClick", timeout=WAIT)
     page.screenshot(path=str(ARTIFACTS / "alignment-grid.png"), full_page=False)
     # the cell of layer 2, head 1, from the axes' own data-to-pixel maps, with the grid in the viewport (a
-    # mouse click lands only on what is on screen)
-    page.locator(GRID).scroll_into_view_if_needed()
+    # mouse click lands only on what is on screen): found, scrolled to and measured in one step, so a redraw
+    # cannot leave an element found earlier behind
     x, y = page.evaluate(f"""() => {{ const gd = document.querySelector('{GRID}'), f = gd._fullLayout;
+        gd.scrollIntoView({{block: 'center', inline: 'nearest', behavior: 'instant'}});
         const box = gd.getBoundingClientRect();
         return [box.left + f.xaxis._offset + f.xaxis.l2p(1), box.top + f.yaxis._offset + f.yaxis.l2p(2)] }}""")
     page.mouse.click(x, y)

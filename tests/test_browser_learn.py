@@ -40,7 +40,9 @@ def test_scrubber_link_and_head_forming(app_url):
         page.goto(app_url + "?text=haus+katze+hund&model=de-en")
         wait_done(page)
         page.get_by_role("tab", name="Attention", exact=True).click()
-        page.wait_for_selector("#attn-plot .js-plotly-plot", timeout=WAIT)
+        # the grid of this run drawn (heatmaps with their weights), so the change looked for below is the frame's
+        page.wait_for_function("() => (document.querySelector('#attn-plot .js-plotly-plot')?.data || [])"
+                               ".some(t => t.type === 'heatmap' && t.z)", timeout=WAIT)
         grid = _grid_json(page)
         assert "at step" not in page.locator("#run-bar").inner_text()
         page.get_by_role("tab", name="Watch it learn", exact=True).click()

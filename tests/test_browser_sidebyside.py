@@ -38,7 +38,10 @@ def test_a_link_restores_both_models_and_another_source_language_is_refused(app)
                        "subview": "sidebyside", "model2": deep})
     with chromium() as browser:
         page = load(new_page(browser), f"{url}?{query}")
-        page.wait_for_function(f"() => ({PANELS})('#sbs-grid-b') > 0", timeout=WAIT)
+        # both grids drawn and both trust panels filled (they arrive apart) before any is read
+        page.wait_for_function(f"() => ({PANELS})('#sbs-grid-a') > 0 && ({PANELS})('#sbs-grid-b') > 0", timeout=WAIT)
+        page.wait_for_function("() => ['#sbs-trust-a', '#sbs-trust-b'].every(s => (document.querySelector(s) || {})"
+                               ".innerText?.includes('Can I trust this translation?'))", timeout=WAIT)
         a, b = page.evaluate(PANELS, "#sbs-grid-a"), page.evaluate(PANELS, "#sbs-grid-b")
         assert 0 < a < b, (a, b)  # the deeper model's grid: its own layer count
         md = page.locator("#sbs-md").inner_text()

@@ -11,7 +11,8 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from tests.app_fixtures import served
-from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page
+from tests.browser_fixtures import (ARTIFACTS, WAIT, check_chromium, chromium, click_head_panel, load, new_page,
+                                    scroll_to)
 from tests.test_browser import _plot, _status, _translate, _wait_done
 from viz.common import layer_head
 
@@ -116,11 +117,7 @@ def test_the_first_screen_panel_click_opens_the_head(page):
     # the replay has ended (its last frame is the caption of the last step): the map is the final one
     page.wait_for_function("() => /Step (\\d+) of 0–\\1 /.test((document.querySelector('#watch-step')||{}).innerText||'')",
                            timeout=WAIT)
-    page.wait_for_function("() => !!(document.querySelector('#watch-heads .js-plotly-plot') || {}).__headClick",
-                           timeout=WAIT)
-    page.locator("#watch-heads .js-plotly-plot .nsewdrag").first.scroll_into_view_if_needed()  # a mouse click lands only on screen
-    box = page.locator("#watch-heads .js-plotly-plot .nsewdrag").first.bounding_box()  # every head's panel
-    page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.2)  # inside the second head
+    click_head_panel(page, "#watch-heads", 0.3, 0.2)  # every head's panel: inside the second head
     page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=WAIT)
     assert page.get_by_role("tab", name="Attention", exact=True).get_attribute("aria-selected") == "true"
     # the pickers say "layer 0 (first)"; the map's title names the same head the way every figure does
@@ -223,11 +220,7 @@ def test_a_head_profile_click_opens_the_map(page):
     _plot(page, "#rollout-plot")
     _tab(page, "Analysis & export")
     _plot(page, "#prof-heat")
-    page.wait_for_function("() => !!(document.querySelector('#prof-heat .js-plotly-plot') || {}).__headClick",
-                           timeout=WAIT)
-    page.locator("#prof-heat .js-plotly-plot .nsewdrag").first.scroll_into_view_if_needed()  # a mouse click lands only on screen
-    box = page.locator("#prof-heat .js-plotly-plot .nsewdrag").first.bounding_box()
-    page.mouse.click(box["x"] + box["width"] * 0.9, box["y"] + box["height"] * 0.5)
+    click_head_panel(page, "#prof-heat", 0.9, 0.5)
     page.wait_for_function("() => document.querySelector('#attn-view input[value=head]')?.checked", timeout=WAIT)
     assert page.get_by_role("tab", name="Maps", exact=True).get_attribute("aria-selected") == "true"
     assert page.locator("#attn-plot").is_visible()
@@ -253,13 +246,13 @@ def test_plots_drawn_while_hidden_come_up_at_full_width(browser, app_url, width,
     _translate(pg, A)  # the map is redrawn while its section is hidden
     _tab(pg, "Attention")
     _wait_plot_has(pg, "#attn-plot", "Hunde")
-    pg.locator("#attn-plot").scroll_into_view_if_needed()
+    scroll_to(pg, "#attn-plot")
     _fits(pg, "#attn-plot", least)
     _tab(pg, "Computation")
     _force(pg, "Two dogs are playing in the snow.")
     _tab(pg, "Generation")
     _wait_plot_has(pg, "#step-strip", "→Two")  # step 0 of the forced run
-    pg.locator("#step-strip").scroll_into_view_if_needed()
+    scroll_to(pg, "#step-strip")
     _fits(pg, "#step-strip", least)
     pg.screenshot(path=str(ARTIFACTS / f"state-hidden-plots-{width}.png"), full_page=True)
     pg.close()

@@ -16,7 +16,8 @@ from model.families.ours import load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.names import CROSS
 from tests.app_fixtures import launch, make_checkpoint
-from tests.browser_fixtures import ARTIFACTS, STACKED_JS, WAIT, check_chromium, chromium, load, new_page, wait_done
+from tests.browser_fixtures import (ARTIFACTS, STACKED_JS, WAIT, box_now, check_chromium, chromium, load, new_page,
+                                    wait_done)
 from ui import state, tour
 
 pytestmark = pytest.mark.browser
@@ -209,12 +210,12 @@ def test_on_a_phone_the_tour_takes_a_typed_sentence_and_walks_its_first_three_st
     assert "Eine Frau liest" in page.locator("#run-bar").inner_text()
     for n in (1, 2, 3):
         _wait_stop(page, n)
-        plot = page.locator("#tour-plot .js-plotly-plot").bounding_box()
-        assert plot and plot["x"] >= 0 and plot["x"] + plot["width"] <= 390
         # the figure fitted to the phone: its title and note wrap inside the plot, its colour bars are thin
         page.wait_for_function(FITTED_JS, arg="#tour-plot", timeout=WAIT)
         if n == 3:  # the head's arithmetic: its two columns of panels stack, each panel as wide as the phone
             page.wait_for_function(STACKED_JS, arg="#tour-plot", timeout=WAIT)
+        plot = box_now(page, "#tour-plot .js-plotly-plot")  # the plot drawn now, not one a redraw replaced
+        assert plot["x"] >= 0 and plot["x"] + plot["width"] <= 390
         nxt = page.locator("#tour-next").bounding_box()
         assert nxt and nxt["x"] + nxt["width"] <= 390
         page.screenshot(path=str(ARTIFACTS / f"phone-tour-stop{n}.png"), full_page=True)

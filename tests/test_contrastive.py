@@ -10,7 +10,7 @@ import pytest
 import torch
 from gradio_client import Client
 
-from model.analysis.attribution import attribute
+from model.analysis.attribution import IG_TOKEN_RTOL, attribute
 from model.analysis.computation import force
 from model.analysis.contrast import (LOG_PROB, PROB_ATOL, PROB_DIFF, Foil, Target, attribute_contrast,
                                      prefix_word_spans, resolve_foil)
@@ -112,9 +112,17 @@ def test_without_a_foil_the_source_scores_are_todays(tiny_lm, forced):
     tr = forced.translation
     c, a = attribute_contrast(tiny_lm.model, tr, 2), attribute(tiny_lm.model, tr, 2)
     assert c.target == LOG_PROB and c.foil is None and c.p_foil is None
-    for m in ("grad_input", "integrated_gradients", "alti", "attention", "norm"):
+    # read from the same trace by the same code: exactly equal
+    for m in ("alti", "attention", "norm"):
         np.testing.assert_array_equal(c.attribution.scores(m), a.scores(m))
-    assert c.attribution.ig_delta == a.ig_delta
+    # the gradients take another path (the decoder fed the prefix only, not the whole output), so float32
+    # rounding may part them on another CPU (here they agree bit for bit): gradient x input within 1e-5 of the
+    # largest score; integrated gradients within the 1 % per-token error its adaptive rule allows each of the
+    # two (a rounding could move one refinement)
+    for m, rtol in (("grad_input", 1e-5), ("integrated_gradients", 2 * IG_TOKEN_RTOL)):
+        want = a.scores(m)
+        np.testing.assert_allclose(c.attribution.scores(m), want, rtol=0, atol=rtol * np.abs(want).max(), err_msg=m)
+    assert c.attribution.ig_delta == pytest.approx(a.ig_delta, rel=1e-5, abs=1e-7)  # log p(token), in nats
     assert c.prefix.integrated.converged and abs(c.prefix.integrated.delta) > 1e-3
     assert abs(c.prefix.integrated.values.sum() - c.prefix.integrated.delta) <= max(0.01 * abs(
         c.prefix.integrated.delta), 1e-3)

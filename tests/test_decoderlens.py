@@ -43,6 +43,7 @@ def test_last_layer_is_the_normal_run_exactly(lm64):
     last = lens.last.translation
     assert len(lens.layers) == 3 and lens.final_norm
     assert last.output_ids == normal.output_ids
+    # exact: the last layer's view runs the model's own modules, the same kernels on the same inputs
     assert np.array_equal(lens.last.probabilities, [s.prob for s in normal.steps])
     assert np.array_equal(lens.last.cross_attention(), normal.attention("cross"))
 

@@ -139,14 +139,20 @@ def _old_engine(tmp_path: Path):
     return old
 
 
-def test_shipped_checkpoint_logits_bit_identical_to_the_old_engine(tmp_path):
+# Today's engine and the old one are two code paths: where one orders a float32 sum differently, another CPU or
+# BLAS can part them by a few ulps (the shipped logits move up to 1.9e-6 across kernels), so float32 rounding
+# is allowed; on this machine they agree bit for bit. A real change to the arithmetic is far larger.
+OLD_RTOL = OLD_ATOL = 1e-5
+
+
+def test_shipped_checkpoint_logits_match_the_old_engine(tmp_path):
     lm = load_checkpoint(SHIPPED)
     old = _old_engine(tmp_path)
     old_model = old.Transformer(old.TransformerConfig.from_dict(lm.model.cfg.to_dict())).eval()
     old_model.load_state_dict(lm.model.state_dict())
     src, tgt = _shipped_batch(lm)
     with torch.inference_mode():
-        assert torch.equal(lm.model(src, tgt), old_model(src, tgt))
+        torch.testing.assert_close(lm.model(src, tgt), old_model(src, tgt), rtol=OLD_RTOL, atol=OLD_ATOL)
         # the lean cached step too: greedy output ids and each step's logits
         new_ids = greedy_batch(lm.model, src, 12)
         for model, mod in ((lm.model, sys.modules["model.engine.transformer"]), (old_model, old)):
@@ -157,7 +163,7 @@ def test_shipped_checkpoint_logits_bit_identical_to_the_old_engine(tmp_path):
             assert cache.weights is not None  # the lean step ran
             if model is lm.model:
                 mine = torch.cat(steps, 1)
-        assert torch.equal(mine, torch.cat(steps, 1))
+        torch.testing.assert_close(mine, torch.cat(steps, 1), rtol=OLD_RTOL, atol=OLD_ATOL)
     assert len(new_ids) == len(SENTENCES)
 
 
@@ -197,6 +203,7 @@ def test_config_round_trips_through_a_checkpoint(tmp_path, tiny_cfg, variant):
     assert lm.model.cfg == model.cfg
     src, tgt = _batch(model.cfg)
     with torch.inference_mode():
+        # exact: the float32 weights come back bit for bit, and the same kernels run on the same inputs
         assert torch.equal(lm.model(src, tgt), model(src, tgt))
 
 

@@ -180,7 +180,7 @@ def test_export_matches_live_trace(tiny_lm, tmp_path):
     data = np.load(npz)
     live = tr.trace.records
     assert set(data.files) == set(live)
-    for name, calls in live.items():
+    for name, calls in live.items():  # exact: the export stores the trace's own numbers, nothing recomputed
         np.testing.assert_array_equal(data[name], calls[-1].float().numpy() if calls[-1].is_floating_point()
                                       else calls[-1].numpy())
     meta = json.loads(js.read_text(encoding="utf-8"))

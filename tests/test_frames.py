@@ -48,7 +48,8 @@ def test_tiny_run_frames_load_translate_and_carry_metadata(framed_run):
     hist = framed_run.history()
     assert steps == [0, 4, 8, 16, 32, hist[-1]["step"]]
     assert all(m.frame.updates_total == hist[-1]["step"] for m in models)
-    # the last frame is the exported model (one epoch averaged = the last weights), bit for bit in fp16
+    # the last frame is the exported model (one epoch averaged = the last weights), bit for bit in fp16: stored
+    # copies of the same numbers, nothing recomputed
     last, ckpt = models[-1], load_checkpoint(framed_run.ckpt)
     assert all(torch.equal(v, ckpt.model.state_dict()[k]) for k, v in last.model.state_dict().items())
     assert last.frame.val_loss == pytest.approx(hist[-1]["val_loss"], abs=1e-3)

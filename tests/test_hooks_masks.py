@@ -135,7 +135,7 @@ def test_captured_tensors_are_never_written_afterwards(tiny_model):
         assert len(calls) == len(at_hook[name]) > 1, name
         for got, want in zip(calls, at_hook[name]):
             assert got.untyped_storage().data_ptr() not in owned, name
-            assert torch.equal(got, want), name
+            assert torch.equal(got, want), name  # exact: one tensor, seen by the trace and by a hook
 
 
 def test_capture_records_every_incremental_step(tiny_model):
@@ -220,7 +220,7 @@ def test_eval_mode_has_no_dropout_on_either_path(tiny_cfg):
     fast, slow, _ = run_both_paths(model, src, tgt)
     again, _, _ = run_both_paths(model, src, tgt)
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(again, fast, atol=0, rtol=0)
+    torch.testing.assert_close(again, fast, atol=0, rtol=0)  # exact: the same kernels on the same inputs, twice
     model.train()  # and in training mode dropout really is applied
     with torch.no_grad():
         assert not torch.allclose(model(src, tgt), model(src, tgt))
@@ -381,7 +381,7 @@ def test_trace_stack_is_every_layer_of_a_point(tiny_model):
     src, tgt = batch()
     with capture(tiny_model) as trace:
         tiny_model(src, tgt)
-    stacked = trace.stack("pattern", CROSS)
+    stacked = trace.stack("pattern", CROSS)  # copies of the recorded tensors: compared exactly
     assert stacked.shape[0] == 2 and torch.equal(stacked[1], trace["decoder.layers.1.cross_attn.hook_pattern"][0])
     assert torch.equal(trace.stack("scores", DEC_SELF)[0], trace["decoder.layers.0.self_attn.hook_scores"][0])
     assert (trace.attention(CROSS) == stacked.float().numpy()).all()

@@ -264,6 +264,7 @@ def test_pytorch_bin_weights_load_the_same(marian_dir, lm, tmp_path):
     src = _src(lm, PROBES[0])
     tgt = torch.tensor([[lm.model.cfg.decoder_start_id, 5, 6, 7]])
     with torch.inference_mode():
+        # exact: the same weights from either file, the same kernels on the same inputs
         assert torch.equal(other.model(src, tgt), lm.model(src, tgt))
 
 

@@ -1,6 +1,7 @@
 """Hugging Face Spaces: the README front matter parses and matches requirements.txt; app.py is Spaces-ready."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -65,11 +66,15 @@ def test_app_imports_spaces_before_torch():
 
 
 def test_no_file_over_10_mb():
-    skip = {".git", "runs", ".pytest_cache", "__pycache__", ".hypothesis", "test-artifacts", ".benchmarks"}
+    # never pushed: git's own folder, outputs, and the environments (.ci/run builds .ci-venv in the tree)
+    skip = {".git", "runs", ".pytest_cache", "__pycache__", ".hypothesis", "test-artifacts", ".benchmarks",
+            ".ci-venv", ".venv"}
     big = []
-    for path in ROOT.rglob("*"):
-        if path.is_file() and not (set(path.relative_to(ROOT).parts) & skip):
-            if path.stat().st_size > 10 * 1024 * 1024:
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in skip]  # pruned, not walked and filtered
+        for name in files:
+            path = Path(folder) / name
+            if path.is_file() and path.stat().st_size > 10 * 1024 * 1024:
                 big.append(str(path.relative_to(ROOT)))
     assert not big, f"files over 10 MB need Git LFS on Spaces: {big}"
 

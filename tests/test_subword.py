@@ -130,7 +130,7 @@ def test_pooled_rows_sum_to_one_and_single_pieces_are_unchanged(sv):
         for b, ks in enumerate(k_spans):
             expected = w[..., qs, :][..., ks].sum(-1).mean(-1)
             np.testing.assert_allclose(pooled[..., a, b], expected, atol=1e-12)
-            if len(qs) == 1 and len(ks) == 1:  # a one-piece word keeps its own weight
+            if len(qs) == 1 and len(ks) == 1:  # a one-piece word keeps its own weight (a sum and mean of one: exact)
                 np.testing.assert_array_equal(pooled[..., a, b], w[..., qs[0], ks[0]])
     identity = [[i] for i in range(len(k))]
     np.testing.assert_array_equal(pool_words(w, [[i] for i in range(len(q))], identity), w)

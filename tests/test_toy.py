@@ -26,6 +26,7 @@ def test_learns_the_three_pairs(run):
 
 def test_same_pairs_and_seed_give_the_same_model(run):
     again = train_toy(DEFAULT_PAIRS, FAST)
+    # exact: the same training, the same kernels on the same inputs in one process
     assert again.losses == run.losses
     assert all(torch.equal(v, again.frames[-1].state[k]) for k, v in run.frames[-1].state.items())
     other = train_toy(DEFAULT_PAIRS, ToySettings(steps=4, seed=1))

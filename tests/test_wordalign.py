@@ -305,6 +305,6 @@ def test_a_sentence_that_cannot_be_ranked_leaves_the_whole_ranking_on_screen(ser
     for typed in ("9999", "seven"):
         bad_md, bad_fig, bad_rows = show(key, demo.registry, None, "de-en", typed)
         assert bad_md.startswith("⚠️") and "whole set" in bad_md and md in bad_md
-        assert bad_rows == rows and bad_fig.to_dict() == fig.to_dict()
+        assert bad_rows == rows and bad_fig.to_dict() == fig.to_dict()  # exact: one ranking, drawn by one code
     one_md, _, one_rows = show(key, demo.registry, None, "de-en", "1")
     assert "validation sentence 1" in one_md and one_rows != rows
