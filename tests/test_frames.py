@@ -71,6 +71,24 @@ def test_shipped_frames_load_translate_and_carry_metadata(folder):
     assert all(m.path.stat().st_size < 10_000_000 for m in models)
 
 
+def test_the_de_en_run_ends_at_its_planned_update_and_the_run_bar_says_whose_it_is():
+    from model.families.frames import run_note
+    from ui.present import run_bar
+    folder = ROOT / "checkpoints" / "de-en" / "frames"
+    infos = list_frames(folder)
+    last = infos[-1]
+    assert [i.step for i in infos][-3:] == [2480, 4096, 8060]
+    assert last.step == last.updates_total == 8060 and last.averaged_epochs == tuple(range(121, 131))
+    lm = load_frame(last.path, read_parent(folder.parent))
+    tr = translate(lm, "Ein Hund läuft.", DecodeOptions(max_len=20))
+    reg = type("Reg", (), {"models": {"de-en@8060": lm}})()
+    bar = run_bar("de-en@8060", tr, reg)
+    assert "step 8,060 of 8,060 (averaged over epochs 121–130)" in bar
+    note = run_note(folder)
+    assert "retraining" in note and "default" in note and note in bar.replace("\\", "")
+    assert run_note(ROOT / "checkpoints" / "en-de") == ""  # no note: nothing added
+
+
 def _copy_frame(framed_run, tmp_path: Path, step: int = 4) -> Path:
     dst = tmp_path / "frames" / f"step_{step:05d}.safetensors"
     dst.parent.mkdir(parents=True, exist_ok=True)

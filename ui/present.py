@@ -17,6 +17,7 @@ from model.engine.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
 from model.engine.vocab import DROPPED_CATEGORIES, SPACED_CATEGORIES, SPECIALS, UNSPACED_NOTE, has_unspaced
 from model.families import catalog
 from model.families.catalog import device_label
+from model.families.frames import run_note
 from model.families.ours import Registry
 
 from viz.common import STEP_ROW_TITLE, step_row_labels
@@ -330,8 +331,9 @@ def run_bar(model: str, tr: Translation, reg: Registry, forced: bool = False) ->
     """The one line naming the current run, which every section shows."""
     lm = reg.models.get(model)
     arrow = f"{lm.src_lang}→{lm.tgt_lang}" if lm else model
-    if getattr(lm, "frame", None) is not None:  # a training frame: which update of its run
-        arrow = f"{arrow} at {lm.frame.label}"
+    if getattr(lm, "frame", None) is not None:  # a training frame: which update of which run
+        note = run_note(lm.frame.path.parent) if lm.frame.path is not None else ""
+        arrow = f"{arrow} at {lm.frame.label}" + (f" ({md_escape(note)})" if note else "")
     decoding = "greedy" if tr.beam is None else f"beam {max(len(s.tokens) for s in tr.beam.steps)}"
     decoding = "teacher-forced on a reference" if forced else decoding
     if tr.prefix_len and not forced:  # a branch: the start was forced, the model went on

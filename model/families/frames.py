@@ -30,6 +30,7 @@ FRAME_KEY = "frame"          # safetensors metadata: the training state at the f
 FRAMES_DIR = "frames"        # a checkpoint's frames, one level below it
 FRAME_NAME = re.compile(r"^step_(\d+)\.safetensors$")
 INFO_FIELDS = ("step", "epoch", "train_loss", "val_loss", "lr", "updates_total")
+RUN_NOTE = "run.json"        # beside the frames: {"note": which run they come from, beside the default model}
 
 
 class FrameError(CheckpointError):
@@ -121,6 +122,16 @@ def list_frames(folder) -> list[FrameInfo]:
         if a.step == b.step:
             raise FrameError(f"frames {a.path.name} and {b.path.name} are both step {a.step}")
     return infos
+
+
+def run_note(folder) -> str:
+    """The frames folder's one line on which run they come from and how it relates to the default model."""
+    path = Path(folder) / RUN_NOTE
+    try:
+        note = json.loads(path.read_text(encoding="utf-8")).get("note", "") if path.is_file() else ""
+    except (OSError, ValueError, AttributeError):
+        return ""  # a note is decoration: a bad one is left out, the frames still load
+    return note if isinstance(note, str) else ""
 
 
 def parent_of(folder) -> Path:
