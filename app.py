@@ -1,4 +1,4 @@
-"""Attention Explorer: a Gradio app to look inside translation Transformers (German, English, French).
+"""Attention Explorer: a Gradio app to look inside translation Transformers (German, English, French, Czech).
 
 Run ``python app.py`` (serves on 127.0.0.1:7860; GRADIO_SERVER_NAME / GRADIO_SERVER_PORT override).
 Checkpoint folders are discovered under ``checkpoints/`` (or ``$ATTN_CHECKPOINTS``). This file is the

@@ -17,7 +17,7 @@ def about_markdown(reg: Registry) -> str:
     """(Inside <details>, markdown escapes are not undone: names there are HTML-escaped instead.)"""
     out = ["## What you are looking at",
            "An encoder-decoder Transformer (Vaswani et al. 2017, pre-norm) trained from scratch on Multi30k "
-           "(about 29,000 image captions with German, English and French translations; tokenized with spaCy's "
+           "(about 29,000 image captions with German, English, French and Czech translations; tokenized with spaCy's "
            "rule-based tokenizer, then split into pieces of a joint SentencePiece vocabulary per language pair, "
            "marked ▁ where a word starts; older checkpoints use whole-word vocabularies). After the decode, the "
            "model runs once more, teacher-forced on the source and the tokens it chose, and the attention, masks, "
