@@ -130,6 +130,25 @@ def test_the_head_chosen_in_the_bar_is_the_head_every_view_shows(page):
     _text_has(page, "#patch-sel", "layer 1, head 0")
 
 
+def test_head_profiles_picker_follows_the_bar_and_moves_it(page):
+    """Head profiles' "Open a head's map" opens on the bar's head, follows the bar, and a pick there moves it."""
+    pick_kind(page, "Decoder cross-attention")
+    _pick(page, "#attn-layer", "layer 1")
+    _pick(page, "#attn-head", "head 1")
+    _tab(page, "Analysis & export")
+    _title_has(page, "#prof-head-plot", "layer 1, head 1")
+    assert page.locator("#prof-pick input").first.input_value() == "cross L1 H1"
+    _pick(page, "#prof-pick", "cross L0 H3")
+    _title_has(page, "#prof-head-plot", "layer 0 (first), head 3")
+    page.wait_for_function("() => document.querySelector('#attn-head input').value.startsWith('head 3')",
+                           timeout=WAIT)
+    assert page.locator("#attn-layer input").first.input_value().startswith("layer 0")
+    _pick(page, "#attn-head", "head 0")   # the bar moves back: the profile's map and picker follow
+    _title_has(page, "#prof-head-plot", "layer 0 (first), head 0 (first)")
+    page.wait_for_function("() => document.querySelector('#prof-pick input').value === 'cross L0 H0'", timeout=WAIT)
+    page.screenshot(path=str(ARTIFACTS / "profiles-follow-the-bar.png"), full_page=False)
+
+
 def test_two_sentences_follows_the_runs_direction_and_clears_when_edited(page):
     """After an en→de run the boxes hold English sentences and Compare runs exactly those; editing A clears
     the result (and the bench's) rather than leaving one for other sentences."""

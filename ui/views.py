@@ -464,7 +464,7 @@ REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
     _spec("computation", "attribution", "units"),
     _spec("computation", "forced", "", lambda run, sel, lm: inside.forced_view(run)),
     _spec("computation", "decoderlens", ""),  # a model call per encoder layer: drawn by its section
-    _spec("analysis", "profiles", ""),
+    _spec("analysis", "profiles", "kind layer head"),  # its picker opens the selected head
     _spec("analysis", "pair", ""),
     _spec("analysis", "export", ""),
     _spec("analysis", "about", ""),
