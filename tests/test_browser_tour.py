@@ -220,3 +220,37 @@ def test_on_a_phone_the_tour_takes_a_typed_sentence_and_walks_its_first_three_st
         page.screenshot(path=str(ARTIFACTS / f"phone-tour-stop{n}.png"), full_page=True)
         page.locator("#tour-next").click()
     page.close()
+
+
+# the panel titles (annotations) of the tour's figure: no two of them share any area
+TITLES_APART_JS = """() => {
+  const r = [...document.querySelectorAll('#tour-plot .annotation-text')].map(e => e.getBoundingClientRect())
+    .filter(b => b.width > 0);
+  for (let i = 0; i < r.length; i++) for (let j = i + 1; j < r.length; j++) {
+    const a = r[i], b = r[j];
+    if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1) return false;
+  }
+  return r.length >= 4;
+}"""
+
+
+def test_switching_the_look_ahead_mask_off_redraws_stop_5(browser, app):
+    """Stop 5: after the trial the causal panel is all readable, the text states the mask-off run's number,
+    the title names the colour hidden cells have, and the four panel titles do not overlap."""
+    url, _ = app
+    page = load(new_page(browser), _url(url, "de-en", tour=5))
+    _wait_stop(page, 5)
+    assert page.evaluate(TITLES_APART_JS)
+    assert "pink: hidden" in page.evaluate("() => document.querySelector('#tour-plot .js-plotly-plot').layout"
+                                           ".title.text")
+    page.locator("#tour-try input").first.click()
+    page.get_by_role("option", name="switch the look-ahead mask off").click()
+    page.wait_for_function("() => (document.querySelector('#tour-changed')||{}).innerText?.includes('What changed')",
+                           timeout=WAIT)
+    page.wait_for_function("() => document.querySelector('#tour-plot .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('look-ahead mask off')", timeout=WAIT)
+    causal = page.evaluate("() => Array.from(document.querySelector('#tour-plot .js-plotly-plot')._fullData[1].z)"
+                           ".flatMap(r => Array.from(r))")
+    assert causal and all(v == 1 for v in causal)
+    assert "With the look-ahead mask off" in _body(page) and page.evaluate(TITLES_APART_JS)
+    page.screenshot(path=str(ARTIFACTS / "tour-stop5-mask-off.png"), full_page=False)

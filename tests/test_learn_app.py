@@ -87,10 +87,32 @@ def test_the_tours_learn_stop_shows_the_frames_and_leaving_opens_the_picked_one(
     assert [s.name for s in plot.data][0] == "error on the training sentences"
     query = parse_qs(urlsplit(leave).query)
     assert query["section"] == ["learn"] and query["model"] == ["de-en"]
-    changed, body, plot, leave = fns["tour_try"](run, learn_stop, "words", "2", None)
-    assert changed.startswith("**What changed:** After 8 updates the model translates your sentence as")
-    assert "After 8 updates" in body and plot.layout.shapes[0].x0 == 9
+    tried = fns["tour_try"](run, learn_stop, "words", "2", None)
+    body, changed, plot, link, leave = tried[5], tried[7], tried[8], tried[9], tried[10]
+    assert changed.startswith("**What changed:** after 8 updates, the model writes “")
+    assert f"where the finished model wrote “{run.tr.text[:60]}" in changed
+    assert changed not in body and "After 8 updates" in body and plot.layout.shapes[0].x0 == 9
     assert parse_qs(urlsplit(leave).query)["model"] == ["de-en@8"]   # leaving opens every view on that frame
+    assert parse_qs(urlsplit(link).query)["tpick"] == ["2"]           # the stop's link keeps the pick
+
+
+def test_a_tour_pick_redraws_its_stop_and_its_link_opens_that_pick(app_fns):
+    """Stop 11: picking a step redraws the figure (the rows decoded up to it), the stop's link names the pick,
+    and that link, opened fresh, draws the stop on the same pick."""
+    from ui import tour
+    from ui.sections import tour as tour_section
+    demo, fns = app_fns
+    run = run_of(fns, "de-en")["Run"]
+    last = tour.N_STOPS - 1
+    plain = fns["tour_next"](run, last - 1, "words", None)
+    picked = fns["tour_try"](run, last, "words", "1", SimpleNamespace(headers={"referer": "http://h/"}))
+    assert picked[6].value == "1" and picked[8].to_json() != plain[8].to_json()
+    link = picked[9]
+    assert parse_qs(urlsplit(link).query)["tpick"] == ["1"] and "step=1" in link
+    assert picked[7].startswith("**What changed:**") and picked[7] not in picked[5]
+    fresh = tour_section._after_run(demo.shell, run, tour_section.CLOSED, False, "words",
+                                    SimpleNamespace(headers={"referer": link}))
+    assert fresh[3] == last and fresh[6].value == "1" and fresh[8].to_json() == picked[8].to_json()
 
 
 def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns):

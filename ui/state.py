@@ -309,7 +309,7 @@ def from_query(params, shapes: dict[str, ModelShape], max_beam: int = 8, max_len
                        reference=str(ref) if ref not in (None, "") else None, toggles=_toggles(r, shape),
                        prefix=_prefix(r))
     known = {"text", "model", "beam", "max_len", "ref", "pad", "padding", "causal", "positional", "ablate", "hide",
-             "prefix", "tour", *WHATIF_KEYS,
+             "prefix", "tour", "tpick", *WHATIF_KEYS,
              *(f.name for f in fields(Selection))}
     sel = _selection(r, shape)
     tour = r.int("tour", 0, 1, TOUR_STOPS)
@@ -323,9 +323,16 @@ def tour_stop(params) -> int | None:
     return int(value) - 1 if value.isdigit() and 1 <= int(value) <= TOUR_STOPS else None
 
 
-def tour_url(base_url: str, inputs: RunInputs, sel: Selection, stop: int) -> str:
-    """The link to tour stop ``stop`` (0-based) on this run: the explorer's link plus tour=stop+1."""
-    return link_url(base_url, inputs, sel) + f"&tour={stop + 1}"
+def tour_pick(params) -> str | None:
+    """The tour stop's pick a link names (its trial's value: a token, a head, a step), if any."""
+    value = str(dict(params or {}).get("tpick", "")).strip()[:40]
+    return value or None
+
+
+def tour_url(base_url: str, inputs: RunInputs, sel: Selection, stop: int, pick: str | None = None) -> str:
+    """The link to tour stop ``stop`` (0-based) on this run: the explorer's link plus tour=stop+1, and the
+    stop's pick where one is made."""
+    return link_url(base_url, inputs, sel) + f"&tour={stop + 1}" + (f"&{urlencode({'tpick': pick})}" if pick else "")
 
 
 # --------------------------------------------------------------------------- "what if" in a link
