@@ -5,6 +5,8 @@ language differs is refused with a sentence, and an export records the second mo
 signals."""
 from __future__ import annotations
 
+import html
+
 import pytest
 
 from model.analysis.trust_signals import SHOWN, load_reference, reference_of, report, save_reference, signals
@@ -45,7 +47,7 @@ def test_a_link_restores_both_models_each_with_its_own_grid(demo):
     url = link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL, WhatIf(second=demo.deep))
     values = _load(demo, url)
     run = values["Run"]
-    assert values["sbs-model"] == demo.deep
+    assert values["sbs-model"].value == demo.deep
     md = values["sbs-md"]
     assert f"| model | {md_escape('de-en')} | {md_escape(demo.deep)} |" in md
     assert f"| layers (enc + dec) × heads | {md_escape('2 + 2 × 4')} | {md_escape('3 + 3 × 4')} |" in md
@@ -76,10 +78,27 @@ def test_each_side_shows_its_own_models_trust_signals(demo):
 def test_a_second_model_of_another_source_language_is_refused(demo):
     values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL,
                                   WhatIf(second="en-de")))
-    assert values["sbs-md"].startswith("⚠️") and "source languages must match" in values["sbs-md"]
-    assert "'en'" in values["sbs-md"] and "'de'" in values["sbs-md"]
+    md = values["sbs-md"]
+    assert md.startswith("⚠️") and md_escape("en-de reads English, but this run's sentence is in German.") in md
+    assert md.rstrip().endswith(".")  # whole sentences
+    # a placeholder that breaks its lines to fit (read as shown: entities unescaped)
+    refused = html.unescape(values["sbs-grid-b"].layout.annotations[0].text)
+    assert max(len(x) for x in refused.split("<br>")) <= 52 and "Pick a model that reads the same" in \
+        refused.replace("<br>", " ")
     assert values.get("SecondModel") is None
     assert values["sbs-trust-a"] == values["sbs-trust-b"] == ""
+
+
+def test_a_german_run_is_offered_every_model_that_reads_german(demo):
+    """The list follows the run: German models beside a German run, English ones beside an English run."""
+    from ui import sidebyside as sbs
+    values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL))
+    keys = [k for _, k in sbs.candidates(demo.registry, values["Run"])]
+    assert keys == [demo.deep]                        # en-de reads English; de-en is the run itself
+    english = _load(demo, link_url("http://h/", RunInputs(model="en-de", text="Two dogs play.", max_len=12), SEL))
+    assert [k for _, k in sbs.candidates(demo.registry, english["Run"])] == []
+    offered = values["sbs-model"]                      # the dropdown the run refreshed
+    assert [k for _, k in offered.choices] == keys
 
 
 def test_the_export_records_the_second_model(demo):
