@@ -39,13 +39,13 @@ def test_frames_are_offered_and_the_scrubber_makes_one_the_run(app_fns):
     assert [k for k in demo.registry.names if "@" in k] == [f"de-en@{s}" for s in (0, 4, 8, 16, 32, 48)]
     first = run_of(fns, "de-en")
     assert "Frame 6 of 6" in first["frame-md"] and "finished model" in first["frame-md"]
-    assert first["frame-scrub"].maximum == 5
-    pick = fns["pick_frame"](first["Run"], 2)
+    assert first["frame-scrub"].maximum == 6 and first["frame-scrub"].value == 6  # counted as the text counts
+    pick = fns["pick_frame"](first["Run"], 3)
     assert pick.value == "de-en@8"
     v = run_of(fns, pick.value)
     assert v["Run"].model == "de-en@8"
     assert "de→en at step 8 of 48" in v["run-bar"]
-    assert "Frame 3 of 6" in v["frame-md"] and v["frame-scrub"].value == 2
+    assert "Frame 3 of 6" in v["frame-md"] and v["frame-scrub"].value == 3
     query = parse_qs(urlsplit(v["link-box"]).query)
     assert query["model"] == ["de-en@8"]                   # the link carries the frame
     restored = from_query({k: x[0] for k, x in query.items()}, demo_shapes(demo))
@@ -53,6 +53,24 @@ def test_frames_are_offered_and_the_scrubber_makes_one_the_run(app_fns):
     # another frame is another model: the same sentence gets that frame's own attention
     other = run_of(fns, "de-en@48")["Run"]
     assert (other.tr.steps[0].cross_attn != v["Run"].tr.steps[0].cross_attn).any()
+
+
+def test_one_click_compares_a_frame_with_the_finished_model(app_fns):
+    """From Watch it learn: the run's frame beside the finished model in Analysis › Two models, drawn at once;
+    and Two models offers every snapshot of the direction."""
+    from ui import sidebyside as sbs
+    demo, fns = app_fns
+    frame = run_of(fns, "de-en@8")["Run"]
+    offered = [k for _, k in sbs.candidates(demo.registry, frame)]
+    assert {"de-en", *(f"de-en@{s}" for s in (0, 4, 16, 32, 48))} <= set(offered) and "de-en@8" not in offered
+    out = fns["compare_frame"](frame, 3, Selection(), {})
+    tabs, section, sub, held, md = out[0], out[1], out[2], out[3], out[6]
+    assert (tabs.selected, section, sub.selected, held["analysis"]) == ("analysis", "analysis", "sidebyside",
+                                                                         "sidebyside")
+    assert out[5].value == "de-en" and "| model | de\\-en@8 | de\\-en |" in md.replace("\\@", "@")
+    finished = run_of(fns, "de-en")
+    assert "the run shows the finished model" in finished["frame-md"]
+    assert fns["compare_frame"](finished["Run"], 2, Selection(), {})[5].value == "de-en@4"   # the scrubber's frame
 
 
 def demo_shapes(demo):
