@@ -441,10 +441,12 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
             return {shell.text: gr.skip()}
         inputs, sel, problems = found
         ctx = RunContext(sel, replay=sel.section == "translate", base_url=base_url(request))
-        values = translate_values(shell, inputs, problems, ctx)
+        # the link's problems are said once, above the sections (never as this run's own notices, which
+        # Masks' comparison and every later view of the run would repeat)
+        values = translate_values(shell, inputs, [], ctx)
         run = values.get(shell.run_state)
         if run is None:
-            return _controls(shell, inputs, sel) | values
+            return _controls(shell, inputs, sel) | values | {shell.link_notice: link_notice_md(problems)}
         sel = sel.fit(ModelShape.of(shell.lm(run)))
         shown = replace(sel, step=min(sel.step, max(0, run.n_steps - 1)))
         if sel.section in lazy:  # the section the link opens, drawn at once (under the run's own values)
@@ -456,8 +458,6 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
         link = whatif.link_after_load(shell, run, shown, ctx.base_url, extra)
         if link is not None:
             values[shell.bar.link_box] = link
-        if bad:
-            values[p.notice] = "\n\n".join(x for x in (values.get(p.notice), whatif.notice(bad)) if x)
         late = _past_the_run(run, inputs, sel, shown)
         values[shell.link_notice] = link_notice_md([*problems, *late, *bad])
         return _controls(shell, inputs, shown) | values | {shell.step: gr.Slider(
