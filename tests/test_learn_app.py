@@ -133,8 +133,10 @@ def test_a_tour_pick_redraws_its_stop_and_its_link_opens_that_pick(app_fns):
     assert fresh[3] == last and fresh[6].value == "1" and fresh[8].to_json() == picked[8].to_json()
 
 
-def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns):
+def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns, monkeypatch):
     _, fns = app_fns
+    toasts = []
+    monkeypatch.setattr(gr, "Info", lambda message, *a, **k: toasts.append(message))
     steps = list(fns["train_toy"]("我 有 一 个 好 朋 友 ||| I have a good friend .", 0,
                                   SimpleNamespace(session_hash="session-1")))
     status, _, direction, text = steps[-1]
@@ -142,6 +144,8 @@ def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns):
     assert text == "我 有 一 个 好 朋 友"
     v = run_of(fns, direction.value, text)
     assert v["Run"].tr.text == "I have a good friend ."
+    # a toy loads at once: its toast does not warn of a large model
+    assert all("large" not in t for t in toasts) and any(t.startswith("Loading ") for t in toasts), toasts
     assert "zh→en at step 100 of 100" in v["run-bar"] and "Frame 7 of 7" in v["frame-md"]
     with pytest.raises(gr.Error, match="already trained its toy model"):
         list(fns["train_toy"]("a ||| b", 0, SimpleNamespace(session_hash="session-1")))

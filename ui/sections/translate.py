@@ -210,13 +210,18 @@ def branch_notice(lm, tr, beam: int) -> str:
             "were forced; the model wrote the rest. Generation shows what it would have chosen at every step.")
 
 
+SLOW_LOAD_PARAMETERS = 20_000_000  # from about this size a first load takes seconds (a toy or a frame: none)
+
+
 def load_notice(shell: Shell, name: str) -> list[str]:
     """An added model is loaded on its first use (and again after it was evicted): say so while it loads,
     and how long it took, in the run's notices."""
     if catalog.is_loaded(shell.reg, name):
         return []
     label = choice_label(name, shell.reg)
-    gr.Info(f"Loading {label} (first use: a large model takes a few seconds)…")
+    info = catalog.infos(shell.reg).get(name)
+    slow = info is not None and info.parameters >= SLOW_LOAD_PARAMETERS
+    gr.Info(f"Loading {label}" + (" (first use: a model this large takes a few seconds)…" if slow else "…"))
     took = calls.ensure_loaded(shell.reg_key, name)
     return [f"{label} was loaded for this run ({took:.1f} s, on first use)."] if took else []
 
