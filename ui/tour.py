@@ -30,7 +30,7 @@ from viz.learning import Curve, curves_figure
 
 from . import calls, inside, learn, views
 from .present import direction_label, md_escape, piece_note
-from .state import TOUR_STOPS, Run, Selection
+from .state import TOUR_STOPS, Run, Selection, read_index
 
 SPECIAL = ("<bos>", "<eos>", "<pad>", "<unk>", "<s>", "</s>")
 TITLES = ("Tokens and embeddings", "Positional encoding", "One head: scores → softmax", "Many heads",
@@ -135,19 +135,12 @@ def _pos_choices(labels: list[str], skip_special: bool = True) -> tuple[tuple[st
         or tuple((f"{i}: {t}", str(i)) for i, t in enumerate(labels))
 
 
-def _int(choice, default: int, n: int) -> int:
-    try:
-        return max(0, min(int(choice), n - 1))
-    except (TypeError, ValueError):
-        return default
-
-
 # --------------------------------------------------------------------------- stops 1-2: the input
 
 def stop_tokens(t: TourRun, choice: str | None = None) -> Stop:
     steps = t.comp.embedding_steps("encoder")
     n, toks = steps.norms(), t.tr.src_tokens
-    i = _int(choice, t.content_src(), len(toks))
+    i = read_index(choice, t.content_src(), len(toks))
     d = t.lm.model.cfg.d_model
     scaled = math.isclose(steps.scale, math.sqrt(d), rel_tol=1e-4)
     how = f"multiplies it by √{d} = {steps.scale:.2f}" if scaled else f"multiplies it by {steps.scale:.2f}"
@@ -199,7 +192,7 @@ def _changed(what: str, base, other) -> str:
 
 def stop_one_head(t: TourRun, choice: str | None = None) -> Stop:
     toks = t.tr.src_tokens
-    q = _int(choice, t.content_src(), len(toks))
+    q = read_index(choice, t.content_src(), len(toks))
     h = t.comp.head(ENC_SELF, 0, 0, q)
     d_k = t.lm.model.cfg.d_model // t.lm.model.cfg.n_heads
     ok = np.where(h.mask)[0]
@@ -228,7 +221,7 @@ def _heads_of_layer(t: TourRun, layer: int, q: int) -> list[tuple[int, str, floa
 
 def stop_many_heads(t: TourRun, choice: str | None = None) -> Stop:
     n_layers = t.lm.model.cfg.n_encoder_layers
-    layer = _int(choice, 0, n_layers)
+    layer = read_index(choice, 0, n_layers)
     q = t.content_src()
     rows = _heads_of_layer(t, layer, q)
     d_k = t.lm.model.cfg.d_model // t.lm.model.cfg.n_heads
@@ -307,7 +300,7 @@ def tried_masks(t: TourRun, choice: str) -> str:
 def stop_residual(t: TourRun, choice: str | None = None) -> Stop:
     r = t.comp.residual_norms("decoder")
     labels = t.tr.decoder_input_tokens
-    i = _int(choice, min(1, len(labels) - 1), len(labels))
+    i = read_index(choice, min(1, len(labels) - 1), len(labels))
     L = r.resid.shape[0] - 1
     adds = [("self-attention", r.attn), ("cross-attention", r.cross), ("feed-forward", r.ffn)]
     best = max(((name, l, float(x[l, i])) for name, x in adds if x is not None for l in range(L)), key=lambda z: z[2])
@@ -355,7 +348,7 @@ def reads(t: TourRun, o: int) -> str:
 def stop_cross(t: TourRun, choice: str | None = None) -> Stop:
     best = peak_cross(t)
     H = t.lm.model.cfg.n_heads
-    head = _int(choice, best[1], H) if choice not in (None, "") else best[1]
+    head = read_index(choice, best[1], H) if choice not in (None, "") else best[1]
     l, h, o, k, w = peak_cross(t, best[0], head)
     keys, outs = t.src_axis()[0], t.out_axis()[0]
     unit = "words" if t.by_word else "tokens"
@@ -534,7 +527,7 @@ def stop_whole(t: TourRun, choice: str | None = None) -> Stop:
          f"The model was surest at step {hi} ({em(tr.steps[hi].token)}, {pct(probs[hi])}) and least sure at step "
          f"{lo} ({em(tr.steps[lo].token)}, {pct(probs[lo])})."]
     facts = [Fact("max_prob", probs[hi]), Fact("min_prob", probs[lo])]
-    j = _int(choice, lo, len(probs))
+    j = read_index(choice, lo, len(probs))
     if choice not in (None, ""):
         s.append(f"At step {j} it wrote {em(tr.steps[j].token)} with probability {pct(probs[j])}.")
         facts.append(Fact("step_prob", probs[j]))
