@@ -114,3 +114,23 @@ def test_a_forked_gpu_worker_gets_a_free_model_lock():
         proc.start()
         assert out.get(timeout=30) is True
         proc.join(10)
+
+
+def test_every_model_call_reads_its_model_through_the_one_lookup():
+    """Inside a model call the model comes from calls._lm (a CUDA copy inside a ZeroGPU call), never from the
+    registry directly, which would hand the CPU weights to a GPU call."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import ui
+    found = []
+    for info in pkgutil.walk_packages(ui.__path__, "ui."):
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            fn = getattr(obj, "uncached", obj)  # a cached call: the model call it caches
+            if callable(fn) and hasattr(fn, "gpu") and getattr(fn, "__module__", "") == module.__name__:
+                src = inspect.getsource(inspect.unwrap(fn))
+                found.append(name)
+                assert ".models[" not in src and "models.get(" not in src, f"{module.__name__}.{name}"
+    assert {"gpu_alignment_ranking", "gpu_sentence_ranking", "gpu_trust", "gpu_compare"} <= set(found), found
