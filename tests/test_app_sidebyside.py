@@ -114,3 +114,26 @@ def test_the_export_records_the_second_model(demo):
     assert [r["name"] for r in recorded["trust"]["readings"]] == list(SHOWN)
     assert all(r["worse_than"] is not None for r in recorded["trust"]["readings"])
     assert whatif.export_settings(run, None, None, SecondModel("another-run", demo.deep)) == {}
+
+
+def test_readers_of_german_include_snapshots_and_a_many_to_many_pair(monkeypatch):
+    """A German run may stand beside: the other German readers, every training snapshot of its direction, an
+    OPUS-MT model (three-letter code) and an NLLB model under its German pair, into the run's target language."""
+    from types import SimpleNamespace as NS
+
+    from ui import sidebyside as sbs
+
+    def info(key, src, tgt, languages=()):
+        return NS(key=key, src_lang=src, tgt_lang=tgt, languages=languages, base=None,
+                  many_to_many=len(languages) > 1)
+    infos = {i.key: i for i in (
+        info("de-en", "de", "en"), info("de-en@256", "de", "en"), info("de-en@2480", "de", "en"),
+        info("en-de", "en", "de"), info("fr-en", "fr", "en"), info("Helsinki-NLP/opus-mt-de-fr", "deu", "fra"),
+        info("facebook/nllb-200", "eng_Latn", "fra_Latn", ("eng_Latn", "deu_Latn", "fra_Latn")),
+        info("facebook/m2m100", "en", "fr", ("en", "fr")))}
+    monkeypatch.setattr(sbs.catalog, "infos", lambda reg: infos)
+    keys = [k for _, k in sbs.readers(None, "de", "en", own="de-en")]
+    assert keys == ["de-en@256", "de-en@2480", "Helsinki-NLP/opus-mt-de-fr", "facebook/nllb-200@deu_Latn-eng_Latn"]
+    labels = dict((k, label) for label, k in sbs.readers(None, "de", "en", own="de-en"))
+    assert labels["de-en@256"] == "de-en@256 (snapshot after 256 updates)"
+    assert labels["facebook/nllb-200@deu_Latn-eng_Latn"].endswith("(German → English)")
