@@ -215,6 +215,40 @@ def test_a_foil_typed_in_the_bench_is_the_word_not_the_mid_word_piece(browser, s
     pg.close()
 
 
+def test_the_target_step_list_follows_b_as_typed(browser, shipped_url):
+    """The "Target token (B's output step)" list is read from A and B as they are: filled in (the cursor left in
+    B: no blur, no Enter), it names B's own tokens, and follows B when B changes again."""
+    from pathlib import Path
+
+    from ui import calls, patching
+    pg = load(new_page(browser), shipped_url)
+    _tab(pg, "Analysis & export")
+    _plot(pg, "#prof-heat")  # the head profiles it opens on come first, in the same model queue
+    _tab(pg, "Two sentences")
+    a = "Der Hund jagt die Katze."
+    pg.locator("#pair-a textarea").fill(a)
+    shipped = Path(__file__).resolve().parent.parent / "checkpoints" / "de-en"
+    reg_key = next(k for k, r in calls.REGISTRIES.items()   # the shipped model's server, not the tiny one's
+                   if "de-en" in r.names and (Path(r.root) / "de-en").resolve() == shipped)
+    for b in ("Die Katze jagt den Hund.", "Eine Frau liest ein Buch."):
+        pg.locator("#pair-b textarea").fill(b)
+        tokens = patching.target_tokens(reg_key, "de-en", b, "")
+        labels = [f"step {i}: {t}" for i, t in enumerate(tokens)]
+        try:
+            pg.wait_for_function("(v) => v.includes(document.querySelector('#patch-step input').value)",
+                                 arg=labels, timeout=WAIT)   # the step shown is one of B's own
+        finally:
+            pg.screenshot(path=str(ARTIFACTS / "patch-steps-follow-b.png"), full_page=False)
+        pg.locator("#patch-step input").first.click()
+        pg.wait_for_function("(n) => document.querySelectorAll('#patch-step [data-testid=dropdown-option]')"
+                             ".length === n", arg=len(tokens), timeout=WAIT)
+        shown = pg.locator("#patch-step [data-testid=dropdown-option]").all_inner_texts()
+        assert [x.split("\n")[-1].strip() for x in shown] == labels
+        pg.keyboard.press("Escape")
+    pg.screenshot(path=str(ARTIFACTS / "patch-steps-follow-b.png"), full_page=False)
+    pg.close()
+
+
 def test_copy_link_says_it_copied(page):
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     page.locator("#link-btn").click()
