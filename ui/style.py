@@ -10,7 +10,7 @@ CSS = """
 .link-box textarea {font-size: 0.75em;}
 /* Sticky needs no scrolling ancestor: Gradio's container hides its overflow, which makes it one. */
 .gradio-container {overflow-x: clip !important; overflow-y: visible !important;}
-#run-bar-box {position: sticky; top: 0; z-index: 20; background: var(--background-fill-primary); gap: 2px;
+#run-bar-box {position: sticky; top: 0; z-index: 100; background: var(--background-fill-primary); gap: 2px;
   padding: 2px 0 4px 0; border-bottom: 1px solid var(--border-color-primary);}
 #run-bar {padding: 0 !important; border: 0 !important;}
 #run-bar-row {flex-wrap: nowrap !important; align-items: center; gap: 4px;}
