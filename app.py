@@ -80,6 +80,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
     demo.queue(default_concurrency_limit=1,
                max_size=max(1, int(max_queue or env.queue_size)))
     demo.registry = reg  # for tests and benchmarks
+    demo.shell = shell   # for tests that call a section's handlers in-process
     if warm and reg.models:
         threading.Thread(target=warm_up, args=(reg_key,), name="warm-up", daemon=True).start()
     return demo

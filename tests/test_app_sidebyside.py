@@ -5,6 +5,8 @@ language differs is refused with a sentence, and an export records the second mo
 signals."""
 from __future__ import annotations
 
+import html
+
 import pytest
 
 from model.analysis.trust_signals import SHOWN, load_reference, reference_of, report, save_reference, signals
@@ -45,7 +47,7 @@ def test_a_link_restores_both_models_each_with_its_own_grid(demo):
     url = link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL, WhatIf(second=demo.deep))
     values = _load(demo, url)
     run = values["Run"]
-    assert values["sbs-model"] == demo.deep
+    assert values["sbs-model"].value == demo.deep
     md = values["sbs-md"]
     assert f"| model | {md_escape('de-en')} | {md_escape(demo.deep)} |" in md
     assert f"| layers (enc + dec) × heads | {md_escape('2 + 2 × 4')} | {md_escape('3 + 3 × 4')} |" in md
@@ -76,10 +78,27 @@ def test_each_side_shows_its_own_models_trust_signals(demo):
 def test_a_second_model_of_another_source_language_is_refused(demo):
     values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL,
                                   WhatIf(second="en-de")))
-    assert values["sbs-md"].startswith("⚠️") and "source languages must match" in values["sbs-md"]
-    assert "'en'" in values["sbs-md"] and "'de'" in values["sbs-md"]
+    md = values["sbs-md"]
+    assert md.startswith("⚠️") and md_escape("en-de reads English, but this run's sentence is in German.") in md
+    assert md.rstrip().endswith(".")  # whole sentences
+    # a placeholder that breaks its lines to fit (read as shown: entities unescaped)
+    refused = html.unescape(values["sbs-grid-b"].layout.annotations[0].text)
+    assert max(len(x) for x in refused.split("<br>")) <= 52 and "Pick a model that reads the same" in \
+        refused.replace("<br>", " ")
     assert values.get("SecondModel") is None
     assert values["sbs-trust-a"] == values["sbs-trust-b"] == ""
+
+
+def test_a_german_run_is_offered_every_model_that_reads_german(demo):
+    """The list follows the run: German models beside a German run, English ones beside an English run."""
+    from ui import sidebyside as sbs
+    values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL))
+    keys = [k for _, k in sbs.candidates(demo.registry, values["Run"])]
+    assert keys == [demo.deep]                        # en-de reads English; de-en is the run itself
+    english = _load(demo, link_url("http://h/", RunInputs(model="en-de", text="Two dogs play.", max_len=12), SEL))
+    assert [k for _, k in sbs.candidates(demo.registry, english["Run"])] == []
+    offered = values["sbs-model"]                      # the dropdown the run refreshed
+    assert [k for _, k in offered.choices] == keys
 
 
 def test_the_export_records_the_second_model(demo):
@@ -95,3 +114,26 @@ def test_the_export_records_the_second_model(demo):
     assert [r["name"] for r in recorded["trust"]["readings"]] == list(SHOWN)
     assert all(r["worse_than"] is not None for r in recorded["trust"]["readings"])
     assert whatif.export_settings(run, None, None, SecondModel("another-run", demo.deep)) == {}
+
+
+def test_readers_of_german_include_snapshots_and_a_many_to_many_pair(monkeypatch):
+    """A German run may stand beside: the other German readers, every training snapshot of its direction, an
+    OPUS-MT model (three-letter code) and an NLLB model under its German pair, into the run's target language."""
+    from types import SimpleNamespace as NS
+
+    from ui import sidebyside as sbs
+
+    def info(key, src, tgt, languages=()):
+        return NS(key=key, src_lang=src, tgt_lang=tgt, languages=languages, base=None,
+                  many_to_many=len(languages) > 1)
+    infos = {i.key: i for i in (
+        info("de-en", "de", "en"), info("de-en@256", "de", "en"), info("de-en@2480", "de", "en"),
+        info("en-de", "en", "de"), info("fr-en", "fr", "en"), info("Helsinki-NLP/opus-mt-de-fr", "deu", "fra"),
+        info("facebook/nllb-200", "eng_Latn", "fra_Latn", ("eng_Latn", "deu_Latn", "fra_Latn")),
+        info("facebook/m2m100", "en", "fr", ("en", "fr")))}
+    monkeypatch.setattr(sbs.catalog, "infos", lambda reg: infos)
+    keys = [k for _, k in sbs.readers(None, "de", "en", own="de-en")]
+    assert keys == ["de-en@256", "de-en@2480", "Helsinki-NLP/opus-mt-de-fr", "facebook/nllb-200@deu_Latn-eng_Latn"]
+    labels = dict((k, label) for label, k in sbs.readers(None, "de", "en", own="de-en"))
+    assert labels["de-en@256"] == "de-en@256 (snapshot after 256 updates)"
+    assert labels["facebook/nllb-200@deu_Latn-eng_Latn"].endswith("(German → English)")

@@ -108,7 +108,8 @@ def test_a_link_restores_a_branch(server):
     bad = dict(request.query_params, prefix="2,99999")
     values = {getattr(c, "elem_id", None) or type(v).__name__: v
               for c, v in load(1440, SimpleNamespace(query_params=bad, headers={})).items()}
-    assert values["Run"].tr.prefix_len == 0 and "prefix cannot be forced" in values["notice"]
+    assert values["Run"].tr.prefix_len == 0 and "prefix cannot be forced" in values["link-notice"]
+    assert "prefix cannot be forced" not in values["notice"]  # said once, above the sections
 
 
 def test_link_round_trip_and_bad_prefix():

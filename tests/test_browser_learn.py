@@ -50,7 +50,7 @@ def test_scrubber_link_and_head_forming(app_url):
                                timeout=WAIT)
         before = _status(page)
         box = page.locator("#frame-scrub input[type=number]")
-        box.fill("2")
+        box.fill("3")   # frames counted from 1, as "Frame 3 of 6" counts them
         box.press("Enter")
         wait_done(page, before)
         page.wait_for_function("() => document.querySelector('#run-bar').innerText.includes('at step 8 of 48')",

@@ -130,6 +130,25 @@ def test_the_head_chosen_in_the_bar_is_the_head_every_view_shows(page):
     _text_has(page, "#patch-sel", "layer 1, head 0")
 
 
+def test_head_profiles_picker_follows_the_bar_and_moves_it(page):
+    """Head profiles' "Open a head's map" opens on the bar's head, follows the bar, and a pick there moves it."""
+    pick_kind(page, "Decoder cross-attention")
+    _pick(page, "#attn-layer", "layer 1")
+    _pick(page, "#attn-head", "head 1")
+    _tab(page, "Analysis & export")
+    _title_has(page, "#prof-head-plot", "layer 1, head 1")
+    assert page.locator("#prof-pick input").first.input_value() == "cross L1 H1"
+    _pick(page, "#prof-pick", "cross L0 H3")
+    _title_has(page, "#prof-head-plot", "layer 0 (first), head 3")
+    page.wait_for_function("() => document.querySelector('#attn-head input').value.startsWith('head 3')",
+                           timeout=WAIT)
+    assert page.locator("#attn-layer input").first.input_value().startswith("layer 0")
+    _pick(page, "#attn-head", "head 0")   # the bar moves back: the profile's map and picker follow
+    _title_has(page, "#prof-head-plot", "layer 0 (first), head 0 (first)")
+    page.wait_for_function("() => document.querySelector('#prof-pick input').value === 'cross L0 H0'", timeout=WAIT)
+    page.screenshot(path=str(ARTIFACTS / "profiles-follow-the-bar.png"), full_page=False)
+
+
 def test_two_sentences_follows_the_runs_direction_and_clears_when_edited(page):
     """After an en→de run the boxes hold English sentences and Compare runs exactly those; editing A clears
     the result (and the bench's) rather than leaving one for other sentences."""
@@ -193,6 +212,40 @@ def test_a_foil_typed_in_the_bench_is_the_word_not_the_mid_word_piece(browser, s
     pg.locator("#patch-foil textarea, #patch-foil input").first.fill("unbelievable")
     pg.locator("#patch-btn").click()
     _text_has(pg, "#patch-md", "pieces here")
+    pg.close()
+
+
+def test_the_target_step_list_follows_b_as_typed(browser, shipped_url):
+    """The "Target token (B's output step)" list is read from A and B as they are: filled in (the cursor left in
+    B: no blur, no Enter), it names B's own tokens, and follows B when B changes again."""
+    from pathlib import Path
+
+    from ui import calls, patching
+    pg = load(new_page(browser), shipped_url)
+    _tab(pg, "Analysis & export")
+    _plot(pg, "#prof-heat")  # the head profiles it opens on come first, in the same model queue
+    _tab(pg, "Two sentences")
+    a = "Der Hund jagt die Katze."
+    pg.locator("#pair-a textarea").fill(a)
+    shipped = Path(__file__).resolve().parent.parent / "checkpoints" / "de-en"
+    reg_key = next(k for k, r in calls.REGISTRIES.items()   # the shipped model's server, not the tiny one's
+                   if "de-en" in r.names and (Path(r.root) / "de-en").resolve() == shipped)
+    for b in ("Die Katze jagt den Hund.", "Eine Frau liest ein Buch."):
+        pg.locator("#pair-b textarea").fill(b)
+        tokens = patching.target_tokens(reg_key, "de-en", b, "")
+        labels = [f"step {i}: {t}" for i, t in enumerate(tokens)]
+        try:
+            pg.wait_for_function("(v) => v.includes(document.querySelector('#patch-step input').value)",
+                                 arg=labels, timeout=WAIT)   # the step shown is one of B's own
+        finally:
+            pg.screenshot(path=str(ARTIFACTS / "patch-steps-follow-b.png"), full_page=False)
+        pg.locator("#patch-step input").first.click()
+        pg.wait_for_function("(n) => document.querySelectorAll('#patch-step [data-testid=dropdown-option]')"
+                             ".length === n", arg=len(tokens), timeout=WAIT)
+        shown = pg.locator("#patch-step [data-testid=dropdown-option]").all_inner_texts()
+        assert [x.split("\n")[-1].strip() for x in shown] == labels
+        pg.keyboard.press("Escape")
+    pg.screenshot(path=str(ARTIFACTS / "patch-steps-follow-b.png"), full_page=False)
     pg.close()
 
 

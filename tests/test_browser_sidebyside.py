@@ -52,14 +52,30 @@ def test_a_link_restores_both_models_and_another_source_language_is_refused(app)
         assert f"Second model: {deep}" in trust_b and "Can I trust this translation?" in trust_b
         page.screenshot(path=str(ARTIFACTS / "sidebyside.png"), full_page=True)
 
+        # offered: the models that read German; en-de reads English and is not offered
         page.locator("#sbs-model input").first.click()
-        page.locator("#sbs-model [data-testid=dropdown-option]", has_text="en → de").first.click()
-        page.wait_for_function("() => (document.querySelector('#sbs-md') || {}).innerText?.includes('must match')",
+        options = page.locator("#sbs-model [data-testid=dropdown-option]").all_inner_texts()
+        assert any(deep in o for o in options) and not any("English →" in o for o in options), options
+        page.keyboard.press("Escape")
+        # a link naming it anyway: refused in whole sentences, the placeholder's lines inside the plot
+        refused = urlencode({"text": "Zwei Hunde spielen im Schnee.", "model": "de-en", "section": "analysis",
+                             "subview": "sidebyside", "model2": "en-de"})
+        page = load(new_page(browser), f"{url}?{refused}")
+        page.wait_for_function("() => (document.querySelector('#sbs-md') || {}).innerText?.includes('reads English')",
                                timeout=WAIT)
-        assert "translates from 'en'" in page.locator("#sbs-md").inner_text()
+        assert "en-de reads English, but this run's sentence is in German." in page.locator("#sbs-md").inner_text()
         assert "Can I trust" not in page.locator("#sbs-trust-b").inner_text()
+        assert page.evaluate(INSIDE_JS, "#sbs-grid-b")
+        page.screenshot(path=str(ARTIFACTS / "sidebyside-refused.png"), full_page=False)
 
 
+# every line of a placeholder's message lies inside its plot
+INSIDE_JS = """(sel) => {
+  const plot = document.querySelector(sel + ' .js-plotly-plot');
+  const box = plot.getBoundingClientRect();
+  const lines = [...plot.querySelectorAll('.annotation-text')].map(e => e.getBoundingClientRect());
+  return lines.length > 0 && lines.every(r => r.left >= box.left - 1 && r.right <= box.right + 1);
+}"""
 TITLE = "(sel) => document.querySelector(sel + ' .js-plotly-plot')?.layout?.title?.text || ''"
 
 

@@ -180,9 +180,10 @@ def test_a_bad_link_parameter_is_named(page, browser, app_url):
     other = new_page(browser)
     other.goto(app_url + "?text=Zwei+Hunde.&model=zz&layer=99&head=-1&section=bogus")
     _wait_done(other)
-    notice = other.locator("#notice").inner_text()
+    notice = other.locator("#link-notice").inner_text()
     for key in ("model", "layer", "head", "section"):
-        assert f"link's {key}" in notice, notice
+        assert f"link's {key}" in notice and notice.count(f"link's {key}") == 1, notice
+    assert "link's" not in other.locator("#notice").inner_text()   # said once, not again as the run's notice
     other.close()
 
 
@@ -303,3 +304,22 @@ def test_the_link_box_follows_runs_and_toggles(page):
     page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('subview=rollout')",
                            timeout=WAIT)
     assert link()["section"] == "attention" and link()["head"] == "2"
+
+
+def test_the_sticky_run_bar_stays_above_the_controls_scrolled_under_it(page):
+    """Scrolled so that Masks' "Ablate source tokens" label passes under the sticky run bar: the bar is what
+    shows there (the label no longer paints over it)."""
+    _tab(page, "Masks & interventions")
+    label = page.locator("#tog-src [data-testid=block-info]").first
+    label.wait_for(timeout=WAIT)
+    # the label's top to the middle of the bar (measured again after each scroll: the bar sticks once scrolled)
+    page.evaluate("""() => { for (let i = 0; i < 3; i++) {
+      const l = document.querySelector('#tog-src [data-testid=block-info]').getBoundingClientRect();
+      const b = document.querySelector('#run-bar-box').getBoundingClientRect();
+      window.scrollBy(0, l.top - (b.top + b.height / 2)); } }""")
+    page.wait_for_timeout(300)
+    box = label.bounding_box()
+    inside = page.evaluate("([x, y]) => !!document.elementFromPoint(x, y)?.closest('#run-bar-box')",
+                           [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2])
+    page.screenshot(path=str(ARTIFACTS / "state-sticky-bar-over-label.png"), full_page=False)
+    assert inside

@@ -172,6 +172,18 @@ def test_the_first_screen_keeps_to_twelve_controls_with_the_tour_in_view(browser
     page.close()
 
 
+# visible controls (not tabs) shorter than a tap target, as "id: height"
+SHORT_CONTROLS_JS = """() => [...document.querySelectorAll('button, input:not([type=checkbox]):not([type=radio]), textarea')]
+  .filter(e => { const r = e.getBoundingClientRect(), st = getComputedStyle(e);
+    return r.width > 2 && r.height > 2 && st.visibility !== 'hidden' && st.display !== 'none'
+      && e.getAttribute('role') !== 'tab' && !e.closest('.js-plotly-plot') && !e.closest('.proxy')
+      && !e.closest('footer') && r.height < 43.5; })  /* footer: Gradio's own chrome, not the app's */
+  .map(e => (e.id || e.closest('[id]')?.id || e.tagName) + ' ' + (e.innerText || e.ariaLabel || '').slice(0, 30)
+    + ': ' + e.getBoundingClientRect().height)"""
+# a dropdown's text fits its box (nothing hidden under the arrow)
+CUT_JS = "(sel) => { const e = document.querySelector(sel + ' input'); return e.scrollWidth <= e.clientWidth + 1; }"
+
+
 def test_on_a_phone_the_selection_opens_on_screen_takes_a_tap_and_the_link_shows(browser, app):
     url, _ = app
     page = load(new_page(browser, 390, 844), _url(url, "en-de"))
@@ -189,7 +201,11 @@ def test_on_a_phone_the_selection_opens_on_screen_takes_a_tap_and_the_link_shows
         page.wait_for_function("([s, v]) => document.querySelector(s + ' input').value === v", arg=[sel, label],
                                timeout=WAIT)
     link = page.locator("#link-btn").bounding_box()
-    assert link and link["width"] > 40 and link["height"] > 16 and link["x"] + link["width"] <= 390
+    assert link and link["width"] > 40 and link["height"] >= 44 and link["x"] + link["width"] <= 390
+    # every control on screen takes a thumb (about 44 px tall), and a dropdown shows its whole value
+    short = page.evaluate(SHORT_CONTROLS_JS)
+    assert not short, short
+    assert page.evaluate(CUT_JS, "#attn-kind"), page.locator("#attn-kind input").first.input_value()
     page.locator("#link-btn").click()
     page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('text=')",
                            timeout=WAIT)
@@ -202,6 +218,7 @@ def test_on_a_phone_the_tour_takes_a_typed_sentence_and_walks_its_first_three_st
     page = load(new_page(browser, 390, 844), _url(url, "de-en"))
     page.locator("#tour-start").click()
     _wait_stop(page, 1)
+    assert page.evaluate(CUT_JS, "#tour-direction"), page.locator("#tour-direction input").first.input_value()
     # the sentence the user types: the tour's own box runs the shared translate, and the stop follows it
     page.locator("#tour-text textarea").fill("Eine Frau liest ein Buch im Park.")
     page.locator("#tour-go").click()
@@ -221,3 +238,37 @@ def test_on_a_phone_the_tour_takes_a_typed_sentence_and_walks_its_first_three_st
         page.screenshot(path=str(ARTIFACTS / f"phone-tour-stop{n}.png"), full_page=True)
         page.locator("#tour-next").click()
     page.close()
+
+
+# the panel titles (annotations) of the tour's figure: no two of them share any area
+TITLES_APART_JS = """() => {
+  const r = [...document.querySelectorAll('#tour-plot .annotation-text')].map(e => e.getBoundingClientRect())
+    .filter(b => b.width > 0);
+  for (let i = 0; i < r.length; i++) for (let j = i + 1; j < r.length; j++) {
+    const a = r[i], b = r[j];
+    if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1) return false;
+  }
+  return r.length >= 4;
+}"""
+
+
+def test_switching_the_look_ahead_mask_off_redraws_stop_5(browser, app):
+    """Stop 5: after the trial the causal panel is all readable, the text states the mask-off run's number,
+    the title names the colour hidden cells have, and the four panel titles do not overlap."""
+    url, _ = app
+    page = load(new_page(browser), _url(url, "de-en", tour=5))
+    _wait_stop(page, 5)
+    assert page.evaluate(TITLES_APART_JS)
+    assert "pink: hidden" in page.evaluate("() => document.querySelector('#tour-plot .js-plotly-plot').layout"
+                                           ".title.text")
+    page.locator("#tour-try input").first.click()
+    page.get_by_role("option", name="switch the look-ahead mask off").click()
+    page.wait_for_function("() => (document.querySelector('#tour-changed')||{}).innerText?.includes('What changed')",
+                           timeout=WAIT)
+    page.wait_for_function("() => document.querySelector('#tour-plot .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('look-ahead mask off')", timeout=WAIT)
+    causal = page.evaluate("() => Array.from(document.querySelector('#tour-plot .js-plotly-plot')._fullData[1].z)"
+                           ".flatMap(r => Array.from(r))")
+    assert causal and all(v == 1 for v in causal)
+    assert "With the look-ahead mask off" in _body(page) and page.evaluate(TITLES_APART_JS)
+    page.screenshot(path=str(ARTIFACTS / "tour-stop5-mask-off.png"), full_page=False)

@@ -234,7 +234,8 @@ def test_attribution_view_with_a_foil_from_the_steps_candidates(url):
     foil = next(t for t in api["top_k"] if t != api["token"] and not t.startswith("<"))
     assert any(choice[1] == foil and "p = " in str(choice[0]) for choice in opened["attr_foil"]["choices"])
     assert opened["attr_foil"]["value"] is None and opened["attr_foil_text"] == ""
-    md, fig, table = c.predict(0, 16, "pieces", foil, "", api_name="/attribution_foil")
+    md, fig, table, typed_box = c.predict(0, 16, "pieces", foil, "", api_name="/attribution_foil")
+    assert typed_box == ""  # a picked foil is the question: no typed one left to override it
     f = json.loads(fig["plot"])
     assert f"rather than the foil **{foil}**" in md and "p(token) − p(foil)" in md and "same for any foil" in md
     assert f"rather than “{foil}”" in f["layout"]["title"]["text"]
@@ -243,8 +244,14 @@ def test_attribution_view_with_a_foil_from_the_steps_candidates(url):
     assert len(ticks) == S + 1 + P and ticks[S] == "" and f["layout"]["shapes"][0]["x0"] == S
     assert {a["text"] for a in f["layout"]["annotations"]} >= {"source", "target prefix"}
     assert plain["data"][0]["customdata"] != f["data"][0]["customdata"]  # the gradient rows changed
-    md, *_ = c.predict(0, 16, "pieces", foil, "Xylophonzz", api_name="/attribution_foil")  # typed wins
+    md, *_, listed = c.predict(0, 16, "pieces", foil, "Xylophonzz", api_name="/attribution_typed")  # typed wins
     assert "not a word of the target vocabulary" in md
+    value = lambda x: x.get("value") if isinstance(x, dict) else x  # noqa: E731  (an update, or the value)
+    md, *_, listed = c.predict(0, 16, "pieces", foil, foil, api_name="/attribution_typed")
+    assert f"rather than the foil **{foil}**" in md and value(listed) == foil  # the list shows the typed candidate
+    other = next(t for t in api["top_k"] if t not in (api["token"], foil) and not t.startswith("<"))
+    md, *_, listed = c.predict(0, 16, "pieces", foil, other, api_name="/attribution_typed")
+    assert f"rather than the foil **{other}**" in md and value(listed) == other  # not the one picked before
 
 
 def test_strip_figure_blanks_methods_without_prefix_scores():

@@ -251,14 +251,24 @@ def test_app_beam_tree_and_pick(client):
 
 
 def test_app_head_profiles(client):
-    md, heat, table, head_map = client.predict(*SEL, "de-en", "average", 4, "entropy", None,
-                                               api_name="/head_profiles")
+    md, heat, table, pick, head_map = client.predict(*SEL, "de-en", "average", 4, "entropy",
+                                                     api_name="/head_profiles")
     assert "cached" in md and len(plot(heat)["data"]) == 3
     assert len(table["data"]) == 3 * 2 * 4 and table["headers"][:3] == ["kind", "layer", "head"]
-    md, heat, table, _ = client.predict(*SEL, "de-en", "current", 4, "max_weight", None, api_name="/head_profiles")
+    md, heat, table, _, _ = client.predict(*SEL, "de-en", "current", 4, "max_weight", api_name="/head_profiles")
     assert "Current sentence" in md
     fig = plot(client.predict("cross L1 H2", api_name="/head_map"))
     assert "layer 1, head 2" in fig["data"][0]["hovertemplate"]
+
+
+def test_head_profiles_open_the_selected_heads_map(client):
+    """The picker and its map show the selection's head, and follow it when the selection moves."""
+    for layer, head in ((1, 2), (0, 3)):
+        sel = ("decoder.cross_attn", layer, head, *SEL[3:])
+        *_, pick, head_map = client.predict(*sel, "de-en", "average", 4, "entropy", api_name="/head_profiles")
+        assert pick == f"cross L{layer} H{head}"
+        title = plot(head_map)["layout"]["title"]["text"]
+        assert f"layer {layer}" in title and f"head {head}" in title and "cross" in title.lower(), title
 
 
 def test_app_two_sentences(client):

@@ -39,13 +39,13 @@ def test_frames_are_offered_and_the_scrubber_makes_one_the_run(app_fns):
     assert [k for k in demo.registry.names if "@" in k] == [f"de-en@{s}" for s in (0, 4, 8, 16, 32, 48)]
     first = run_of(fns, "de-en")
     assert "Frame 6 of 6" in first["frame-md"] and "finished model" in first["frame-md"]
-    assert first["frame-scrub"].maximum == 5
-    pick = fns["pick_frame"](first["Run"], 2)
+    assert first["frame-scrub"].maximum == 6 and first["frame-scrub"].value == 6  # counted as the text counts
+    pick = fns["pick_frame"](first["Run"], 3)
     assert pick.value == "de-en@8"
     v = run_of(fns, pick.value)
     assert v["Run"].model == "de-en@8"
     assert "de→en at step 8 of 48" in v["run-bar"]
-    assert "Frame 3 of 6" in v["frame-md"] and v["frame-scrub"].value == 2
+    assert "Frame 3 of 6" in v["frame-md"] and v["frame-scrub"].value == 3
     query = parse_qs(urlsplit(v["link-box"]).query)
     assert query["model"] == ["de-en@8"]                   # the link carries the frame
     restored = from_query({k: x[0] for k, x in query.items()}, demo_shapes(demo))
@@ -53,6 +53,24 @@ def test_frames_are_offered_and_the_scrubber_makes_one_the_run(app_fns):
     # another frame is another model: the same sentence gets that frame's own attention
     other = run_of(fns, "de-en@48")["Run"]
     assert (other.tr.steps[0].cross_attn != v["Run"].tr.steps[0].cross_attn).any()
+
+
+def test_one_click_compares_a_frame_with_the_finished_model(app_fns):
+    """From Watch it learn: the run's frame beside the finished model in Analysis › Two models, drawn at once;
+    and Two models offers every snapshot of the direction."""
+    from ui import sidebyside as sbs
+    demo, fns = app_fns
+    frame = run_of(fns, "de-en@8")["Run"]
+    offered = [k for _, k in sbs.candidates(demo.registry, frame)]
+    assert {"de-en", *(f"de-en@{s}" for s in (0, 4, 16, 32, 48))} <= set(offered) and "de-en@8" not in offered
+    out = fns["compare_frame"](frame, 3, Selection(), {})
+    tabs, section, sub, held, md = out[0], out[1], out[2], out[3], out[6]
+    assert (tabs.selected, section, sub.selected, held["analysis"]) == ("analysis", "analysis", "sidebyside",
+                                                                         "sidebyside")
+    assert out[5].value == "de-en" and "| model | de\\-en@8 | de\\-en |" in md.replace("\\@", "@")
+    finished = run_of(fns, "de-en")
+    assert "the run shows the finished model" in finished["frame-md"]
+    assert fns["compare_frame"](finished["Run"], 2, Selection(), {})[5].value == "de-en@4"   # the scrubber's frame
 
 
 def demo_shapes(demo):
@@ -87,14 +105,38 @@ def test_the_tours_learn_stop_shows_the_frames_and_leaving_opens_the_picked_one(
     assert [s.name for s in plot.data][0] == "error on the training sentences"
     query = parse_qs(urlsplit(leave).query)
     assert query["section"] == ["learn"] and query["model"] == ["de-en"]
-    changed, body, plot, leave = fns["tour_try"](run, learn_stop, "words", "2", None)
-    assert changed.startswith("**What changed:** After 8 updates the model translates your sentence as")
-    assert "After 8 updates" in body and plot.layout.shapes[0].x0 == 9
+    tried = fns["tour_try"](run, learn_stop, "words", "2", None)
+    body, changed, plot, link, leave = tried[5], tried[7], tried[8], tried[9], tried[10]
+    assert changed.startswith("**What changed:** after 8 updates, the model writes “")
+    assert f"where the finished model wrote “{run.tr.text[:60]}" in changed
+    assert changed not in body and "After 8 updates" in body and plot.layout.shapes[0].x0 == 9
     assert parse_qs(urlsplit(leave).query)["model"] == ["de-en@8"]   # leaving opens every view on that frame
+    assert parse_qs(urlsplit(link).query)["tpick"] == ["2"]           # the stop's link keeps the pick
 
 
-def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns):
+def test_a_tour_pick_redraws_its_stop_and_its_link_opens_that_pick(app_fns):
+    """Stop 11: picking a step redraws the figure (the rows decoded up to it), the stop's link names the pick,
+    and that link, opened fresh, draws the stop on the same pick."""
+    from ui import tour
+    from ui.sections import tour as tour_section
+    demo, fns = app_fns
+    run = run_of(fns, "de-en")["Run"]
+    last = tour.N_STOPS - 1
+    plain = fns["tour_next"](run, last - 1, "words", None)
+    picked = fns["tour_try"](run, last, "words", "1", SimpleNamespace(headers={"referer": "http://h/"}))
+    assert picked[6].value == "1" and picked[8].to_json() != plain[8].to_json()
+    link = picked[9]
+    assert parse_qs(urlsplit(link).query)["tpick"] == ["1"] and "step=1" in link
+    assert picked[7].startswith("**What changed:**") and picked[7] not in picked[5]
+    fresh = tour_section._after_run(demo.shell, run, tour_section.CLOSED, False, "words",
+                                    SimpleNamespace(headers={"referer": link}))
+    assert fresh[3] == last and fresh[6].value == "1" and fresh[8].to_json() == picked[8].to_json()
+
+
+def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns, monkeypatch):
     _, fns = app_fns
+    toasts = []
+    monkeypatch.setattr(gr, "Info", lambda message, *a, **k: toasts.append(message))
     steps = list(fns["train_toy"]("我 有 一 个 好 朋 友 ||| I have a good friend .", 0,
                                   SimpleNamespace(session_hash="session-1")))
     status, _, direction, text = steps[-1]
@@ -102,6 +144,8 @@ def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns):
     assert text == "我 有 一 个 好 朋 友"
     v = run_of(fns, direction.value, text)
     assert v["Run"].tr.text == "I have a good friend ."
+    # a toy loads at once: its toast does not warn of a large model
+    assert all("large" not in t for t in toasts) and any(t.startswith("Loading ") for t in toasts), toasts
     assert "zh→en at step 100 of 100" in v["run-bar"] and "Frame 7 of 7" in v["frame-md"]
     with pytest.raises(gr.Error, match="already trained its toy model"):
         list(fns["train_toy"]("a ||| b", 0, SimpleNamespace(session_hash="session-1")))

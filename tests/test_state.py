@@ -79,3 +79,19 @@ def test_selection_of_makes_control_values_valid_and_fits_a_smaller_model():
                             subview="maps")
     assert sel.fit(ModelShape(4, 4, 2)) == Selection(kind="encoder.self_attn", layer=3, head=1, view="head",
                                                      section="attention", subview="maps")
+
+
+def test_one_reading_of_an_index_and_one_table_of_short_kind_names():
+    """Every layer, head, step and position a control, a link or the bench carries is read by one function;
+    the short kind names are one table, the engine's, which the link, the labels and Kind.of all use."""
+    from model.engine import names
+    from ui import present, state as st, whatif
+    assert [st.read_index(v) for v in ("3", 2.0, -4, None, "x")] == [3, 2, 0, 0, 0]
+    assert st.read_index("9", n=4) == 3 and st.read_index(None, 5, n=4) == 5
+    assert Selection.of(layer="2", head=-1, step=None).layer == 2
+    bench = whatif.bench_link("a", "b", "z", "none", "cross", "decoder", "post", "1", "x", "", -2, "", "patch")
+    assert (bench.layer, bench.head, bench.step) == (1, 0, 0)
+    assert present.KIND_SHORT is names.SHORT_NAMES
+    assert all(names.Kind.of(short) is kind for kind, short in names.SHORT_NAMES.items())
+    assert {k: v for k, v in vars(st).items() if isinstance(v, dict) and set(v) == set(names.SHORT_KINDS)} \
+        in ({}, {"SHORT_KINDS": names.SHORT_KINDS})  # no second table of its own

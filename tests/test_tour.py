@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from model.families.ours import load_checkpoint
@@ -99,6 +100,49 @@ def test_trials_say_what_changed(word_reg):
     hide = tour.stop(t, 8)
     j = int(hide.trial.choices[1][1])
     assert t.src_axis()[0][j] in hide.trial.choices[1][0]
+
+
+def test_the_look_ahead_mask_switched_off_redraws_the_masks_stop_from_that_run(word_reg):
+    """Stop 5 after "switch the look-ahead mask off": its figure shows the causal mask open, its text's number
+    is the engine's for the run without the mask (this output forced), and "What changed" states the same
+    run's share; the title names the colour hidden cells really have."""
+    from model.engine.config import Interventions
+    from model.engine.decoding import full_trace
+    from model.engine.names import DEC_SELF
+    from viz import masks as vm
+    t = _tour_run(*word_reg)
+    on, off = tour.stop(t, 4), tour.stop(t, 4, "off")
+    causal = lambda s: np.asarray(s.figure.data[1].z)  # noqa: E731  (the causal mask panel)
+    n = len(t.tr.output_tokens)
+    assert causal(on).sum() < n * n and causal(off).sum() == n * n      # triangle hidden; all readable
+    forced = full_trace(t.lm, t.tr.src_ids, t.tr.output_ids, Interventions(causal_mask=False))
+    a = forced.attention(DEC_SELF)
+    later = a[..., np.arange(n)[:, None] < np.arange(n)[None, :]].sum()
+    assert off.fact("future_weight") == pytest.approx(float(later), abs=1e-5) and later > 0.01
+    assert f"{later:.3f}" in " ".join(off.sentences) and off.trial.default == "off"
+    assert on.fact("future_weight") == 0.0 and "0.000" in " ".join(on.sentences)
+    said = tour.tried(t, 4, "off")
+    assert tour.pct(later / a.sum()) in said and tour.pct(off.fact("future_share")) in " ".join(off.sentences)
+    assert not any(x in said for x in off.sentences)                 # only what changed, not the text again
+    title = off.figure.to_dict()["layout"]["title"]["text"]
+    assert vm.MASK_SCALE[0][1] == vm.BLOCKED == "#f4a6a6" and f"{vm.BLOCKED_NAME}: hidden" in title
+    assert vm.BLOCKED_NAME == "pink" and "white" not in title
+
+
+def test_picks_at_stops_6_and_11_redraw_the_figure_and_what_changed_does_not_repeat_the_text(word_reg):
+    t = _tour_run(*word_reg)
+    for index in (5, 10):
+        default = tour.stop(t, index)
+        other = next(v for _, v in default.trial.choices if v != default.trial.default)
+        picked = tour.stop(t, index, other)
+        assert picked.trial.default == other
+        assert picked.figure.to_json() != default.figure.to_json(), index
+        said = tour.tried(t, index, other)
+        assert said.startswith("**What changed:**") and not any(x in said for x in picked.sentences), said
+    # stop 6: the left panel is the picked position's own residual norms, read from the engine
+    r = inside.computation(t.run, t.lm).residual_norms("decoder")
+    resid = np.asarray(tour.stop(t, 5, "2").figure.data[0].y, dtype=float)
+    np.testing.assert_allclose(resid, r.resid[:, 2], rtol=1e-3)  # the figure keeps 4 significant digits
 
 
 def test_a_subword_run_speaks_in_words_and_explains_the_piece_mark(tmp_path, sv):  # noqa: F811

@@ -143,10 +143,12 @@ def test_a_link_restores_the_foil_and_names_a_bad_one(demo):
     assert whatif_from_query(_query(values["link-box"]), SHAPES["de-en"])[0] == WhatIf(attr_pos=pos, foil=foil)
     # a foil the target vocabulary cannot take: named in the notice, the attribution shown without it
     values = _load(demo, url.replace(f"foil={foil}", "foil=zzqx"))
-    assert "foil='zzqx'" in values["notice"] and values["HeldAttribution"].foil is None
+    assert "foil='zzqx'" in values["link-notice"] and values["HeldAttribution"].foil is None
+    assert "zzqx" not in values["notice"]  # said once, above the sections, not again in the run's notices
+    assert not any("link's" in n for n in values["Run"].notices)  # which Masks' comparison would repeat
     assert values["attr-foil-text"] == ""
     values = _load(demo, url.replace(f"apos={pos}", "apos=999"))
-    assert "past this run's last output token" in values["notice"]
+    assert "past this run's last output token" in values["link-notice"]
 
 
 def test_the_link_on_screen_and_the_export_carry_the_bench_and_the_foil(demo):

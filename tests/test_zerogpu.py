@@ -66,8 +66,8 @@ def test_every_view_works_across_the_boundary(served):
     assert out["run_status"].startswith("✓") and out["translation"].strip()
     assert logged(calls).count("gpu_translate_one") > before  # the decode really ran in a forked worker
     client.predict(0, api_name="/open_generation")  # the Generation section opened: slider sized to the run
-    t, md, prefix, *_ = client.predict(2, api_name="/step_view")
-    assert t["value"] == 2 and "Step 2" in md
+    _, md, prefix, *_ = client.predict(2, api_name="/step_view")   # the box keeps what was typed
+    assert "Step 2" in md
     cmp = client.predict(0, True, False, True, [], [], "decoder.self_attn", 0, 0, api_name="/compare_ui")
     assert "causal mask off" in cmp[0] and "gpu_compare" in logged(calls)
     before = logged(calls).count("gpu_translate_one")
@@ -85,9 +85,10 @@ SEL = ("decoder.cross_attn", 0, 0, 0, None, "words", "grid", "shared")
 def test_head_profile_cache_lives_outside_the_gpu_call(served):
     """Profiles are computed in a GPU call and cached by the caller: asking twice forks once."""
     client, calls = served
-    first = client.predict(*SEL, "de-en", "average", 4, "entropy", None, api_name="/head_profiles")
+    first = client.predict(*SEL, "de-en", "average", 4, "entropy", api_name="/head_profiles")
     n = logged(calls).count("gpu_profiles")
-    second = client.predict(*SEL, "de-en", "average", 4, "entropy", "cross L0 H1", api_name="/head_profiles")
+    other_head = (SEL[0], 0, 1, *SEL[3:])  # the picker follows the selection's head
+    second = client.predict(*other_head, "de-en", "average", 4, "entropy", api_name="/head_profiles")
     assert n == 1 and logged(calls).count("gpu_profiles") == 1
     assert first[2]["data"] and first[2]["data"] == second[2]["data"]
 
@@ -114,3 +115,23 @@ def test_a_forked_gpu_worker_gets_a_free_model_lock():
         proc.start()
         assert out.get(timeout=30) is True
         proc.join(10)
+
+
+def test_every_model_call_reads_its_model_through_the_one_lookup():
+    """Inside a model call the model comes from calls._lm (a CUDA copy inside a ZeroGPU call), never from the
+    registry directly, which would hand the CPU weights to a GPU call."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import ui
+    found = []
+    for info in pkgutil.walk_packages(ui.__path__, "ui."):
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            fn = getattr(obj, "uncached", obj)  # a cached call: the model call it caches
+            if callable(fn) and hasattr(fn, "gpu") and getattr(fn, "__module__", "") == module.__name__:
+                src = inspect.getsource(inspect.unwrap(fn))
+                found.append(name)
+                assert ".models[" not in src and "models.get(" not in src, f"{module.__name__}.{name}"
+    assert {"gpu_alignment_ranking", "gpu_sentence_ranking", "gpu_trust", "gpu_compare"} <= set(found), found

@@ -43,14 +43,14 @@ def align_dir(reg_key: str) -> Path:
 @calls.model_call(duration=300)
 def gpu_alignment_ranking(reg_key: str, name: str) -> HeadRanking:
     """The model's ranking: the shipped file when current, else computed (the lock held per batch)."""
-    lm = calls.REGISTRIES[reg_key].models[name]
+    lm = calls.lm_for(reg_key, name)
     return ranking_for(lm, align_dir(reg_key), calls.DATA_DIRS, lock=calls.MODEL_LOCK)
 
 
 @calls.model_call(duration=60)
 def gpu_sentence_ranking(reg_key: str, name: str, index: int) -> tuple[ValReference, HeadRanking]:
     """One validation sentence's ranking (a single teacher-forced run)."""
-    lm = calls.REGISTRIES[reg_key].models[name]
+    lm = calls.lm_for(reg_key, name)
     folder = align_dir(reg_key)
     pair = val_reference(folder, calls.DATA_DIRS, lm.src_lang, lm.tgt_lang, index)
     with calls.MODEL_LOCK:

@@ -213,6 +213,9 @@ def _lm(reg_key: str, name: str):
     return lm
 
 
+lm_for = _lm  # the same lookup for the model calls written outside this module (every @model_call reads it)
+
+
 def ensure_loaded(reg_key: str, name: str) -> float | None:
     """Load ``name`` now if it is not in memory: the seconds it took, or None if it was loaded.
     Raises CheckpointError (with the reason) when it cannot be loaded."""

@@ -69,7 +69,7 @@ def head_figure(run: Run | None, lm, kind: Kind, layer, head, query):
                                title=f"{KIND_LABELS[kind]}, {layer_head(layer, head)}, query {labels[query]}")
 
 
-def residual_figure(run: Run | None, lm, part: str):
+def residual_figure(run: Run | None, lm, part: str, position: int | None = None):
     if run is None or lm is None:
         return message_figure(FIRST)
     part = part if part in PARTS else "decoder"
@@ -79,7 +79,7 @@ def residual_figure(run: Run | None, lm, part: str):
     title = (f"{PARTS[part]}: the residual stream's norm, and what each sublayer adds" if not r.post_norm else
              f"{PARTS[part]} (post-norm): the stream's norm, and each sublayer's share of it through the "
              "LayerNorm after its residual add (the token's σ fixed)")
-    return vc.residual_norms(r.resid, r.attn, r.ffn, r.cross, tokens, title=title)
+    return vc.residual_norms(r.resid, r.attn, r.ffn, r.cross, tokens, title=title, position=position)
 
 
 def norm_weight_figure(run: Run | None, lm, kind: Kind, layer, head, units: str = "words"):

@@ -31,6 +31,7 @@ class FrameSet:
     val_loss: tuple[float, ...]
     updates_total: int
     dynamics: Dynamics | None
+    notes: tuple[str, ...] = ()  # per frame: what else it is ("averaged over epochs 31–40"), or ""
 
     def key_at(self, index: int) -> str:
         return self.keys[max(0, min(int(index), len(self.keys) - 1))]
@@ -88,7 +89,12 @@ def frame_set(reg: Registry, model: str) -> FrameSet | None:
             dyn = None
     return FrameSet(pair=keys[0].rpartition("@")[0], keys=tuple(keys), steps=tuple(m.step for m in meta),
                     train_loss=tuple(m.train_loss for m in meta), val_loss=tuple(m.val_loss for m in meta),
-                    updates_total=meta[-1].updates_total, dynamics=dyn)
+                    updates_total=meta[-1].updates_total, dynamics=dyn,
+                    notes=tuple(_averaged(m.averaged_epochs) for m in meta))
+
+
+def _averaged(epochs: tuple[int, ...]) -> str:
+    return f"averaged over epochs {epochs[0]}–{epochs[-1]}" if len(epochs) > 1 else ""
 
 
 def _by_step(fs: FrameSet, field: str, scale: float = 1.0) -> tuple[float, ...]:
@@ -113,8 +119,10 @@ def curves(fs: FrameSet) -> list[Curve]:
 def frame_markdown(fs: FrameSet, index: int) -> str:
     k = max(0, min(int(index), len(fs.steps) - 1))
     bleu = _by_step(fs, "bleu")[k] if fs.dynamics else math.nan
-    return (f"**Frame {k + 1} of {len(fs.steps)}** · {fs.pair} at step **{fs.steps[k]:,}** of "
-            f"{fs.updates_total:,} · train loss {fs.train_loss[k]:.2f} · validation loss {fs.val_loss[k]:.2f}"
+    note = fs.notes[k] if k < len(fs.notes) else ""
+    return (f"**Frame {k + 1} of {len(fs.steps)}** · {fs.pair} at step **{fs.steps[k]:,}** of {fs.updates_total:,}"
+            + (f" ({note})" if note else "")
+            + f" · train loss {fs.train_loss[k]:.2f} · validation loss {fs.val_loss[k]:.2f}"
             + ("" if math.isnan(bleu) else f" · greedy validation BLEU {bleu:.1f}"))
 
 

@@ -13,7 +13,7 @@ from model.analysis.guardrails import check_run
 from model.engine.config import Interventions
 from model.engine.decoding import Translation
 from model.engine.loaded import LoadedModel
-from model.engine.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
+from model.engine.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, SHORT_NAMES, Kind
 from model.engine.vocab import DROPPED_CATEGORIES, SPACED_CATEGORIES, SPECIALS, UNSPACED_NOTE, has_unspaced
 from model.families import catalog
 from model.families.catalog import device_label
@@ -27,10 +27,9 @@ from .settings import MAX_INPUT_CHARS
 LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech", "zh": "Chinese",
               # the three-letter codes some OPUS-MT tokenizer configs give
               "deu": "German", "eng": "English", "fra": "French", "ces": "Czech", "zho": "Chinese"}
-KINDS = {"enc": ENC_SELF, "dec": DEC_SELF, "cross": CROSS}  # short name -> module kind
 KIND_LABELS = {ENC_SELF: "Encoder self-attention", DEC_SELF: "Decoder masked self-attention",
                CROSS: "Decoder cross-attention"}
-KIND_SHORT = {v: k for k, v in KINDS.items()}
+KIND_SHORT = SHORT_NAMES  # the engine's one table of short names
 KIND_JSON = {ENC_SELF: "encoder_self", DEC_SELF: "decoder_self", CROSS: "cross"}
 DOMAIN_HINT = ("The models know image captions (Multi30k): short descriptions of people, animals and scenes; "
                "other text translates poorly.")

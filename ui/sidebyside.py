@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from model.families import catalog
 
 from . import views
-from .present import md_escape
+from .learn import step_of
+from .present import LANG_NAMES, md_escape
 from .state import ModelShape, Run, Selection
 
 
@@ -23,19 +24,62 @@ class SecondModel:
     trust: dict | None = field(default=None, compare=False, hash=False)
 
 
+def language(code: str) -> str:
+    """A language code's language, whichever spelling a family uses (de, deu, deu_Latn -> German)."""
+    code = str(code)
+    return LANG_NAMES.get(code) or LANG_NAMES.get(code.split("_")[0]) or code
+
+
+def _pair_for(info, src: str, tgt: str) -> str | None:
+    """A many-to-many model's pair reading ``src``: into ``tgt`` where it knows it, else its first other
+    language; None where it cannot read ``src``."""
+    code = next((c for c in info.languages if language(c) == language(src)), None)
+    if code is None:
+        return None
+    into = next((c for c in info.languages if language(c) == language(tgt) and c != code), None)
+    into = into or next((c for c in info.languages if c != code), None)
+    return catalog.pair_name(info.key, code, into) if into else None
+
+
+def candidates(reg, run: Run | None) -> list[tuple[str, str]]:
+    """(label, key) of every model that can stand beside ``run`` (see :func:`readers`)."""
+    return [] if run is None else readers(reg, run.tr.src_lang, run.tr.tgt_lang, run.model)
+
+
+def readers(reg, src: str, tgt: str, own: str | None = None) -> list[tuple[str, str]]:
+    """(label, key) of every model reading language ``src``: each offered model that does (the training
+    snapshots of a direction among them), and each many-to-many model that knows it, under a pair from it
+    (into ``tgt`` where it can); ``own`` left out."""
+    out = []
+    for name, info in catalog.infos(reg).items():
+        if info.many_to_many and not info.base:
+            key = _pair_for(info, src, tgt)
+            langs = catalog.split_pair(key)[1:] if key else ()
+        else:
+            key = name if language(info.src_lang) == language(src) else None
+            langs = (info.src_lang, info.tgt_lang)
+        if key is None or key == own:
+            continue
+        step = step_of(key)
+        what = f"snapshot after {step:,} updates" if step is not None else " → ".join(map(language, langs))
+        out.append((f"{key} ({what})", key))
+    return out
+
+
 def refusal(reg, run: Run | None, second: str | None) -> str | None:
-    """Why ``second`` cannot stand beside ``run`` (a sentence for the user), or None when it can."""
+    """Why ``second`` cannot stand beside ``run`` (a whole sentence for the user), or None when it can."""
     if run is None:
         return "Translate a sentence first."
     if not second:
         return "Pick a second model to translate the same sentence."
+    catalog.offer_pair(reg, second)  # a many-to-many model's pair is offered when first named
     info = catalog.infos(reg).get(second)
     if info is None:
-        return f"{second!r} is not a model this server offers."
+        return f"This server offers no model named {second}."
     src = run.tr.src_lang  # the language the run read (a many-to-many model's pair says it too)
-    if info.src_lang != src:
-        return (f"{second} translates from {info.src_lang!r}, the current run's model ({run.model}) from {src!r}: "
-                "two models side by side must read the same sentence, so their source languages must match.")
+    if language(info.src_lang) != language(src):
+        return (f"{second} reads {language(info.src_lang)}, but this run's sentence is in {language(src)}. "
+                "Pick a model that reads the same language.")
     return None
 
 
@@ -81,4 +125,4 @@ def grid_figure(reg, run: Run, sel: Selection, lm, which: str):
     return fig
 
 
-__all__ = ["SecondModel", "refusal", "shape_of", "markdown", "grid_figure"]
+__all__ = ["SecondModel", "candidates", "readers", "language", "refusal", "shape_of", "markdown", "grid_figure"]

@@ -19,7 +19,7 @@ from model.engine.beams import BeamTree
 from model.engine.config import Interventions
 from model.engine.decoding import Translation
 from model.engine.hooks import Trace
-from model.engine.names import Kind
+from model.engine.names import SHORT_KINDS, SHORT_NAMES, Kind
 from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF
 
 # Sections and the sub-views (inner tabs) of each, in page order; "" is a section without sub-tabs.
@@ -33,8 +33,6 @@ VIEWS = ("grid", "head", "scores", "mean")
 SCALES = ("shared", "head")
 UNITS = ("words", "pieces")
 DECODINGS = ("greedy", "beam")
-SHORT_KINDS = {"enc": ENC_SELF, "dec": DEC_SELF, "cross": CROSS}
-_KIND_SHORT = {v: k for k, v in SHORT_KINDS.items()}
 MAX_STEP = 1000
 TOUR_STOPS = 11  # the guided tour's stops (ui/tour.py); a link's tour=N opens stop N (1-based)
 
@@ -135,8 +133,9 @@ class Selection:
            section="translate", subview="") -> "Selection":
         """From control values as Gradio sends them (None, floats, labels): each field made valid."""
         section = section if section in SUBVIEWS else "translate"
-        return cls(kind=_kind(kind) or CROSS, layer=_int(layer, 0), head=_int(head, 0), step=_int(step, 0),
-                   query=None if query in (None, "") else _int(query, 0), units=units if units in UNITS else "words",
+        return cls(kind=_kind(kind) or CROSS, layer=read_index(layer), head=read_index(head),
+                   step=read_index(step), query=None if query in (None, "") else read_index(query),
+                   units=units if units in UNITS else "words",
                    view=view if view in VIEWS else "grid", scale=scale if scale in SCALES else "shared",
                    section=section, subview=subview if subview in SUBVIEWS[section] else SUBVIEWS[section][0])
 
@@ -146,11 +145,14 @@ class Selection:
                        head=min(self.head, shape.heads(self.kind) - 1))
 
 
-def _int(value, default: int) -> int:
+def read_index(value, default: int = 0, n: int | None = None) -> int:
+    """The one reading of a layer, head, step or position from a control, a link or a call: a whole number
+    from 0 (below ``n`` where given); ``default`` where ``value`` is none."""
     try:
-        return max(0, int(value))
+        i = max(0, int(value))
     except (TypeError, ValueError):
         return default
+    return i if n is None else min(i, max(0, n - 1))
 
 
 def _kind(value) -> Kind | None:
@@ -181,14 +183,14 @@ def to_query(inputs: RunInputs, sel: Selection) -> dict[str, str]:
     if t.pad_to:
         q["pad"] = str(t.pad_to)
     if t.heads:
-        q["ablate"] = ",".join(f"{_KIND_SHORT[k]}.{l}.{h}" for k, l, h in t.heads)
+        q["ablate"] = ",".join(f"{SHORT_NAMES[k]}.{l}.{h}" for k, l, h in t.heads)
     if t.src:
         q["hide"] = ",".join(map(str, t.src))
     default = Selection()
     for f in fields(Selection):
         value = getattr(sel, f.name)
         if value != getattr(default, f.name) and not (f.name == "subview" and value == SUBVIEWS[sel.section][0]):
-            q[f.name] = _KIND_SHORT[value] if f.name == "kind" else str(value)
+            q[f.name] = SHORT_NAMES[value] if f.name == "kind" else str(value)
     return q
 
 
@@ -309,7 +311,7 @@ def from_query(params, shapes: dict[str, ModelShape], max_beam: int = 8, max_len
                        reference=str(ref) if ref not in (None, "") else None, toggles=_toggles(r, shape),
                        prefix=_prefix(r))
     known = {"text", "model", "beam", "max_len", "ref", "pad", "padding", "causal", "positional", "ablate", "hide",
-             "prefix", "tour", *WHATIF_KEYS,
+             "prefix", "tour", "tpick", *WHATIF_KEYS,
              *(f.name for f in fields(Selection))}
     sel = _selection(r, shape)
     tour = r.int("tour", 0, 1, TOUR_STOPS)
@@ -323,9 +325,16 @@ def tour_stop(params) -> int | None:
     return int(value) - 1 if value.isdigit() and 1 <= int(value) <= TOUR_STOPS else None
 
 
-def tour_url(base_url: str, inputs: RunInputs, sel: Selection, stop: int) -> str:
-    """The link to tour stop ``stop`` (0-based) on this run: the explorer's link plus tour=stop+1."""
-    return link_url(base_url, inputs, sel) + f"&tour={stop + 1}"
+def tour_pick(params) -> str | None:
+    """The tour stop's pick a link names (its trial's value: a token, a head, a step), if any."""
+    value = str(dict(params or {}).get("tpick", "")).strip()[:40]
+    return value or None
+
+
+def tour_url(base_url: str, inputs: RunInputs, sel: Selection, stop: int, pick: str | None = None) -> str:
+    """The link to tour stop ``stop`` (0-based) on this run: the explorer's link plus tour=stop+1, and the
+    stop's pick where one is made."""
+    return link_url(base_url, inputs, sel) + f"&tour={stop + 1}" + (f"&{urlencode({'tpick': pick})}" if pick else "")
 
 
 # --------------------------------------------------------------------------- "what if" in a link
@@ -381,7 +390,7 @@ def whatif_query(w: WhatIf) -> dict[str, str]:
         for key, name in _PATCH_KEYS.items():
             value = getattr(w.patch, name)
             if key in ("pa", "pb") or value != getattr(default, name):
-                q[key] = _KIND_SHORT.get(value, value) if name == "kind" else str(value)
+                q[key] = SHORT_NAMES.get(value, value) if name == "kind" else str(value)
     if w.attr_pos is not None:
         q["apos"] = str(w.attr_pos)
     if w.foil:

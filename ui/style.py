@@ -10,7 +10,7 @@ CSS = """
 .link-box textarea {font-size: 0.75em;}
 /* Sticky needs no scrolling ancestor: Gradio's container hides its overflow, which makes it one. */
 .gradio-container {overflow-x: clip !important; overflow-y: visible !important;}
-#run-bar-box {position: sticky; top: 0; z-index: 20; background: var(--background-fill-primary); gap: 2px;
+#run-bar-box {position: sticky; top: 0; z-index: 100; background: var(--background-fill-primary); gap: 2px;
   padding: 2px 0 4px 0; border-bottom: 1px solid var(--border-color-primary);}
 #run-bar {padding: 0 !important; border: 0 !important;}
 #run-bar-row {flex-wrap: nowrap !important; align-items: center; gap: 4px;}
@@ -55,7 +55,12 @@ CSS = """
   #selection-bar > .column {flex: 1 1 100% !important;}
   /* the plot toolbar covered the charts' titles; pinch and the hover still work */
   .js-plotly-plot .modebar-container {display: none !important;}
-  #tour-nav button {min-height: 40px;}
+  /* a thumb's tap target: about 44 px tall, every button and box */
+  button:not([role=tab]), input:not([type=checkbox]):not([type=radio]), textarea {min-height: 44px !important;}
+  /* a dropdown's whole value shows: the kind on its own row, the tour's boxes one under another */
+  #selection-bar #attn-kind {flex: 1 1 100% !important;}
+  #tour-input, #tour-input > .form {flex-wrap: wrap !important;}
+  #tour-input > *, #tour-input > .form > * {flex: 1 1 100% !important; min-width: 100% !important;}
 }
 /* an open list paints over the controls after it, on an opaque background (it was see-through on a phone) */
 #selection-bar .block:focus-within {position: relative; z-index: 60 !important;}

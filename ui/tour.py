@@ -22,6 +22,7 @@ from model.analysis.computation import Computation
 from model.engine.config import NO_INTERVENTION, Interventions
 from model.engine.decoding import DecodeOptions
 from model.engine.names import CROSS, DEC_SELF, ENC_SELF
+from viz import masks as vm
 from viz import tour as vt
 
 from viz.common import message_figure
@@ -29,13 +30,14 @@ from viz.learning import Curve, curves_figure
 
 from . import calls, inside, learn, views
 from .present import direction_label, md_escape, piece_note
-from .state import TOUR_STOPS, Run, Selection
+from .state import TOUR_STOPS, Run, Selection, read_index
 
 SPECIAL = ("<bos>", "<eos>", "<pad>", "<unk>", "<s>", "</s>")
 TITLES = ("Tokens and embeddings", "Positional encoding", "One head: scores → softmax", "Many heads",
           "Padding and look-ahead masks", "Feed-forward and the residual stream", "Cross-attention as alignment",
           "One decoding step", "What moved the output", "Watch it learn", "The whole run")
 N_STOPS = len(TITLES)
+TOUR_PLOT_PX = 780  # about the width of the tour's figure column on a desktop
 assert N_STOPS == TOUR_STOPS, "a link names stops 1..TOUR_STOPS"
 
 
@@ -133,19 +135,12 @@ def _pos_choices(labels: list[str], skip_special: bool = True) -> tuple[tuple[st
         or tuple((f"{i}: {t}", str(i)) for i, t in enumerate(labels))
 
 
-def _int(choice, default: int, n: int) -> int:
-    try:
-        return max(0, min(int(choice), n - 1))
-    except (TypeError, ValueError):
-        return default
-
-
 # --------------------------------------------------------------------------- stops 1-2: the input
 
 def stop_tokens(t: TourRun, choice: str | None = None) -> Stop:
     steps = t.comp.embedding_steps("encoder")
     n, toks = steps.norms(), t.tr.src_tokens
-    i = _int(choice, t.content_src(), len(toks))
+    i = read_index(choice, t.content_src(), len(toks))
     d = t.lm.model.cfg.d_model
     scaled = math.isclose(steps.scale, math.sqrt(d), rel_tol=1e-4)
     how = f"multiplies it by √{d} = {steps.scale:.2f}" if scaled else f"multiplies it by {steps.scale:.2f}"
@@ -197,7 +192,7 @@ def _changed(what: str, base, other) -> str:
 
 def stop_one_head(t: TourRun, choice: str | None = None) -> Stop:
     toks = t.tr.src_tokens
-    q = _int(choice, t.content_src(), len(toks))
+    q = read_index(choice, t.content_src(), len(toks))
     h = t.comp.head(ENC_SELF, 0, 0, q)
     d_k = t.lm.model.cfg.d_model // t.lm.model.cfg.n_heads
     ok = np.where(h.mask)[0]
@@ -226,7 +221,7 @@ def _heads_of_layer(t: TourRun, layer: int, q: int) -> list[tuple[int, str, floa
 
 def stop_many_heads(t: TourRun, choice: str | None = None) -> Stop:
     n_layers = t.lm.model.cfg.n_encoder_layers
-    layer = _int(choice, 0, n_layers)
+    layer = read_index(choice, 0, n_layers)
     q = t.content_src()
     rows = _heads_of_layer(t, layer, q)
     d_k = t.lm.model.cfg.d_model // t.lm.model.cfg.n_heads
@@ -245,44 +240,67 @@ def stop_many_heads(t: TourRun, choice: str | None = None) -> Stop:
 
 # --------------------------------------------------------------------------- stops 5-6: masks, FFN, residual
 
+def _mask_off(t: TourRun):
+    """The run's own output, forced through the model with the look-ahead mask off (one cached compare):
+    (the base decode, the decode without the mask, the forced trace)."""
+    return calls.gpu_compare(t.reg_key, t.run.model, t.tr.src_text, t.opts(), Interventions(causal_mask=False))
+
+
+def later_weight(trace) -> tuple[float, float]:
+    """The decoder self-attention's weight on later positions, summed over layers, heads and rows, and its
+    share of all that attention's weight."""
+    a = trace.attention(DEC_SELF)                                       # (L, H, T, T)
+    n = a.shape[-1]
+    later = np.arange(n)[:, None] < np.arange(n)[None, :]
+    future = float(a[..., later].sum()) if n > 1 else 0.0
+    return future, future / max(1e-9, float(a.sum()))
+
+
 def stop_masks(t: TourRun, choice: str | None = None) -> Stop:
-    tr = t.tr
+    """The masks; with ``choice`` "off", drawn from the run with the look-ahead mask off (text and figure)."""
+    tr, off = t.tr, choice == "off"
+    trace = _mask_off(t)[2] if off else tr
     n = len(tr.output_tokens)
     step = min(max(1, n // 2), n - 1)
-    self_attn = tr.attention(DEC_SELF)                                  # (L, H, T, T)
-    future = float(self_attn[:, :, np.arange(n)[:, None] < np.arange(n)[None, :]].sum()) if n > 1 else 0.0
+    future, share = later_weight(trace)
     pads = sum(1 for x in tr.src_tokens if x == "<pad>")
     s = [f"The padding mask hides the {md_escape('<pad>')} tokens that fill a batch to one length (this run has {pads}); "
-         "the look-ahead mask stops the decoder from reading tokens it has not written yet.",
-         f"At step {step}, writing {em(tr.output_tokens[step])}, the decoder reads {step + 1} of the {n} "
-         f"positions; the other {n - step - 1} are hidden.",
-         f"In this run the weight on later positions, summed over every decoder layer, head and row, is "
-         f"{future:.3f}."]
-    figure = views.model_masks_figure(t.lm, tr.src_tokens, tr.output_tokens, NO_INTERVENTION,
-                                      "What each attention may read (white: hidden by a mask)")
+         "the look-ahead mask stops the decoder from reading tokens it has not written yet."]
+    if off:
+        s += [f"With the look-ahead mask off, the decoder at step {step}, writing {em(tr.output_tokens[step])}, may "
+              f"read all {n} positions, {n - step - 1} of them not written yet.",
+              f"On this output, forced, the weight on later positions, summed over every decoder layer, head and "
+              f"row, is {future:.3f}: {pct(share)} of the decoder's self-attention."]
+    else:
+        s += [f"At step {step}, writing {em(tr.output_tokens[step])}, the decoder reads {step + 1} of the {n} "
+              f"positions; the other {n - step - 1} are hidden.",
+              f"In this run the weight on later positions, summed over every decoder layer, head and row, is "
+              f"{future:.3f}."]
+    iv = Interventions(causal_mask=False) if off else NO_INTERVENTION
+    figure = views.model_masks_figure(t.lm, tr.src_tokens, tr.output_tokens, iv,
+                                      "What each attention may read" + (", look-ahead mask off" if off else "") +
+                                      f" ({vm.BLOCKED_NAME}: hidden by a mask, {vm.ATTEND_NAME}: read)",
+                                      width_px=TOUR_PLOT_PX)
     return Stop(4, TITLES[4], s, Selection(kind=DEC_SELF, step=step, section="interventions", units=t.units),
-                Trial("Try it", (("both masks on", "on"), ("switch the look-ahead mask off", "off"))),
-                figure, [Fact("future_weight", future), Fact("pads", pads)])
+                Trial("Try it", (("both masks on", "on"), ("switch the look-ahead mask off", "off")),
+                      "off" if off else None),
+                figure, [Fact("future_weight", future), Fact("future_share", share), Fact("pads", pads)])
 
 
 def tried_masks(t: TourRun, choice: str) -> str:
     if choice != "off":
         return ""
-    base, mod, mod_on_base = calls.gpu_compare(t.reg_key, t.run.model, t.tr.src_text, t.opts(),
-                                               Interventions(causal_mask=False))
-    a = mod_on_base.attention(DEC_SELF)
-    n = a.shape[-1]
-    later = np.arange(n)[:, None] < np.arange(n)[None, :]
-    share = float(a[..., later].sum() / max(1e-9, a.sum()))
-    return (f"**What changed:** with the mask off and this output forced, {pct(share)} of the decoder's "
-            "self-attention goes to tokens after the one being written, which it could never see while "
-            "generating. " + _changed("Decoding that way,", base, mod).removeprefix("**What changed:** "))
+    base, mod, forced = _mask_off(t)
+    _, share = later_weight(forced)
+    return (f"**What changed:** with the mask off, {pct(share)} of the decoder's self-attention on this output "
+            "goes to tokens after the one being written (none with it on). "
+            + _changed("Decoding that way,", base, mod).removeprefix("**What changed:** "))
 
 
 def stop_residual(t: TourRun, choice: str | None = None) -> Stop:
     r = t.comp.residual_norms("decoder")
     labels = t.tr.decoder_input_tokens
-    i = _int(choice, min(1, len(labels) - 1), len(labels))
+    i = read_index(choice, min(1, len(labels) - 1), len(labels))
     L = r.resid.shape[0] - 1
     adds = [("self-attention", r.attn), ("cross-attention", r.cross), ("feed-forward", r.ffn)]
     best = max(((name, l, float(x[l, i])) for name, x in adds if x is not None for l in range(L)), key=lambda z: z[2])
@@ -297,7 +315,7 @@ def stop_residual(t: TourRun, choice: str | None = None) -> Stop:
     return Stop(5, TITLES[5], s, Selection(kind=DEC_SELF, step=i, section="computation", subview="residual",
                                            units=t.units),
                 Trial("Pick another decoder position", _pos_choices(labels, skip_special=False), str(i)),
-                inside.residual_figure(t.run, t.lm, "decoder"),
+                inside.residual_figure(t.run, t.lm, "decoder", i),
                 [Fact("resid_in", float(r.resid[0, i])), Fact("resid_out", float(r.resid[-1, i])),
                  Fact("largest", best[2])])
 
@@ -330,7 +348,7 @@ def reads(t: TourRun, o: int) -> str:
 def stop_cross(t: TourRun, choice: str | None = None) -> Stop:
     best = peak_cross(t)
     H = t.lm.model.cfg.n_heads
-    head = _int(choice, best[1], H) if choice not in (None, "") else best[1]
+    head = read_index(choice, best[1], H) if choice not in (None, "") else best[1]
     l, h, o, k, w = peak_cross(t, best[0], head)
     keys, outs = t.src_axis()[0], t.out_axis()[0]
     unit = "words" if t.by_word else "tokens"
@@ -430,6 +448,7 @@ def tried_moved(t: TourRun, choice: str) -> str:
 
 # --------------------------------------------------------------------------- stop 10: how it learned
 
+LEARN = 9  # the stop's index
 FINAL = "final"  # the trial's value for the finished model (the others are frame indices)
 
 
@@ -457,8 +476,7 @@ def stop_learn(t: TourRun, choice: str | None = None) -> Stop:
     picked = choice if choice in [v for _, v in trial.choices] else trial.default
     k = None if picked == FINAL else int(picked)
     key = fs.pair if k is None else fs.key_at(k)
-    text = t.tr.text if key == t.run.model else \
-        calls.gpu_translate(t.reg_key, key, t.tr.src_text, t.opts()).text
+    text = _frame_text(t, key)
     said = "The finished model" if k is None else f"After {fs.steps[k]:,} updates the model"
     quoted = md_escape(text[:120]) + ("…" if len(text) > 120 else "")
     s = [f"This model did not come knowing how to translate: it began as random numbers and learned from example "
@@ -477,6 +495,11 @@ def stop_learn(t: TourRun, choice: str | None = None) -> Stop:
     facts = [Fact("frames", len(fs.steps)), Fact("first_loss", fs.train_loss[0]),
              Fact("last_loss", fs.train_loss[-1])] + ([Fact("picked_step", fs.steps[k])] if k is not None else [])
     return Stop(9, TITLES[9], s, focus, trial, fig, facts, model=None if key == t.run.model else key)
+
+
+def _frame_text(t: TourRun, key: str) -> str:
+    """The sentence as model ``key`` (the run's own model, another frame, or the finished one) translates it."""
+    return t.tr.text if key == t.run.model else calls.gpu_translate(t.reg_key, key, t.tr.src_text, t.opts()).text
 
 
 def _no_frames(t: TourRun, reg, focus: Selection) -> Stop:
@@ -504,14 +527,16 @@ def stop_whole(t: TourRun, choice: str | None = None) -> Stop:
          f"The model was surest at step {hi} ({em(tr.steps[hi].token)}, {pct(probs[hi])}) and least sure at step "
          f"{lo} ({em(tr.steps[lo].token)}, {pct(probs[lo])})."]
     facts = [Fact("max_prob", probs[hi]), Fact("min_prob", probs[lo])]
-    j = _int(choice, lo, len(probs))
+    j = read_index(choice, lo, len(probs))
     if choice not in (None, ""):
         s.append(f"At step {j} it wrote {em(tr.steps[j].token)} with probability {pct(probs[j])}.")
         facts.append(Fact("step_prob", probs[j]))
     s.append("Leave the tour to open the full explorer on this run, or type another sentence and walk it again.")
     steps = tuple((f"step {k}: {x.token}", str(k)) for k, x in enumerate(tr.steps))
+    # a picked step: the heads' rows decoded up to it, as the first screen shows them while generating
+    figure = views.watch_heads(t.run, j + 1 if choice not in (None, "") else None, units=t.units)
     return Stop(10, TITLES[10], s, Selection(step=j, section="translate", units=t.units),
-                Trial("Look at one step", steps, str(lo)), views.watch_heads(t.run), facts)
+                Trial("Look at one step", steps, str(j)), figure, facts)
 
 
 STOPS = (stop_tokens, stop_positions, stop_one_head, stop_many_heads, stop_masks, stop_residual, stop_cross,
@@ -520,22 +545,33 @@ TRIED = {1: tried_positions, 4: tried_masks, 7: tried_step, 8: tried_moved}
 
 
 def stop(t: TourRun, index: int, choice: str | None = None) -> Stop:
-    """Stop ``index`` (clamped to 0..N_STOPS-1) of the tour on ``t``'s run; ``choice``: the trial's pick where
-    it changes the view (a token, a layer, a head)."""
+    """Stop ``index`` (clamped to 0..N_STOPS-1) of the tour on ``t``'s run; ``choice``: the trial's pick (a
+    token, a layer, a head, a step, a mask switched off), which the stop's text and figure are drawn for."""
     index = max(0, min(int(index), N_STOPS - 1))
-    s = STOPS[index](t, choice if index not in TRIED else None)
+    s = STOPS[index](t, choice)
     return replace(s, sentences=s.sentences[:4])
 
 
 def tried(t: TourRun, index: int, choice: str) -> str:
-    """What changed when the trial's ``choice`` was tried: a new run for the stops that change the model,
-    the redrawn stop's own first new sentence for those that pick another token, layer or head."""
+    """What changed when the trial's ``choice`` was tried, and only that (the redrawn stop says the rest):
+    a new run for the stops that change the model; for a pick, what is shown instead of what."""
     index = max(0, min(int(index), N_STOPS - 1))
     if index in TRIED:
         return TRIED[index](t, choice)
     default = stop(t, index)
-    if choice in (None, "", default.trial.default):
+    labels = {v: label for label, v in default.trial.choices}
+    if choice in (None, "", default.trial.default) or choice not in labels:
         return ""
-    now = stop(t, index, choice)
-    new = [x for x in now.sentences if x not in default.sentences]
-    return "**What changed:** " + " ".join(new) if new else ""
+    if index == LEARN:
+        return _tried_frame(t, default, labels, choice)
+    return (f"**What changed:** the stop now shows {md_escape(labels[choice])} instead of "
+            f"{md_escape(labels[default.trial.default])}; its text and figure are redrawn for it.")
+
+
+def _tried_frame(t: TourRun, default: Stop, labels: dict, choice: str) -> str:
+    """The picked snapshot's translation beside the one the stop opened on."""
+    _, fs = _frames(t)
+    key = lambda v: fs.pair if v == FINAL else fs.key_at(int(v))  # noqa: E731
+    quote = lambda v: md_escape(_frame_text(t, key(v))[:100])  # noqa: E731
+    return (f"**What changed:** {md_escape(labels[choice])}, the model writes “{quote(choice)}” where "
+            f"{md_escape(labels[default.trial.default])} wrote “{quote(default.trial.default)}”.")

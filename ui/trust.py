@@ -26,7 +26,7 @@ FORCED_NOTE = ("Teacher-forced on a reference: these signals read the reference'
 def gpu_trust(reg_key: str, name: str, tr: Translation) -> TrustReport:
     """The signals of ``tr`` read against its model's validation reference (model.analysis.trust_signals)."""
     with calls.MODEL_LOCK:
-        return trust_report(calls.REGISTRIES[reg_key].models[name], tr)
+        return trust_report(calls.lm_for(reg_key, name), tr)
 
 
 def report_of(reg_key: str, name: str, tr: Translation) -> TrustReport | None:

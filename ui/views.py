@@ -205,7 +205,7 @@ def masks_figure(reg: Registry, model: str, src_tokens, out_tokens, iv: Interven
     return model_masks_figure(reg.models[model], src_tokens, out_tokens, iv, title)
 
 
-def model_masks_figure(lm, src_tokens, out_tokens, iv: Interventions, title: str):
+def model_masks_figure(lm, src_tokens, out_tokens, iv: Interventions, title: str, width_px: int = 1200):
     m = mask_preview(lm, src_tokens, out_tokens, iv)
     dec_in = m.decoder_input
     rows = step_row_labels(dec_in, list(out_tokens)) if out_tokens else dec_in
@@ -214,7 +214,7 @@ def model_masks_figure(lm, src_tokens, out_tokens, iv: Interventions, title: str
         ("causal mask", m.causal, rows, dec_in),
         ("combined decoder self-attn mask", m.combined, rows, dec_in),
         ("cross-attention mask", m.cross, rows, src_tokens),
-    ], title=title)
+    ], title=title, width_px=width_px)
 
 
 def compare_maps_figure(cmp: CompareRun | None, kind: Kind | None, layer, head, lm=None):
@@ -464,7 +464,7 @@ REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
     _spec("computation", "attribution", "units"),
     _spec("computation", "forced", "", lambda run, sel, lm: inside.forced_view(run)),
     _spec("computation", "decoderlens", ""),  # a model call per encoder layer: drawn by its section
-    _spec("analysis", "profiles", ""),
+    _spec("analysis", "profiles", "kind layer head"),  # its picker opens the selected head
     _spec("analysis", "pair", ""),
     _spec("analysis", "export", ""),
     _spec("analysis", "about", ""),

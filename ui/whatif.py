@@ -9,22 +9,17 @@ from dataclasses import asdict
 
 from .decoderlens import LensShown
 from .present import md_escape
-from .state import CROSS, ModelShape, PatchLink, Run, Selection, WhatIf, link_url, whatif_from_query
-
-
-def _int(value, default: int = 0) -> int:
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return default
+from .state import (CROSS, ModelShape, PatchLink, Run, Selection, WhatIf, link_url, read_index,
+                    whatif_from_query)
 
 
 def bench_link(text_a, text_b, site, scan, kind, part, point, layer, head, positions, step, foil, ablation,
                output="") -> PatchLink:
     """The bench's controls (in the section's order) as the link keeps them."""
     return PatchLink(str(text_a or ""), str(text_b or ""), site=site or "z", kind=str(kind or CROSS),
-                     part=part or "decoder", point=point or "post", layer=_int(layer), head=_int(head),
-                     positions=str(positions or "").strip(), scan=scan or "none", step=_int(step),
+                     part=part or "decoder", point=point or "post", layer=read_index(layer),
+                     head=read_index(head), positions=str(positions or "").strip(), scan=scan or "none",
+                     step=read_index(step),
                      output=str(output or "").strip(), foil=str(foil or "").strip(), ablation=ablation or "patch")
 
 

@@ -350,10 +350,27 @@ def figure(data: list, layout: dict) -> go.Figure:
     return go.Figure(data=data, layout=_with_font(layout), _validate=False)
 
 
+MESSAGE_LINE = 52  # characters a message line holds: half a desktop row, or a phone's width, at 14 px
+
+
+def wrap_words(text: str, width: int) -> list[str]:
+    """``text`` broken at spaces into lines of at most ``width`` characters (a longer word keeps its line)."""
+    lines, line = [], ""
+    for word in str(text).split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return [*lines, line]
+
+
 def message_figure(text: str, height: int = 160) -> go.Figure:
-    """A placeholder figure carrying only a message (e.g. 'translate a sentence first')."""
-    layout = base_layout(height, plot_bgcolor="white")
+    """A placeholder figure carrying only a message (e.g. 'translate a sentence first'), broken into lines
+    that fit a half-width plot, so a whole sentence is never cut at its edges."""
+    lines = wrap_words(text, MESSAGE_LINE)
+    layout = base_layout(max(height, 60 + 22 * len(lines)), plot_bgcolor="white")
     layout.update(xaxis=dict(visible=False), yaxis=dict(visible=False),
-                  annotations=[dict(text=esc(text), x=0.5, y=0.5, xref="paper", yref="paper",
-                                    showarrow=False, font=dict(size=14, color="#666"))])
+                  annotations=[dict(text="<br>".join(esc(x) for x in lines), x=0.5, y=0.5, xref="paper",
+                                    yref="paper", showarrow=False, font=dict(size=14, color="#666"))])
     return go.Figure(layout=_with_font(layout), _validate=False)

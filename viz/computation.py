@@ -178,32 +178,34 @@ def boundaries(L: int) -> list[str]:
     return ["input"] + [f"after layer {i}" for i in range(L)]
 
 
-def _layer_series(resid, attn, cross, ffn) -> list[dict]:
-    """Mean over positions: the residual's norm between layers (line), what each layer adds (bars)."""
+def _layer_series(resid, attn, cross, ffn, where: str = "mean over positions") -> list[dict]:
+    """Mean over the positions given: the residual's norm between layers (line), what each layer adds (bars)."""
     L = attn.shape[0]
     layers = np.arange(L, dtype=np.int32)
     data = [dict(type="scatter", x=np.arange(L + 1), y=finite(_row_mean(resid)), mode="lines+markers",
                  name="‖residual stream‖", line=dict(color=COLORS["resid"]), customdata=boundaries(L),
-                 hovertemplate="%{customdata}: ‖residual‖ = %{y:.4g}<extra>mean over positions</extra>")]
+                 hovertemplate=f"%{{customdata}}: ‖residual‖ = %{{y:.4g}}<extra>{esc(where)}</extra>")]
     for key, arr, name in (("attn", attn, "self-attention"), ("cross", cross, "cross-attention"),
                            ("ffn", ffn, "feed-forward")):
         if arr is None:
             continue
         data.append(dict(type="bar", x=layers + 0.5, y=finite(_row_mean(arr)), customdata=layers, name=f"+ {name}",
                          marker=dict(color=COLORS[key]),
-                         hovertemplate=f"layer %{{customdata}} adds ‖{name}‖ = %{{y:.4g}}<extra>mean over positions"
+                         hovertemplate=f"layer %{{customdata}} adds ‖{name}‖ = %{{y:.4g}}<extra>{esc(where)}"
                                        "</extra>"))
     return data
 
 
-def residual_norms(resid, attn, ffn, cross=None, tokens: Sequence[str] = (), title: str | None = None) -> go.Figure:
+def residual_norms(resid, attn, ffn, cross=None, tokens: Sequence[str] = (), title: str | None = None,
+                   position: int | None = None) -> go.Figure:
     """The residual stream's size through the stack, and what each sublayer adds to it.
 
     ``resid``: (L + 1, T) L2 norm before layer 0 and after each layer; ``attn`` / ``ffn`` / ``cross``
     (L, T): norms of the self-attention / FFN / cross-attention (decoder only) contributions.
     Left: mean over positions, the residual as a line at layer boundaries, the contributions as
     grouped bars between them. Right: the residual's norm per position and layer. ``tokens``
-    label the positions (their indices when empty).
+    label the positions (their indices when empty). ``position``: the left panel shows that position
+    alone (instead of the mean), and the right one outlines its column.
     """
     resid = np.asarray(resid, dtype=np.float64)
     if resid.ndim != 2 or resid.size == 0:
@@ -214,7 +216,14 @@ def residual_norms(resid, attn, ffn, cross=None, tokens: Sequence[str] = (), tit
     tokens = list(tokens) or [str(i) for i in range(T)]
     if len(tokens) != T:
         raise ValueError(f"{len(tokens)} tokens for {T} positions")
-    data = _layer_series(resid, attn, cross, ffn)
+    left = "mean over positions"
+    if position is not None:
+        position = max(0, min(int(position), T - 1))
+        left = f"position {position} ({tokens[position]})"
+        one = lambda a: None if a is None else a[:, position:position + 1]  # noqa: E731
+        data = _layer_series(one(resid), one(attn), one(cross), one(ffn), left)
+    else:
+        data = _layer_series(resid, attn, cross, ffn)
     rows = boundaries(L1 - 1)
     z = finite(resid)
     data.append(dict(type="heatmap", z=z, xaxis="x2", yaxis="y2", colorscale=ATTN_SCALE, zmin=0.0,
@@ -234,7 +243,10 @@ def residual_norms(resid, attn, ffn, cross=None, tokens: Sequence[str] = (), tit
     layout["yaxis2"] = dict(token_axis(rows, font_size=10, number=False), anchor="x2", autorange="reversed")
     layout["margin"] = dict(l=60, r=20, b=110)
     k = thin_axes(layout, data)
-    layout["annotations"] = [subplot_title("mean over positions", (0, 0.38), (0, 1)),
+    if position is not None:
+        layout["shapes"] = [dict(type="rect", xref="x2", yref="y2 domain", x0=position - 0.5, x1=position + 0.5,
+                                 y0=0, y1=1, line=dict(color=COLORS["resid"], width=2), fillcolor="rgba(0,0,0,0)")]
+    layout["annotations"] = [subplot_title(esc(left), (0, 0.38), (0, 1)),
                              subplot_title("‖residual stream‖ per position", (0.52, 0.94), (0, 1))]
     set_title(layout, title, ["L2 norms", thin_note(k) if k > 1 else ""], top_extra=10)
     return figure(data, layout)

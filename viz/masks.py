@@ -6,10 +6,11 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import (axis_ids, base_layout, esc, figure, label_font_size, subplot_title,
+from .common import (axis_ids, wrap_words, base_layout, esc, figure, label_font_size, subplot_title,
                      token_axis)
 
 BLOCKED, ATTEND = "#f4a6a6", "#4a90d9"
+BLOCKED_NAME, ATTEND_NAME = "pink", "blue"  # the colours' names, for titles and texts that refer to them
 MASK_SCALE = [[0.0, BLOCKED], [0.5, BLOCKED], [0.5, ATTEND], [1.0, ATTEND]]
 _COLORAXIS = dict(colorscale=MASK_SCALE, cmin=0, cmax=1,
                   colorbar=dict(tickvals=[0.25, 0.75], ticktext=["blocked", "attend"], thickness=12, len=0.5))
@@ -48,8 +49,10 @@ def mask_panels(panels: Sequence[tuple[str, object, Sequence[str], Sequence[str]
     fs = max(6, label_font_size(longest) - 2)
     shown = [i == 0 or list(panels[i][2]) != list(panels[i - 1][2]) for i in range(n)]
     doms = _row_label_domains(panels, shown, fs, width_px)
-    layout = base_layout(170 + min(420, max(220, 18 * longest)), title, coloraxis=_COLORAXIS)
-    layout["margin"] = dict(l=20, r=10, t=70 if title else 40, b=90)
+    titles = [_wrap(name, (doms[i][0][1] - doms[i][0][0]) * width_px) for i, (name, *_) in enumerate(panels)]
+    extra = 14 * (max(t.count("<br>") for t in titles) if titles else 0)  # room for titles of several lines
+    layout = base_layout(170 + extra + min(420, max(220, 18 * longest)), title, coloraxis=_COLORAXIS)
+    layout["margin"] = dict(l=20, r=10, t=(70 if title else 40) + extra, b=90)
     data, annotations = [], []
     for i, (name, mask, q_tokens, k_tokens) in enumerate(panels):
         z = _as_mask(mask, q_tokens, k_tokens)
@@ -60,9 +63,15 @@ def mask_panels(panels: Sequence[tuple[str, object, Sequence[str], Sequence[str]
         layout[xa] = dict(token_axis(k_tokens, font_size=fs, angle=-90), domain=list(xd), anchor=yr)
         layout[ya] = dict(token_axis(q_tokens, font_size=fs, show=shown[i]), domain=list(yd), anchor=xr,
                           autorange="reversed")
-        annotations.append(subplot_title(esc(name), xd, yd))
+        annotations.append(subplot_title(titles[i], xd, yd))
     layout["annotations"] = annotations
     return figure(data, layout)
+
+
+def _wrap(name: str, width_px: float, font_px: int = 11) -> str:
+    """A panel title escaped and broken into lines that fit ``width_px`` (about 0.6 em a character), so
+    titles of panels side by side never run into each other."""
+    return "<br>".join(esc(x) for x in wrap_words(name, max(6, int(width_px / (0.6 * font_px)))))
 
 
 def _row_label_domains(panels, shown, fs: int, width_px: int, left: float = 0.02, right: float = 0.92):

@@ -46,8 +46,10 @@ class Kind(str, Enum):
 
 ENC_SELF, DEC_SELF, CROSS = Kind.ENC_SELF, Kind.DEC_SELF, Kind.CROSS
 ATTN_KINDS = (ENC_SELF, DEC_SELF, CROSS)
-_ALIASES = {"encoder": ENC_SELF, "enc": ENC_SELF, "decoder": DEC_SELF,
-            "self": DEC_SELF, "dec": DEC_SELF, "cross": CROSS}
+# the one table of short names (links, head labels like 'cross L1 H2', the API): read, never rewritten
+SHORT_NAMES = {ENC_SELF: "enc", DEC_SELF: "dec", CROSS: "cross"}
+SHORT_KINDS = {short: kind for kind, short in SHORT_NAMES.items()}
+_ALIASES = {"encoder": ENC_SELF, "decoder": DEC_SELF, "self": DEC_SELF, **SHORT_KINDS}
 
 
 PARTS = ("encoder", "decoder")

@@ -19,8 +19,8 @@ from . import VIEW, Shell, log, safe, sub_view, track_subtabs
 from . import interventions, patching, sidebyside
 from .. import align_heads, calls, trust, views, whatif
 from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
-from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, is_blank, md_escape,
-                       no_model_message)
+from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, head_label, is_blank,
+                       md_escape, no_model_message)
 from ..state import ModelShape, PairRun, Selection, link_url
 from .about import about_markdown
 from .interventions import toggles_of
@@ -174,6 +174,15 @@ def _choices(shell: Shell, run) -> list:
     return [gr.Dropdown(choices=head_choices(shell.lm(run)))]
 
 
+def selected_head(shell: Shell, run, sel: Selection) -> str | None:
+    """The picker's label of the selection's head, inside the run's model ('cross L1 H2')."""
+    shape = shell.shape(run.model) if run is not None else None
+    if shape is None:
+        return None
+    sel = sel.fit(shape)
+    return head_label(sel.kind, sel.layer, sel.head)
+
+
 def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
     if scope == "current":
         if run is None:
@@ -216,12 +225,14 @@ def wire(shell: Shell) -> None:
     head_map = safe(lambda r, lab: views.head_map_figure(r, lab, shell.lm(r)), "head map")
     track_subtabs(shell, "analysis", {v: t for v, t in p.sub_tabs.items() if v != "profiles"})
 
-    def open_profiles(run, sel, name, scope, n, stat, pick):
-        """Profiles of the run's model, and the picked head's map of this run: never another run's."""
-        return [*on_profiles(run, name, scope, n, stat), views.head_map_figure(run, pick, shell.lm(run))]
+    def open_profiles(run, sel, name, scope, n, stat):
+        """Profiles of the run's model, and the selected head's map of this run (never another run's): the
+        picker names the selection's head, so moving the bar moves it."""
+        pick = selected_head(shell, run, sel)
+        return [*on_profiles(run, name, scope, n, stat), pick, views.head_map_figure(run, pick, shell.lm(run))]
 
-    sub_view(shell, "analysis/profiles", p.prof_tab, [*prof_out, p.prof_head_plot],
-             [shell.direction, p.prof_scope, p.prof_n, p.prof_stat, p.prof_pick], open_profiles,
+    sub_view(shell, "analysis/profiles", p.prof_tab, [*prof_out, p.prof_pick, p.prof_head_plot],
+             [shell.direction, p.prof_scope, p.prof_n, p.prof_stat], open_profiles,
              model_call=True, api_name="head_profiles", own_events=False)
     gr.on([p.prof_scope.input, p.prof_n.input], on_profiles, prof_in, prof_out, api_visibility="private",
           **shell.model_event())

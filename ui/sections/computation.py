@@ -343,9 +343,22 @@ def _wire_attribution(shell: Shell) -> None:
                      **shell.model_event())
     p.attr.pos.input(_foil_choices, [shell.run_state, p.attr.pos], foils, api_visibility="private", **VIEW)
     p.attr.steps.release(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
-    picked = p.attr.foil.input(on_pick, ins + foils, outs, api_name="attribution_foil",
+    def on_foil_pick(run, position, steps, units, held, foil=None, foil_text=None):
+        """A foil picked from the list is the question: the typed box is emptied (a typed foil would win)."""
+        return (*on_pick(run, position, steps, units, held, foil=foil), "")
+
+    def on_foil_typed(run, position, steps, units, held, foil=None, foil_text=None):
+        """A typed foil is the question: the list shows it where it is one of the step's candidates, else none."""
+        out = on_pick(run, position, steps, units, held, foil_text=foil_text)
+        h = out[-1]
+        piece = h.foil.piece if isinstance(h, HeldAttribution) and h.foil is not None else None
+        listed = [v for _, v in contrast.foil_choices(run, inside.clamp(position, len(run.tr.steps)))] if run else []
+        return (*out, gr.Dropdown(value=piece if piece in listed else None))
+
+    picked = p.attr.foil.input(on_foil_pick, ins + foils, [*outs, p.attr.foil_text], api_name="attribution_foil",
                                api_visibility="undocumented", **shell.model_event())
-    typed = p.attr.foil_text.submit(on_pick, ins + foils, outs, api_visibility="private", **shell.model_event())
+    typed = p.attr.foil_text.submit(on_foil_typed, ins + foils, [*outs, p.attr.foil], api_name="attribution_typed",
+                                    api_visibility="undocumented", **shell.model_event())
     shell.link_events.extend([picked, typed])  # the link box then names the foil
 
 

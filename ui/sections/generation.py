@@ -122,6 +122,19 @@ def _on_step(run, t, delta=0):
         return gr.skip(), "This step could not be drawn.", [], msg, msg, msg, msg
 
 
+def _on_step_typed(run, t):
+    """The step the slider (or its number box) holds. The slider is written back only where the step had
+    to be brought inside the run: an answer that rewrote it would overwrite what is typed meanwhile (the
+    next pending read would then see the older value), and an emptied box draws nothing, not step 0."""
+    if t in (None, ""):
+        return [gr.skip()] * 7
+    out = _on_step(run, t)
+    n = len(run.tr.steps) if run is not None else 1
+    if isinstance(out[0], gr.Slider) and 0 <= int(t) <= max(0, n - 1) and float(t) == int(t):
+        out = [gr.skip(), *out[1:]]
+    return out
+
+
 def _beam(shell: Shell, run, old, size, force=False):
     size = max(2, min(int(size or 4), 8))
     lm = shell.lm(run)
@@ -161,8 +174,8 @@ def wire(shell: Shell) -> None:
     p = shell.generation
     outs = p.step_outputs
     # released after a drag, or typed into the slider's number box
-    gr.on([shell.step.release, shell.step.input], _on_step, [shell.run_state, shell.step], outs, api_name="step_view",
-          api_visibility="undocumented", trigger_mode="always_last", **VIEW)
+    gr.on([shell.step.release, shell.step.input], _on_step_typed, [shell.run_state, shell.step], outs,
+          api_name="step_view", api_visibility="undocumented", trigger_mode="always_last", **VIEW)
     p.prev_btn.click(lambda r, t: _on_step(r, t, -1), [shell.run_state, shell.step], outs,
                      api_visibility="private", **VIEW)
     p.next_btn.click(lambda r, t: _on_step(r, t, 1), [shell.run_state, shell.step], outs,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
@@ -21,9 +21,12 @@ from viz.common import message_figure
 from viz.learning import curves_figure, head_forms_figure, loss_figure
 
 from .. import calls, learn
+from .. import sidebyside as sbs
 from ..present import KIND_LABELS, model_choices
 from ..state import Run, Selection
+from ..views import stamp_of
 from . import Shell, log
+from . import sidebyside as sbs_section
 
 TOY_GROUP = "toy"   # the toy trainer's own concurrency group: it never queues behind or ahead of translations
 DEFAULT_TEXT = "\n".join(f"{s} ||| {t}" for s, t in DEFAULT_PAIRS)
@@ -34,6 +37,7 @@ NO_FRAMES = "This run's model has no training frames. Frames ship beside a check
 class LearnParts:
     frame_md: gr.Markdown
     scrub: gr.Slider
+    compare: gr.Button
     curves: gr.Plot
     form_btn: gr.Button
     form_plot: gr.Plot
@@ -59,7 +63,10 @@ def build(shell: Shell) -> LearnParts:
     gr.Markdown("Every frame is the model at one update of its training run. Move the scrubber to make that "
                 "frame the current run's model: every section then shows it on the current sentence.")
     frame_md = gr.Markdown(NO_FRAMES, elem_id="frame-md")
-    scrub = gr.Slider(0, 1, value=0, step=1, label="Frame", elem_id="frame-scrub", interactive=True)
+    # counted from 1, as the text above it counts frames ("Frame 3 of 6")
+    scrub = gr.Slider(1, 2, value=1, step=1, label="Frame", elem_id="frame-scrub", interactive=True)
+    compare = gr.Button("Compare this frame with the finished model (Analysis › Two models)",
+                        elem_id="frame-compare", size="sm")
     curves = gr.Plot(show_label=False, elem_id="frame-curves")
     with gr.Row():
         form_btn = gr.Button("Watch the selected head form", elem_id="form-btn", size="sm", scale=0)
@@ -75,7 +82,8 @@ def build(shell: Shell) -> LearnParts:
         toy_status = gr.Markdown("", elem_id="toy-status")
         toy_plot = gr.Plot(show_label=False, elem_id="toy-plot")
     TOYS.setdefault(shell.reg_key, Toys(ToyGate(cap=1), ToyShelf(shell.reg)))
-    return LearnParts(frame_md=frame_md, scrub=scrub, curves=curves, form_btn=form_btn, form_plot=form_plot,
+    return LearnParts(frame_md=frame_md, scrub=scrub, compare=compare, curves=curves, form_btn=form_btn,
+                      form_plot=form_plot,
                       toy_pairs=toy_pairs, toy_seed=toy_seed, toy_btn=toy_btn, toy_status=toy_status,
                       toy_plot=toy_plot)
 
@@ -84,22 +92,39 @@ def _frame_values(shell: Shell, run: Run | None) -> list:
     """The markdown, the scrubber and the curves for the frames of ``run``'s model."""
     fs = learn.frame_set(shell.reg, run.model) if run is not None else None
     if fs is None:
-        return [NO_FRAMES, gr.Slider(minimum=0, maximum=1, value=0, interactive=False),
-                message_figure("No training frames for this model.")]
+        return [NO_FRAMES, gr.Slider(minimum=1, maximum=2, value=1, interactive=False),
+                message_figure("No training frames for this model."), gr.Button(visible=False)]
     k = fs.index_of(run.model)
     shown = len(fs.keys) - 1 if k is None else k
     fig = curves_figure(fs.steps, learn.curves(fs), fs.steps[k] if k is not None else None,
                         f"Training of {fs.pair}: {len(fs.steps)} frames")
-    md = learn.frame_markdown(fs, shown) + ("" if k is not None else " · the run shows the finished model")
-    return [md, gr.Slider(minimum=0, maximum=max(1, len(fs.keys) - 1), value=shown, interactive=True), fig]
+    md = learn.frame_markdown(fs, shown) + ("" if k is not None else finished_note(fs))
+    return [md, gr.Slider(minimum=1, maximum=max(2, len(fs.keys)), value=shown + 1, interactive=True), fig,
+            gr.Button(visible=fs.pair in shell.reg.names)]
 
 
-def _pick(shell: Shell, run: Run | None, index):
-    """The scrubber's frame becomes Direction (the run that follows uses it)."""
+def finished_note(fs: learn.FrameSet) -> str:
+    """What the run shows when it is the finished model (the scrubber stands on the last frame)."""
+    if fs.notes and fs.notes[-1]:  # the exported model is the last frame, its weights averaged
+        return " · the run shows the finished model, which is this last frame"
+    return " · the run shows the finished model, not a frame: move the scrubber to make one the run's model"
+
+
+def _pick(shell: Shell, run: Run | None, number):
+    """The scrubber's frame (counted from 1) becomes Direction (the run that follows uses it)."""
     fs = learn.frame_set(shell.reg, run.model) if run is not None else None
     if fs is None:
         raise gr.Error(NO_FRAMES)
-    return gr.Dropdown(choices=model_choices(shell.reg), value=fs.key_at(index))
+    return gr.Dropdown(choices=model_choices(shell.reg), value=fs.key_at(int(number or 1) - 1))
+
+
+def compare_pair(shell: Shell, run: Run | None, number) -> tuple[str, str] | None:
+    """(run model, second model) of "compare this frame with the finished model": the run's frame beside the
+    finished model, or, when the run is the finished model, the scrubber's frame beside it."""
+    fs = learn.frame_set(shell.reg, run.model) if run is not None else None
+    if fs is None or fs.pair not in shell.reg.names:
+        return None
+    return (run.model, fs.pair) if run.model != fs.pair else (run.model, fs.key_at(int(number or 1) - 1))
 
 
 def _head_forms(shell: Shell, run: Run | None, sel: Selection | None):
@@ -159,7 +184,8 @@ def _toy(shell: Shell, pairs_text: str, seed, request: gr.Request):
 
 def follow_runs(shell: Shell, parts: LearnParts) -> None:
     """Before the translate event is wired: every run redraws the frames of its model."""
-    shell.on_run([parts.frame_md, parts.scrub, parts.curves], lambda run, ctx: _frame_values(shell, run))
+    shell.on_run([parts.frame_md, parts.scrub, parts.curves, parts.compare],
+                 lambda run, ctx: _frame_values(shell, run))
 
 
 def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
@@ -183,6 +209,7 @@ def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
     def toy(pairs_text, seed, request: gr.Request):
         yield from _toy(shell, pairs_text, seed, request)
 
+    _wire_compare(shell, parts)
     shell.section_tabs["learn"].select(lambda: "learn", None, shell.section, api_visibility="private",
                                        concurrency_limit=None, show_progress="hidden")
     # the number box answers with input, a drag with input as it goes and release at the end: the last wins
@@ -199,3 +226,25 @@ def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
                         api_visibility="undocumented", concurrency_id=TOY_GROUP, concurrency_limit=1,
                         show_progress="minimal").success(
         again, t_inputs, t_outputs, api_visibility="private", **shell.model_event())
+
+
+def _wire_compare(shell: Shell, parts: LearnParts) -> None:
+    """One click from a frame to Analysis › Two models: that frame beside the finished model, drawn at once."""
+    side = shell.analysis.sbs
+    stamp = next(sv.stamp for sv in shell.lazy_views if sv.name == sbs_section.NAME)
+
+    def compare(run, number, sel, held):
+        pair = compare_pair(shell, run, number)
+        if pair is None:
+            raise gr.Error(NO_FRAMES)
+        sel = replace(sel if isinstance(sel, Selection) else Selection(), section="analysis", subview="sidebyside")
+        second = pair[1]
+        return (gr.Tabs(selected="analysis"), "analysis", gr.Tabs(selected="sidebyside"),
+                {**(held or {}), "analysis": "sidebyside"}, (*stamp_of(sbs_section.NAME, run, sel), second),
+                gr.Dropdown(choices=sbs.candidates(shell.reg, run), value=second),
+                *sbs_section.values(shell, run, sel, second))
+
+    parts.compare.click(compare, [shell.run_state, parts.scrub, shell.sel_state, shell.subviews],
+                        [shell.tabs, shell.section, shell.subtabs["analysis"], shell.subviews, stamp, side.second,
+                         *side.outputs()], api_name="compare_frame", api_visibility="undocumented",
+                        show_progress="minimal", **shell.model_event())

@@ -239,9 +239,12 @@ def wire(shell: Shell) -> None:
     def steps(run, name, a, b, out, step):
         return _steps(shell, run, name, a, b, out, step)
 
-    gr.on([a.pair_a.blur, a.pair_b.blur, a.pair_b.submit, p.patch_output.blur, p.patch_output.submit],
-          steps, *sync, api_visibility="private", **shell.model_event())
-    filled.then(lambda *a: steps(*a[:-1], 0), *sync, api_visibility="private", **shell.model_event())
+    # any change of A, B or the target (typed, pasted, filled, a new run's examples) and Compare sentences:
+    # the list is read again from the texts as they are then; only the last pending read runs, so a read of
+    # older texts never lands after a newer one
+    gr.on([a.pair_a.change, a.pair_b.change, p.patch_output.change, a.pair_btn.click], steps, *sync,
+          api_visibility="private", trigger_mode="always_last", **shell.model_event())
+    filled.then(lambda *v: steps(*v[:-1], 0), *sync, api_visibility="private", **shell.model_event())
 
     def on_run(sel, run, name, a, b, *c):
         return (*_run(shell, run, name, a, b, sel, *c), run.model if run is not None else name)

@@ -2,7 +2,8 @@
 translations row by row, each model's trust signals (read against that model's own validation reference, so
 a researcher sees which output to trust), both per-head grids under the one selection (each fitted to its
 own layers and heads), and each model's AER per head where the sentence has a gold alignment. A second model
-must read the same source language; any listed model qualifies, and one not in memory is loaded on first use
+must read the same source language: any listed model that does, the training snapshots of the run's
+direction and a many-to-many model's pair from that language qualify; and one not in memory is loaded on first use
 (the model store's own least-recently-used bound). A registered sub-view; a link and an export carry the
 second model."""
 from __future__ import annotations
@@ -13,7 +14,6 @@ import gradio as gr
 
 from model.analysis.alignment.heads import val_texts
 from model.analysis.alignment.reference import reference_path
-from model.families.catalog import infos
 
 from .. import align_heads, calls, trust, views
 from .. import decoderlens as lens_view
@@ -52,8 +52,11 @@ def build(shell: Shell, tab: gr.Tab) -> SideParts:
                 "above (each model with its own layer and head counts), and the AER of every cross-attention head of "
                 "each where the sentence is a validation sentence with a gold alignment. The second model must read "
                 "the same source language.", elem_classes="explain")
-    choices = [(f"{name} ({i.src_lang} → {i.tgt_lang})", name) for name, i in infos(shell.reg).items()]
+    lm = shell.default_lm
+    choices = sbs.readers(shell.reg, lm.src_lang, lm.tgt_lang, shell.default_model) if lm is not None else []
     second = gr.Dropdown(choices, value=None, label="Second model", elem_id="sbs-model")
+    # every run offers the models that read its source language (another run may read another one)
+    shell.on_run([second], lambda run, ctx: [gr.Dropdown(choices=sbs.candidates(shell.reg, run))])
     md = gr.Markdown(elem_id="sbs-md")
     with gr.Row():  # each model's signals, read against its own validation translations
         trust_a = gr.Markdown(elem_id="sbs-trust-a")
@@ -117,7 +120,10 @@ def values(shell: Shell, run: Run, sel: Selection, second) -> list:
 
 def restore(shell: Shell, parts: SideParts, run: Run, sel: Selection, second: str) -> dict:
     """What a link naming a second model sets on load."""
-    return {parts.second: second, **dict(zip(parts.outputs(), values(shell, run, sel, second)))}
+    offered = sbs.candidates(shell.reg, run)
+    shown = second if second in [k for _, k in offered] else None  # a refused one is said, not selected
+    return {parts.second: gr.Dropdown(choices=offered, value=shown),
+            **dict(zip(parts.outputs(), values(shell, run, sel, second)))}
 
 
 def wire(shell: Shell, parts: SideParts) -> None:

@@ -13,7 +13,7 @@ from viz.common import message_figure
 
 from .. import tour
 from ..present import md_escape, model_choices
-from ..state import link_url, tour_stop, tour_url
+from ..state import link_url, tour_pick, tour_stop, tour_url
 from . import VIEW, Shell, log
 from .translate import base_url, replay_event
 
@@ -85,8 +85,9 @@ def build(shell: Shell) -> TourParts:
     return parts
 
 
-def draw(shell: Shell, run, index: int, units: str, request=None) -> list:
-    """The values of ``parts.outputs``: stop ``index`` on ``run`` (CLOSED: the explorer again)."""
+def draw(shell: Shell, run, index: int, units: str, request=None, pick: str | None = None) -> list:
+    """The values of ``parts.outputs``: stop ``index`` on ``run`` (CLOSED: the explorer again), its text,
+    figure and link drawn for the trial's ``pick`` (None: the stop's own default) and what that changed."""
     if index == CLOSED:
         return [gr.Column(visible=False), gr.Tabs(visible=True), gr.Button(visible=True), CLOSED,
                 *[gr.skip()] * 11]
@@ -96,15 +97,17 @@ def draw(shell: Shell, run, index: int, units: str, request=None) -> list:
         msg = "Translate a sentence first: the tour walks through its run."
         return [*head, f"### Stop {index + 1} of {tour.N_STOPS}", msg, gr.Dropdown(choices=[], value=None), "",
                 message_figure(msg), "", "", gr.skip(), gr.skip(), *_nav(index)]
-    s = tour.stop(tour.TourRun(run, shell.lm(run), units or "words", shell.reg_key), index)
+    t = tour.TourRun(run, shell.lm(run), units or "words", shell.reg_key)
+    s = tour.stop(t, index, pick)
+    changed = tour.tried(t, index, pick) if pick not in (None, "") else ""
     base = base_url(request)
     focus = s.focus.fit(shell.shape(run.model)) if shell.shape(run.model) else s.focus
     # the stop's link opens the tour on the first section: the stop's own section (Attribution, say) would be
-    # drawn, hidden, on every visit; leaving opens it
-    link = tour_url(base, run.inputs, replace(focus, section="translate", subview=""), index) \
-        if run.inputs is not None else ""
+    # drawn, hidden, on every visit; leaving opens it. It names the pick where one changed the stop.
+    link = tour_url(base, run.inputs, replace(focus, section="translate", subview=""), index,
+                    pick if changed else None) if run.inputs is not None else ""
     return [*head, f"### {md_escape(s.heading)}", "\n\n".join(s.sentences),
-            gr.Dropdown(choices=list(s.trial.choices), value=s.trial.default, label=s.trial.label), "",
+            gr.Dropdown(choices=list(s.trial.choices), value=s.trial.default, label=s.trial.label), changed,
             s.figure, link, _leave_link(shell, run, s, base), run.tr.src_text, run.model, *_nav(index)]
 
 
@@ -124,39 +127,25 @@ def _nav(index: int) -> list:
 
 def _after_run(shell: Shell, run, stop, seen, units, request) -> list:
     """After a run: the open stop redrawn on it; on the page's first run, the stop its link names."""
+    pick = None
     if not seen:
-        linked = tour_stop(dict(parse_qsl(urlsplit(base_url(request)).query)))
-        stop = linked if linked is not None else stop
+        params = dict(parse_qsl(urlsplit(base_url(request)).query))
+        linked = tour_stop(params)
+        stop, pick = (linked, tour_pick(params)) if linked is not None else (stop, None)
     if stop is None or stop == CLOSED:
         return [*[gr.skip()] * len(shell.tour.outputs(shell)), True]
-    return [*_safe_draw(shell, run, stop, units, request), True]
+    return [*_safe_draw(shell, run, stop, units, request, pick), True]
 
 
-def _safe_draw(shell: Shell, run, index, units, request) -> list:
+def _safe_draw(shell: Shell, run, index, units, request, pick: str | None = None) -> list:
     try:
-        return draw(shell, run, index, units, request)
+        return draw(shell, run, index, units, request, pick)
     except Exception:
         log.exception("tour stop %s failed", index)
         msg = "This stop could not be drawn for this run."
         return [gr.Column(visible=True), gr.Tabs(visible="hidden"), gr.Button(visible=False), index,
                 f"### Stop {int(index) + 1} of {tour.N_STOPS}", msg, gr.skip(), "", message_figure(msg),
                 gr.skip(), gr.skip(), gr.skip(), gr.skip(), *_nav(int(index))]
-
-
-def _tried(shell: Shell, run, index, units, choice, base: str = "") -> tuple:
-    """(what changed, the stop's text, its figure, the leave link) once the trial's ``choice`` is tried."""
-    if run is None or index in (None, CLOSED):
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip()
-    try:
-        t = tour.TourRun(run, shell.lm(run), units or "words", shell.reg_key)
-        changed = tour.tried(t, index, choice)
-        if index in tour.TRIED:  # the model itself changed: the stop's own text and view stay
-            return changed, gr.skip(), gr.skip(), gr.skip()
-        s = tour.stop(t, index, choice)
-        return changed, "\n\n".join(s.sentences), s.figure, _leave_link(shell, run, s, base)
-    except Exception:
-        log.exception("tour trial at stop %s failed", index)
-        return "⚠️ This could not be tried on this run.", gr.skip(), gr.skip(), gr.skip()
 
 
 def wire(shell: Shell, translate_event: tuple) -> None:
@@ -175,9 +164,12 @@ def wire(shell: Shell, translate_event: tuple) -> None:
     p.next.click(move(1), ins, outs, api_name="tour_next", api_visibility="undocumented", **VIEW)
     p.back.click(move(-1), ins, outs, api_visibility="private", **VIEW)
     def try_it(run, stop, units, choice, request: gr.Request):
-        return _tried(shell, run, stop, units, choice, base_url(request))
+        """The stop redrawn for the pick: its text, figure, what changed and both links."""
+        if run is None or stop in (None, CLOSED):
+            return [gr.skip()] * len(outs)
+        return _safe_draw(shell, run, stop, units, request, choice)
 
-    p.trial.input(try_it, [*ins, p.trial], [p.changed, p.body, p.plot, p.leave_link], api_name="tour_try",
+    p.trial.input(try_it, [*ins, p.trial], outs, api_name="tour_try",
                   api_visibility="undocumented", **shell.model_event(), show_progress="minimal")
     p.leave.click(None, p.leave_link, None, js=LEAVE_JS)
     fn, inputs, outputs = translate_event

@@ -210,13 +210,18 @@ def branch_notice(lm, tr, beam: int) -> str:
             "were forced; the model wrote the rest. Generation shows what it would have chosen at every step.")
 
 
+SLOW_LOAD_PARAMETERS = 20_000_000  # from about this size a first load takes seconds (a toy or a frame: none)
+
+
 def load_notice(shell: Shell, name: str) -> list[str]:
     """An added model is loaded on its first use (and again after it was evicted): say so while it loads,
     and how long it took, in the run's notices."""
     if catalog.is_loaded(shell.reg, name):
         return []
     label = choice_label(name, shell.reg)
-    gr.Info(f"Loading {label} (first use: a large model takes a few seconds)…")
+    info = catalog.infos(shell.reg).get(name)
+    slow = info is not None and info.parameters >= SLOW_LOAD_PARAMETERS
+    gr.Info(f"Loading {label}" + (" (first use: a model this large takes a few seconds)…" if slow else "…"))
     took = calls.ensure_loaded(shell.reg_key, name)
     return [f"{label} was loaded for this run ({took:.1f} s, on first use)."] if took else []
 
@@ -441,10 +446,12 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
             return {shell.text: gr.skip()}
         inputs, sel, problems = found
         ctx = RunContext(sel, replay=sel.section == "translate", base_url=base_url(request))
-        values = translate_values(shell, inputs, problems, ctx)
+        # the link's problems are said once, above the sections (never as this run's own notices, which
+        # Masks' comparison and every later view of the run would repeat)
+        values = translate_values(shell, inputs, [], ctx)
         run = values.get(shell.run_state)
         if run is None:
-            return _controls(shell, inputs, sel) | values
+            return _controls(shell, inputs, sel) | values | {shell.link_notice: link_notice_md(problems)}
         sel = sel.fit(ModelShape.of(shell.lm(run)))
         shown = replace(sel, step=min(sel.step, max(0, run.n_steps - 1)))
         if sel.section in lazy:  # the section the link opens, drawn at once (under the run's own values)
@@ -456,8 +463,6 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
         link = whatif.link_after_load(shell, run, shown, ctx.base_url, extra)
         if link is not None:
             values[shell.bar.link_box] = link
-        if bad:
-            values[p.notice] = "\n\n".join(x for x in (values.get(p.notice), whatif.notice(bad)) if x)
         late = _past_the_run(run, inputs, sel, shown)
         values[shell.link_notice] = link_notice_md([*problems, *late, *bad])
         return _controls(shell, inputs, shown) | values | {shell.step: gr.Slider(
