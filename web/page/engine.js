@@ -72,26 +72,30 @@ export class Direction {
     return { src, out };
   }
 
-  async step(ys, memory, src, sw) {
+  /** One decoder step over the prefix ``ys``: only the logits while decoding (ORT then skips the views'
+   * outputs), every output for the step whose patterns the views draw. */
+  async step(ys, memory, src, sw, everything = false) {
     const tgt = new ort.Tensor("int64", BigInt64Array.from(ys.map(BigInt)), [1, ys.length]);
-    return this.decoder.run({ tgt, memory, src, ...this.flags(sw) });
+    const feeds = { tgt, memory, src, ...this.flags(sw) };
+    return everything ? this.decoder.run(feeds) : this.decoder.run(feeds, ["logits"]);
   }
 
-  /** Greedy decoding of source ids; every step's top-k, the last step's outputs (every pattern). */
-  async greedy(ids, sw = {}, maxLen = null) {
+  /** Greedy decoding of source ids; every step's top-k, and the last step's outputs (every pattern) unless
+   * ``views`` is false. */
+  async greedy(ids, sw = {}, views = true) {
     const t0 = performance.now();
     const { src, out: enc } = await this.encode(ids, sw);
-    const budget = maxLen ?? Math.max(1, Math.min(100, this.meta.max_len - 1, 2 * ids.length + 10));
+    const budget = Math.max(1, Math.min(100, this.meta.max_len - 1, 2 * ids.length + 10));
     const ys = [this.meta.decoder_start_id], steps = [];
-    let last = null;
     for (let t = 0; t < budget; t++) {
-      last = await this.step(ys, enc.memory, src, sw);
-      const step = topK(last.logits.data, this.meta.never_generated, TOP_K);
+      const out = await this.step(ys, enc.memory, src, sw);
+      const step = topK(out.logits.data, this.meta.never_generated, TOP_K);
       steps.push(step);
       ys.push(step.choice);
       if (step.choice === this.meta.eos_id) break;
     }
-    return { ids: ys.slice(1), steps, enc, dec: last, ms: performance.now() - t0 };
+    const dec = views ? await this.step(ys.slice(0, -1), enc.memory, src, sw, true) : null;
+    return { ids: ys.slice(1), steps, enc, dec, ms: performance.now() - t0 };
   }
 }
 
