@@ -195,6 +195,7 @@ async function onTranslate() {
 }
 
 async function init() {
+  if ("serviceWorker" in navigator) navigator.serviceWorker.register("sw.js").catch(() => {});  // offline is a bonus
   const manifest = await (await fetch(`${BASE}/models/manifest.json`)).json();
   const sel = $("dir");
   for (const name of manifest.directions) sel.append(new Option(name.replace("-", " → "), name));
