@@ -39,6 +39,7 @@ def test_rehearsal_nginx_every_direction_then_offline():
         online = translate_all(page)
         for d, (_, word) in WANT.items():
             assert word in online[d], (d, online[d])
+        page.wait_for_function("(n) => (document.body.dataset.offline || '').split(' ').length === n", arg=len(WANT))
         context.set_offline(True)
         page.reload()
         page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")

@@ -13,8 +13,23 @@ const UNFAMILIAR_SHARE = 0.3;
 let current = null;
 
 function direction(name) {
-  if (!loaded.has(name)) loaded.set(name, Direction.load(BASE, name));
+  if (!loaded.has(name)) {
+    loaded.set(name, Direction.load(BASE, name));
+    keepForOffline(name);
+  }
   return loaded.get(name);
+}
+
+/** Once the service worker controls the page, ask it (through the HTTP cache) for a direction's files, so
+ * that the ones fetched before it took over are kept for offline use too. */
+async function keepForOffline(name) {
+  if (!("serviceWorker" in navigator)) return;
+  await navigator.serviceWorker.ready;
+  if (!navigator.serviceWorker.controller) await new Promise((ok) => navigator.serviceWorker.addEventListener("controllerchange", ok, { once: true }));
+  const d = await loaded.get(name);
+  const files = ["meta.json", "spm.json", "encoder.onnx", "decoder.onnx"].map((f) => `${BASE}/models/${name}/${f}`);
+  await Promise.all([...files, `${BASE}/models/spacy_${d.meta.src_lang}.json`].map((u) => fetch(u).catch(() => null)));
+  document.body.dataset.offline = [document.body.dataset.offline, name].filter(Boolean).join(" ");
 }
 
 /** (1, H, A, B) tensor -> H arrays of A rows of B numbers. */
