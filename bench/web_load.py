@@ -10,7 +10,9 @@
 - translate: a 12-word sentence, greedy with every head captured at the last step, WASM, one thread
   (the page's own timing, median of 5 after one warm-up).
 
-Writes bench/web_load.json with the machine's load.
+The bytes are the page's own requests: what the service worker fetches for itself (its install-time copy of
+the page's shell) is not counted, and on a warm load the page gets everything from the service worker (0
+bytes off the wire here). Writes bench/web_load.json with the machine's load.
 """
 from __future__ import annotations
 

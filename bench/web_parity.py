@@ -1,6 +1,6 @@
 """Greedy parity of the static page with the engine, in Chromium: N validation sentences per direction.
 
-    python -m bench.web_parity [--n 500] [--site DIR] [--dirs de-en,en-de,...]
+    python -m bench.web_parity [--n 500] [--site DIR] [--dirs de-en,en-de,...] [--out FILE]
 
 The page's own pipeline (its spaCy-rule words, its SentencePiece encoder, ONNX Runtime Web in WASM) against
 ``python -m model.translate --beam 1`` (model.engine.decoding.translate, one sentence at a time). Every
@@ -58,6 +58,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--site", type=Path, default=None, help="a built site (default: build one)")
     ap.add_argument("--dirs", default="de-en,en-de,en-fr,fr-en")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "web_parity.json")
     args = ap.parse_args(argv)
     folder = args.site or site()
     results = {}
@@ -72,8 +73,7 @@ def main(argv=None) -> int:
             for d in r["differ"]:
                 print("   ", json.dumps(d, ensure_ascii=False))
         assert not foreign, foreign
-    out = ROOT / "bench" / "web_parity.json"
-    out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0
 
 
