@@ -22,8 +22,7 @@ import os
 import statistics
 from pathlib import Path
 
-from tests.browser_fixtures import chromium
-from tests.test_web_fixtures import ROOT, nginx_server, site
+from web.serve import ROOT, chromium, nginx_server, site
 
 SENTENCE = ("de-en", "Zwei junge Männer spielen auf einer grünen Wiese mit einem roten Ball.")  # 12 words
 

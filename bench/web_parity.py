@@ -18,8 +18,7 @@ import torch
 
 from model.engine.decoding import DecodeOptions, decoder_input, translate
 from model.families.ours import load
-from tests.browser_fixtures import chromium, new_page
-from tests.test_web_fixtures import ROOT, guard, lines, open_site, site, static_server
+from web.serve import ROOT, chromium, guard, lines, open_site, site, static_server
 
 OPTS = DecodeOptions(beam=1, record=False, trace=False)
 
@@ -63,7 +62,7 @@ def main(argv=None) -> int:
     folder = args.site or site()
     results = {}
     with static_server(folder) as base, chromium() as browser:
-        page = new_page(browser)
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
         foreign = guard(page, base)
         open_site(page, base + "/index.html")
         for name in args.dirs.split(","):
