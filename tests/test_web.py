@@ -1,0 +1,107 @@
+"""python -m web.build: what it finds, what it writes, and the exported graphs' mask switches against the
+engine (ONNX Runtime in Python on the very files the page loads)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from model.engine.config import Interventions
+from model.engine.decoding import DecodeOptions, decoder_input, translate
+from model.engine.hooks import capture
+from model.engine.names import CROSS, DEC_SELF, ENC_SELF
+from model.families.ours import load
+from tests.test_web_fixtures import ROOT, lines, site
+from web.build import directions
+from web.spacy_rules import to_js
+
+SHIPPED = ["de-en", "en-de", "en-fr", "fr-en"]
+MAX_MB = 15  # one direction's two graphs, uncompressed
+TOL_LOGITS, TOL_PATTERN = 1e-3, 1e-4
+
+
+def test_directions_are_found_from_the_checkpoints(tmp_path):
+    assert [p.name for p in directions(ROOT / "checkpoints")] == SHIPPED
+    shutil.copytree(ROOT / "checkpoints" / "de-en", tmp_path / "xx-yy", ignore=shutil.ignore_patterns("*.safetensors"))
+    (tmp_path / "no-spm").mkdir()
+    (tmp_path / "no-spm" / "config.json").write_text((ROOT / "checkpoints/de-en/config.json").read_text())
+    assert [p.name for p in directions(tmp_path)] == ["xx-yy"]
+
+
+def test_the_site_holds_every_direction_with_fp16_weights_and_named_heads():
+    out = site()
+    manifest = json.loads((out / "models" / "manifest.json").read_text())
+    assert manifest["directions"] == SHIPPED and manifest["languages"] == ["de", "en", "fr"]
+    for name in SHIPPED:
+        folder = out / "models" / name
+        meta = json.loads((folder / "meta.json").read_text())
+        L = meta["decoder_layers"]
+        assert {f"cross_pattern_{i}" for i in range(L)} <= set(meta["decoder_outputs"])
+        assert {f"self_pattern_{i}" for i in range(L)} <= set(meta["decoder_outputs"])
+        assert {f"enc_pattern_{i}" for i in range(meta["encoder_layers"])} <= set(meta["encoder_outputs"])
+        size = sum((folder / f"{g}.onnx").stat().st_size for g in ("encoder", "decoder"))
+        assert size < MAX_MB * 1e6, f"{name}: {size / 1e6:.1f} MB"
+        for graph in ("encoder", "decoder"):
+            m = onnx.load(str(folder / f"{graph}.onnx"))
+            assert m.opset_import[0].version >= 17
+            big = [i for i in m.graph.initializer if int(np.prod(i.dims)) >= 16]
+            assert big and all(i.data_type == onnx.TensorProto.FLOAT16 for i in big), graph
+            tables = [i for i in big if int(np.prod(i.dims)) >= 1_000_000]
+            assert len(tables) == 1, f"{graph}: the embedding table is stored once"
+            assert {"use_padding_mask", "use_pos"} <= {i.name for i in m.graph.input}
+
+
+def session(path):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(str(path), so)
+
+
+def run_graphs(folder, src_ids, dec_in, iv: Interventions) -> dict:
+    flag = lambda on: np.array([1.0 if on else 0.0], np.float32)  # noqa: E731
+    src = np.array([src_ids], np.int64)
+    enc = session(folder / "encoder.onnx")
+    eo = dict(zip([o.name for o in enc.get_outputs()],
+                  enc.run(None, {"src": src, "use_padding_mask": flag(iv.src_padding_mask),
+                                 "use_pos": flag(iv.positional_encoding)})))
+    dec = session(folder / "decoder.onnx")
+    do = dict(zip([o.name for o in dec.get_outputs()],
+                  dec.run(None, {"tgt": np.array([dec_in], np.int64), "memory": eo["memory"], "src": src,
+                                 "use_padding_mask": flag(iv.src_padding_mask),
+                                 "use_causal_mask": flag(iv.causal_mask), "use_pos": flag(iv.positional_encoding)})))
+    return {**eo, **do}
+
+
+@pytest.mark.parametrize("iv", [Interventions(), Interventions(causal_mask=False),
+                                Interventions(positional_encoding=False), Interventions(src_padding_mask=False)],
+                         ids=["default", "no-look-ahead", "no-positions", "no-padding-mask"])
+def test_mask_switches_match_the_engine(iv):
+    """Teacher-forced over the engine's own greedy output (the source padded with 3 <pad>, so that the
+    padding switch has keys to reveal): the logits and every pattern, switched as the engine switches them."""
+    lm = load(ROOT / "checkpoints" / "de-en")
+    text = lines("val", "de")[7]
+    tr = translate(lm, text, DecodeOptions(beam=1, pad_src_to=0), iv)
+    src_ids = tr.src_ids + [lm.model.cfg.pad_id] * 3
+    dec_in = decoder_input(lm.model.cfg.decoder_start_id, tr.output_ids)
+    with torch.no_grad(), capture(lm.model, ["*.hook_pattern", "hook_logits"]) as trace:
+        lm.model(torch.tensor([src_ids]), torch.tensor([dec_in]), iv)
+    got = run_graphs(site() / "models" / "de-en", src_ids, dec_in, iv)
+    assert np.abs(got["logits"][0] - trace["hook_logits"][0, -1].numpy()).max() < TOL_LOGITS
+    for short, kind in (("enc", ENC_SELF), ("self", DEC_SELF), ("cross", CROSS)):
+        ours = np.stack([got[f"{short}_pattern_{i}"][0] for i in range(4)])
+        assert np.abs(ours - trace.attention(kind)).max() < TOL_PATTERN, short
+
+
+def test_python_patterns_become_javascript_patterns():
+    assert to_js(r"(?iu)^\w+\-\d$") == (r"^[\p{L}\p{N}_]+\-\p{Nd}$", "ui")
+    assert to_js(r"[\w\']+\!") == (r"[\p{L}\p{N}_']+!", "u")
+    assert to_js(r"a{2,3}\U0001F600") == (r"a{2,3}\u{1F600}", "u")
+    assert to_js(r"[]a]") == (r"[\]a]", "u")
+    js, flags = to_js(r"(?u)^(?:[\w\+\-\.]{2,})://")
+    assert flags == "u" and re.escape("{2,}") not in js

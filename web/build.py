@@ -1,0 +1,131 @@
+"""Build the static site: ``python -m web.build --out DIR`` (and ``--space DIR`` for a static Space).
+
+Every direction found in checkpoints/ (a folder with config.json and spm.model) is exported to ONNX from
+the engine (web/export.py), its tokenizer written as data, and the page (web/page/) copied beside the
+pinned ONNX Runtime Web and Plotly.js from web/node_modules (``cd web && npm ci`` first).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import onnx
+
+from .compact import store_fp16
+from .export import FLAGS, DecoderGraph, EncoderGraph, export_model
+from .sentencepiece_spec import spm_spec
+from .spacy_rules import tokenizer_rules
+
+ROOT = Path(__file__).resolve().parent
+PAGE = ROOT / "page"
+VENDOR = {  # node_modules path -> name in the site's vendor/ folder
+    "onnxruntime-web/dist/ort.wasm.min.mjs": "ort.wasm.min.mjs",
+    "onnxruntime-web/dist/ort-wasm-simd-threaded.mjs": "ort-wasm-simd-threaded.mjs",
+    "onnxruntime-web/dist/ort-wasm-simd-threaded.wasm": "ort-wasm-simd-threaded.wasm",
+    "plotly.js-dist-min/plotly.min.js": "plotly.min.js",
+}
+SPACE_README = """---
+title: Inside a translation Transformer (in your browser)
+emoji: 🔍
+colorFrom: indigo
+colorTo: green
+sdk: static
+app_file: index.html
+pinned: false
+license: mit
+---
+
+Our small translation Transformers ({directions}) running in the visitor's browser with ONNX Runtime Web:
+the translation, every attention head, step-by-step decoding, the masks and the positional encoding.
+Built by `python -m web.build --space DIR` from the project's repository.
+"""
+
+
+def directions(checkpoints: Path) -> list[Path]:
+    """Our own checkpoint folders (config.json with src_lang/tgt_lang, and spm.model), sorted by name."""
+    found = []
+    for cfg in sorted(checkpoints.glob("*/config.json")):
+        meta = json.loads(cfg.read_text(encoding="utf-8"))
+        if {"src_lang", "tgt_lang", "model"} <= meta.keys() and (cfg.parent / "spm.model").is_file():
+            found.append(cfg.parent)
+    return found
+
+
+def model_meta(lm, enc: EncoderGraph, dec: DecoderGraph) -> dict:
+    cfg = lm.model.cfg
+    metrics = lm.metrics or {}
+    return {"name": lm.name, "src_lang": lm.src_lang, "tgt_lang": lm.tgt_lang, "d_model": cfg.d_model,
+            "encoder_layers": cfg.n_encoder_layers, "decoder_layers": cfg.n_decoder_layers,
+            "encoder_heads": cfg.encoder_heads, "decoder_heads": cfg.decoder_heads, "max_len": cfg.max_len,
+            "pad_id": cfg.pad_id, "bos_id": cfg.src_bos_id, "eos_id": cfg.eos_id,
+            "decoder_start_id": cfg.decoder_start_id, "never_generated": list(cfg.never_generated),
+            "parameters": lm.model.num_parameters(), "flags": list(FLAGS),
+            "encoder_outputs": list(enc.names.outputs), "decoder_outputs": list(dec.names.outputs),
+            "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
+
+
+def build_direction(folder: Path, out: Path) -> dict:
+    """models/<name>/: encoder.onnx, decoder.onnx (fp16-stored weights), spm.json, meta.json."""
+    from model.families.ours import load
+    lm = load(folder)
+    target = out / "models" / lm.name
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for part, path in export_model(lm.model, Path(tmp)).items():
+            onnx.save(store_fp16(onnx.load(str(path))), str(target / f"{part}.onnx"))
+    (target / "spm.json").write_text(json.dumps(spm_spec(folder / "spm.model"), ensure_ascii=False), encoding="utf-8")
+    meta = model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model))
+    (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    return meta
+
+
+def copy_page(out: Path, node_modules: Path) -> None:
+    missing = [p for p in VENDOR if not (node_modules / p).is_file()]
+    if missing:
+        raise SystemExit(f"{node_modules} lacks {missing[0]}: run `cd web && npm ci` first")
+    shutil.copytree(PAGE, out, dirs_exist_ok=True)
+    (out / "vendor").mkdir(exist_ok=True)
+    for src, name in VENDOR.items():
+        shutil.copyfile(node_modules / src, out / "vendor" / name)
+
+
+def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules") -> list[dict]:
+    out.mkdir(parents=True, exist_ok=True)
+    copy_page(out, node_modules)
+    metas = [build_direction(folder, out) for folder in directions(checkpoints)]
+    if not metas:
+        raise SystemExit(f"no checkpoint with config.json and spm.model under {checkpoints}")
+    langs = sorted({m["src_lang"] for m in metas})
+    for lang in langs:
+        (out / "models" / f"spacy_{lang}.json").write_text(
+            json.dumps(tokenizer_rules(lang), ensure_ascii=False), encoding="utf-8")
+    manifest = {"directions": [m["name"] for m in metas], "languages": langs}
+    (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    return metas
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m web.build", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="write the site into this folder")
+    ap.add_argument("--space", type=Path, help="write a static Hugging Face Space (README.md + the site)")
+    ap.add_argument("--checkpoints", type=Path, default=ROOT.parent / "checkpoints")
+    args = ap.parse_args(argv)
+    if not (args.out or args.space):
+        ap.error("give --out DIR, --space DIR or both")
+    for target in (args.out, args.space):
+        if target is None:
+            continue
+        metas = build_site(target, args.checkpoints)
+        if target == args.space:
+            names = ", ".join(m["name"] for m in metas)
+            (target / "README.md").write_text(SPACE_README.format(directions=names), encoding="utf-8")
+        print(f"built {target}: {', '.join(m['name'] for m in metas)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The shipped models as two ONNX graphs each, traced through the engine's own modules.
+
+- the encoder: source ids -> memory, with every head's pattern (and the scores, q and K the tour reads);
+- one decoder step, recomputed over the whole prefix (no KV cache: the look-ahead switch then needs no
+  second graph, and at 4 layers and ~20 tokens the recompute costs a few milliseconds): prefix ids ->
+  the next token's logits, with every self- and cross-attention pattern over the prefix.
+
+The mask switches are float inputs (1 = on), so that the page can do what the Masks section does. The
+patterns come out of the engine's hook points (``capture``), exactly what the app draws.
+Weights are stored in fp16 and cast to fp32 once, when the browser loads the graph.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from model.engine.hooks import capture
+from model.engine.names import CROSS, DEC_SELF, ENC_SELF, hook_name
+
+OPSET = 17
+FLAGS = ("use_padding_mask", "use_causal_mask", "use_pos")
+
+
+@dataclass(frozen=True)
+class GraphNames:
+    """The inputs and outputs of one exported graph, in order."""
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+def attention_outputs(prefix: str, kind, n_layers: int) -> list[tuple[str, str]]:
+    """(output name, hook name) of every layer's pattern, scores (before the mask), q and K."""
+    out = []
+    for layer in range(n_layers):
+        for point in ("pattern", "scores", "q", "k"):
+            out.append((f"{prefix}_{point}_{layer}", hook_name(point, kind, layer)))
+    return out
+
+
+def _embed(stack, tokens, use_pos):
+    """The stack's embedding with the positional encoding scaled by ``use_pos`` (0 or 1), through its hooks:
+    _Stack.embed with its Python switch made a graph input."""
+    x = stack.hook_embed(stack.tok_embed(tokens) * stack.scale)
+    pe = stack.hook_pos(stack.pe[: tokens.size(1)][None] * use_pos)
+    return x + pe
+
+
+def _norms(trace, part: str, n_layers: int) -> torch.Tensor:
+    """(layers, 3, T): |residual in|, |what attention added| and |what the FFN added| at each position.
+    (A decoder layer's attention part is both its attentions.)"""
+    rows = []
+    for layer in range(n_layers):
+        pre, mid, post = (trace[hook_name(p, part, layer)][0]
+                          for p in ("resid_pre", "resid_mid" if part == "encoder" else "resid_mid_cross",
+                                    "resid_post"))
+        rows.append(torch.stack([pre.norm(dim=-1), (mid - pre).norm(dim=-1), (post - mid).norm(dim=-1)]))
+    return torch.stack(rows)
+
+
+class EncoderGraph(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.attn = attention_outputs("enc", ENC_SELF, model.cfg.n_encoder_layers)
+        self.names = GraphNames(("src", "use_padding_mask", "use_pos"),
+                                ("memory", "enc_embed", "enc_pos", "enc_norms", *(n for n, _ in self.attn)))
+
+    def forward(self, src, use_padding_mask, use_pos):
+        enc, cfg = self.model.encoder, self.model.cfg
+        mask = ((src != cfg.pad_id) | (use_padding_mask < 0.5))[:, None, None, :]
+        with capture(self.model) as trace:
+            x = _embed(enc, src, use_pos)
+            for layer in enc.layers:
+                x = layer(x, mask)
+            memory = enc.norm(x)
+        return (memory, trace[hook_name("embed", "encoder")], trace[hook_name("pos", "encoder")],
+                _norms(trace, "encoder", cfg.n_encoder_layers), *(trace[h] for _, h in self.attn))
+
+
+class DecoderGraph(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        L = model.cfg.n_decoder_layers
+        self.attn = attention_outputs("self", DEC_SELF, L) + attention_outputs("cross", CROSS, L)
+        self.names = GraphNames(("tgt", "memory", "src", *FLAGS),
+                                ("logits", "dec_embed", "dec_pos", "dec_norms", *(n for n, _ in self.attn)))
+
+    def forward(self, tgt, memory, src, use_padding_mask, use_causal_mask, use_pos):
+        dec, cfg = self.model.decoder, self.model.cfg
+        src_mask = ((src != cfg.pad_id) | (use_padding_mask < 0.5))[:, None, None, :]
+        T = tgt.size(1)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()[None, None] | (use_causal_mask < 0.5)
+        tgt_mask = (tgt != cfg.pad_id)[:, None, None, :] & causal
+        with capture(self.model) as trace:
+            x = _embed(dec, tgt, use_pos)
+            for layer in dec.layers:
+                x = layer(x, memory, src_mask, tgt_mask)
+            logits = self.model.generator(dec.norm(x)[:, -1])
+        return (logits, trace[hook_name("embed", "decoder")], trace[hook_name("pos", "decoder")],
+                _norms(trace, "decoder", cfg.n_decoder_layers), *(trace[h] for _, h in self.attn))
+
+
+def _dynamic_axes(names: GraphNames, axes: dict[str, dict[int, str]]) -> dict:
+    return {n: axes[n] for n in names.inputs + names.outputs if n in axes}
+
+
+def export_graph(graph: nn.Module, args: tuple, path: Path, axes: dict) -> None:
+    graph.eval()
+    with torch.no_grad():
+        torch.onnx.export(graph, args, str(path), input_names=list(graph.names.inputs),
+                          output_names=list(graph.names.outputs), dynamic_axes=_dynamic_axes(graph.names, axes),
+                          opset_version=OPSET, do_constant_folding=True, dynamo=False)
+
+
+def axes_for(graph) -> dict[str, dict[int, str]]:
+    """Which axes vary: S (source length) and T (decoder prefix length) wherever they appear."""
+    axes = {"src": {1: "S"}, "tgt": {1: "T"}, "memory": {1: "S"}, "enc_embed": {1: "S"}, "enc_pos": {1: "S"},
+            "enc_norms": {2: "S"}, "dec_embed": {1: "T"}, "dec_pos": {1: "T"}, "dec_norms": {2: "T"}}
+    for name, _ in graph.attn:
+        head, point = name.split("_")[:2]
+        if point in ("pattern", "scores"):
+            axes[name] = {2: "S" if head == "enc" else "T", 3: "T" if head == "self" else "S"}
+        elif point in ("q", "k"):
+            axes[name] = {2: "S" if head == "enc" or (head == "cross" and point == "k") else "T"}
+    return axes
+
+
+def export_model(model, out: Path) -> dict[str, Path]:
+    """encoder.onnx and decoder.onnx (fp32) of ``model`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    model = model.eval()
+    src = torch.tensor([[2, 10, 11, 12, 3]])
+    tgt = torch.tensor([[2, 20, 21]])
+    one = torch.ones(1)
+    enc, dec = EncoderGraph(model), DecoderGraph(model)
+    paths = {"encoder": out / "encoder.onnx", "decoder": out / "decoder.onnx"}
+    export_graph(enc, (src, one, one), paths["encoder"], axes_for(enc))
+    with torch.no_grad():
+        memory = model.encoder(src, (src != model.cfg.pad_id)[:, None, None, :])
+    export_graph(dec, (tgt, memory, src, one, one, one), paths["decoder"], axes_for(dec))
+    return paths

@@ -1,0 +1,229 @@
+// The page: a typed sentence in one direction, translated in the browser, and the views drawn from it.
+// window.explorer is the same machinery for the tests and benchmarks (no second code path).
+
+import { cleanInput, Direction, isBlank } from "./engine.js";
+import { toText } from "./text.js";
+import { drawGrid, drawHead, drawPositions, axesOf, KINDS } from "./views.js";
+
+const BASE = new URL(".", import.meta.url).href.replace(/\/$/, "");
+const $ = (id) => document.getElementById(id);
+const loaded = new Map();
+const LANG = { de: "German", en: "English", fr: "French", cs: "Czech" };
+const UNFAMILIAR_SHARE = 0.3;
+let current = null;
+
+function direction(name) {
+  if (!loaded.has(name)) {
+    loaded.set(name, Direction.load(BASE, name));
+    keepForOffline(name);
+  }
+  return loaded.get(name);
+}
+
+/** Once the service worker controls the page, ask it (through the HTTP cache) for a direction's files, so
+ * that the ones fetched before it took over are kept for offline use too. */
+async function keepForOffline(name) {
+  if (!("serviceWorker" in navigator)) return;
+  await navigator.serviceWorker.ready;
+  if (!navigator.serviceWorker.controller) await new Promise((ok) => navigator.serviceWorker.addEventListener("controllerchange", ok, { once: true }));
+  const d = await loaded.get(name);
+  const files = ["meta.json", "spm.json", "encoder.onnx", "decoder.onnx"].map((f) => `${BASE}/models/${name}/${f}`);
+  await Promise.all([...files, `${BASE}/models/spacy_${d.meta.src_lang}.json`].map((u) => fetch(u).catch(() => null)));
+  document.body.dataset.offline = [document.body.dataset.offline, name].filter(Boolean).join(" ");
+}
+
+/** (1, H, A, B) tensor -> H arrays of A rows of B numbers. */
+function heads(t) {
+  const [, H, A, B] = t.dims, d = t.data, out = [];
+  for (let h = 0; h < H; h++) {
+    const rows = [];
+    for (let a = 0; a < A; a++) rows.push(Array.from(d.subarray((h * A + a) * B, (h * A + a + 1) * B)));
+    out.push(rows);
+  }
+  return out;
+}
+
+function rows2d(t) {  // (1, A, B) -> A rows
+  const [, A, B] = t.dims;
+  return Array.from({ length: A }, (_, a) => Array.from(t.data.subarray(a * B, (a + 1) * B)));
+}
+
+function patterns(d, res) {
+  const L = (kind) => (kind === "enc" ? d.meta.encoder_layers : d.meta.decoder_layers);
+  const out = {};
+  for (const kind of KINDS) {
+    const src = kind === "enc" ? res.enc : res.dec;
+    out[kind] = Array.from({ length: L(kind) }, (_, l) => heads(src[`${kind}_pattern_${l}`]));
+  }
+  return out;
+}
+
+/** Source words the model spells byte by byte, as the app's guardrail counts them. */
+function unfamiliar(d, tokens) {
+  let words = 0, odd = 0, inWord = false, oddWord = false;
+  for (const t of tokens.slice(1, -1)) {
+    if (t.startsWith("\u2581") || !inWord) { if (inWord) odd += oddWord; words++; inWord = true; oddWord = false; }
+    if (/^<0x[0-9A-F]{2}>$/.test(t)) oddWord = true;
+  }
+  if (inWord) odd += oddWord;
+  return { words, odd };
+}
+
+function notices(d, src, pre) {
+  const out = [...pre];
+  const u = unfamiliar(d, src.tokens);
+  if (u.words && u.odd / u.words > UNFAMILIAR_SHARE) {
+    out.push(`${u.odd} of ${u.words} source words are outside what the model learned (spelled byte by byte, or read as <unk>): ` +
+      `the input may be in another script or language than ${LANG[d.meta.src_lang] ?? d.meta.src_lang}. Expect a translation that has little to do with it.`);
+  }
+  if (src.truncated) out.push(`The sentence is longer than the model's maximum of ${d.meta.max_len - 2} tokens; it was cut there.`);
+  return out;
+}
+
+/** Translate ``text`` in direction ``name``: everything the views draw, or {notices} alone for blank input. */
+async function translate(name, text, switches = {}) {
+  const d = await direction(name);
+  const { text: clean, notices: pre } = cleanInput(text);
+  if (isBlank(clean)) return { dir: name, notices: [...pre, "The input is empty: type a sentence to translate."], empty: true };
+  const src = d.source(clean);
+  const res = await d.greedy(src.ids, switches);
+  return runOf(d, name, clean, src, res, switches, notices(d, src, pre));
+}
+
+function runOf(d, name, text, src, res, switches, notes) {
+  const outTokens = res.ids.map((i) => d.spm.pieces[i]);
+  return {
+    dir: name, srcText: text, srcTokens: src.tokens, srcIds: src.ids, outIds: res.ids, outTokens,
+    decoderInput: ["<bos>", ...outTokens.slice(0, -1)], text: toText(outTokens, d.spm, d.meta.tgt_lang),
+    patterns: patterns(d, res), steps: res.steps.map((s) => ({ ...s, tokens: s.ids.map((i) => d.spm.pieces[i]) })),
+    enc: res.enc, dec: res.dec, switches, notices: notes, ms: res.ms,
+  };
+}
+
+/** Greedy decoding of given source ids (the parity tests feed the engine's own). */
+async function greedyIds(name, ids, switches = {}) {
+  const d = await direction(name);
+  const res = await d.greedy(ids, switches);
+  return { ids: res.ids, patterns: patterns(d, res), ms: res.ms };
+}
+
+async function pieces(name, text) { return (await direction(name)).pieces(text); }
+async function words(name, text) { return (await direction(name)).words.words(text); }
+async function encodePieces(name, text) { return (await direction(name)).spm.encode(text); }
+
+// ---------------------------------------------------------------- the screen
+
+function say(el, lines) {
+  el.replaceChildren(...lines.map((t) => Object.assign(document.createElement("p"), { textContent: t })));
+  el.hidden = lines.length === 0;
+}
+
+function fillHeadPicker(run) {
+  const sel = $("head-pick"), keep = sel.value;
+  sel.replaceChildren();
+  for (const kind of KINDS) run.patterns[kind].forEach((hs, l) => hs.forEach((_, h) => {
+    sel.append(new Option(`${kind} L${l} H${h}`, `${kind}:${l}:${h}`));
+  }));
+  sel.value = keep && [...sel.options].some((o) => o.value === keep) ? keep : `cross:${run.patterns.cross.length - 1}:0`;
+}
+
+function drawHeadView(run) {
+  const [kind, l, h] = $("head-pick").value.split(":");
+  const [ys, xs] = axesOf(run, kind);
+  return drawHead($("head-plot"), run.patterns[kind][+l][+h], xs, ys, `${kind} layer ${l} head ${h}`);
+}
+
+function stepsTable(run) {
+  const rows = run.steps.map((s, i) => {
+    const tr = document.createElement("tr");
+    const cells = [String(i), run.outTokens[i], s.prob.toFixed(3),
+      s.tokens.map((t, k) => `${t} ${s.probs[k].toFixed(3)}`).join("  ·  ")];
+    tr.replaceChildren(...cells.map((c) => Object.assign(document.createElement("td"), { textContent: c })));
+    return tr;
+  });
+  $("steps-body").replaceChildren(...rows);
+}
+
+const fmt = (x) => x.toFixed(3);
+
+function norm(arr) { return Math.sqrt(arr.reduce((s, x) => s + x * x, 0)); }
+
+/** The tour's stops that need no server, with their numbers computed here. */
+function tour(run) {
+  const emb = rows2d(run.enc.enc_embed), pos = rows2d(run.enc.enc_pos);
+  const last = run.patterns.cross.length - 1, cross = run.patterns.cross[last];
+  const step0 = cross.map((hd) => hd[0]);
+  const mean = step0[0].map((_, j) => step0.reduce((s, r) => s + r[j], 0) / step0.length);
+  const j = mean.indexOf(Math.max(...mean));
+  const s0 = run.steps[0];
+  const stops = [
+    `Tokens. “${run.srcText.slice(0, 60)}” becomes ${run.srcTokens.length} tokens: ${run.srcTokens.join(" ")}. ` +
+      `The first word's embedding × √d has length ${fmt(norm(emb[1]))}; the positional encoding added at position 1 has length ${fmt(norm(pos[1]))}.`,
+    `Cross-attention. Writing its first word, layer ${last}'s heads look hardest (mean weight ${fmt(mean[j])}) at “${run.srcTokens[j]}”.`,
+    `A decoding step. At step 0 the model ranks ${s0.tokens.slice(0, 3).map((t, k) => `${t} (${fmt(s0.probs[k])})`).join(", ")}; ` +
+      `greedy decoding takes ${run.outTokens[0]}.`,
+  ];
+  $("tour").replaceChildren(...stops.map((t) => Object.assign(document.createElement("li"), { textContent: t })));
+}
+
+async function compareMasks(run) {
+  const sw = { causal: $("sw-causal").checked, pos: $("sw-pos").checked, padding: $("sw-padding").checked };
+  const d = await direction(run.dir);
+  const src = { tokens: run.srcTokens, ids: run.srcIds, truncated: false };
+  const alt = runOf(d, run.dir, run.srcText, src, await d.greedy(run.srcIds, sw), sw, []);
+  $("mask-result").textContent = `With the masks as set: “${alt.text}”  ·  as trained: “${run.text}”`;
+  const [kind, l, h] = ["self", run.patterns.self.length - 1, 0];
+  const [ys, xs] = axesOf(alt, kind);
+  await drawHead($("mask-plot"), alt.patterns[kind][l][h], xs, ys, `decoder self-attention L${l} H${h} with these switches`);
+  window.explorer.lastCompare = alt;
+  $("mask-plot").dataset.drawn = "1";
+}
+
+async function show(run) {
+  say($("notices"), run.notices);
+  if (run.empty) return;
+  current = run;
+  $("translation").textContent = run.text;
+  $("timing").textContent = `${run.outIds.length} tokens in ${run.ms.toFixed(0)} ms, in this browser`;
+  await drawGrid($("grid"), run, $("grid-kind").value);
+  window.explorer.firstMap ??= performance.now();  // for bench/web_load.py: navigation start -> first grid
+  fillHeadPicker(run);
+  await drawHeadView(run);
+  stepsTable(run);
+  await drawPositions($("pos-plot"), rows2d(run.enc.enc_pos), run.srcTokens);
+  tour(run);
+  const url = new URL(location.href);
+  url.searchParams.set("src", run.srcText);
+  url.searchParams.set("dir", run.dir);
+  history.replaceState(null, "", url);
+  $("status").textContent = "✓ translated";
+}
+
+async function onTranslate() {
+  $("status").textContent = "translating…";
+  try {
+    await show(await translate($("dir").value, $("text").value));
+    if (!current || $("status").textContent !== "✓ translated") $("status").textContent = "✓ ready";
+  } catch (e) {
+    say($("notices"), [`Something went wrong in the browser: ${e.message}. The page still works: try another sentence.`]);
+    $("status").textContent = "✗ failed";
+  }
+}
+
+async function init() {
+  if ("serviceWorker" in navigator) navigator.serviceWorker.register("sw.js").catch(() => {});  // offline is a bonus
+  const manifest = await (await fetch(`${BASE}/models/manifest.json`)).json();
+  const sel = $("dir");
+  for (const name of manifest.directions) sel.append(new Option(name.replace("-", " → "), name));
+  const q = new URLSearchParams(location.search);
+  if (q.get("dir") && manifest.directions.includes(q.get("dir"))) sel.value = q.get("dir");
+  $("text").value = q.get("src") ?? "Ein Mann fährt mit dem Fahrrad über eine Brücke.";
+  $("go").addEventListener("click", onTranslate);
+  $("grid-kind").addEventListener("change", () => current && drawGrid($("grid"), current, $("grid-kind").value));
+  $("head-pick").addEventListener("change", () => current && drawHeadView(current));
+  $("compare").addEventListener("click", () => current && compareMasks(current));
+  await onTranslate();
+}
+
+window.explorer = { translate, greedyIds, pieces, words, encodePieces, direction, ready: null, lastCompare: null };
+window.explorer.ready = init();

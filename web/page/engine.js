@@ -1,0 +1,115 @@
+// One direction's model in the browser: tokenizer, encoder and decoder graphs, greedy decoding.
+// The same steps as model.engine.decoding.translate with --beam 1: spaCy words, SentencePiece pieces,
+// <bos> pieces <eos>, then the next token's argmax (never <bos> or <pad>) until <eos> or the step budget.
+
+import * as ort from "./vendor/ort.wasm.min.mjs";
+import { SentencePieceBPE } from "./spm.js";
+import { SpacyWords } from "./words.js";
+
+ort.env.wasm.numThreads = 1;  // no cross-origin isolation on a static host: one thread
+ort.env.wasm.wasmPaths = new URL("./vendor/", import.meta.url).href;
+
+export const MAX_INPUT_CHARS = 2000;
+export const TOP_K = 10;
+const json = async (url) => { const r = await fetch(url); if (!r.ok) throw new Error(`${url}: ${r.status}`); return r.json(); };
+const wordRules = new Map();
+
+/** Input as the app cleans it: capped at 2,000 characters, with the app's notice. */
+export function cleanInput(text) {
+  const notices = [];
+  let t = text ?? "";
+  if (t.length > MAX_INPUT_CHARS) {
+    notices.push(`The input had ${t.length.toLocaleString("en")} characters; only the first ${MAX_INPUT_CHARS.toLocaleString("en")} were used.`);
+    t = t.slice(0, MAX_INPUT_CHARS);
+  }
+  return { text: t.replace(/\p{Cs}/gu, ""), notices };  // a lone surrogate: the tokenizer drops it too
+}
+
+export function isBlank(text) {
+  return /^[\p{Z}\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Zl}\p{Zp}]*$/u.test(text);
+}
+
+export class Direction {
+  static async load(base, name) {
+    const d = new Direction();
+    d.meta = await json(`${base}/models/${name}/meta.json`);
+    d.spm = new SentencePieceBPE(await json(`${base}/models/${name}/spm.json`));
+    const lang = d.meta.src_lang;
+    if (!wordRules.has(lang)) wordRules.set(lang, json(`${base}/models/spacy_${lang}.json`).then((r) => new SpacyWords(r)));
+    d.words = await wordRules.get(lang);
+    const opts = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
+    [d.encoder, d.decoder] = await Promise.all([
+      ort.InferenceSession.create(`${base}/models/${name}/encoder.onnx`, opts),
+      ort.InferenceSession.create(`${base}/models/${name}/decoder.onnx`, opts)]);
+    return d;
+  }
+
+  /** Source pieces (spaCy words joined by spaces, then SentencePiece), as SubwordVocab.tokens gives them. */
+  pieces(text) {
+    const words = this.words.words(text).filter((w) => w.trim());
+    return words.length ? this.spm.encode(words.join(" ")) : [];
+  }
+
+  /** <bos> pieces <eos>, cut to the model's length; ids and whether it was cut. */
+  source(text) {
+    const pieces = this.pieces(text);
+    const room = this.meta.max_len - 2;
+    const kept = pieces.slice(0, room);
+    const tokens = ["<bos>", ...kept, "<eos>"];
+    const ids = [this.meta.bos_id, ...kept.map((p) => this.spm.id.get(p) ?? 0), this.meta.eos_id];
+    return { tokens, ids, truncated: pieces.length > room };
+  }
+
+  flags(sw) {
+    const f = (on) => new ort.Tensor("float32", new Float32Array([on === false ? 0 : 1]), [1]);
+    return { use_padding_mask: f(sw.padding), use_causal_mask: f(sw.causal), use_pos: f(sw.pos) };
+  }
+
+  async encode(ids, sw) {
+    const src = new ort.Tensor("int64", BigInt64Array.from(ids.map(BigInt)), [1, ids.length]);
+    const fl = this.flags(sw);
+    const out = await this.encoder.run({ src, use_padding_mask: fl.use_padding_mask, use_pos: fl.use_pos });
+    return { src, out };
+  }
+
+  /** One decoder step over the prefix ``ys``: only the logits while decoding (ORT then skips the views'
+   * outputs), every output for the step whose patterns the views draw. */
+  async step(ys, memory, src, sw, everything = false) {
+    const tgt = new ort.Tensor("int64", BigInt64Array.from(ys.map(BigInt)), [1, ys.length]);
+    const feeds = { tgt, memory, src, ...this.flags(sw) };
+    return everything ? this.decoder.run(feeds) : this.decoder.run(feeds, ["logits"]);
+  }
+
+  /** Greedy decoding of source ids; every step's top-k, and the last step's outputs (every pattern) unless
+   * ``views`` is false. */
+  async greedy(ids, sw = {}, views = true) {
+    const t0 = performance.now();
+    const { src, out: enc } = await this.encode(ids, sw);
+    const budget = Math.max(1, Math.min(100, this.meta.max_len - 1, 2 * ids.length + 10));
+    const ys = [this.meta.decoder_start_id], steps = [];
+    for (let t = 0; t < budget; t++) {
+      const out = await this.step(ys, enc.memory, src, sw);
+      const step = topK(out.logits.data, this.meta.never_generated, TOP_K);
+      steps.push(step);
+      ys.push(step.choice);
+      if (step.choice === this.meta.eos_id) break;
+    }
+    const dec = views ? await this.step(ys.slice(0, -1), enc.memory, src, sw, true) : null;
+    return { ids: ys.slice(1), steps, enc, dec, ms: performance.now() - t0 };
+  }
+}
+
+/** The chosen next token (the argmax among those decoding may choose) and the model's k best, with their
+ * probabilities over the whole vocabulary, as the app records them. */
+export function topK(logits, never, k) {
+  let max = -Infinity, choice = -1;
+  for (let i = 0; i < logits.length; i++) {
+    if (logits[i] > max) max = logits[i];
+    if (!never.includes(i) && (choice < 0 || logits[i] > logits[choice])) choice = i;
+  }
+  let sum = 0;
+  for (const x of logits) sum += Math.exp(x - max);
+  const ids = Array.from(logits.keys()).sort((a, b) => logits[b] - logits[a]).slice(0, k);
+  const p = (i) => Math.exp(logits[i] - max) / sum;
+  return { choice, prob: p(choice), ids, probs: ids.map(p), logits: ids.map((i) => logits[i]) };
+}
