@@ -10,11 +10,11 @@ import pytest
 from model.engine.config import Interventions
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.names import CROSS, DEC_SELF, ENC_SELF
-from model.families.ours import load
+from model.families.ours import find_checkpoints, load
 from tests.browser_fixtures import check_chromium, chromium, new_page
 from tests.test_web_fixtures import HARD_STRINGS, ROOT, guard, lines, open_site, site, static_server
 
-DIRECTIONS = ("de-en", "en-de", "en-fr", "fr-en")
+DIRECTIONS = tuple(p.name for p in find_checkpoints(ROOT / "checkpoints"))  # every shipped direction
 N_GREEDY = 20        # validation sentences per direction here; bench/web_parity.py measures 500
 N_ATTN = 5           # sentences per direction whose every pattern is compared
 ATTN_TOL = 1e-4      # max |difference| of any attention weight (fp32 both sides, the same fp16-stored weights)
