@@ -68,7 +68,7 @@ def test_app_imports_spaces_before_torch():
 def test_no_file_over_10_mb():
     # never pushed: git's own folder, outputs, and the environments (.ci/run builds .ci-venv in the tree)
     skip = {".git", "runs", ".pytest_cache", "__pycache__", ".hypothesis", "test-artifacts", ".benchmarks",
-            ".ci-venv", ".venv"}
+            ".ci-venv", ".venv", "node_modules", "site"}
     big = []
     for folder, dirs, files in os.walk(ROOT):
         dirs[:] = [d for d in dirs if d not in skip]  # pruned, not walked and filtered

@@ -21,7 +21,7 @@ from tests.test_web_fixtures import ROOT, lines, site
 from web.build import directions
 from web.spacy_rules import to_js
 
-SHIPPED = ["de-en", "en-de", "en-fr", "fr-en"]
+SHIPPED = ["cs-en", "de-en", "en-cs", "en-de", "en-fr", "fr-en"]  # every shipped direction, in name order
 MAX_MB = 15  # one direction's two graphs, uncompressed
 TOL_LOGITS, TOL_PATTERN = 1e-3, 1e-4
 
@@ -37,7 +37,7 @@ def test_directions_are_found_from_the_checkpoints(tmp_path):
 def test_the_site_holds_every_direction_with_fp16_weights_and_named_heads():
     out = site()
     manifest = json.loads((out / "models" / "manifest.json").read_text())
-    assert manifest["directions"] == SHIPPED and manifest["languages"] == ["de", "en", "fr"]
+    assert manifest["directions"] == SHIPPED and manifest["languages"] == ["cs", "de", "en", "fr"]
     for name in SHIPPED:
         folder = out / "models" / name
         meta = json.loads((folder / "meta.json").read_text())
