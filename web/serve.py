@@ -33,24 +33,25 @@ def node_modules() -> None:
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=WEB, check=True)
 
 
+def _build(flag: str, prefix: str) -> Path:
+    """python -m web.build FLAG <tmp>, the folder removed when the process ends."""
+    node_modules()
+    out = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, out, True)
+    subprocess.run([sys.executable, "-m", "web.build", flag, str(out)], cwd=ROOT, check=True)
+    return out
+
+
 @functools.cache
 def site() -> Path:
     """python -m web.build --out <tmp>."""
-    node_modules()
-    out = Path(tempfile.mkdtemp(prefix="web-site-"))
-    atexit.register(shutil.rmtree, out, True)
-    subprocess.run([sys.executable, "-m", "web.build", "--out", str(out)], cwd=ROOT, check=True)
-    return out
+    return _build("--out", "web-site-")
 
 
 @functools.cache
 def space() -> Path:
     """python -m web.build --space <tmp>: a static Space folder."""
-    node_modules()
-    out = Path(tempfile.mkdtemp(prefix="web-space-"))
-    atexit.register(shutil.rmtree, out, True)
-    subprocess.run([sys.executable, "-m", "web.build", "--space", str(out)], cwd=ROOT, check=True)
-    return out
+    return _build("--space", "web-space-")
 
 
 @contextmanager
