@@ -158,10 +158,14 @@ def test_computation_inside_head_lens_attribution_and_forced(page):
 
 
 def test_head_profiles_open_with_the_picked_heads_map(page):
-    """Opening Analysis draws the profiles and the picked head's map of the current run: no blank frame."""
+    """Opening Analysis draws the profiles and the map of the head the bar holds (whatever earlier tests left
+    there) on the current run: no blank frame."""
+    layer = page.locator("#attn-layer input").first.input_value().split()[1]
+    head = page.locator("#attn-head input").first.input_value().split()[1]
     page.get_by_role("tab", name="Analysis & export", exact=True).click()
     assert "click a cell" in _title(page, "#prof-heat")
-    assert "layer 0 (first), head 0 (first)" in _title(page, "#prof-head-plot")
+    title = _title(page, "#prof-head-plot")
+    assert f"layer {layer}" in title and f"head {head}" in title, (layer, head, title)
 
 
 def test_script_in_input_is_inert(page):
