@@ -5,13 +5,12 @@ Screenshots are saved to test-artifacts/ (or $ARTIFACTS_DIR) as evidence of what
 from __future__ import annotations
 
 import os
-import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+from web.serve import CHROMIUM, chromium  # noqa: F401 (one launch for the app's and the static page's tests)
+
 ARTIFACTS = Path(os.environ.get("ARTIFACTS_DIR", "test-artifacts"))
 # How long any wait for the page may take (ms). Generous on purpose: a 2-core machine that other work keeps
 # busy can take minutes to draw what an idle one draws in seconds, and these tests check what is drawn, not when.
@@ -23,16 +22,6 @@ def check_chromium() -> None:
     if CHROMIUM is None:  # CI installs it; a missing browser is a failure, not a skip
         pytest.fail("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-
-
-@contextmanager
-def chromium():
-    """One Chromium, closed afterwards."""
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        yield browser
-        browser.close()
 
 
 def new_page(browser, width: int = 1440, height: int = 900):

@@ -58,15 +58,9 @@ def space() -> Path:
 def static_server(folder: Path):
     """Python's http.server on 127.0.0.1 serving ``folder``; yields its base URL."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(folder)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait(base)
+    with _serving([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(folder)],
+                  port) as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
@@ -89,8 +83,17 @@ http {{ {temp} access_log {work / 'access.log'};
   gzip on; gzip_types application/javascript application/wasm application/json application/octet-stream text/css;
   server {{ listen 127.0.0.1:{port}; root {folder}; index index.html; }} }}
 """)
-    proc = subprocess.Popen([NGINX, "-c", str(work / "nginx.conf"), "-p", str(work), "-g", "daemon off;"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with _serving([NGINX, "-c", str(work / "nginx.conf"), "-p", str(work), "-g", "daemon off;"], port) as base:
+            yield base
+    finally:
+        shutil.rmtree(work, True)
+
+
+@contextmanager
+def _serving(cmd: list[str], port: int):
+    """A server process on 127.0.0.1:``port``; yields its base URL once it answers, ends it afterwards."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait(base)
@@ -98,7 +101,6 @@ http {{ {temp} access_log {work / 'access.log'};
     finally:
         proc.terminate()
         proc.wait(10)
-        shutil.rmtree(work, True)
 
 
 def _wait(base: str) -> None:
