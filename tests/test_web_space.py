@@ -8,7 +8,9 @@ import json
 from tests.browser_fixtures import check_chromium
 from tests.test_web_fixtures import isolated_chromium, nginx_server, open_site, space, watch
 
-WANT = {"de-en": ("Ein Hund rennt durch den Schnee.", "dog"), "en-de": ("A dog runs through the snow.", "Hund"),
+# every shipped direction, in name order, with a word its translation must hold
+WANT = {"cs-en": ("Pes běží sněhem.", "dog"), "de-en": ("Ein Hund rennt durch den Schnee.", "dog"),
+        "en-cs": ("A dog runs through the snow.", "Pes"), "en-de": ("A dog runs through the snow.", "Hund"),
         "en-fr": ("A dog runs through the snow.", "chien"), "fr-en": ("Un chien court dans la neige.", "dog")}
 
 
