@@ -87,7 +87,9 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
 
 
 def launch_kwargs() -> dict:
-    return dict(css=CSS, head=HEAD, theme=gr.themes.Soft(), show_error=False)
+    # _frontend=False skips Gradio's start-up reachability check: one HEAD request with a 3 s timeout, which a
+    # loaded machine can miss and then refuses to start; the server itself is unchanged
+    return dict(css=CSS, head=HEAD, theme=gr.themes.Soft(), show_error=False, _frontend=False)
 
 
 def set_cpu_threads() -> None:
