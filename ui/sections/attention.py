@@ -19,7 +19,8 @@ SCALE_CHOICES = [("Shared 0–1", "shared"), ("This head's maximum", "head")]
 ALIGN_CHOICES = [("One head", "head"), ("Mean of a layer's heads", "layer"), ("Mean of every head", "mean"),
                  ("Rollout attribution", "rollout")]
 # Clicks on a plotly panel that carries {kind, layer, head} (trace meta, or customdata [layer, head])
-# are kept in window.__headClick and press the hidden #head-click-btn, whose event reads them (OPEN_JS).
+# are kept in window.__headClick (the picked fields of a Selection) and press the hidden #head-click-btn, whose
+# event reads them (OPEN_JS).
 OPEN_JS = "(v, u, s, r, h) => [window.__headClick || v, u, s, r, h]"
 CLICK_JS = """() => {
   const hook = () => document.querySelectorAll('#attn-plot .js-plotly-plot, #watch-heads .js-plotly-plot, '
@@ -37,7 +38,7 @@ CLICK_JS = """() => {
       if (layer === undefined || layer === null || head === undefined || head === null) return;
       const btn = document.querySelector('#head-click-btn');
       if (!btn) return;
-      window.__headClick = [meta.kind || '', layer, head, Date.now()].join('|');
+      window.__headClick = {kind: meta.kind || 'cross', layer: layer, head: head, at: Date.now()};
       btn.click();
     });
   });
@@ -60,8 +61,8 @@ CLICK_JS = """() => {
 
 @dataclass(frozen=True)
 class ClickProxy:
-    """The hidden control a panel click drives (its value: "kind|layer|head|time") and its button."""
-    value: gr.Textbox
+    """The hidden control a panel click drives (its value: {kind, layer, head, at}) and its button."""
+    value: gr.JSON
     button: gr.Button
 
 
@@ -122,7 +123,7 @@ def rollout_choices(n_layers: int) -> list:
 def build_click_proxy(shell: Shell) -> None:
     """The hidden control a panel click drives: outside every tab, so it is on the page from the start."""
     shell.click = ClickProxy(
-        value=gr.Textbox(elem_id="head-click", elem_classes="proxy", show_label=False, container=False),
+        value=gr.JSON(elem_id="head-click", elem_classes="proxy", show_label=False, container=False),
         button=gr.Button("open head", elem_id="head-click-btn", elem_classes="proxy"))
 
 
@@ -166,8 +167,11 @@ def _wire_click(shell: Shell) -> None:
 
     def on_click(value, units, scale, run, held):
         try:
-            kind, layer, head, _ = (value or "").split("|")
-            sel = Selection.of(kind or "cross", int(layer), int(head), units=units, view="head", scale=scale)
+            picked = value if isinstance(value, dict) else {}
+            if picked.get("layer") is None or picked.get("head") is None:
+                return (gr.skip(),) * 9
+            sel = Selection.of(picked.get("kind"), picked["layer"], picked["head"], units=units, view="head",
+                               scale=scale)
             fig, layer_dd = _maps(shell, run, sel)
             return (sel.kind, layer_dd, sel.head, "head", fig, gr.Tabs(selected="attention"), "attention",
                     gr.Tabs(selected="maps"), {**(held or {}), "attention": "maps"})
