@@ -352,7 +352,7 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
     mode = mode if mode in ALIGN_MODES else "layer"
     l, h = clamp(layer, L), clamp(head, H)
     w = readouts.alignment_data(tr, mode, l, h)
-    what = {"head": f"cross-attention, layer {l}, head {h}", "layer": f"cross-attention, layer {l}, mean of heads",
+    what = {"head": f"cross-attention, {layer_head(l, h)}", "layer": f"cross-attention, layer {l}, mean of heads",
             "mean": "cross-attention, mean of every layer and head", "rollout": "rollout attribution"}[mode]
     src, out, dec_in = tr.src_tokens, tr.output_tokens, tr.decoder_input_tokens
     if run.by_word(units):  # keys summed, queries averaged over a word's pieces
