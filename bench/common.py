@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from model.engine.data import head_lines
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_JSON, RESULTS_MD = ROOT / "bench" / "results.json", ROOT / "bench" / "RESULTS.md"

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 
 from model.training.bleu import sacre_bleu
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from model.analysis.decoderlens import decoder_lens
 from model.engine.decoding import DecodeOptions
 from ui import decoderlens as lens_view

@@ -15,7 +15,7 @@ import time
 
 from model.analysis.trust_signals import trust_report
 from model.engine.decoding import DecodeOptions, translate
-from model.families.ours import load_all
+from model.families import load_all
 from ui import sidebyside as sbs
 from ui.trust import trust_markdown
 from ui.state import Run, Selection

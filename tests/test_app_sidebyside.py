@@ -11,7 +11,7 @@ import pytest
 
 from model.analysis.trust_signals import SHOWN, load_reference, reference_of, report, save_reference, signals
 from model.engine.decoding import DecodeOptions, translate
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from tests.app_fixtures import SENTENCES, launch, make_checkpoint
 from tests.test_whatif_links import DE, _load, _query
 from ui import whatif

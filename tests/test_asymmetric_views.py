@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("transformers")  # builds the tiny random Marian folder (a development requirement)
 
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from model.families.catalog import summarize  # noqa: E402
 from model.analysis.contrast import attribute_contrast  # noqa: E402
 from model.engine.decoding import DecodeOptions, translate  # noqa: E402

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.names import CROSS
 from tests.app_fixtures import launch, make_checkpoint

@@ -14,7 +14,8 @@ import torch
 
 from model.engine.config import BOS_ID, EOS_ID, PAD_ID
 from model.engine.transformer import Transformer
-from model.families.ours import CheckpointError, find_checkpoints, load_checkpoint, save_checkpoint
+from model.families import load_checkpoint
+from model.families.ours import CheckpointError, find_checkpoints, save_checkpoint
 from model.training.cli_common import load_or_exit
 
 ROOT = Path(__file__).resolve().parents[1]

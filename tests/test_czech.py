@@ -13,7 +13,7 @@ from model.engine.decoding import DecodeOptions, translate
 from model.engine.hooks import capture, hook_names
 from model.engine.names import CROSS, ENC_SELF
 from model.engine.vocab import tokenize
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from ui import calls, inside, state, tour
 
 ROOT = Path(__file__).resolve().parents[1] / "checkpoints"

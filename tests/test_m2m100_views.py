@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("transformers")  # builds the tiny random model and is the reference
 
 from model.analysis.attribution import alti_matrices  # noqa: E402
-from model.families.ours import load_checkpoint  # noqa: E402
+from model.families import load_checkpoint  # noqa: E402
 from model.analysis.computation import Computation, force  # noqa: E402
 from model.analysis.contrast import attribute_contrast  # noqa: E402
 from model.engine.decoding import DecodeOptions, translate  # noqa: E402

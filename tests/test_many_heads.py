@@ -84,7 +84,7 @@ def test_head_profiles_keep_a_rows_height_and_fit_their_values():
 @pytest.fixture(scope="module")
 def lm48(tmp_path_factory):
     pytest.importorskip("transformers")
-    from model.families.ours import load_checkpoint
+    from model.families import load_checkpoint
     from tests.test_marian import build_marian
     torch.set_num_threads(1)
     return load_checkpoint(build_marian(tmp_path_factory.mktemp("m48") / "opus-mt-de-en", layers=L, heads=H))

@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 from model.analysis.attribution import _shares, alti_matrices, attention_block, attribute, cross_norms  # noqa: E402
 from model.analysis.computation import Computation, force  # noqa: E402
 from model.analysis.postnorm import SUBLAYERS, layer_norm64, ln_linear  # noqa: E402
-from model.families.ours import load_checkpoint  # noqa: E402
+from model.families import load_checkpoint  # noqa: E402
 from tests.test_marian import EN, PROBES, build_marian  # noqa: E402
 
 

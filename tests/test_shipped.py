@@ -10,7 +10,8 @@ import pytest
 
 from model.engine.config import TransformerConfig
 from model.engine.decoding import DecodeOptions, translate
-from model.families.ours import find_checkpoints, load_checkpoint
+from model.families import load_checkpoint
+from model.families.ours import find_checkpoints
 
 ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 SHIPPED = find_checkpoints(ROOT)

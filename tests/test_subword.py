@@ -17,7 +17,8 @@ from model.engine.decoding import DecodeOptions, translate, translate_batch
 from model.engine.results import pool_words
 from model.engine.transformer import Transformer
 from model.engine.vocab import SubwordVocab, tokenize, tokenize_corpus
-from model.families.ours import CheckpointError, load_checkpoint, save_checkpoint
+from model.families import load_checkpoint
+from model.families.ours import CheckpointError, save_checkpoint
 from model.training.bleu import moses_tokenize, tokenized_bleu
 from tests.app_fixtures import SENTENCES, make_checkpoint
 from model.engine import decoding

@@ -31,7 +31,8 @@ from model.engine.config import NO_INTERVENTION, Interventions
 from model.engine.decoding import DecodeOptions, Translation, full_trace, hypothesis
 from model.engine.hooks import Trace
 from model.families import catalog
-from model.families.ours import CheckpointError, Registry, load_all
+from model.families import load_all
+from model.families.ours import CheckpointError, Registry
 from model.analysis.decoderlens import DecoderLens, decoder_lens
 
 from . import settings

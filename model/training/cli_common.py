@@ -8,7 +8,8 @@ import torch
 
 from model.engine.loaded import LoadedModel
 from model.families.frames import load_frame
-from model.families.ours import CheckpointError, load_checkpoint
+from model.families import load_checkpoint
+from model.families.ours import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 # Multi30k's texts: the ones shipped beside the checkpoints first, then a checkout beside the project (or beside
