@@ -205,16 +205,15 @@ def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
     return key, reg
 
 
-def _lm(reg_key: str, name: str):
-    """The model; inside a ZeroGPU call with the models on the CPU, a CUDA copy for this call."""
+def lm_for(reg_key: str, name: str):
+    """The one lookup of a model by its registry key and name, for every model call and every reader of a
+    model's vocabulary or config: inside a ZeroGPU call with the models on the CPU, a CUDA copy for this
+    call (so a GPU call never runs the CPU weights); elsewhere the registry's model, loaded if it was not."""
     lm = REGISTRIES[reg_key].models[name]
     if getattr(_ON_GPU, "active", False) and zero_gpu_work():
         cuda = _on_cuda(lm.model)
         return lm if cuda is lm.model else dataclasses.replace(lm, model=cuda)
     return lm
-
-
-lm_for = _lm  # the same lookup for the model calls written outside this module (every @model_call reads it)
 
 
 def ensure_loaded(reg_key: str, name: str) -> float | None:
@@ -290,7 +289,7 @@ def cached(gpu_fn):
 def gpu_translate_one(reg_key: str, name: str, text: str, opts: DecodeOptions,
                       iv: Interventions = NO_INTERVENTION) -> Translation:
     with MODEL_LOCK:
-        return decoding.translate(_lm(reg_key, name), text, opts, iv)
+        return decoding.translate(lm_for(reg_key, name), text, opts, iv)
 
 
 @model_call(duration=60)
@@ -298,7 +297,7 @@ def gpu_translate_many(reg_key: str, name: str, texts: list[str], opts: DecodeOp
                        iv: Interventions = NO_INTERVENTION) -> list[Translation]:
     """Decodes (greedy or beam) of several visitors' sentences as one batch (model.engine.batching)."""
     with MODEL_LOCK:
-        return translate_many(_lm(reg_key, name), texts, opts, iv)
+        return translate_many(lm_for(reg_key, name), texts, opts, iv)
 
 
 def _run_batch(group: tuple, texts: list[str]) -> list[Translation]:
@@ -331,7 +330,7 @@ def gpu_translate(reg_key: str, name: str, text: str, opts: DecodeOptions,
 @model_call(duration=60)
 def gpu_compare(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Interventions):
     """Baseline and modified runs, plus the modified model teacher-forced on the baseline output."""
-    lm = _lm(reg_key, name)
+    lm = lm_for(reg_key, name)
     with MODEL_LOCK:
         base = decoding.translate(lm, text, opts, NO_INTERVENTION)
         mod = decoding.translate(lm, text, opts, iv)
@@ -351,14 +350,14 @@ def gpu_beam(reg_key: str, name: str, text: str, beam: int, max_len: int = 100) 
 @model_call(duration=60)
 def gpu_hypothesis(reg_key: str, name: str, tr: Translation, ids: list[int]) -> Translation:
     with MODEL_LOCK:
-        return hypothesis(_lm(reg_key, name), tr, ids)
+        return hypothesis(lm_for(reg_key, name), tr, ids)
 
 
 @cached
 @model_call(duration=60)
 def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
     opts = DecodeOptions(record=False, replace_unk=False)
-    lm = _lm(reg_key, name)
+    lm = lm_for(reg_key, name)
     with MODEL_LOCK:
         return decoding.translate(lm, text_a, opts), decoding.translate(lm, text_b, opts)
 
@@ -368,7 +367,7 @@ def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
 def gpu_force(reg_key: str, name: str, text: str, reference: str) -> Forced:
     """The model teacher-forced on ``reference`` after ``text``."""
     with MODEL_LOCK:
-        return force(_lm(reg_key, name), text, reference)
+        return force(lm_for(reg_key, name), text, reference)
 
 
 def _on_cuda(model):
@@ -387,7 +386,7 @@ def gpu_contrast(reg_key: str, name: str, tr: Translation, position: int, ig_ste
     """Attribution of output ``position`` over the source and the target prefix: for log p(token), or for
     p(token) − p(foil) with a foil."""
     with MODEL_LOCK:
-        return attribute_contrast(_on_cuda(_lm(reg_key, name).model), tr, position, foil, ig_steps=ig_steps)
+        return attribute_contrast(_on_cuda(lm_for(reg_key, name).model), tr, position, foil, ig_steps=ig_steps)
 
 
 @cached
@@ -395,13 +394,13 @@ def gpu_contrast(reg_key: str, name: str, tr: Translation, position: int, ig_ste
 def gpu_full_trace(reg_key: str, name: str, tr: Translation) -> Trace:
     """``tr`` teacher-forced again with every hook point, the opt-in ones (logits, per-head results, FFN) too."""
     with MODEL_LOCK:
-        return full_trace(_lm(reg_key, name), tr.src_ids, tr.output_ids, tr.interventions, names=lambda _n: True)
+        return full_trace(lm_for(reg_key, name), tr.src_ids, tr.output_ids, tr.interventions, names=lambda _n: True)
 
 
 @model_call(duration=120)
 def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[ProfileRow]:
     """Averaged head profiles of ``sentences``. No progress callback: a GPU call's arguments are pickled."""
-    return average_head_profiles(_lm(reg_key, name), sentences, None, MODEL_LOCK)
+    return average_head_profiles(lm_for(reg_key, name), sentences, None, MODEL_LOCK)
 
 
 @cached
@@ -409,7 +408,7 @@ def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[ProfileR
 def gpu_patch_means(reg_key: str, name: str, sentences: tuple[str, ...], source: str) -> ActivationMeans:
     """Mean activations of ``sentences`` for mean ablation (model.analysis.patching_bench.validation_means)."""
     with MODEL_LOCK:
-        return validation_means(_lm(reg_key, name), list(sentences), source)
+        return validation_means(lm_for(reg_key, name), list(sentences), source)
 
 
 @cached
@@ -417,7 +416,7 @@ def gpu_patch_means(reg_key: str, name: str, sentences: tuple[str, ...], source:
 def gpu_patch(reg_key: str, name: str, req: PatchRequest, means: ActivationMeans | None = None) -> PatchBench:
     """One activation-patching request: one patch, or a scan in batched runs."""
     with MODEL_LOCK:
-        return patch_bench(_lm(reg_key, name), req, means)
+        return patch_bench(lm_for(reg_key, name), req, means)
 
 
 @cached
@@ -426,4 +425,4 @@ def gpu_decoderlens(reg_key: str, name: str, text: str, opts: DecodeOptions,
                     iv: Interventions = NO_INTERVENTION) -> DecoderLens:
     """DecoderLens: one decode of ``text`` per encoder layer, the decoder reading that layer's output."""
     with MODEL_LOCK:
-        return decoder_lens(_lm(reg_key, name), text, opts, iv)
+        return decoder_lens(lm_for(reg_key, name), text, opts, iv)

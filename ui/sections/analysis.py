@@ -53,7 +53,7 @@ def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tup
         hit = _PROFILE_CACHE.get(key)
     if hit is not None:
         return hit
-    lm = calls.REGISTRIES[reg_key].models[name]
+    lm = calls.lm_for(reg_key, name)
     sentences, source = validation_sentences(lm.src_lang, calls.DATA_DIRS, int(n))
     if progress is not None:  # one step: the call itself runs where no callback can reach
         progress(0, len(sentences))
@@ -272,7 +272,7 @@ def _pair(shell: Shell, text_a, text_b, run, name, sel: Selection):
     problem = no_model_message(shell.reg, name)
     if problem:
         return f"⚠️ {problem}", views.message_figure(problem), gr.skip()
-    text_a, text_b = pair_texts(text_a, text_b, shell.reg.models[name].src_lang)
+    text_a, text_b = pair_texts(text_a, text_b, shell.model(name).src_lang)
     text_a, _ = clean_input(text_a)
     text_b, _ = clean_input(text_b)
     if is_blank(text_a) or is_blank(text_b):

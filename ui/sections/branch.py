@@ -183,7 +183,7 @@ def nodes(shell: Shell, view):
     """The pick list of the beam tree: every node with a token, by its hypothesis so far."""
     if view is None:
         return gr.Dropdown(choices=[], value=None)
-    vocab, tree = shell.reg.models[view.model].tgt_vocab, view.tree
+    vocab, tree = shell.model(view.model).tgt_vocab, view.tree
     choices = []
     for n in tree.nodes[1:]:
         toks = vocab.decode(branching.node_prefix(tree, n.id))

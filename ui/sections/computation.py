@@ -366,7 +366,7 @@ def _wire_forced(shell: Shell) -> None:
     p = shell.computation
 
     def on_example(name, i):
-        lm = shell.reg.models.get(name)
+        lm = shell.model_or_none(name)
         pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS) if lm else []
         if i is None or not 0 <= int(i) < len(pairs):
             return gr.skip(), gr.skip()

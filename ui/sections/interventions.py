@@ -289,7 +289,7 @@ def wire(shell: Shell) -> None:
         try:
             if cmp is None:
                 return views.message_figure("Press Compare first.")
-            return views.compare_maps_figure(cmp, sel.kind, sel.layer, sel.head, shell.reg.models.get(cmp.model))
+            return views.compare_maps_figure(cmp, sel.kind, sel.layer, sel.head, shell.model_or_none(cmp.model))
         except Exception:
             log.exception("compare maps failed")
             return views.message_figure("This map could not be drawn.")
@@ -338,7 +338,7 @@ def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, caus
     demo's encoder self-attention head, and what it replaces kept for Back (a second press keeps the first
     press's: the run then is the preset's own)."""
     p = shell.interventions
-    lm = shell.reg.models.get(name)
+    lm = shell.model_or_none(name)
     demo = word_order_demo(name, lm.src_lang if lm else "en")
     own = back is not None and run is not None and is_preset_run(shell, run) and run.model == name
     if not own:
