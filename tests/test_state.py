@@ -91,7 +91,32 @@ def test_one_reading_of_an_index_and_one_table_of_short_kind_names():
     assert Selection.of(layer="2", head=-1, step=None).layer == 2
     bench = whatif.bench_link("a", "b", "z", "none", "cross", "decoder", "post", "1", "x", "", -2, "", "patch")
     assert (bench.layer, bench.head, bench.step) == (1, 0, 0)
-    assert present.KIND_SHORT is names.SHORT_NAMES
+    assert not hasattr(present, "KIND_SHORT")  # the labels read the engine's table itself
+    assert present.head_label("decoder.cross_attn", 1, 2) == "cross L1 H2"
     assert all(names.Kind.of(short) is kind for kind, short in names.SHORT_NAMES.items())
     assert {k: v for k, v in vars(st).items() if isinstance(v, dict) and set(v) == set(names.SHORT_KINDS)} \
         in ({}, {"SHORT_KINDS": names.SHORT_KINDS})  # no second table of its own
+    assert short_kind_tables() == []
+
+
+def short_kind_tables(root=None) -> list[str]:
+    """Dict literals in ui/ and app.py that spell out the short kind names (a second table)."""
+    import ast
+    from pathlib import Path
+    root = root or Path(__file__).resolve().parents[1]
+    found = []
+    for p in [*(root / "ui").rglob("*.py"), root / "app.py"]:
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Dict):
+                words = {c.value for c in [*node.keys, *node.values] if isinstance(c, ast.Constant)}
+                if {"enc", "cross"} <= words:
+                    found.append(f"{p.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_the_table_check_finds_a_second_table(tmp_path):
+    (tmp_path / "ui").mkdir()
+    (tmp_path / "app.py").write_text("", encoding="utf-8")
+    (tmp_path / "ui" / "x.py").write_text("K = {'encoder.self_attn': 'enc', 'decoder.cross_attn': 'cross'}\n",
+                                          encoding="utf-8")
+    assert short_kind_tables(tmp_path) == ["ui/x.py:1"]

@@ -12,6 +12,7 @@ import gradio as gr
 from model.analysis import profiles as an
 from model.analysis import readouts
 from model.engine.branching import describe
+from model.engine.names import SHORT_NAMES
 from viz import export as v_export
 from viz import profiles as v_prof
 
@@ -19,7 +20,7 @@ from . import VIEW, Shell, log, safe, sub_view, track_subtabs
 from . import interventions, patching, sidebyside
 from .. import align_heads, calls, trust, views, whatif
 from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
-from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, head_label, is_blank,
+from ..present import (clean_input, describe_interventions, head_choices, head_label, is_blank,
                        md_escape, no_model_message)
 from ..state import ModelShape, PairRun, Selection, link_url
 from .about import about_markdown
@@ -64,7 +65,7 @@ def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tup
 
 
 def profile_rows_table(rows) -> list[list]:
-    return [[KIND_SHORT.get(r.kind, r.kind), r.layer, r.head] + [round(float(r.stat(s)), 4) for s in an.STATS]
+    return [[SHORT_NAMES.get(r.kind, r.kind), r.layer, r.head] + [round(float(r.stat(s)), 4) for s in an.STATS]
             for r in rows]
 
 
