@@ -33,17 +33,14 @@ from viz.common import STEP_ROW_TITLE, layer_head, message_figure, step_row_labe
 
 from . import inside
 from .present import KIND_LABELS, decoder_rows, md_escape, parse_heads, unspaced_caption
-from .state import BeamView, CompareRun, PairRun, Run, Selection
+from .state import BeamView, CompareRun, PairRun, Run, Selection, read_index
 
 FIRST = "Translate a sentence first."
 PE_POSITIONS = 32  # Multi30k sentences are ~13 tokens; more positions cost payload
 
 
 def clamp(value, n: int) -> int:
-    try:
-        return max(0, min(int(value or 0), n - 1))
-    except (TypeError, ValueError):
-        return 0
+    return read_index(value, 0, n)
 
 
 @dataclass(frozen=True)
