@@ -92,7 +92,7 @@ def launch_kwargs() -> dict:
 
 def set_cpu_threads() -> None:
     """On the CPU, ``ATTN_TORCH_THREADS`` torch threads (default 1: see ui/settings.py)."""
-    if calls.pick_device() == "cpu":
+    if calls.model_device() == "cpu":
         torch.set_num_threads(settings.read().torch_threads)
 
 

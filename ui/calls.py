@@ -28,7 +28,9 @@ from model.analysis.readouts import average_head_profiles
 from model.engine import decoding
 from model.engine.batching import MicroBatcher, batchable, translate_many
 from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.corpus import SHIPPED_DIR
 from model.engine.decoding import DecodeOptions, Translation, full_trace, hypothesis
+from model.engine.device import pick_device
 from model.engine.hooks import Trace
 from model.families import catalog
 from model.families import load_all
@@ -47,7 +49,7 @@ def on_zero_gpu() -> bool:
 def gpu_calls_wrapped() -> bool:
     """Model calls go through ``spaces.GPU`` (a forked worker per call) only where the models run on
     CUDA (``ATTN_DEVICE=cuda``), or when ``ATTN_GPU_CALLS=on`` asks for the boundary anyway (tests).
-    On ZeroGPU the models run on the Space's CPU by default: see pick_device."""
+    On ZeroGPU the models run on the Space's CPU by default: see model_device."""
     s = settings.read()
     if sys.modules.get("spaces") is None or s.gpu_calls == "off":
         return False
@@ -103,15 +105,12 @@ def model_call(duration: int = 60, work: bool = False):
     return deco
 
 
-def pick_device() -> str:
-    """``ATTN_DEVICE`` (auto, cpu, cuda). Auto means CUDA where present, except on ZeroGPU: there a
-    sentence costs about 35 ms of CPU, while every GPU call pays for acquiring a GPU and counts against
-    the visitor's daily quota, so the model stays on the Space's CPU unless ATTN_DEVICE=cuda."""
-    import torch
-    want = settings.read().device
-    if want != "auto":
-        return want
-    return "cuda" if torch.cuda.is_available() and not on_zero_gpu() else "cpu"
+def model_device() -> str:
+    """``ATTN_DEVICE`` (auto, cpu, cuda) through the engine's pick_device. Auto means CUDA where present,
+    except on ZeroGPU: there a sentence costs about 35 ms of CPU, while every GPU call pays for acquiring a
+    GPU and counts against the visitor's daily quota, so the model stays on the Space's CPU unless
+    ATTN_DEVICE=cuda."""
+    return pick_device(settings.read().device, prefer_cuda=not on_zero_gpu())
 
 
 log = logging.getLogger(__name__)
@@ -120,10 +119,9 @@ log = logging.getLogger(__name__)
 REGISTRIES: dict[str, Registry] = {}
 HERE = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = HERE / "checkpoints"
-# Multi30k's validation and test texts ship with the app (never the training set), so a fresh clone or a
-# Space has what head profiles, the alignment ranking, the reference overlay and the examples read;
-# nothing outside the repository is consulted.
-DATA_DIRS = [DEFAULT_ROOT / "multi30k"]
+# where head profiles, the alignment ranking, the reference overlay and the examples read Multi30k: only the
+# texts shipped with the app (a list, so that a test can point it elsewhere)
+DATA_DIRS = [SHIPPED_DIR]
 # Model calls share one lock: the queue's concurrency group already runs them one at a time; the
 # lock covers the start-up warm-up and anything called outside the queue (hooks are registered on
 # the shared model while a capture runs).
@@ -187,7 +185,7 @@ def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
     first use, at most ATTN_MAX_MODELS of them at once)."""
     s = settings.read()
     root = Path(root or s.checkpoints or DEFAULT_ROOT)
-    reg = catalog.with_added_models(load_all(root, device or pick_device()), s.models, s.max_models)
+    reg = catalog.with_added_models(load_all(root, device or model_device()), s.models, s.max_models)
     configure()
     key = f"reg{len(REGISTRIES)}"
     REGISTRIES[key] = reg

@@ -21,7 +21,7 @@ from model.engine.hooks import hook_names
 from model.engine.vocab import detokenize
 from model.families import load_checkpoint
 from model.families.ours import CONFIG
-from model.training.corpus import load_pairs
+from model.engine.corpus import load_pairs
 from .bleu import read_official_refs
 from .evaluate import score
 

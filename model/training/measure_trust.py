@@ -30,7 +30,7 @@ from model.analysis import trust_set as ts
 from model.analysis.trust_signals import INFO, NUMERIC, Measured, load_reference, save_reference
 from model.families import load_checkpoint
 from model.families.ours import find_checkpoints
-from model.training.cli_common import DATA_DIRS
+from model.engine.corpus import DATA_DIRS
 
 ROOT = ts.ROOT
 DOCS = ROOT / "docs" / "trust.md"
