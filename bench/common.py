@@ -266,7 +266,8 @@ class InProcessApp:
         import asyncio
 
         import app
-        from ui import calls, views
+        from ui import calls
+        from ui.present import views
         self.demo = app.build_app(cfg.app_root, "cpu", warm=False)
         self.key = next(k for k, r in calls.REGISTRIES.items() if r is self.demo.registry)
         views.warm_up(self.key)

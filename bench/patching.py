@@ -20,7 +20,7 @@ import gradio as gr
 
 from model.analysis import patching as P
 from model.analysis import patching_bench as PB
-from ui import patching as up
+from ui.present import patching as up
 
 from .common import entry, figure, model, sentences, standalone, stats
 

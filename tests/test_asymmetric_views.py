@@ -20,7 +20,7 @@ from model.analysis.patching import PatchSetup, head_scan  # noqa: E402
 from tests.test_marian import build_marian  # noqa: E402
 from ui.present import head_choices  # noqa: E402
 from ui.state import ModelShape, Run, Selection  # noqa: E402
-from ui.views import REGISTRY  # noqa: E402
+from ui.present.views import REGISTRY  # noqa: E402
 from viz.common import layer_head  # noqa: E402
 
 DE = "Zwei Hunde spielen im Schnee!"

@@ -1,4 +1,4 @@
-"""The layers' import rules: model/ and viz/ never import gradio; viz/ never imports torch or model; the app
+"""The layers' import rules: model/, viz/ and the presenters (ui/present/) never import gradio; viz/ never imports torch or model; the app
 (app.py, ui/, and the engine, families and analysis wings) never reaches model.training, directly or through
 other modules; model/'s wings import only downward (engine <- families <- analysis <- training); no import
 circle among model's modules. Imports inside functions count too."""
@@ -31,10 +31,24 @@ def imported(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("package,forbidden", [("model", {"gradio", "ui", "viz", "tests"}),
                                                ("viz", {"gradio", "torch", "model", "ui", "..", "tests"}),
-                                               ("bench", {"tests"})])
+                                               ("bench", {"tests"}), ("ui/present", {"gradio"})])
 def test_layers_import_only_what_they_may(package, forbidden):
     bad = {str(p.relative_to(ROOT)): sorted(imported(p) & forbidden) for p in (ROOT / package).rglob("*.py")}
     assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_the_presenters_load_without_gradio():
+    """Every module of ui/present/ imports, with everything it pulls in, and gradio is never loaded."""
+    import subprocess
+    import sys
+    code = ("import importlib, pkgutil, sys\nimport ui.present\n"
+            "names = [m.name for m in pkgutil.iter_modules(ui.present.__path__, 'ui.present.')]\n"
+            "[importlib.import_module(n) for n in names]\n"
+            "print(len(names), sorted(k for k in sys.modules if k.split('.')[0] == 'gradio'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    n, loaded = out.stdout.strip().split(" ", 1)
+    assert int(n) >= 13 and loaded == "[]"
 
 
 def test_the_rule_catches_a_violation(tmp_path):

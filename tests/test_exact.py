@@ -15,8 +15,8 @@ from model.analysis.attribution import IG_ATOL, IG_RTOL, attribute, integrated_g
 from model.analysis.computation import Computation, force
 from model.engine.decoding import DecodeOptions, translate
 from model.families import load_checkpoint
-from ui import inside
-from ui.payload import numbers
+from ui.present import inside
+from ui.present.payload import numbers
 from tests.app_fixtures import launch, make_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"

@@ -29,7 +29,7 @@ from model.families import load_checkpoint
 from tests.app_fixtures import free_port, launch, make_checkpoint, wait_ready
 from model.engine import decoding
 from ui import present
-from ui import payload
+from ui.present import payload
 import model.families as checkpoint
 from ui import calls
 

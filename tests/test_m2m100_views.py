@@ -19,7 +19,7 @@ from model.engine.names import ATTN_KINDS, hook_name  # noqa: E402
 from tests.test_m2m100 import build_m2m100  # noqa: E402
 from tests.test_marian import EN, PROBES  # noqa: E402
 from ui.state import Run, Selection  # noqa: E402
-from ui.views import REGISTRY  # noqa: E402
+from ui.present.views import REGISTRY  # noqa: E402
 
 
 @pytest.fixture(scope="module")

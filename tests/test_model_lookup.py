@@ -9,8 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 UI = sorted((ROOT / "ui").rglob("*.py"))
 # presenters handed the Registry that read a model's tables (positional encodings, masks, a frame's label),
 # never running it
-TABLE_READS = {("ui/views.py", "masks_figure"), ("ui/views.py", "positional_figures"), ("ui/present.py", "run_bar"),
-               ("ui/learn.py", "_info")}
+TABLE_READS = {("ui/present/views.py", "masks_figure"), ("ui/present/views.py", "positional_figures"),
+               ("ui/present/__init__.py", "run_bar"), ("ui/present/learn.py", "_info")}
 
 
 def _is_model_call(dec) -> bool:
@@ -42,7 +42,7 @@ def calls_lm_for(fn: ast.AST) -> bool:
 def test_every_model_call_reads_its_model_through_lm_for():
     found = {f"{p.relative_to(ROOT)}:{fn.name}": fn for p in UI for fn in model_calls(p)}
     assert len(found) >= 15 and {"ui/align_heads.py:gpu_alignment_ranking", "ui/align_heads.py:gpu_sentence_ranking",
-                                 "ui/trust.py:gpu_trust", "ui/calls.py:gpu_contrast"} <= set(found)
+                                 "ui/present/trust.py:gpu_trust", "ui/calls.py:gpu_contrast"} <= set(found)
     assert {k: bypasses(fn) for k, fn in found.items() if bypasses(fn)} == {}
     assert sorted(k for k, fn in found.items() if not calls_lm_for(fn)) == []
 

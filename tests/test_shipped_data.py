@@ -14,7 +14,7 @@ from model.analysis.alignment.reference import reference_path
 from model.families import load_checkpoint
 from model.families.ours import find_checkpoints
 from ui import calls
-from ui.payload import reference_pairs, validation_sentences
+from ui.present.payload import reference_pairs, validation_sentences
 from ui.sections import analysis
 
 from .app_fixtures import make_checkpoint

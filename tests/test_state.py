@@ -85,7 +85,8 @@ def test_one_reading_of_an_index_and_one_table_of_short_kind_names():
     """Every layer, head, step and position a control, a link or the bench carries is read by one function;
     the short kind names are one table, the engine's, which the link, the labels and Kind.of all use."""
     from model.engine import names
-    from ui import present, state as st, whatif
+    from ui import present, state as st
+    from ui.present import whatif
     assert [st.read_index(v) for v in ("3", 2.0, -4, None, "x")] == [3, 2, 0, 0, 0]
     assert st.read_index("9", n=4) == 3 and st.read_index(None, 5, n=4) == 5
     assert Selection.of(layer="2", head=-1, step=None).layer == 2
@@ -121,7 +122,7 @@ def hand_clamps(root=None) -> list[str]:
 
 def test_one_normaliser_per_index():
     """Every clamp of a layer, head, step, position or frame goes through state.read_index."""
-    from ui import inside, learn, views
+    from ui.present import inside, learn, views
     assert hand_clamps() == []
     assert (inside.clamp("x", 4, 9), inside.clamp("2", 4), inside.clamp(-3, 4), inside.clamp(1, 0)) == (3, 2, 0, 0)
     assert (views.clamp("7", 3), views.clamp(None, 3), views.clamp("x", 3)) == (2, 0, 0)

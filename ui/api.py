@@ -18,12 +18,13 @@ from model.families.ours import CheckpointError
 
 from model.analysis.patching_bench import PatchRequest
 
-from . import calls, contrast, patching
-from .inside import attribution_payload
-from .payload import attention_mask, numbers, to_json
+from . import calls
+from .present import contrast, patching
+from .present.inside import attribution_payload
+from .present.payload import attention_mask, numbers, to_json
 from .present import choice_label, clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
 from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
-from .trust import report_of, trust_payload
+from .present.trust import report_of, trust_payload
 
 log = logging.getLogger("attention-explorer")
 

@@ -17,7 +17,7 @@ from viz.common import message_figure
 from .. import calls
 from ..present import md_escape, parse_heads
 from ..state import SUBVIEWS, ModelShape, Run, Selection
-from ..views import REGISTRY, stamp_of
+from ..present.views import REGISTRY, stamp_of
 
 log = logging.getLogger("attention-explorer")
 MODEL_GROUP = "model"  # every event that runs the model shares this concurrency group

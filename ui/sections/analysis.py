@@ -18,8 +18,9 @@ from viz import profiles as v_prof
 
 from . import VIEW, Shell, log, safe, sub_view, track_subtabs
 from . import interventions, patching, sidebyside
-from .. import align_heads, calls, trust, views, whatif
-from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
+from .. import align_heads, calls
+from ..present import trust, views, whatif
+from ..present.payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
 from ..present import (clean_input, describe_interventions, head_choices, head_label, is_blank,
                        md_escape, no_model_message)
 from ..state import ModelShape, PairRun, Selection, link_url

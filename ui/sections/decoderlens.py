@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import gradio as gr
 
 from .. import calls
-from .. import decoderlens as lens_view
+from ..present import decoderlens as lens_view
 from ..state import Run, Selection, read_index
-from ..views import stamp_of
+from ..present.views import stamp_of
 from . import Shell, sub_view
 
 NAME = "computation/decoderlens"

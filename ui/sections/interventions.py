@@ -16,8 +16,9 @@ from model.engine.transformer import DEC_SELF, ENC_SELF
 
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log
 from . import head_choices as sel_head_choices
-from .. import calls, views
-from ..payload import word_order_demo
+from .. import calls
+from ..present import views
+from ..present.payload import word_order_demo
 from ..present import (describe_interventions, diff_summary, head_choices, head_label, make_interventions,
                        md_escape, notice_md, parse_heads, parse_positions, src_token_choices, token_diff)
 from ..state import CompareRun, ModelShape, Run, RunInputs, Selection, Toggles

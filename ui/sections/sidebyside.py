@@ -15,9 +15,10 @@ import gradio as gr
 from model.analysis.alignment.heads import val_texts
 from model.analysis.alignment.reference import reference_path
 
-from .. import align_heads, calls, trust, views
-from .. import decoderlens as lens_view
-from .. import sidebyside as sbs
+from .. import align_heads, calls
+from ..present import trust, views
+from ..present import decoderlens as lens_view
+from ..present import sidebyside as sbs
 from ..present import md_escape
 from ..state import Run, Selection
 from . import Shell, sub_view

@@ -11,7 +11,7 @@ import gradio as gr
 
 from viz.common import message_figure
 
-from .. import tour
+from ..present import tour
 from ..present import md_escape, model_choices
 from ..state import link_url, tour_pick, tour_stop, tour_url
 from . import VIEW, Shell, log

@@ -15,8 +15,9 @@ from model.families import catalog
 from model.families.ours import CheckpointError
 
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, link_notice_md, log, safe, subview_values
-from .. import calls, domain, inside, languages, trust, views, whatif
-from ..payload import examples_for
+from .. import calls, languages
+from ..present import domain, inside, trust, views, whatif
+from ..present.payload import examples_for
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, direction_hint, is_blank,
                        md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar, run_notices,
                        source_marks)

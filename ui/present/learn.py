@@ -20,7 +20,7 @@ from model.families.frames import FRAMES_DIR, FrameError, offer_frames, read_inf
 from model.families.ours import Registry
 from viz.learning import Curve, HeadPanel
 
-from .state import read_index
+from ..state import read_index
 
 
 @dataclass(frozen=True)

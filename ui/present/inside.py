@@ -12,8 +12,8 @@ from model.engine.transformer import ENC_SELF, Kind
 from viz import computation as vc
 from viz.common import layer_head, message_figure, step_row_labels
 
-from .present import KIND_LABELS, decoder_rows, md_escape, unspaced_caption
-from .state import Run, read_index
+from . import KIND_LABELS, decoder_rows, md_escape, unspaced_caption
+from ..state import Run, read_index
 
 FIRST = "Translate a sentence first."
 METHOD_LABELS = {"attention": "raw cross-attention", "rollout": "rollout", "norm": "norm-based ‖Σₕ αₕ·fₕ(x)‖",

@@ -11,9 +11,9 @@ from model.analysis.patching_bench import PatchBench, PatchRequest
 from model.engine.decoding import DecodeOptions
 from viz import patching as v_patch
 
-from . import calls
+from .. import calls
 from .payload import validation_sentences
-from .present import md_escape
+from . import md_escape
 
 MEAN_SENTENCES = 16  # validation sentences behind mean ablation
 MAX_TEXT = 400

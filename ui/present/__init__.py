@@ -22,7 +22,7 @@ from model.families.ours import Registry
 
 from viz.common import STEP_ROW_TITLE, step_row_labels
 
-from .settings import MAX_INPUT_CHARS
+from ..settings import MAX_INPUT_CHARS
 
 LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech", "zh": "Chinese",
               # the three-letter codes some OPUS-MT tokenizer configs give

@@ -13,9 +13,9 @@ from model.engine.config import NO_INTERVENTION, Interventions
 from viz import attention as va
 from viz.decoderlens import lens_figure
 
-from .present import decoder_rows, md_escape
-from .settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_OUTPUT_TOKENS
-from .state import Run, read_index
+from . import decoder_rows, md_escape
+from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_OUTPUT_TOKENS
+from ..state import Run, read_index
 
 
 @dataclass(frozen=True)
