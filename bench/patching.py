@@ -2,7 +2,7 @@
 
 Pairs: the first Multi30k test sentences (A) and their variant with two words swapped (B, as the
 bench's "A = the current run, B = a variant" button makes them). Timed per pair, in process, the
-model call behind one click of *Run patching* (``ui.patching`` → ``model.analysis.patching_bench.patch_bench``, the
+model call behind one click of *Run patching* (``ui.present.patching`` → ``model.analysis.patching_bench.patch_bench``, the
 result cache bypassed): both greedy decodes, run A, and B's patched runs batched (B copies stacked in
 the batch dimension). Variants: one head's ``hook_z`` (cross-attention L1 H0, every position); a scan
 over every cross-attention head (layers × heads); a scan of the encoder residual stream over every
