@@ -23,7 +23,7 @@ from ui.style import CSS, HEAD
 from ui.sections import Shell, bar, build_link_notice, clear_link_notice, lazy_section
 from ui.sections import analysis, attention, branch, computation, generation, interventions, translate
 from ui.sections import learn, tour
-from ui.views import warm_up
+from ui.present.views import warm_up
 
 SECTIONS = [("Translate & watch", "translate", translate), ("Attention", "attention", attention),
             ("Generation", "generation", generation), ("Masks & interventions", "interventions", interventions),
@@ -94,7 +94,7 @@ def launch_kwargs() -> dict:
 
 def set_cpu_threads() -> None:
     """On the CPU, ``ATTN_TORCH_THREADS`` torch threads (default 1: see ui/settings.py)."""
-    if calls.pick_device() == "cpu":
+    if calls.model_device() == "cpu":
         torch.set_num_threads(settings.read().torch_threads)
 
 

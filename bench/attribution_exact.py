@@ -24,9 +24,9 @@ from model.analysis.attribution import IG_START, _log_prob, attribute, gradients
 from model.engine.config import BOS_ID
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.transformer import ATTN_KINDS
-from model.families.ours import load_checkpoint
-from ui.inside import attribution_payload
-from ui.payload import to_json
+from model.families import load_checkpoint
+from ui.present.inside import attribution_payload
+from ui.present.payload import to_json
 from ui.present import KIND_JSON
 
 from .common import ROOT, entry, figure, model, sentences, standalone

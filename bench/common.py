@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from model.engine.data import head_lines
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_JSON, RESULTS_MD = ROOT / "bench" / "results.json", ROOT / "bench" / "RESULTS.md"
@@ -266,7 +266,8 @@ class InProcessApp:
         import asyncio
 
         import app
-        from ui import calls, views
+        from ui import calls
+        from ui.present import views
         self.demo = app.build_app(cfg.app_root, "cpu", warm=False)
         self.key = next(k for k, r in calls.REGISTRIES.items() if r is self.demo.registry)
         views.warm_up(self.key)

@@ -17,8 +17,8 @@ import time
 
 from model.analysis.contrast import Foil, attribute_contrast
 from model.engine.decoding import DecodeOptions, translate
-from ui import contrast
-from ui.inside import attribution_payload
+from ui.present import contrast
+from ui.present.inside import attribution_payload
 
 from .common import entry, figure, model, sentences, standalone
 

@@ -19,10 +19,10 @@ import time
 from collections import Counter
 
 from model.training.bleu import sacre_bleu
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from model.analysis.decoderlens import decoder_lens
 from model.engine.decoding import DecodeOptions
-from ui import decoderlens as lens_view
+from ui.present import decoderlens as lens_view
 
 from .common import ROOT, entry, figure, sentences, standalone
 

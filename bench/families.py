@@ -177,7 +177,7 @@ LOAD = """
 import json, resource, sys, time
 import torch
 torch.set_num_threads(1)
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 t0 = time.perf_counter()
 if sys.argv[1] != "-":
     lm = load_checkpoint(sys.argv[1])

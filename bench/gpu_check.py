@@ -20,7 +20,7 @@ from model.engine.config import EOS_ID, PAD_ID
 from model.engine.data import pad_batch, with_specials
 from model.engine.decoding import beam_search, greedy_batch
 from model.engine.hooks import capture
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 
 
 def random_sources(lm, n: int, seed: int = 0) -> list[list[int]]:

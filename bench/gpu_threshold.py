@@ -15,7 +15,7 @@ import statistics
 
 import torch
 
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 
 from .common import ROOT, entry, figure, interleaved, standalone
 from .marian import NoEos, build, ours_everything

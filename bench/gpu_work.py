@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     p.add_argument("--sentences", default="", help="a text file, one source sentence a line (default: the test set)")
     args = p.parse_args(argv)
     bare_text_tools()
-    from model.families.ours import load_checkpoint
+    from model.families import load_checkpoint
     if args.sentences:
         sentences = Path(args.sentences).read_text(encoding="utf-8").splitlines()[:64]
     elif DATA.exists():

@@ -2,7 +2,7 @@
 
 Pairs: the first Multi30k test sentences (A) and their variant with two words swapped (B, as the
 bench's "A = the current run, B = a variant" button makes them). Timed per pair, in process, the
-model call behind one click of *Run patching* (``ui.patching`` → ``model.analysis.patching_bench.patch_bench``, the
+model call behind one click of *Run patching* (``ui.present.patching`` → ``model.analysis.patching_bench.patch_bench``, the
 result cache bypassed): both greedy decodes, run A, and B's patched runs batched (B copies stacked in
 the batch dimension). Variants: one head's ``hook_z`` (cross-attention L1 H0, every position); a scan
 over every cross-attention head (layers × heads); a scan of the encoder residual stream over every
@@ -20,7 +20,7 @@ import gradio as gr
 
 from model.analysis import patching as P
 from model.analysis import patching_bench as PB
-from ui import patching as up
+from ui.present import patching as up
 
 from .common import entry, figure, model, sentences, standalone, stats
 

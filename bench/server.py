@@ -76,7 +76,8 @@ def png_figures(cfg, fig) -> list[dict]:
 
 
 def run(cfg) -> dict:
-    from ui import calls, views
+    from ui import calls
+    from ui.present import views
     from ui.sections import translate
 
     app = InProcessApp(cfg)

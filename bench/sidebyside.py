@@ -15,9 +15,9 @@ import time
 
 from model.analysis.trust_signals import trust_report
 from model.engine.decoding import DecodeOptions, translate
-from model.families.ours import load_all
-from ui import sidebyside as sbs
-from ui.trust import trust_markdown
+from model.families import load_all
+from ui.present import sidebyside as sbs
+from ui.present.trust import trust_markdown
 from ui.state import Run, Selection
 
 from .common import ROOT, entry, figure, sentences, standalone

@@ -18,7 +18,7 @@ SCREEN_MS, SCREEN_KB = 150.0, 300.0
 
 
 def run(cfg) -> dict:
-    from ui import tour
+    from ui.present import tour
     from ui.sections import translate
 
     app = InProcessApp(cfg)

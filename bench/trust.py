@@ -49,7 +49,8 @@ def signal_costs(cfg, texts: list[str]) -> tuple[list[float], list[float]]:
 
 def screen(cfg, texts: list[str], reps: int) -> dict:
     """First-screen event with and without the panel: wall ms, process CPU ms, bytes (median of reps)."""
-    from ui import calls, trust
+    from ui import calls
+    from ui.present import trust
     app = InProcessApp(cfg)
     real = trust.panel
     out = {k: [] for k in ("with_ms", "without_ms", "with_cpu", "without_cpu", "with_kb", "without_kb")}
@@ -105,7 +106,7 @@ def marian_sized() -> list[dict]:
 def api_bytes(cfg, texts: list[str]) -> list[float]:
     from model.engine.decoding import translate
     from model.analysis.trust_signals import trust_report
-    from ui.trust import trust_payload
+    from ui.present.trust import trust_payload
     lm = model(cfg)
     return [len(json.dumps(trust_payload(trust_report(lm, translate(lm, t))))) / 1e3 for t in texts]
 

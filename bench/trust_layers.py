@@ -31,7 +31,7 @@ def run(cfg) -> dict:
     from model.analysis import trust_eval as te
     from model.analysis import trust_set as ts
     from model.engine.decoding import translate
-    from model.families.ours import load_checkpoint
+    from model.families import load_checkpoint
     from model.training.measure_trust import ROOT, SCORES
     items = ts.load_set()
     scored = te.load_scores(SCORES, items)

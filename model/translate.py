@@ -10,7 +10,7 @@ import sys
 
 from model.engine.decoding import DecodeOptions, translate
 from model.families.m2m100 import with_languages
-from model.training.cli_common import load_or_exit
+from model.families.cli import load_or_exit
 
 
 def main(argv=None) -> int:

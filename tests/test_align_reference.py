@@ -17,9 +17,9 @@ from model.analysis.alignment.sentence import find_val_pair, sentence_ranking, v
 from model.analysis.alignment.wordalign import align_corpus, transpose
 from model.analysis.computation import force
 from model.engine.vocab import tokenize
-from model.families.ours import load_checkpoint
-from ui import views
-from ui.align_overlay import NOT_FORCED, overlay_of
+from model.families import load_checkpoint
+from ui.present import views
+from ui.present.align_overlay import NOT_FORCED, overlay_of
 from ui.state import Run, RunInputs
 from viz.alignment import REF_POSSIBLE, REF_SURE
 

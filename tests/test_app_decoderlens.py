@@ -8,7 +8,7 @@ import pytest
 
 from tests.app_fixtures import launch, make_checkpoint
 from tests.test_whatif_links import DE, _load, _query
-from ui import decoderlens as lens_view
+from ui.present import decoderlens as lens_view
 from ui.state import ModelShape, RunInputs, Selection, WhatIf, from_query, link_url, whatif_from_query
 
 LENS = Selection(section="computation", subview="decoderlens")

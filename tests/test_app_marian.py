@@ -13,7 +13,7 @@ pytest.importorskip("transformers")  # builds the tiny random Marian folders (a 
 
 from model.engine.decoding import DecodeOptions, translate  # noqa: E402
 from model.families import catalog  # noqa: E402
-from model.families.ours import load_checkpoint  # noqa: E402
+from model.families import load_checkpoint  # noqa: E402
 from tests.app_fixtures import launch, make_checkpoint, named  # noqa: E402
 from tests.test_marian import build_marian, cut, damage  # noqa: E402
 

@@ -11,13 +11,13 @@ import pytest
 
 from model.analysis.trust_signals import SHOWN, load_reference, reference_of, report, save_reference, signals
 from model.engine.decoding import DecodeOptions, translate
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from tests.app_fixtures import SENTENCES, launch, make_checkpoint
 from tests.test_whatif_links import DE, _load, _query
-from ui import whatif
+from ui.present import whatif
 from ui.present import md_escape
-from ui.sidebyside import SecondModel
-from ui.trust import trust_markdown
+from ui.present.sidebyside import SecondModel
+from ui.present.trust import trust_markdown
 from ui.state import RunInputs, Selection, WhatIf, link_url, whatif_from_query
 
 SEL = Selection(section="analysis", subview="sidebyside")
@@ -91,7 +91,7 @@ def test_a_second_model_of_another_source_language_is_refused(demo):
 
 def test_a_german_run_is_offered_every_model_that_reads_german(demo):
     """The list follows the run: German models beside a German run, English ones beside an English run."""
-    from ui import sidebyside as sbs
+    from ui.present import sidebyside as sbs
     values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12), SEL))
     keys = [k for _, k in sbs.candidates(demo.registry, values["Run"])]
     assert keys == [demo.deep]                        # en-de reads English; de-en is the run itself
@@ -121,7 +121,7 @@ def test_readers_of_german_include_snapshots_and_a_many_to_many_pair(monkeypatch
     OPUS-MT model (three-letter code) and an NLLB model under its German pair, into the run's target language."""
     from types import SimpleNamespace as NS
 
-    from ui import sidebyside as sbs
+    from ui.present import sidebyside as sbs
 
     def info(key, src, tgt, languages=()):
         return NS(key=key, src_lang=src, tgt_lang=tgt, languages=languages, base=None,

@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("transformers")  # builds the tiny random Marian folder (a development requirement)
 
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from model.families.catalog import summarize  # noqa: E402
 from model.analysis.contrast import attribute_contrast  # noqa: E402
 from model.engine.decoding import DecodeOptions, translate  # noqa: E402
@@ -20,7 +20,7 @@ from model.analysis.patching import PatchSetup, head_scan  # noqa: E402
 from tests.test_marian import build_marian  # noqa: E402
 from ui.present import head_choices  # noqa: E402
 from ui.state import ModelShape, Run, Selection  # noqa: E402
-from ui.views import REGISTRY  # noqa: E402
+from ui.present.views import REGISTRY  # noqa: E402
 from viz.common import layer_head  # noqa: E402
 
 DE = "Zwei Hunde spielen im Schnee!"

@@ -7,7 +7,7 @@ pytest.importorskip("transformers")  # builds the stand-in OPUS-MT folder
 
 from model.engine.batching import translate_many  # noqa: E402
 from model.engine.decoding import DecodeOptions, translate  # noqa: E402
-from model.families.ours import load_checkpoint  # noqa: E402
+from model.families import load_checkpoint  # noqa: E402
 from tests.test_marian import DE, PROBES, build_marian  # noqa: E402
 from tests.test_serving_batching import assert_same_beam, assert_same_run  # noqa: E402
 

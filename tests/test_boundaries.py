@@ -1,6 +1,7 @@
-"""The layers' import rules: model/ and viz/ never import gradio; viz/ never imports torch or model; ui/
-never imports model.training; model/'s wings import only downward (engine <- families <- analysis <-
-training); no import circle among model's modules. Imports inside functions count too."""
+"""The layers' import rules: model/, viz/ and the presenters (ui/present/) never import gradio; viz/ never imports torch or model; the app
+(app.py, ui/, and the engine, families and analysis wings) never reaches model.training, directly or through
+other modules; model/'s wings import only downward (engine <- families <- analysis <- training); no import
+circle among model's modules. Imports inside functions count too."""
 from __future__ import annotations
 
 import ast
@@ -10,12 +11,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# What each wing of model/ may import besides itself. The alignment analyses rank heads over the
-# checkpoints on disk and their validation split, so they read the loader (families.ours) and the
-# corpus reader (training.corpus): the one place analysis reaches outside the engine.
+# What each wing of model/ may import besides itself.
 WINGS = {"engine": set(), "families": {"engine"}, "analysis": {"engine", "families"},
          "training": {"engine", "families", "analysis"}}
-EXCEPTIONS = {("model.analysis.alignment", "model.training.corpus")}
+EXCEPTIONS: set[tuple[str, str]] = set()  # (module prefix, import prefix) allowed across the wings: none
 
 
 def imported(path: Path) -> set[str]:
@@ -32,10 +31,24 @@ def imported(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("package,forbidden", [("model", {"gradio", "ui", "viz", "tests"}),
                                                ("viz", {"gradio", "torch", "model", "ui", "..", "tests"}),
-                                               ("bench", {"tests"})])
+                                               ("bench", {"tests"}), ("ui/present", {"gradio"})])
 def test_layers_import_only_what_they_may(package, forbidden):
     bad = {str(p.relative_to(ROOT)): sorted(imported(p) & forbidden) for p in (ROOT / package).rglob("*.py")}
     assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_the_presenters_load_without_gradio():
+    """Every module of ui/present/ imports, with everything it pulls in, and gradio is never loaded."""
+    import subprocess
+    import sys
+    code = ("import importlib, pkgutil, sys\nimport ui.present\n"
+            "names = [m.name for m in pkgutil.iter_modules(ui.present.__path__, 'ui.present.')]\n"
+            "[importlib.import_module(n) for n in names]\n"
+            "print(len(names), sorted(k for k in sys.modules if k.split('.')[0] == 'gradio'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    n, loaded = out.stdout.strip().split(" ", 1)
+    assert int(n) >= 13 and loaded == "[]"
 
 
 def test_the_rule_catches_a_violation(tmp_path):
@@ -125,6 +138,66 @@ def test_ui_never_imports_training_and_viz_nothing_of_model():
         assert bad == {}, f"{pkg} imports {forbidden}"
 
 
+def app_graph(root: Path) -> dict[str, set[str]]:
+    """Every module of model/ and ui/ and app.py, with the modules of both it imports. Importing a module
+    runs its packages' __init__ first, so those count as imported too."""
+    files = [*(root / "model").rglob("*.py"), *(root / "ui").rglob("*.py")]
+    graph = {module_name(root, p): module_imports(root, p, "model") | module_imports(root, p, "ui") for p in files}
+    if (root / "app.py").is_file():
+        graph["app"] = module_imports(root, root / "app.py", "model") | module_imports(root, root / "app.py", "ui")
+    for deps in graph.values():
+        deps |= {".".join(d.split(".")[:i]) for d in set(deps) for i in range(1, d.count(".") + 1)}
+    return graph
+
+
+def path_to(graph: dict[str, set[str]], start: str, goal) -> list[str] | None:
+    """The shortest import path from ``start`` to a module for which ``goal`` holds, or None."""
+    seen, frontier = {start}, [[start]]
+    while frontier:
+        nxt = []
+        for path in frontier:
+            for dep in sorted(graph.get(path[-1], ())):
+                if goal(dep):
+                    return path + [dep]
+                if dep not in seen:
+                    seen.add(dep)
+                    nxt.append(path + [dep])
+        frontier = nxt
+    return None
+
+
+def app_roots(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(m for m in graph if m == "app" or m == "ui" or m.startswith("ui.")
+                  or wing_of(m) in ("engine", "families", "analysis"))
+
+
+def test_the_app_never_reaches_training_even_indirectly():
+    graph = app_graph(ROOT)
+    roots = app_roots(graph)
+    assert {"app", "ui.calls", "ui.sections.analysis", "model.analysis.alignment.heads", "model.families"} <= set(roots)
+    training = lambda m: m == "model.training" or m.startswith("model.training.")  # noqa: E731
+    paths = {r: path_to(graph, r, training) for r in roots}
+    assert {r: " -> ".join(p) for r, p in paths.items() if p} == {}
+
+
+def test_the_walk_follows_indirect_imports(tmp_path):
+    for d in ("model/engine", "model/analysis", "model/training", "ui"):
+        (tmp_path / d).mkdir(parents=True)
+        (tmp_path / d / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "model/__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "app.py").write_text("from ui import view\n", encoding="utf-8")
+    (tmp_path / "ui/view.py").write_text("from model.analysis import deep\n", encoding="utf-8")
+    (tmp_path / "model/analysis/deep.py").write_text("def f():\n    from model.training import fit\n",
+                                                      encoding="utf-8")
+    (tmp_path / "model/training/fit.py").write_text("", encoding="utf-8")
+    graph = app_graph(tmp_path)
+    goal = lambda m: m.startswith("model.training")  # noqa: E731
+    assert path_to(graph, "app", goal) == ["app", "ui.view", "model.analysis.deep", "model.training"]
+    assert "app" in app_roots(graph) and "model.training.fit" not in app_roots(graph)
+    (tmp_path / "model/analysis/deep.py").write_text("", encoding="utf-8")
+    assert path_to(app_graph(tmp_path), "app", goal) is None
+
+
 def test_the_wing_rules_catch_violations_inside_functions(tmp_path):
     for d in ("model/engine", "model/analysis", "model/training", "ui"):
         (tmp_path / d).mkdir(parents=True)
@@ -205,3 +278,25 @@ def test_sections_hand_on_typed_parts_never_a_dict_of_string_keys(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text('def build(shell):\n    shell.parts["pad_to"] = None\n', encoding="utf-8")
     assert string_keyed_parts(bad) == [2]
+
+
+def test_one_device_rule_and_one_home_for_the_multi30k_folders(monkeypatch):
+    """pick_device is defined once (the engine's), and the folders Multi30k is read from are written once
+    (model/engine/corpus.py): the app's list is the shipped folder from there."""
+    from model.engine import corpus
+    from model.engine.device import pick_device
+    from ui import calls
+    defs, paths = [], []
+    for p in [*(ROOT / "model").rglob("*.py"), *(ROOT / "ui").rglob("*.py"), ROOT / "app.py"]:
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name == "pick_device":
+                defs.append(str(p.relative_to(ROOT)))
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and \
+                    getattr(node.right, "value", None) == "multi30k":
+                paths.append(str(p.relative_to(ROOT)))
+    assert defs == ["model/engine/device.py"]
+    assert set(paths) == {"model/engine/corpus.py"}
+    assert calls.DATA_DIRS == [corpus.SHIPPED_DIR] == [corpus.DATA_DIRS[0]]
+    assert pick_device("auto", prefer_cuda=False) == "cpu" and pick_device("cuda:1") == "cuda:1"
+    monkeypatch.setenv("ATTN_DEVICE", "cpu")
+    assert calls.model_device() == "cpu"

@@ -220,7 +220,8 @@ def test_the_target_step_list_follows_b_as_typed(browser, shipped_url):
     B: no blur, no Enter), it names B's own tokens, and follows B when B changes again."""
     from pathlib import Path
 
-    from ui import calls, patching
+    from ui import calls
+    from ui.present import patching
     pg = load(new_page(browser), shipped_url)
     _tab(pg, "Analysis & export")
     _plot(pg, "#prof-heat")  # the head profiles it opens on come first, in the same model queue

@@ -12,13 +12,14 @@ from urllib.parse import urlencode
 
 import pytest
 
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.names import CROSS
 from tests.app_fixtures import launch, make_checkpoint
 from tests.browser_fixtures import (ARTIFACTS, STACKED_JS, WAIT, box_now, check_chromium, chromium, load, new_page,
                                     wait_done)
-from ui import state, tour
+from ui import state
+from ui.present import tour
 
 pytestmark = pytest.mark.browser
 DIRECTIONS = {"de-en": "Zwei Hunde spielen im Schnee.", "en-de": "Two dogs are playing in the snow.",

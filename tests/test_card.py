@@ -2,7 +2,7 @@
 import json
 import shutil
 
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from model.training.card import main as card_main
 
 

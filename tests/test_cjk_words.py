@@ -83,9 +83,10 @@ def test_fonts_render_chinese():
 def test_a_chinese_run_says_its_words_are_pieces(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     import tests.test_marian as tm
-    from model.families.ours import load_checkpoint
+    from model.families import load_checkpoint
     from model.engine.decoding import DecodeOptions, translate
-    from ui import present, views
+    from ui import present
+    from ui.present import views
     from ui.state import Run
     monkeypatch.setattr(tm, "DE", ZH)  # the source side's SentencePiece model learns Chinese
     lm = load_checkpoint(tm.build_marian(tmp_path / "opus-mt-zh-en", layers=1, heads=2))

@@ -16,7 +16,7 @@ from model.analysis.contrast import (LOG_PROB, PROB_ATOL, PROB_DIFF, Foil, Targe
                                      prefix_word_spans, resolve_foil)
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.vocab import Vocab
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 
 from tests.app_fixtures import named, served
 

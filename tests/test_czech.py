@@ -13,8 +13,9 @@ from model.engine.decoding import DecodeOptions, translate
 from model.engine.hooks import capture, hook_names
 from model.engine.names import CROSS, ENC_SELF
 from model.engine.vocab import tokenize
-from model.families.ours import load_checkpoint
-from ui import calls, inside, state, tour
+from model.families import load_checkpoint
+from ui import calls, state
+from ui.present import inside, tour
 
 ROOT = Path(__file__).resolve().parents[1] / "checkpoints"
 CZECH = {"en-cs": "A man is cutting bread with a knife.", "cs-en": "Muž krájí chléb nožem."}

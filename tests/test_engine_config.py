@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from model.engine.config import PreNormOnly, TransformerConfig, require_pre_norm
 from model.engine.decoding import greedy_batch
 from model.engine.transformer import KVCache, Transformer, sinusoidal_encoding
-from model.families.ours import CheckpointError, WEIGHTS, load_checkpoint, save_checkpoint
+from model.families import load_checkpoint
+from model.families.ours import CheckpointError, WEIGHTS, save_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "checkpoints" / "de-en"

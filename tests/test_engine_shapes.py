@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.families.ours import load_checkpoint, save_checkpoint
+from model.families import load_checkpoint
+
+from model.families.ours import save_checkpoint
 from model.engine.decoding import greedy_batch
 from model.engine.names import CROSS, DEC_SELF, ENC_SELF
 from model.engine.config import Interventions, TransformerConfig

@@ -14,9 +14,9 @@ import torch
 from model.analysis.attribution import IG_ATOL, IG_RTOL, attribute, integrated_gradients
 from model.analysis.computation import Computation, force
 from model.engine.decoding import DecodeOptions, translate
-from model.families.ours import load_checkpoint
-from ui import inside
-from ui.payload import numbers
+from model.families import load_checkpoint
+from ui.present import inside
+from ui.present.payload import numbers
 from tests.app_fixtures import launch, make_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"

@@ -25,12 +25,12 @@ from gradio_client import Client
 import app
 from model.engine.decoding import DecodeOptions
 from model.engine.hooks import HookPoint
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from tests.app_fixtures import free_port, launch, make_checkpoint, wait_ready
 from model.engine import decoding
 from ui import present
-from ui import payload
-from model.families import ours as checkpoint
+from ui.present import payload
+import model.families as checkpoint
 from ui import calls
 
 REPO = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from viz import pair as v_pair
 from viz import profiles as v_prof
 from viz import rollout as v_roll
 from model.engine import decoding
-from ui import payload
+from ui.present import payload
 from tests.app_fixtures import all_strings
 analysis = an
 

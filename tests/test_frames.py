@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.families.frames import FrameError, FrameModel, list_frames, load_frame, read_info, read_parent
 
@@ -138,7 +138,7 @@ def test_a_frame_of_another_vocabulary_is_refused(framed_run, tmp_path):
 
 def test_frames_are_offered_like_added_models(framed_run):
     from model.families import catalog
-    from model.families.ours import load_all
+    from model.families import load_all
     from model.families.frames import offer_frames
     reg = catalog.with_added_models(load_all(framed_run.ckpt), [], max_loaded=2)
     keys = offer_frames(reg, framed_run.frames, framed_run.ckpt)

@@ -25,11 +25,11 @@ from model.engine.vocab import tokenize
 from tests.app_fixtures import SENTENCES, all_strings, make_checkpoint
 from viz.common import esc
 from ui import present
-from ui import payload
+from ui.present import payload
 from model.analysis import readouts
 from ui import calls
 from ui import state
-from ui import views
+from ui.present import views
 from ui.sections import translate as translate_section
 
 VIEWS = ("grid", "head", "mean", "scores")

@@ -22,7 +22,7 @@ def test_gpu_check_runs_on_cpu_with_random_sources(tmp_path):
 
 
 def test_random_sources_are_seeded_and_inside_the_vocabulary(tmp_path):
-    from model.families.ours import load_checkpoint
+    from model.families import load_checkpoint
     lm = load_checkpoint(make_checkpoint(tmp_path / "de-en", "de", "en"))
     a, b = gpu_check.random_sources(lm, 6), gpu_check.random_sources(lm, 6)
     assert a == b and len(a) == 6

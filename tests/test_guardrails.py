@@ -6,7 +6,7 @@ import pytest
 
 from model.analysis.guardrails import Repetition, RunCheck, check_run, repetition
 from model.engine.decoding import DecodeOptions, translate
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from ui.present import run_notices
 
 ROOT = Path(__file__).resolve().parent.parent / "checkpoints"

@@ -23,7 +23,7 @@ from model.engine import decoding
 from gradio_client import Client
 
 import app
-from model.families import ours as ckpt_module
+import model.families as ckpt_module
 from tests.app_fixtures import named, all_strings, launch, make_checkpoint
 from viz.common import esc
 from ui import present

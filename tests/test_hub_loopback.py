@@ -11,7 +11,7 @@ from gradio_client import Client
 pytest.importorskip("transformers")  # builds the tiny random Marian folder (a development requirement)
 
 from model.engine.decoding import DecodeOptions, translate  # noqa: E402
-from model.families.ours import load_checkpoint  # noqa: E402
+from model.families import load_checkpoint  # noqa: E402
 from tests.app_fixtures import app_process, free_port, make_checkpoint  # noqa: E402
 from tests.hub_standin import HubStandIn  # noqa: E402
 from tests.test_marian import build_marian  # noqa: E402

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from model.analysis.attribution import IG_ATOL, IG_START, IG_TOKEN_RTOL, _log_prob, gradients
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.results import decoder_input
 from model.engine.transformer import Transformer

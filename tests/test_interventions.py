@@ -194,7 +194,7 @@ def _ablation_compare(tiny_lm, heads):
                                              (("decoder.cross_attn", 0, 1), ("decoder.self_attn", 1))])
 def test_ablation_map_follows_the_first_map_that_changes(tiny_lm, ablated, expect):
     """Not the ablated head's own pattern (which cannot change) but the next map the forward pass computes."""
-    from ui import views
+    from ui.present import views
     cmp = _ablation_compare(tiny_lm, {ablated})
     choice = views.ablation_map(cmp, tiny_lm)
     assert (choice.kind, choice.layer) == expect
@@ -205,7 +205,7 @@ def test_ablation_map_follows_the_first_map_that_changes(tiny_lm, ablated, expec
 
 
 def test_ablating_the_last_cross_head_points_to_the_probabilities(tiny_lm):
-    from ui import views
+    from ui.present import views
     last = tiny_lm.model.cfg.n_decoder_layers - 1
     cmp = _ablation_compare(tiny_lm, {("decoder.cross_attn", last, 0)})
     choice = views.ablation_map(cmp, tiny_lm)
@@ -215,7 +215,7 @@ def test_ablating_the_last_cross_head_points_to_the_probabilities(tiny_lm):
 
 
 def test_an_ablated_heads_own_map_says_it_cannot_change(tiny_lm):
-    from ui import views
+    from ui.present import views
     cmp = _ablation_compare(tiny_lm, {("encoder.self_attn", 0, 1)})
     fig = views.compare_maps_figure(cmp, "encoder.self_attn", 0, 1, tiny_lm)
     assert "cannot change" in fig.layout.title.text

@@ -58,7 +58,7 @@ def test_frames_are_offered_and_the_scrubber_makes_one_the_run(app_fns):
 def test_one_click_compares_a_frame_with_the_finished_model(app_fns):
     """From Watch it learn: the run's frame beside the finished model in Analysis › Two models, drawn at once;
     and Two models offers every snapshot of the direction."""
-    from ui import sidebyside as sbs
+    from ui.present import sidebyside as sbs
     demo, fns = app_fns
     frame = run_of(fns, "de-en@8")["Run"]
     offered = [k for _, k in sbs.candidates(demo.registry, frame)]
@@ -93,7 +93,7 @@ def test_watch_a_head_form_draws_one_panel_per_frame(app_fns):
 def test_the_tours_learn_stop_shows_the_frames_and_leaving_opens_the_picked_one(app_fns):
     """The tour's handlers on a model with frames: Next onto the stop draws its text and curve, picking a
     snapshot says what that frame writes, and the leave link opens Watch it learn on that frame."""
-    from ui import tour
+    from ui.present import tour
     _, fns = app_fns
     run = run_of(fns, "de-en")["Run"]
     learn_stop = tour.TITLES.index("Watch it learn")
@@ -117,7 +117,7 @@ def test_the_tours_learn_stop_shows_the_frames_and_leaving_opens_the_picked_one(
 def test_a_tour_pick_redraws_its_stop_and_its_link_opens_that_pick(app_fns):
     """Stop 11: picking a step redraws the figure (the rows decoded up to it), the stop's link names the pick,
     and that link, opened fresh, draws the stop on the same pick."""
-    from ui import tour
+    from ui.present import tour
     from ui.sections import tour as tour_section
     demo, fns = app_fns
     run = run_of(fns, "de-en")["Run"]
@@ -171,7 +171,7 @@ def test_every_view_draws_a_frame_and_the_toy(which, framed_run):
     from model.families.frames import list_frames, load_frame
     from model.families.toy import DEFAULT_PAIRS, ToySettings, train_toy
     from ui.state import Selection
-    from ui.views import REGISTRY
+    from ui.present.views import REGISTRY
     if which == "frame":
         lm, text = load_frame(list_frames(framed_run.frames)[2].path, framed_run.ckpt), TEXT
     else:
@@ -187,7 +187,7 @@ def test_a_frame_is_labelled_with_its_greedy_bleu_where_the_dynamics_measured_it
     from pathlib import Path
 
     from model.analysis.dynamics import read_dynamics
-    from ui.learn import FrameSet, frame_markdown
+    from ui.present.learn import FrameSet, frame_markdown
     path = Path(__file__).resolve().parents[1] / "checkpoints" / "de-en" / "frames" / "dynamics.json"
     dyn = read_dynamics(path)
     steps = tuple(f.step for f in dyn.frames)

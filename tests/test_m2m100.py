@@ -18,7 +18,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # a development requirement: the reference
 
-from model.families.ours import CheckpointError, load_all, load_checkpoint  # noqa: E402
+from model.families import load_all, load_checkpoint  # noqa: E402
+from model.families.ours import CheckpointError  # noqa: E402
 from model.engine.decoding import DecodeOptions, source_ids, translate  # noqa: E402
 from model.engine.hooks import capture  # noqa: E402
 from model.families.m2m100 import M2M100Vocab, with_languages  # noqa: E402

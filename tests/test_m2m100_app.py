@@ -13,7 +13,7 @@ from gradio_client import Client
 pytest.importorskip("transformers")  # builds the tiny random model (a development requirement)
 
 from model.families import catalog  # noqa: E402
-from model.families.ours import load_checkpoint  # noqa: E402
+from model.families import load_checkpoint  # noqa: E402
 from model.engine.decoding import DecodeOptions, translate  # noqa: E402
 from model.families.m2m100 import with_languages  # noqa: E402
 from tests.app_fixtures import launch, make_checkpoint  # noqa: E402

@@ -11,7 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")  # a development requirement: the reference
 
 from model.engine.decoding import greedy_batch  # noqa: E402
-from model.families.ours import load_checkpoint  # noqa: E402
+from model.families import load_checkpoint  # noqa: E402
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints" / "de-en"
 SENTENCES = [

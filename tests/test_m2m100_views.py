@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("transformers")  # builds the tiny random model and is the reference
 
 from model.analysis.attribution import alti_matrices  # noqa: E402
-from model.families.ours import load_checkpoint  # noqa: E402
+from model.families import load_checkpoint  # noqa: E402
 from model.analysis.computation import Computation, force  # noqa: E402
 from model.analysis.contrast import attribute_contrast  # noqa: E402
 from model.engine.decoding import DecodeOptions, translate  # noqa: E402
@@ -19,7 +19,7 @@ from model.engine.names import ATTN_KINDS, hook_name  # noqa: E402
 from tests.test_m2m100 import build_m2m100  # noqa: E402
 from tests.test_marian import EN, PROBES  # noqa: E402
 from ui.state import Run, Selection  # noqa: E402
-from ui.views import REGISTRY  # noqa: E402
+from ui.present.views import REGISTRY  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -84,7 +84,7 @@ def test_head_profiles_keep_a_rows_height_and_fit_their_values():
 @pytest.fixture(scope="module")
 def lm48(tmp_path_factory):
     pytest.importorskip("transformers")
-    from model.families.ours import load_checkpoint
+    from model.families import load_checkpoint
     from tests.test_marian import build_marian
     torch.set_num_threads(1)
     return load_checkpoint(build_marian(tmp_path_factory.mktemp("m48") / "opus-mt-de-en", layers=L, heads=H))
@@ -106,7 +106,7 @@ def test_the_ablation_list_is_grouped_by_kind_and_layer_and_reads_back(lm48):
 
 def test_a_6x8_run_draws_every_head_in_every_view(lm48):
     from model.engine.decoding import DecodeOptions, translate
-    from ui import views
+    from ui.present import views
     from ui.state import Run
     tr = translate(lm48, "Der Mann läuft 5 km über die Brücke!", DecodeOptions(beam=1, max_len=10))
     run = Run.of(lm48, "de-en", tr)

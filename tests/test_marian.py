@@ -22,7 +22,8 @@ from model.engine.decoding import DecodeOptions, beam_search, greedy_batch, tran
 from model.engine.hooks import capture  # noqa: E402
 from model.families.catalog import ModelInfo  # noqa: E402
 from model.families.marian import MarianVocab  # noqa: E402
-from model.families.ours import CheckpointError, load_all, load_checkpoint, save_checkpoint  # noqa: E402
+from model.families import load_all, load_checkpoint  # noqa: E402
+from model.families.ours import CheckpointError, save_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DE = ["Ein Mädchen läuft über die Straße.", "Zwei Hunde spielen im Schnee!", "Der Mann kauft 3 Äpfel für 4,50 €.",
@@ -248,6 +249,48 @@ def test_the_family_registry_tells_the_families_apart(marian_dir, lm, tiny_lm, t
     assert families.family_of(load_checkpoint(ours_dir)) is families.ours
     assert ModelInfo.of_loaded("x", lm).family == "OPUS-MT"
     assert ModelInfo.of_loaded("y", tiny_lm).family == "ours"
+
+
+def test_loading_and_describing_ask_the_one_registry(monkeypatch, marian_dir, tmp_path):
+    """load_checkpoint (and so load_all and the command-line tools) and catalog.describe pick the family
+    through detect: a family put first in FAMILIES is asked before any other, its own error named by it."""
+    from types import SimpleNamespace
+    from model.families import catalog
+
+    class StubError(ValueError):
+        pass
+
+    def load(source, device):
+        if source.endswith("bad"):
+            raise StubError("weights missing")
+        return ("stub model", source, device)
+
+    stub = SimpleNamespace(claims=lambda s: str(s).startswith("stub:"), owns=lambda lm: False, load=load,
+                           LOAD_ERROR=StubError, NOUN="Stub model", LABEL="stub")
+    monkeypatch.setattr(families, "FAMILIES", (stub, *families.FAMILIES))
+    assert families.detect("stub:x") is stub and families.detect(marian_dir) is families.marian
+    assert load_checkpoint("stub:x") == ("stub model", "stub:x", "cpu")
+    with pytest.raises(CheckpointError, match=r"^Stub model stub:bad: weights missing$"):
+        load_checkpoint("stub:bad")
+    assert catalog.describe(str(marian_dir)).family == "OPUS-MT"
+    monkeypatch.setattr(families.m2m100, "claims", lambda s: True)  # now detect answers M2M100 for any source
+    with pytest.raises(CheckpointError, match="sentencepiece.bpe.model is missing"):  # read the M2M100 way
+        catalog.describe(str(marian_dir))
+
+
+def test_only_the_registry_writes_the_family_order():
+    """No module outside model/families/__init__.py asks a family whether it claims a source."""
+    import ast
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for p in [*root.joinpath("model").rglob("*.py"), *root.joinpath("ui").rglob("*.py"), root / "app.py"]:
+        if p == root / "model" / "families" / "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+                    "claims", "is_m2m100_source") and not (p.name == "m2m100.py"):
+                found.append(f"{p.relative_to(root)}:{node.lineno}")
+    assert found == []
 
 
 def _copy(marian_dir: Path, dest: Path) -> Path:

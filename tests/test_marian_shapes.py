@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 transformers = pytest.importorskip("transformers")  # a development requirement: the reference
 
-from model.families.ours import load_checkpoint  # noqa: E402
+from model.families import load_checkpoint  # noqa: E402
 from model.engine.decoding import beam_search, greedy_batch  # noqa: E402
 from model.engine.hooks import capture  # noqa: E402
 from model.engine.names import ATTN_KINDS, hook_name  # noqa: E402

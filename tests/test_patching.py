@@ -294,7 +294,7 @@ A_TEXT, B_TEXT = "Ein Mann liest ein Buch.", "Ein Buch liest ein Mann."
 
 
 def test_api_patch_matches_the_engine(app):
-    from model.families.ours import load_checkpoint
+    from model.families import load_checkpoint
     client, path = app
     out = client.predict(A_TEXT, B_TEXT, "de-en", "z", "cross", 1, 2, api_name="/patch")
     lm = load_checkpoint(path)

@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 from model.analysis.attribution import _shares, alti_matrices, attention_block, attribute, cross_norms  # noqa: E402
 from model.analysis.computation import Computation, force  # noqa: E402
 from model.analysis.postnorm import SUBLAYERS, layer_norm64, ln_linear  # noqa: E402
-from model.families.ours import load_checkpoint  # noqa: E402
+from model.families import load_checkpoint  # noqa: E402
 from tests.test_marian import EN, PROBES, build_marian  # noqa: E402
 
 
@@ -158,7 +158,7 @@ def test_norm_based_cross_scores_follow_kobayashi_2021(comp, lm, forced):
 
 
 def test_attribution_runs_on_a_post_norm_model_and_says_so(lm, forced):
-    from ui import inside
+    from ui.present import inside
     a = attribute(lm.model, forced.translation, 1, ig_steps=16)
     assert a.post_norm and abs(a.alti.sum() + a.target_alti.sum() - 1) < 1e-9
     md = inside.attribution_markdown(a)
@@ -187,14 +187,14 @@ def test_logit_lens_is_the_models_own_mapping_layer_by_layer(lm, marian_dir, for
     for i, h in enumerate(out.decoder_hidden_states[1:]):  # hidden state i + 1 is layer i's output
         logits = hf.lm_head(h) + hf.final_logits_bias
         torch.testing.assert_close(torch.from_numpy(lens.probs[i]), logits[0].softmax(-1), atol=1e-5, rtol=1e-4)
-    from ui.inside import lens_title
+    from ui.present.inside import lens_title
     title = lens_title(lm.model.cfg)
     assert "final norm" not in title and "logits bias" in title and "post-norm" in title
 
 
 def test_the_positional_views_name_marians_sin_then_cos_halves(lm):
     from model.families.ours import Registry
-    from ui import views
+    from ui.present import views
     reg = Registry(models={"de-en": lm}, pe={"de-en": lm.model.encoder.pe.detach().numpy().copy()})
     heat, curves, _, compared = views.positional_figures(reg, "de-en", 16, "0, 1, 20")
     assert heat.layout.xaxis.title.text == "dimension (first half sin, second half cos)"
@@ -209,7 +209,7 @@ def test_the_positional_views_name_marians_sin_then_cos_halves(lm):
 
 
 def test_one_heads_norm_view_says_it_is_the_attention_term_alone(lm, forced):
-    from ui import inside
+    from ui.present import inside
     from ui.state import Run, Selection
     run = Run.of(lm, "de-en", forced.translation, forced=True)
     fig = inside.norm_weight_figure(run, lm, Selection.of("cross").kind, 1, 2, "pieces")

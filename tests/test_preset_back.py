@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.app_fixtures import launch, make_checkpoint, named
-from ui.payload import word_order_demo
+from ui.present.payload import word_order_demo
 
 DE = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
 CROSS, ENC = "decoder.cross_attn", "encoder.self_attn"

@@ -10,7 +10,8 @@ import pytest
 
 from model.engine.config import TransformerConfig
 from model.engine.decoding import DecodeOptions, translate
-from model.families.ours import find_checkpoints, load_checkpoint
+from model.families import load_checkpoint
+from model.families.ours import find_checkpoints
 
 ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 SHIPPED = find_checkpoints(ROOT)
@@ -84,7 +85,7 @@ def test_header_names_the_headline_metric_in_words(path):
 def test_word_order_preset_changes_the_translation(path):
     """The preset's sentence: switching the positional encoding off changes the greedy translation."""
     from model.engine.config import Interventions
-    from ui.payload import WORD_ORDER
+    from ui.present.payload import WORD_ORDER
     lm = load_checkpoint(path)
     demo = WORD_ORDER[lm.name]
     opts = DecodeOptions(beam=1, max_len=40)

@@ -11,9 +11,10 @@ import pytest
 
 from model.analysis.alignment.sentence import find_val_pair, sentence_ranking, val_reference
 from model.analysis.alignment.reference import reference_path
-from model.families.ours import find_checkpoints, load_checkpoint
+from model.families import load_checkpoint
+from model.families.ours import find_checkpoints
 from ui import calls
-from ui.payload import reference_pairs, validation_sentences
+from ui.present.payload import reference_pairs, validation_sentences
 from ui.sections import analysis
 
 from .app_fixtures import make_checkpoint

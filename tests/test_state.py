@@ -85,13 +85,77 @@ def test_one_reading_of_an_index_and_one_table_of_short_kind_names():
     """Every layer, head, step and position a control, a link or the bench carries is read by one function;
     the short kind names are one table, the engine's, which the link, the labels and Kind.of all use."""
     from model.engine import names
-    from ui import present, state as st, whatif
+    from ui import present, state as st
+    from ui.present import whatif
     assert [st.read_index(v) for v in ("3", 2.0, -4, None, "x")] == [3, 2, 0, 0, 0]
     assert st.read_index("9", n=4) == 3 and st.read_index(None, 5, n=4) == 5
     assert Selection.of(layer="2", head=-1, step=None).layer == 2
     bench = whatif.bench_link("a", "b", "z", "none", "cross", "decoder", "post", "1", "x", "", -2, "", "patch")
     assert (bench.layer, bench.head, bench.step) == (1, 0, 0)
-    assert present.KIND_SHORT is names.SHORT_NAMES
+    assert not hasattr(present, "KIND_SHORT")  # the labels read the engine's table itself
+    assert present.head_label("decoder.cross_attn", 1, 2) == "cross L1 H2"
     assert all(names.Kind.of(short) is kind for kind, short in names.SHORT_NAMES.items())
     assert {k: v for k, v in vars(st).items() if isinstance(v, dict) and set(v) == set(names.SHORT_KINDS)} \
         in ({}, {"SHORT_KINDS": names.SHORT_KINDS})  # no second table of its own
+    assert short_kind_tables() == []
+
+
+def hand_clamps(root=None) -> list[str]:
+    """``max(0, min(int(x), …))`` written out in ui/: a layer, head, step or frame read without read_index
+    (options such as the beam size have other bounds). The tour's stop number is no selection field."""
+    import ast
+    from pathlib import Path
+    root = root or Path(__file__).resolve().parents[1]
+    found = []
+    for p in (root / "ui").rglob("*.py"):
+        if p.name == "tour.py":
+            continue
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "max" and node.args \
+                    and getattr(node.args[0], "value", None) == 0 and any(
+                    isinstance(a, ast.Call) and getattr(a.func, "id", None) == "min" and any(
+                        isinstance(b, ast.Call) and getattr(b.func, "id", None) == "int" for b in a.args)
+                    for a in node.args):
+                found.append(f"{p.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_one_normaliser_per_index():
+    """Every clamp of a layer, head, step, position or frame goes through state.read_index."""
+    from ui.present import inside, learn, views
+    assert hand_clamps() == []
+    assert (inside.clamp("x", 4, 9), inside.clamp("2", 4), inside.clamp(-3, 4), inside.clamp(1, 0)) == (3, 2, 0, 0)
+    assert (views.clamp("7", 3), views.clamp(None, 3), views.clamp("x", 3)) == (2, 0, 0)
+    fs = learn.FrameSet.__new__(learn.FrameSet)
+    object.__setattr__(fs, "keys", ("a@1", "a@2"))
+    assert (fs.key_at(5), fs.key_at("x")) == ("a@2", "a@1")
+
+
+def test_the_clamp_check_finds_one(tmp_path):
+    (tmp_path / "ui").mkdir()
+    (tmp_path / "ui" / "v.py").write_text("def f(layer, n):\n    return max(0, min(int(layer), n - 1))\n",
+                                          encoding="utf-8")
+    assert hand_clamps(tmp_path) == ["ui/v.py:2"]
+
+
+def short_kind_tables(root=None) -> list[str]:
+    """Dict literals in ui/ and app.py that spell out the short kind names (a second table)."""
+    import ast
+    from pathlib import Path
+    root = root or Path(__file__).resolve().parents[1]
+    found = []
+    for p in [*(root / "ui").rglob("*.py"), root / "app.py"]:
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Dict):
+                words = {c.value for c in [*node.keys, *node.values] if isinstance(c, ast.Constant)}
+                if {"enc", "cross"} <= words:
+                    found.append(f"{p.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_the_table_check_finds_a_second_table(tmp_path):
+    (tmp_path / "ui").mkdir()
+    (tmp_path / "app.py").write_text("", encoding="utf-8")
+    (tmp_path / "ui" / "x.py").write_text("K = {'encoder.self_attn': 'enc', 'decoder.cross_attn': 'cross'}\n",
+                                          encoding="utf-8")
+    assert short_kind_tables(tmp_path) == ["ui/x.py:1"]

@@ -17,14 +17,15 @@ from model.engine.decoding import DecodeOptions, translate, translate_batch
 from model.engine.results import pool_words
 from model.engine.transformer import Transformer
 from model.engine.vocab import SubwordVocab, tokenize, tokenize_corpus
-from model.families.ours import CheckpointError, load_checkpoint, save_checkpoint
+from model.families import load_checkpoint
+from model.families.ours import CheckpointError, save_checkpoint
 from model.training.bleu import moses_tokenize, tokenized_bleu
 from tests.app_fixtures import SENTENCES, make_checkpoint
 from model.engine import decoding
-from ui import payload
+from ui.present import payload
 from model.analysis import profiles as analysis, readouts
 from ui import state
-from ui import views
+from ui.present import views
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRA = {"de": ["Ein Hund rennt über die Wiese.", "Eine Gruppe von Menschen steht vor einem Gebäude.",
@@ -224,7 +225,7 @@ def test_norm_weights_and_attribution_follow_the_units(tmp_path, sv):
     """Computation's attention-like views pool pieces into words when Units says words."""
     from model.analysis.attribution import attribute
     from model.engine.names import CROSS
-    from ui import inside
+    from ui.present import inside
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(max_len=5))
     run = state.Run.of(lm, "de-en", tr, [])

@@ -21,7 +21,7 @@ def ours():
 @pytest.fixture(scope="module")
 def marian(tmp_path_factory):
     pytest.importorskip("transformers")
-    from model.families.ours import load_checkpoint
+    from model.families import load_checkpoint
     from tests.test_marian import build_marian
     return load_checkpoint(build_marian(tmp_path_factory.mktemp("marian") / "opus-mt-de-en")).tgt_vocab
 
@@ -84,7 +84,7 @@ def test_the_same_rules_on_a_marian_vocabulary(marian):
 def test_the_patching_bench_and_the_attribution_foil_read_the_same_token():
     """The bench used to read a typed "dog" as the mid-word piece: it now reads ▁dog, as Attribution does."""
     from model.analysis import patching_bench as P
-    from model.families.ours import load_checkpoint
+    from model.families import load_checkpoint
     from model.analysis.contrast import resolve_foil
     lm = load_checkpoint(ROOT / "checkpoints" / "de-en", "cpu")
     req = P.PatchRequest("Der Hund jagt die Katze.", "Die Katze jagt den Hund.", layer=0, head=0, target="cat",

@@ -10,12 +10,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.names import CROSS, ENC_SELF
 from tests.app_fixtures import make_checkpoint
 from tests.test_subword import sv, tiny_subword_checkpoint  # noqa: F401  (sv: a pytest fixture)
-from ui import calls, domain, inside, learn, state, tour, views
+from ui import calls, state
+from ui.present import domain, inside, learn, tour, views
 from ui.present import WARNING_MARK, notice_md
 
 TEXT = "Zwei Hunde spielen im Schnee."

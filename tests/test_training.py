@@ -21,8 +21,8 @@ from safetensors.torch import load_file
 from model.engine.data import token_batches, with_specials
 from model.engine.decoding import translate_batch
 from model.engine.vocab import load_vocabs, tokenize_corpus
-from model.families.ours import load_checkpoint
-from model.training.corpus import ensure_file, load_pairs
+from model.families import load_checkpoint
+from model.engine.corpus import ensure_file, load_pairs
 from model.training.train import lr_at, main
 
 from tests.app_fixtures import free_port

@@ -17,7 +17,8 @@ from model.engine.decoding import DecodeOptions, translate
 from model.engine.loaded import LoadedModel
 from model.engine.names import CROSS, hook_name
 from model.engine.transformer import Transformer
-from model.families.ours import load_checkpoint, save_checkpoint
+from model.families import load_checkpoint
+from model.families.ours import save_checkpoint
 from model.analysis.trust_signals import (IGNORED_BELOW, REFERENCE_FILE, Flag, load_reference, reference_of, report,
                                  save_reference, signals)
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from gradio_client import Client
 
-from model.families.ours import load_checkpoint
+from model.families import load_checkpoint
 from model.engine.decoding import DecodeOptions, translate
 from model.analysis.trust_signals import SHOWN, Flag, reference_of, save_reference, signals
 from tests.app_fixtures import SENTENCES, launch, make_checkpoint, named

@@ -9,7 +9,8 @@ import pytest
 
 from model.analysis import trust_eval as te
 from model.analysis import trust_set as ts
-from model.families.ours import find_checkpoints, load_checkpoint
+from model.families import load_checkpoint
+from model.families.ours import find_checkpoints
 from model.analysis.trust_signals import NUMERIC
 from model.training.measure_trust import DOCS, ROOT, SCORES, TABLE, main, markdown_table, subset, tables
 

@@ -11,7 +11,7 @@ import pytest
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.transformer import CROSS, ENC_SELF
 from ui.state import SUBVIEWS, Run, Selection
-from ui.views import REGISTRY, stamp_of
+from ui.present.views import REGISTRY, stamp_of
 
 BASE = Selection(kind=CROSS, layer=0, head=0, step=0, query=0, units="words", view="head", scale="shared")
 OTHER = dict(kind=ENC_SELF, layer=1, head=1, step=1, query=1, units="pieces", view="mean", scale="head",

@@ -6,7 +6,7 @@ import pytest
 
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.transformer import CROSS, DEC_SELF, ENC_SELF
-from ui import inside, views
+from ui.present import inside, views
 from ui.state import Run
 
 

@@ -87,7 +87,7 @@ def test_about_names_directions_without_stray_escapes_or_a_fixed_port(tiny_lm):
 
 
 def test_two_sentences_follow_the_directions_source_language():
-    from ui.payload import PAIR_DEFAULTS, pair_texts
+    from ui.present.payload import PAIR_DEFAULTS, pair_texts
     de = PAIR_DEFAULTS["de"]
     assert pair_texts(*de, "en") == PAIR_DEFAULTS["en"] and pair_texts(*de, "fr") == PAIR_DEFAULTS["fr"]
     assert pair_texts("Ein Hund.", "Eine Katze.", "en") == ("Ein Hund.", "Eine Katze.")  # the user's own kept

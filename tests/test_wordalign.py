@@ -22,7 +22,8 @@ from model.analysis.alignment.reference import (Counts, Reference, counts_of, pa
 from model.analysis.alignment.wordalign import (align_corpus, build_references, grow_diag_final_and, symmetrise,
                                                 transpose)
 from model.engine.vocab import tokenize
-from model.families.ours import WEIGHTS, find_checkpoints, load_checkpoint
+from model.families import load_checkpoint
+from model.families.ours import WEIGHTS, find_checkpoints
 from viz.align_rank import aer_grid
 
 from .app_fixtures import SENTENCES, launch, make_checkpoint

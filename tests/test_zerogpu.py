@@ -118,7 +118,7 @@ def test_a_forked_gpu_worker_gets_a_free_model_lock():
 
 
 def test_every_model_call_reads_its_model_through_the_one_lookup():
-    """Inside a model call the model comes from calls._lm (a CUDA copy inside a ZeroGPU call), never from the
+    """Inside a model call the model comes from calls.lm_for (a CUDA copy inside a ZeroGPU call), never from the
     registry directly, which would hand the CPU weights to a GPU call."""
     import importlib
     import inspect

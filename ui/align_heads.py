@@ -21,7 +21,8 @@ from model.analysis.alignment.sentence import ValReference, sentence_ranking, va
 from model.engine.names import CROSS
 from viz.align_rank import aer_grid
 
-from . import calls, views
+from . import calls
+from .present import views
 from .api import _api_model
 from .present import head_label, md_escape, no_model_message
 

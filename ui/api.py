@@ -18,12 +18,13 @@ from model.families.ours import CheckpointError
 
 from model.analysis.patching_bench import PatchRequest
 
-from . import calls, contrast, patching
-from .inside import attribution_payload
-from .payload import attention_mask, numbers, to_json
+from . import calls
+from .present import contrast, patching
+from .present.inside import attribution_payload
+from .present.payload import attention_mask, numbers, to_json
 from .present import choice_label, clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
 from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
-from .trust import report_of, trust_payload
+from .present.trust import report_of, trust_payload
 
 log = logging.getLogger("attention-explorer")
 
@@ -98,8 +99,8 @@ class Api:
                     "trust": None}
         opts = DecodeOptions(beam=_api_int(beam, "beam", 1, MAX_BEAM), max_len=_api_int(max_len, "max_len", 1, MAX_OUTPUT_TOKENS))
         tr = _run("translation", calls.gpu_translate, self.reg_key, name, text, opts)
-        return to_json(tr, run_notices(tr, notices, self.reg.models[name]), name, lm=self.reg.models[name],
-                       decimals=decimals) | {"trust": trust_payload(report_of(self.reg_key, name, tr))}
+        lm = calls.lm_for(self.reg_key, name)
+        return to_json(tr, run_notices(tr, notices, lm), name, lm=lm, decimals=decimals) | {"trust": trust_payload(report_of(self.reg_key, name, tr))}
 
     def compare(self, text: str, direction: str = "", beam: int = 1, max_len: int = 100, pad_to: int = 0,
                 src_padding_mask: bool = True, causal_mask: bool = True, positional_encoding: bool = True,
@@ -119,7 +120,7 @@ class Api:
         try:
             iv = make_interventions(src_padding_mask, causal_mask, positional_encoding,
                                             ablate_heads or [], ablate_src_tokens or [])
-            self.reg.models[name].model.validate_interventions(iv)
+            calls.lm_for(self.reg_key, name).model.validate_interventions(iv)
             kind_c = Kind.of(kind) if kind else CROSS  # checked before the model runs
         except (ValueError, TypeError) as e:
             raise gr.Error(str(e)[:300]) from None
@@ -171,7 +172,7 @@ class Api:
         tr = _run("translation", calls.gpu_translate, self.reg_key, name, text, DecodeOptions())
         n = len(tr.output_ids)
         position = _api_int(position, "position", -n, n - 1) % n
-        lm = self.reg.models[name]
+        lm = calls.lm_for(self.reg_key, name)
         try:
             foil = resolve_foil(lm.tgt_vocab, foil, lm.tgt_lang)
         except ValueError as e:
@@ -193,7 +194,7 @@ class Api:
         text, notices = clean_input(text)
         if is_blank(text):
             raise gr.Error("The input is empty: type a sentence.")
-        lm = self.reg.models[name]
+        lm = calls.lm_for(self.reg_key, name)
         try:
             ids = parse_prefix(lm, prefix)
         except ValueError as e:

@@ -28,10 +28,13 @@ from model.analysis.readouts import average_head_profiles
 from model.engine import decoding
 from model.engine.batching import MicroBatcher, batchable, translate_many
 from model.engine.config import NO_INTERVENTION, Interventions
+from model.engine.corpus import SHIPPED_DIR
 from model.engine.decoding import DecodeOptions, Translation, full_trace, hypothesis
+from model.engine.device import pick_device
 from model.engine.hooks import Trace
 from model.families import catalog
-from model.families.ours import CheckpointError, Registry, load_all
+from model.families import load_all
+from model.families.ours import CheckpointError, Registry
 from model.analysis.decoderlens import DecoderLens, decoder_lens
 
 from . import settings
@@ -46,7 +49,7 @@ def on_zero_gpu() -> bool:
 def gpu_calls_wrapped() -> bool:
     """Model calls go through ``spaces.GPU`` (a forked worker per call) only where the models run on
     CUDA (``ATTN_DEVICE=cuda``), or when ``ATTN_GPU_CALLS=on`` asks for the boundary anyway (tests).
-    On ZeroGPU the models run on the Space's CPU by default: see pick_device."""
+    On ZeroGPU the models run on the Space's CPU by default: see model_device."""
     s = settings.read()
     if sys.modules.get("spaces") is None or s.gpu_calls == "off":
         return False
@@ -102,15 +105,12 @@ def model_call(duration: int = 60, work: bool = False):
     return deco
 
 
-def pick_device() -> str:
-    """``ATTN_DEVICE`` (auto, cpu, cuda). Auto means CUDA where present, except on ZeroGPU: there a
-    sentence costs about 35 ms of CPU, while every GPU call pays for acquiring a GPU and counts against
-    the visitor's daily quota, so the model stays on the Space's CPU unless ATTN_DEVICE=cuda."""
-    import torch
-    want = settings.read().device
-    if want != "auto":
-        return want
-    return "cuda" if torch.cuda.is_available() and not on_zero_gpu() else "cpu"
+def model_device() -> str:
+    """``ATTN_DEVICE`` (auto, cpu, cuda) through the engine's pick_device. Auto means CUDA where present,
+    except on ZeroGPU: there a sentence costs about 35 ms of CPU, while every GPU call pays for acquiring a
+    GPU and counts against the visitor's daily quota, so the model stays on the Space's CPU unless
+    ATTN_DEVICE=cuda."""
+    return pick_device(settings.read().device, prefer_cuda=not on_zero_gpu())
 
 
 log = logging.getLogger(__name__)
@@ -119,10 +119,9 @@ log = logging.getLogger(__name__)
 REGISTRIES: dict[str, Registry] = {}
 HERE = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = HERE / "checkpoints"
-# Multi30k's validation and test texts ship with the app (never the training set), so a fresh clone or a
-# Space has what head profiles, the alignment ranking, the reference overlay and the examples read;
-# nothing outside the repository is consulted.
-DATA_DIRS = [DEFAULT_ROOT / "multi30k"]
+# where head profiles, the alignment ranking, the reference overlay and the examples read Multi30k: only the
+# texts shipped with the app (a list, so that a test can point it elsewhere)
+DATA_DIRS = [SHIPPED_DIR]
 # Model calls share one lock: the queue's concurrency group already runs them one at a time; the
 # lock covers the start-up warm-up and anything called outside the queue (hooks are registered on
 # the shared model while a capture runs).
@@ -186,7 +185,7 @@ def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
     first use, at most ATTN_MAX_MODELS of them at once)."""
     s = settings.read()
     root = Path(root or s.checkpoints or DEFAULT_ROOT)
-    reg = catalog.with_added_models(load_all(root, device or pick_device()), s.models, s.max_models)
+    reg = catalog.with_added_models(load_all(root, device or model_device()), s.models, s.max_models)
     configure()
     key = f"reg{len(REGISTRIES)}"
     REGISTRIES[key] = reg
@@ -204,16 +203,15 @@ def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
     return key, reg
 
 
-def _lm(reg_key: str, name: str):
-    """The model; inside a ZeroGPU call with the models on the CPU, a CUDA copy for this call."""
+def lm_for(reg_key: str, name: str):
+    """The one lookup of a model by its registry key and name, for every model call and every reader of a
+    model's vocabulary or config: inside a ZeroGPU call with the models on the CPU, a CUDA copy for this
+    call (so a GPU call never runs the CPU weights); elsewhere the registry's model, loaded if it was not."""
     lm = REGISTRIES[reg_key].models[name]
     if getattr(_ON_GPU, "active", False) and zero_gpu_work():
         cuda = _on_cuda(lm.model)
         return lm if cuda is lm.model else dataclasses.replace(lm, model=cuda)
     return lm
-
-
-lm_for = _lm  # the same lookup for the model calls written outside this module (every @model_call reads it)
 
 
 def ensure_loaded(reg_key: str, name: str) -> float | None:
@@ -289,7 +287,7 @@ def cached(gpu_fn):
 def gpu_translate_one(reg_key: str, name: str, text: str, opts: DecodeOptions,
                       iv: Interventions = NO_INTERVENTION) -> Translation:
     with MODEL_LOCK:
-        return decoding.translate(_lm(reg_key, name), text, opts, iv)
+        return decoding.translate(lm_for(reg_key, name), text, opts, iv)
 
 
 @model_call(duration=60)
@@ -297,7 +295,7 @@ def gpu_translate_many(reg_key: str, name: str, texts: list[str], opts: DecodeOp
                        iv: Interventions = NO_INTERVENTION) -> list[Translation]:
     """Decodes (greedy or beam) of several visitors' sentences as one batch (model.engine.batching)."""
     with MODEL_LOCK:
-        return translate_many(_lm(reg_key, name), texts, opts, iv)
+        return translate_many(lm_for(reg_key, name), texts, opts, iv)
 
 
 def _run_batch(group: tuple, texts: list[str]) -> list[Translation]:
@@ -330,7 +328,7 @@ def gpu_translate(reg_key: str, name: str, text: str, opts: DecodeOptions,
 @model_call(duration=60)
 def gpu_compare(reg_key: str, name: str, text: str, opts: DecodeOptions, iv: Interventions):
     """Baseline and modified runs, plus the modified model teacher-forced on the baseline output."""
-    lm = _lm(reg_key, name)
+    lm = lm_for(reg_key, name)
     with MODEL_LOCK:
         base = decoding.translate(lm, text, opts, NO_INTERVENTION)
         mod = decoding.translate(lm, text, opts, iv)
@@ -350,14 +348,14 @@ def gpu_beam(reg_key: str, name: str, text: str, beam: int, max_len: int = 100) 
 @model_call(duration=60)
 def gpu_hypothesis(reg_key: str, name: str, tr: Translation, ids: list[int]) -> Translation:
     with MODEL_LOCK:
-        return hypothesis(_lm(reg_key, name), tr, ids)
+        return hypothesis(lm_for(reg_key, name), tr, ids)
 
 
 @cached
 @model_call(duration=60)
 def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
     opts = DecodeOptions(record=False, replace_unk=False)
-    lm = _lm(reg_key, name)
+    lm = lm_for(reg_key, name)
     with MODEL_LOCK:
         return decoding.translate(lm, text_a, opts), decoding.translate(lm, text_b, opts)
 
@@ -367,7 +365,7 @@ def gpu_pair(reg_key: str, name: str, text_a: str, text_b: str):
 def gpu_force(reg_key: str, name: str, text: str, reference: str) -> Forced:
     """The model teacher-forced on ``reference`` after ``text``."""
     with MODEL_LOCK:
-        return force(_lm(reg_key, name), text, reference)
+        return force(lm_for(reg_key, name), text, reference)
 
 
 def _on_cuda(model):
@@ -386,7 +384,7 @@ def gpu_contrast(reg_key: str, name: str, tr: Translation, position: int, ig_ste
     """Attribution of output ``position`` over the source and the target prefix: for log p(token), or for
     p(token) − p(foil) with a foil."""
     with MODEL_LOCK:
-        return attribute_contrast(_on_cuda(_lm(reg_key, name).model), tr, position, foil, ig_steps=ig_steps)
+        return attribute_contrast(_on_cuda(lm_for(reg_key, name).model), tr, position, foil, ig_steps=ig_steps)
 
 
 @cached
@@ -394,13 +392,13 @@ def gpu_contrast(reg_key: str, name: str, tr: Translation, position: int, ig_ste
 def gpu_full_trace(reg_key: str, name: str, tr: Translation) -> Trace:
     """``tr`` teacher-forced again with every hook point, the opt-in ones (logits, per-head results, FFN) too."""
     with MODEL_LOCK:
-        return full_trace(_lm(reg_key, name), tr.src_ids, tr.output_ids, tr.interventions, names=lambda _n: True)
+        return full_trace(lm_for(reg_key, name), tr.src_ids, tr.output_ids, tr.interventions, names=lambda _n: True)
 
 
 @model_call(duration=120)
 def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[ProfileRow]:
     """Averaged head profiles of ``sentences``. No progress callback: a GPU call's arguments are pickled."""
-    return average_head_profiles(_lm(reg_key, name), sentences, None, MODEL_LOCK)
+    return average_head_profiles(lm_for(reg_key, name), sentences, None, MODEL_LOCK)
 
 
 @cached
@@ -408,7 +406,7 @@ def gpu_profiles(reg_key: str, name: str, sentences: list[str]) -> list[ProfileR
 def gpu_patch_means(reg_key: str, name: str, sentences: tuple[str, ...], source: str) -> ActivationMeans:
     """Mean activations of ``sentences`` for mean ablation (model.analysis.patching_bench.validation_means)."""
     with MODEL_LOCK:
-        return validation_means(_lm(reg_key, name), list(sentences), source)
+        return validation_means(lm_for(reg_key, name), list(sentences), source)
 
 
 @cached
@@ -416,7 +414,7 @@ def gpu_patch_means(reg_key: str, name: str, sentences: tuple[str, ...], source:
 def gpu_patch(reg_key: str, name: str, req: PatchRequest, means: ActivationMeans | None = None) -> PatchBench:
     """One activation-patching request: one patch, or a scan in batched runs."""
     with MODEL_LOCK:
-        return patch_bench(_lm(reg_key, name), req, means)
+        return patch_bench(lm_for(reg_key, name), req, means)
 
 
 @cached
@@ -425,4 +423,4 @@ def gpu_decoderlens(reg_key: str, name: str, text: str, opts: DecodeOptions,
                     iv: Interventions = NO_INTERVENTION) -> DecoderLens:
     """DecoderLens: one decode of ``text`` per encoder layer, the decoder reading that layer's output."""
     with MODEL_LOCK:
-        return decoder_lens(_lm(reg_key, name), text, opts, iv)
+        return decoder_lens(lm_for(reg_key, name), text, opts, iv)

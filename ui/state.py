@@ -34,7 +34,7 @@ SCALES = ("shared", "head")
 UNITS = ("words", "pieces")
 DECODINGS = ("greedy", "beam")
 MAX_STEP = 1000
-TOUR_STOPS = 11  # the guided tour's stops (ui/tour.py); a link's tour=N opens stop N (1-based)
+TOUR_STOPS = 11  # the guided tour's stops (ui/present/tour.py); a link's tour=N opens stop N (1-based)
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,12 @@ from model.engine.config import TransformerConfig
 from model.engine.loaded import LoadedModel
 from model.engine.transformer import Transformer
 
-from . import family_of, marian
+from . import detect, family_of, load_checked, m2m100, marian
 from .marian import (CONFIG, SMALL_FILES, WEIGHT_FILES, MarianError, hf_model_type, is_marian_folder, languages,
                      looks_like_hub_id, marian_config, read_vocabs)
-from .m2m100 import M2M100Error, default_pair, is_m2m100_source, m2m100_config, read_vocab, with_languages
+from .m2m100 import M2M100Error, default_pair, m2m100_config, read_vocab, with_languages
 from .m2m100 import download as m2m_download
-from .ours import CheckpointError, Registry, _load_checked
+from .ours import CheckpointError, Registry
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def describe(source: str, key: str | None = None, listed: bool = True) -> ModelI
     :class:`CheckpointError` with the reason (not Marian, a tokenizer file missing, an unknown
     activation, a cut weight file, a Hub id that cannot be fetched)."""
     source = str(source).strip()
-    if is_m2m100_source(source):
+    if detect(source) is m2m100:
         return _describe_m2m100(source, key, listed)
     folder, hub = Path(source), False
     try:
@@ -293,7 +293,7 @@ def pairs_of(reg: Registry, name: str) -> tuple[str, ...]:
 def _loader(reg: Registry) -> Callable[[ModelInfo], LoadedModel]:
     def load(info: ModelInfo) -> LoadedModel:
         try:  # the finite-weights check every served model passes
-            lm = _load_checked(info.source)
+            lm = load_checked(info.source)
         except CheckpointError as e:
             reg.problems.append(str(e))
             raise

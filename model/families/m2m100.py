@@ -55,6 +55,9 @@ class M2M100Error(ValueError):
     """An M2M100 / NLLB folder or Hub id that cannot be loaded, with a readable reason."""
 
 
+LOAD_ERROR, NOUN = M2M100Error, "M2M100/NLLB model"  # what load raises, and how the registry names the source in it
+
+
 def is_m2m100_source(source) -> bool:
     """A folder whose config says m2m_100, or a Hub id named like one (facebook/nllb-…, facebook/m2m100_…)."""
     path = Path(str(source))

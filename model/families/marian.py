@@ -41,6 +41,9 @@ class MarianError(ValueError):
     """A Marian folder or Hub id that cannot be loaded, with a readable reason."""
 
 
+LOAD_ERROR, NOUN = MarianError, "Marian model"  # what load raises, and how the registry names the source in it
+
+
 def hf_model_type(path: Path) -> str | None:
     """The ``model_type`` of a Hugging Face config.json in ``path`` (None: none there, or one of ours)."""
     try:

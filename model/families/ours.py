@@ -1,8 +1,9 @@
 """Checkpoint folders: ``config.json`` + ``model.safetensors`` + ``vocab.json`` (+ ``spm.model`` for a
 subword vocabulary, + model card).
 
-A folder rebuilds its own model with one call: ``load_checkpoint(dir)``. Weights are stored
-in fp16 to keep folders small and are loaded back in fp32.
+A folder rebuilds its own model with one call: ``load(dir)`` (any family's folder or Hub id:
+``model.families.load_checkpoint``). Weights are stored in fp16 to keep folders small and are loaded
+back in fp32.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from model.engine.loaded import LoadedModel
 from model.engine.transformer import Transformer, tied_keys
 from model.engine.vocab import Vocab, load_vocabs, save_vocabs
 
-from . import m2m100, marian
+from . import marian
 
 LABEL = "ours"  # how the model list names this family
 
@@ -30,6 +31,9 @@ WEIGHTS_CONFIG_KEY = "model_config"  # safetensors metadata: the config the weig
 
 class CheckpointError(Exception):
     """A checkpoint folder is missing, incomplete, corrupt or does not match its config."""
+
+
+LOAD_ERROR, NOUN = CheckpointError, "checkpoint"  # what load raises; its messages already name the folder
 
 
 def state_dict_for_save(model: Transformer, dtype=torch.float16) -> dict[str, torch.Tensor]:
@@ -42,7 +46,7 @@ def save_checkpoint(path, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab
     from safetensors.torch import save_file
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    # The weights carry their own model config, so load_checkpoint can tell when config.json and
+    # The weights carry their own model config, so load can tell when config.json and
     # the weights come from different saves (an interrupted save, or a hand-edited config).
     save_file(state_dict_for_save(model, dtype), str(path / (WEIGHTS + ".tmp")),
               metadata={WEIGHTS_CONFIG_KEY: json.dumps(model.cfg.to_dict(), sort_keys=True)})
@@ -62,40 +66,14 @@ def _weights_config(path: Path) -> dict | None:
     return json.loads(raw) if raw else None
 
 
-def _load_m2m100(source: str, device) -> LoadedModel:
-    try:
-        return m2m100.load(source, device)
-    except m2m100.M2M100Error as e:
-        raise CheckpointError(f"M2M100/NLLB model {source}: {e}") from None
-
-
-def _load_marian(source: str, device) -> LoadedModel:
-    try:
-        return marian.load(source, device)
-    except marian.MarianError as e:
-        raise CheckpointError(f"Marian model {source}: {e}") from None
-
-
 def claims(source) -> bool:
-    """Whether ``source`` is for this family: a local folder that no Hugging Face family claims."""
-    return Path(str(source)).is_dir() and not marian.claims(source)
+    """Whether ``source`` is for this family: a local folder without a Hugging Face config."""
+    return Path(str(source)).is_dir() and not marian.hf_model_type(Path(str(source)))
 
 
 def owns(lm: LoadedModel) -> bool:
     """Whether ``lm`` was loaded from one of our folders (converted families mark their meta's format)."""
     return "format" not in lm.meta
-
-
-def load_checkpoint(path, device: str | torch.device = "cpu") -> LoadedModel:
-    """Rebuild the model saved in ``path``: one of our checkpoint folders, a Hugging Face Marian
-    (OPUS-MT) or M2M100/NLLB folder, or a Hub id such as ``Helsinki-NLP/opus-mt-de-en`` or
-    ``facebook/nllb-200-distilled-600M``. Raises
-    :class:`CheckpointError` with a readable message."""
-    if m2m100.claims(path):  # before Marian's, which claims every Hugging Face folder and Hub id
-        return _load_m2m100(str(path), device)
-    if marian.claims(path):
-        return _load_marian(str(path), device)
-    return load(path, device)
 
 
 def load(path, device: str | torch.device = "cpu") -> LoadedModel:
@@ -200,44 +178,3 @@ class Registry:
     @property
     def names(self) -> list[str]:
         return list(self.models)
-
-
-def _load_checked(path: Path) -> LoadedModel:
-    lm = load_checkpoint(path, "cpu")
-    bad = next((k for k, v in lm.model.state_dict().items()
-                if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
-    if bad is not None:  # safetensors has no checksum: flipped bytes load as NaN/inf weights
-        raise CheckpointError(f"checkpoint {path}: {WEIGHTS} is corrupt (weights are not finite, e.g. {bad})")
-    return lm
-
-
-def load_all(root, device: str = "cpu") -> Registry:
-    """Load every checkpoint folder under ``root`` (or ``root`` itself if it is one).
-
-    A missing root, a folder without the checkpoint files, or a corrupt one is reported in
-    ``problems`` by name; the good checkpoints still load.
-    """
-    root = Path(root)
-    reg = Registry(root=root, device=str(device))
-    if not root.is_dir():
-        reg.problems.append(f"checkpoint folder not found: {root}")
-        return reg
-    for path in candidate_dirs(root):
-        if not any((path / n).exists() for n in (CONFIG, WEIGHTS, VOCAB)):
-            reg.problems.append(f"{path} is not a checkpoint (no {CONFIG}, {WEIGHTS} or {VOCAB}); skipped")
-            continue
-        try:
-            lm = _load_checked(path)
-        except CheckpointError as e:
-            reg.problems.append(str(e))
-            continue
-        except Exception as e:  # anything else a broken folder can raise
-            reg.problems.append(f"checkpoint {path} could not be loaded ({type(e).__name__}: {e})")
-            continue
-        name = lm.name if lm.name not in reg.models else f"{lm.name} ({path.name})"
-        reg.pe[name] = lm.model.encoder.pe.detach().cpu().numpy().copy()
-        lm.model.to(device)
-        reg.models[name] = lm
-    if not reg.models and not reg.problems:
-        reg.problems.append(f"no checkpoint folders under {root}")
-    return reg

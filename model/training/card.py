@@ -19,8 +19,9 @@ import torch
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.hooks import hook_names
 from model.engine.vocab import detokenize
-from model.families.ours import CONFIG, load_checkpoint
-from model.training.corpus import load_pairs
+from model.families import load_checkpoint
+from model.families.ours import CONFIG
+from model.engine.corpus import load_pairs
 from .bleu import read_official_refs
 from .evaluate import score
 

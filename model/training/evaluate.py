@@ -10,10 +10,11 @@ import json
 import sys
 import time
 
+from model.engine.corpus import MULTI30K_URL, load_pairs
 from model.engine.decoding import translate_batch
-from model.training.corpus import MULTI30K_URL, load_pairs
+from model.families.cli import load_or_exit
+
 from .bleu import read_official_refs, sacre_bleu, tokenized_bleu
-from .cli_common import load_or_exit
 
 
 def score(hyps: list[str], refs: list[str], lang: str | None = None, tok_refs: list[str] | None = None) -> dict:

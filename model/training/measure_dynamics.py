@@ -21,7 +21,7 @@ from model.analysis.alignment.reference import read_pharaoh, reference_path
 from model.analysis.dynamics import (DYNAMICS, Dynamics, Settings, ValSet, dictionary, measure, read_dynamics,
                              reference_reordering, write_dynamics)
 from model.families.frames import FrameError, list_frames, load_frame, parent_of, read_parent
-from model.training.cli_common import DATA_DIRS, ROOT
+from model.engine.corpus import DATA_DIRS, ROOT
 
 read = read_dynamics   # the command's JSON, read back (tests and benchmarks)
 

@@ -28,8 +28,9 @@ import torch
 from model.analysis import trust_eval as te
 from model.analysis import trust_set as ts
 from model.analysis.trust_signals import INFO, NUMERIC, Measured, load_reference, save_reference
-from model.families.ours import find_checkpoints, load_checkpoint
-from model.training.cli_common import DATA_DIRS
+from model.families import load_checkpoint
+from model.families.ours import find_checkpoints
+from model.engine.corpus import DATA_DIRS
 
 ROOT = ts.ROOT
 DOCS = ROOT / "docs" / "trust.md"

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from model.engine.vocab import SubwordVocab, load_vocabs, save_vocabs
-from model.training.corpus import MULTI30K_URL, SPLITS, read_split
+from model.engine.corpus import MULTI30K_URL, SPLITS, read_split
 from .bleu import official_refs_path
 
 INFO = "prepared.json"

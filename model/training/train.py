@@ -30,7 +30,7 @@ from model.engine.loaded import LoadedModel
 from model.engine.transformer import Transformer
 from model.engine.vocab import Vocab, load_vocabs, save_vocabs, tokenize_corpus
 from model.families.ours import WEIGHTS_CONFIG_KEY, save_checkpoint, state_dict_for_save, tied_keys
-from model.training.corpus import MULTI30K_URL, load_pairs
+from model.engine.corpus import MULTI30K_URL, load_pairs
 from .bleu import sacre_bleu, tokenized_bleu
 
 STATE, HISTORY, VOCAB = "state.safetensors", "history.json", "vocab.json"

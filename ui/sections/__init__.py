@@ -14,9 +14,10 @@ from model.families import catalog
 from model.families.ours import Registry
 from viz.common import message_figure
 
+from .. import calls
 from ..present import md_escape, parse_heads
 from ..state import SUBVIEWS, ModelShape, Run, Selection
-from ..views import REGISTRY, stamp_of
+from ..present.views import REGISTRY, stamp_of
 
 log = logging.getLogger("attention-explorer")
 MODEL_GROUP = "model"  # every event that runs the model shares this concurrency group
@@ -93,12 +94,19 @@ class Shell:
     def default_model(self):
         return self.reg.names[0] if self.reg.names else None
 
+    def model(self, name: str):
+        """``name``'s model through the one lookup, calls.lm_for (KeyError when it is not offered)."""
+        return calls.lm_for(self.reg_key, name)
+
+    def model_or_none(self, name: str | None):
+        return self.model(name) if name and name in self.reg.models else None
+
     @property
     def default_lm(self):
-        return self.reg.models.get(self.default_model)
+        return self.model_or_none(self.default_model)
 
     def lm(self, run):
-        return self.reg.models.get(run.model) if run is not None else None
+        return self.model_or_none(run.model) if run is not None else None
 
     def shape(self, model: str | None) -> ModelShape | None:
         return self.shapes().get(model)

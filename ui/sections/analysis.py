@@ -12,14 +12,16 @@ import gradio as gr
 from model.analysis import profiles as an
 from model.analysis import readouts
 from model.engine.branching import describe
+from model.engine.names import SHORT_NAMES
 from viz import export as v_export
 from viz import profiles as v_prof
 
 from . import VIEW, Shell, log, safe, sub_view, track_subtabs
 from . import interventions, patching, sidebyside
-from .. import align_heads, calls, trust, views, whatif
-from ..payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
-from ..present import (KIND_SHORT, clean_input, describe_interventions, head_choices, head_label, is_blank,
+from .. import align_heads, calls
+from ..present import trust, views, whatif
+from ..present.payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
+from ..present import (clean_input, describe_interventions, head_choices, head_label, is_blank,
                        md_escape, no_model_message)
 from ..state import ModelShape, PairRun, Selection, link_url
 from .about import about_markdown
@@ -53,7 +55,7 @@ def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tup
         hit = _PROFILE_CACHE.get(key)
     if hit is not None:
         return hit
-    lm = calls.REGISTRIES[reg_key].models[name]
+    lm = calls.lm_for(reg_key, name)
     sentences, source = validation_sentences(lm.src_lang, calls.DATA_DIRS, int(n))
     if progress is not None:  # one step: the call itself runs where no callback can reach
         progress(0, len(sentences))
@@ -64,7 +66,7 @@ def cached_profiles(reg_key: str, name: str, n: int, progress=None) -> tuple[tup
 
 
 def profile_rows_table(rows) -> list[list]:
-    return [[KIND_SHORT.get(r.kind, r.kind), r.layer, r.head] + [round(float(r.stat(s)), 4) for s in an.STATS]
+    return [[SHORT_NAMES.get(r.kind, r.kind), r.layer, r.head] + [round(float(r.stat(s)), 4) for s in an.STATS]
             for r in rows]
 
 
@@ -272,7 +274,7 @@ def _pair(shell: Shell, text_a, text_b, run, name, sel: Selection):
     problem = no_model_message(shell.reg, name)
     if problem:
         return f"⚠️ {problem}", views.message_figure(problem), gr.skip()
-    text_a, text_b = pair_texts(text_a, text_b, shell.reg.models[name].src_lang)
+    text_a, text_b = pair_texts(text_a, text_b, shell.model(name).src_lang)
     text_a, _ = clean_input(text_a)
     text_b, _ = clean_input(text_b)
     if is_blank(text_a) or is_blank(text_b):

@@ -10,7 +10,7 @@ import gradio as gr
 from model.analysis import profiles as an
 
 from . import VIEW, Shell, layer_choices, log, sub_view, track_subtabs
-from .. import align_overlay, views
+from ..present import align_overlay, views
 from ..state import ModelShape, Selection
 
 VIEW_CHOICES = [("All heads", "grid"), ("One head", "head"), ("Scores → mask → softmax", "scores"),

@@ -16,7 +16,7 @@ from model.engine import branching
 
 from . import VIEW, RunContext, Shell, lazy_values, log, subview_values
 from ..present import md_escape
-from ..state import Run, RunInputs, Selection, Toggles
+from ..state import Run, RunInputs, Selection, Toggles, read_index
 from .translate import base_url, translate_values
 
 HISTORY_SIZE = 8  # runs kept per session (each holds its trace: a few MB)
@@ -172,7 +172,7 @@ def candidates(shell: Shell, run, step):
     the tokens decoding never produces (an untrained model may rank <bos> first)."""
     if run is None or not run.tr.steps or shell.lm(run) is None:
         return gr.Dropdown(choices=[], value=None)
-    rec = run.tr.steps[max(0, min(int(step or 0), run.n_steps - 1))]
+    rec = run.tr.steps[read_index(step, 0, run.n_steps)]
     never = set(shell.lm(run).model.cfg.never_generated)
     choices = [(f"{tok}  ·  {p:.1%}" + ("  (chosen)" if i == rec.token_id else ""), tok)
                for i, tok, p in zip(rec.topk_ids, rec.topk_tokens, rec.topk_probs) if i not in never]
@@ -183,7 +183,7 @@ def nodes(shell: Shell, view):
     """The pick list of the beam tree: every node with a token, by its hypothesis so far."""
     if view is None:
         return gr.Dropdown(choices=[], value=None)
-    vocab, tree = shell.reg.models[view.model].tgt_vocab, view.tree
+    vocab, tree = shell.model(view.model).tgt_vocab, view.tree
     choices = []
     for n in tree.nodes[1:]:
         toks = vocab.decode(branching.node_prefix(tree, n.id))
@@ -235,7 +235,7 @@ def step_branch(shell: Shell, run, step, pick, hist, sel: Selection, base: str =
     tok = vocab.stoi.get(str(pick).split("  ·  ")[0])
     if tok is None:
         return {note: f"⚠️ “{md_escape(str(pick)[:40])}” is not in the model's target vocabulary."}
-    step = max(0, min(int(step or 0), run.n_steps - 1))
+    step = read_index(step, 0, run.n_steps)
     prefix = branching.step_prefix(run.tr, step, tok)
     return continue_values(shell, run, branch_inputs(run, prefix), step, hist, sel, base, note)
 

@@ -12,11 +12,12 @@ from model.analysis.attribution import IG_START, METHODS
 from model.analysis.contrast import resolve_foil
 
 from . import VIEW, RunContext, Shell, branch, decoderlens, encodings, log, sub_view, track_subtabs
-from .. import calls, contrast, inside, views
-from ..payload import reference_pairs
+from .. import calls
+from ..present import contrast, inside, views
+from ..present.payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
 from ..state import Run, Selection, WhatIf
-from ..views import stamp_of
+from ..present.views import stamp_of
 from .translate import base_url, make_run, read_inputs
 
 SID = "computation"
@@ -366,7 +367,7 @@ def _wire_forced(shell: Shell) -> None:
     p = shell.computation
 
     def on_example(name, i):
-        lm = shell.reg.models.get(name)
+        lm = shell.model_or_none(name)
         pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS) if lm else []
         if i is None or not 0 <= int(i) < len(pairs):
             return gr.skip(), gr.skip()

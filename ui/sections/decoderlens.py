@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import gradio as gr
 
 from .. import calls
-from .. import decoderlens as lens_view
-from ..state import Run, Selection
-from ..views import stamp_of
+from ..present import decoderlens as lens_view
+from ..state import Run, Selection, read_index
+from ..present.views import stamp_of
 from . import Shell, sub_view
 
 NAME = "computation/decoderlens"
@@ -57,7 +57,7 @@ def values(shell: Shell, run: Run, layer) -> list:
     """[caption, tokens figure, layer dropdown, cross-attention figure, layer shown] for ``run``."""
     lens = lens_of(shell, run)
     n = len(lens.layers)
-    pick = 0 if layer in (None, "") else max(0, min(int(layer), n - 1))
+    pick = read_index(layer, 0, n)
     return [lens_view.markdown(lens), lens_view.tokens_figure(lens),
             gr.Dropdown(choices=lens_view.layer_choices(n), value=pick), lens_view.attention_figure(lens, pick),
             lens_view.LensShown(run.id, pick)]

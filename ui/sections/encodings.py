@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from . import VIEW, Shell, log
-from .. import inside, views
+from ..present import inside, views
 
 PART_CHOICES = [("Source (encoder)", "encoder"), ("Decoder input", "decoder")]
 

@@ -10,7 +10,8 @@ from model.analysis import readouts
 from viz import beam as v_beam
 
 from . import VIEW, Shell, branch, log, sub_view, track_subtabs
-from .. import calls, views
+from .. import calls
+from ..present import views
 from ..present import md_escape
 from ..state import BeamView
 

@@ -16,8 +16,9 @@ from model.engine.transformer import DEC_SELF, ENC_SELF
 
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log
 from . import head_choices as sel_head_choices
-from .. import calls, views
-from ..payload import word_order_demo
+from .. import calls
+from ..present import views
+from ..present.payload import word_order_demo
 from ..present import (describe_interventions, diff_summary, head_choices, head_label, make_interventions,
                        md_escape, notice_md, parse_heads, parse_positions, src_token_choices, token_diff)
 from ..state import CompareRun, ModelShape, Run, RunInputs, Selection, Toggles
@@ -289,7 +290,7 @@ def wire(shell: Shell) -> None:
         try:
             if cmp is None:
                 return views.message_figure("Press Compare first.")
-            return views.compare_maps_figure(cmp, sel.kind, sel.layer, sel.head, shell.reg.models.get(cmp.model))
+            return views.compare_maps_figure(cmp, sel.kind, sel.layer, sel.head, shell.model_or_none(cmp.model))
         except Exception:
             log.exception("compare maps failed")
             return views.message_figure("This map could not be drawn.")
@@ -338,7 +339,7 @@ def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, caus
     demo's encoder self-attention head, and what it replaces kept for Back (a second press keeps the first
     press's: the run then is the preset's own)."""
     p = shell.interventions
-    lm = shell.reg.models.get(name)
+    lm = shell.model_or_none(name)
     demo = word_order_demo(name, lm.src_lang if lm else "en")
     own = back is not None and run is not None and is_preset_run(shell, run) and run.model == name
     if not own:

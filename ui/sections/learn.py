@@ -20,11 +20,12 @@ from model.families.toy import DEFAULT_PAIRS, ToyError, ToyGate, ToySettings, To
 from viz.common import message_figure
 from viz.learning import curves_figure, head_forms_figure, loss_figure
 
-from .. import calls, learn
-from .. import sidebyside as sbs
+from .. import calls
+from ..present import learn
+from ..present import sidebyside as sbs
 from ..present import KIND_LABELS, model_choices
 from ..state import Run, Selection
-from ..views import stamp_of
+from ..present.views import stamp_of
 from . import Shell, log
 from . import sidebyside as sbs_section
 

@@ -11,7 +11,7 @@ from model.analysis.patching import RESID_POINTS, PatchError
 from model.analysis.patching_bench import PatchRequest
 
 from . import Shell, log
-from .. import patching, views, whatif
+from ..present import patching, views, whatif
 from ..api import Api
 from ..present import KIND_LABELS, is_blank, md_escape, no_model_message, clean_input
 from ..state import PatchLink, Selection

@@ -15,9 +15,10 @@ import gradio as gr
 from model.analysis.alignment.heads import val_texts
 from model.analysis.alignment.reference import reference_path
 
-from .. import align_heads, calls, trust, views
-from .. import decoderlens as lens_view
-from .. import sidebyside as sbs
+from .. import align_heads, calls
+from ..present import trust, views
+from ..present import decoderlens as lens_view
+from ..present import sidebyside as sbs
 from ..present import md_escape
 from ..state import Run, Selection
 from . import Shell, sub_view
@@ -77,7 +78,7 @@ def second_run(shell: Shell, run: Run, name: str) -> Run:
     calls.ensure_loaded(shell.reg_key, name)
     ask = lens_view.ask_of(run)
     tr = calls.gpu_translate(shell.reg_key, name, ask.text, ask.opts)
-    return Run.of(shell.reg.models[name], name, tr)
+    return Run.of(shell.model(name), name, tr)
 
 
 def _aer(shell: Shell, run: Run):
@@ -108,7 +109,7 @@ def values(shell: Shell, run: Run, sel: Selection, second) -> list:
         return [said, "", "", msg, msg, "", None, None, None]
     other = second_run(shell, run, second)
     a = sbs.grid_figure(shell.reg, run, sel, shell.lm(run), "This run")
-    b = sbs.grid_figure(shell.reg, other, sel, shell.reg.models[second], "Second model")
+    b = sbs.grid_figure(shell.reg, other, sel, shell.model(second), "Second model")
     (note_a, aer_a), (note_b, aer_b) = _aer(shell, run), _aer(shell, other)
     none = views.message_figure("No AER for this sentence.")
     rep_a, rep_b = (trust.report_of(shell.reg_key, r.model, r.tr) for r in (run, other))

@@ -1,7 +1,7 @@
 """The guided tour's layout and events: a start button on the first screen, then one stop at a time
 (its heading, at most four sentences from the run's numbers, its one view, one thing to try and what
 changed), Back and Next, a link to the stop, and "leave the tour", which opens the full explorer on
-the same run and selection (through that selection's own link). The texts come from ``ui.tour``."""
+the same run and selection (through that selection's own link). The texts come from ``ui.present.tour``."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -11,7 +11,7 @@ import gradio as gr
 
 from viz.common import message_figure
 
-from .. import tour
+from ..present import tour
 from ..present import md_escape, model_choices
 from ..state import link_url, tour_pick, tour_stop, tour_url
 from . import VIEW, Shell, log

@@ -15,8 +15,9 @@ from model.families import catalog
 from model.families.ours import CheckpointError
 
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, link_notice_md, log, safe, subview_values
-from .. import calls, domain, inside, languages, trust, views, whatif
-from ..payload import examples_for
+from .. import calls, languages
+from ..present import domain, inside, trust, views, whatif
+from ..present.payload import examples_for
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, direction_hint, is_blank,
                        md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar, run_notices,
                        source_marks)
@@ -154,7 +155,7 @@ def replay_frames(shell: Shell, run: Run, animate: bool = True, selected: tuple[
     k = min(REPLAY_FRAMES, len(tr.steps) - 1) if animate else 0  # the last step is the final frame's
     shown = sorted({round(i * (len(tr.steps) - 2) / max(1, k - 1)) for i in range(k)})
     marks = {shown[len(shown) * (i + 1) // (WATCH_FIGURES + 1)] for i in range(WATCH_FIGURES)} if shown else set()
-    vocab = shell.reg.models[run.model].tgt_vocab
+    vocab = shell.model(run.model).tgt_vocab
     for t in shown:
         frame = {p.watch_step: _caption(run, t, vocab), p.watch_strip: views.watch_strip(run, t)}
         if t in marks:
@@ -189,7 +190,7 @@ def make_run(shell: Shell, inputs: RunInputs, notices: list[str]):
     """(Run, Forced or None) of ``inputs``: decoded, or teacher-forced on the reference. Raises on failure
     (CheckpointError: the model could not be loaded)."""
     notices = [*notices, *load_notice(shell, inputs.model)]
-    lm = shell.reg.models[inputs.model]
+    lm = shell.model(inputs.model)
     if inputs.reference is not None:
         forced = calls.gpu_force(shell.reg_key, inputs.model, inputs.text, inputs.reference)
         note = f"Teacher-forced on the reference “{inputs.reference[:80]}” (perplexity {forced.perplexity:.2f})."
@@ -382,7 +383,7 @@ def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, l
     sel, inputs = restored.sel, restored.inputs
     if inputs.prefix:  # checked against the model, loaded here only when a link forces a prefix
         try:
-            lm = shell.reg.models[inputs.model]
+            lm = shell.model(inputs.model)
             check_prefix(lm.model, inputs.prefix)
         except (KeyError, CheckpointError):
             pass  # the run itself says the model cannot be served

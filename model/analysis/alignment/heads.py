@@ -32,8 +32,9 @@ from model.engine.loaded import LoadedModel
 from model.engine.names import CROSS, ENC_SELF, hook_name
 from model.engine.results import decoder_input
 from model.engine.vocab import tokenize
-from model.families.ours import WEIGHTS, load_all
-from model.training.corpus import read_split
+from model.families import load_all
+from model.families.ours import WEIGHTS
+from model.engine.corpus import read_split
 from .reference import (Counts, Reference, counts_of, hard_links, link_counts, pool_matrices, read_pharaoh,
                         reference_path)
 

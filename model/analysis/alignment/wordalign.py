@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from model.engine.vocab import tokenize_corpus
-from model.training.corpus import read_split
+from model.engine.corpus import read_split
 from . import eflomal_ref
 from .heads import rank_checkpoints
 from .reference import Link, Reference, read_pharaoh, reference_path, write_pharaoh

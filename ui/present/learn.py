@@ -20,6 +20,8 @@ from model.families.frames import FRAMES_DIR, FrameError, offer_frames, read_inf
 from model.families.ours import Registry
 from viz.learning import Curve, HeadPanel
 
+from ..state import read_index
+
 
 @dataclass(frozen=True)
 class FrameSet:
@@ -34,7 +36,7 @@ class FrameSet:
     notes: tuple[str, ...] = ()  # per frame: what else it is ("averaged over epochs 31–40"), or ""
 
     def key_at(self, index: int) -> str:
-        return self.keys[max(0, min(int(index), len(self.keys) - 1))]
+        return self.keys[read_index(index, 0, len(self.keys))]
 
     def index_of(self, key: str) -> int | None:
         return self.keys.index(key) if key in self.keys else None
@@ -117,7 +119,7 @@ def curves(fs: FrameSet) -> list[Curve]:
 
 
 def frame_markdown(fs: FrameSet, index: int) -> str:
-    k = max(0, min(int(index), len(fs.steps) - 1))
+    k = read_index(index, 0, len(fs.steps))
     bleu = _by_step(fs, "bleu")[k] if fs.dynamics else math.nan
     note = fs.notes[k] if k < len(fs.notes) else ""
     return (f"**Frame {k + 1} of {len(fs.steps)}** · {fs.pair} at step **{fs.steps[k]:,}** of {fs.updates_total:,}"

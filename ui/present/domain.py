@@ -15,7 +15,7 @@ from model.families.ours import Registry
 
 LOW_CONFIDENCE = 0.5   # geometric mean of the chosen tokens' probabilities below this: far from the domain
 MANY_PIECES = 3        # a source word cut into this many pieces or more is rare to the model
-from .present import WARNING_MARK as MARK  # notice_md shows a notice starting so as a warning box
+from . import WARNING_MARK as MARK  # notice_md shows a notice starting so as a warning box
 
 
 def confidence(tr: Translation) -> float:

@@ -12,8 +12,8 @@ from dataclasses import asdict
 from model.analysis.trust_signals import WORRYING, TrustReport, trust_report
 from model.engine.decoding import Translation
 
-from . import calls
-from .present import md_escape
+from .. import calls
+from . import md_escape
 
 log = logging.getLogger("attention-explorer")
 TITLE = "**Can I trust this translation?**"

@@ -12,8 +12,8 @@ from model.engine.transformer import ENC_SELF, Kind
 from viz import computation as vc
 from viz.common import layer_head, message_figure, step_row_labels
 
-from .present import KIND_LABELS, decoder_rows, md_escape, unspaced_caption
-from .state import Run
+from . import KIND_LABELS, decoder_rows, md_escape, unspaced_caption
+from ..state import Run, read_index
 
 FIRST = "Translate a sentence first."
 METHOD_LABELS = {"attention": "raw cross-attention", "rollout": "rollout", "norm": "norm-based ‖Σₕ αₕ·fₕ(x)‖",
@@ -40,11 +40,8 @@ def query_choices(run: Run | None, kind: Kind) -> list[tuple[str, int]]:
 
 
 def clamp(value, n: int, default: int = 0) -> int:
-    try:
-        v = int(value)
-    except (TypeError, ValueError):
-        v = default
-    return max(0, min(v, n - 1)) if n else 0
+    """state.read_index below ``n``, its default kept below ``n`` too."""
+    return read_index(value, read_index(default, 0, n), n)
 
 
 def default_query(kind: Kind, n: int) -> int:

@@ -11,9 +11,9 @@ from model.analysis.patching_bench import PatchBench, PatchRequest
 from model.engine.decoding import DecodeOptions
 from viz import patching as v_patch
 
-from . import calls
+from .. import calls
 from .payload import validation_sentences
-from .present import md_escape
+from . import md_escape
 
 MEAN_SENTENCES = 16  # validation sentences behind mean ablation
 MAX_TEXT = 400
@@ -64,7 +64,7 @@ def run_bench(reg_key: str, name: str, req: PatchRequest) -> PatchBench:
     """The model call; mean ablation first gets (cached) means over MEAN_SENTENCES validation sentences."""
     means = None
     if req.ablation == "mean":
-        lm = calls.REGISTRIES[reg_key].models[name]
+        lm = calls.lm_for(reg_key, name)
         sentences, source = validation_sentences(lm.src_lang, calls.DATA_DIRS, MEAN_SENTENCES)
         means = calls.gpu_patch_means(reg_key, name, tuple(sentences), f"{len(sentences)} sentences of {source}")
     return calls.gpu_patch(reg_key, name, req, means)
@@ -78,12 +78,12 @@ def _greedy_ids(reg_key: str, name: str, text: str) -> list[int]:
 def target_tokens(reg_key: str, name: str, text_b: str, output: str = "") -> list[str]:
     """The tokens the bench forces both runs on, before it runs: ``output`` as the target vocabulary splits
     it (no model call), else B's greedy translation (one cached decode), <eos> last either way."""
-    lm = calls.REGISTRIES[reg_key].models[name]
+    lm = calls.lm_for(reg_key, name)
     return lm.tgt_vocab.decode(_target_ids(reg_key, name, text_b, output))
 
 
 def _target_ids(reg_key: str, name: str, text_b: str, output: str = "") -> list[int]:
-    lm = calls.REGISTRIES[reg_key].models[name]
+    lm = calls.lm_for(reg_key, name)
     if str(output or "").strip():
         return lm.tgt_vocab.encode(lm.tgt_vocab.tokens(str(output)[:MAX_TEXT], lm.tgt_lang)) + [lm.model.cfg.eos_id]
     return _greedy_ids(reg_key, name, text_b)

@@ -12,7 +12,7 @@ from model.engine.decoding import Translation
 from model.engine.loaded import LoadedModel
 from model.engine.names import ATTN_KINDS
 
-from .present import KIND_JSON, describe_interventions
+from . import KIND_JSON, describe_interventions
 
 
 def numbers(a, decimals: int | None = None) -> np.ndarray:

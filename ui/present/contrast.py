@@ -9,8 +9,8 @@ from model.analysis.contrast import Contrast, Side, prefix_word_spans
 from viz.contrast import source_prefix_attribution
 
 from .inside import METHOD_LABELS
-from .present import md_escape
-from .state import Run
+from . import md_escape
+from ..state import Run
 
 PREFIX_METHODS = ("alti", "grad_input", "integrated_gradients")   # the methods with target-prefix scores
 NOT_CONTRASTIVE = ("attention, rollout, norm-based and ALTI+ say what this position reads, not which token it "

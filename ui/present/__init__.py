@@ -22,14 +22,13 @@ from model.families.ours import Registry
 
 from viz.common import STEP_ROW_TITLE, step_row_labels
 
-from .settings import MAX_INPUT_CHARS
+from ..settings import MAX_INPUT_CHARS
 
 LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech", "zh": "Chinese",
               # the three-letter codes some OPUS-MT tokenizer configs give
               "deu": "German", "eng": "English", "fra": "French", "ces": "Czech", "zho": "Chinese"}
 KIND_LABELS = {ENC_SELF: "Encoder self-attention", DEC_SELF: "Decoder masked self-attention",
                CROSS: "Decoder cross-attention"}
-KIND_SHORT = SHORT_NAMES  # the engine's one table of short names
 KIND_JSON = {ENC_SELF: "encoder_self", DEC_SELF: "decoder_self", CROSS: "cross"}
 DOMAIN_HINT = ("The models know image captions (Multi30k): short descriptions of people, animals and scenes; "
                "other text translates poorly.")
@@ -73,7 +72,7 @@ def is_blank(text: str) -> bool:
 # --------------------------------------------------------------------------- heads and interventions
 
 def head_label(kind: str, layer: int, head: int) -> str:
-    return f"{KIND_SHORT[Kind.of(kind)]} L{int(layer)} H{int(head)}"
+    return f"{SHORT_NAMES[Kind.of(kind)]} L{int(layer)} H{int(head)}"
 
 
 def head_choices(lm: LoadedModel) -> list[str]:

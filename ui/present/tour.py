@@ -28,9 +28,10 @@ from viz import tour as vt
 from viz.common import message_figure
 from viz.learning import Curve, curves_figure
 
-from . import calls, inside, learn, views
-from .present import direction_label, md_escape, piece_note
-from .state import TOUR_STOPS, Run, Selection, read_index
+from .. import calls
+from . import inside, learn, views
+from . import direction_label, md_escape, piece_note
+from ..state import TOUR_STOPS, Run, Selection, read_index
 
 SPECIAL = ("<bos>", "<eos>", "<pad>", "<unk>", "<s>", "</s>")
 TITLES = ("Tokens and embeddings", "Positional encoding", "One head: scores → softmax", "Many heads",

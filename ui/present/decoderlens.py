@@ -13,9 +13,9 @@ from model.engine.config import NO_INTERVENTION, Interventions
 from viz import attention as va
 from viz.decoderlens import lens_figure
 
-from .present import decoder_rows, md_escape
-from .settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_OUTPUT_TOKENS
-from .state import Run
+from . import decoder_rows, md_escape
+from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_OUTPUT_TOKENS
+from ..state import Run, read_index
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def tokens_figure(lens: DecoderLens):
 
 def attention_figure(lens: DecoderLens, layer: int):
     """The cross-attention (mean over heads, per decoder layer) of the run that read encoder layer ``layer``."""
-    run = lens.layers[max(0, min(int(layer), len(lens.layers) - 1))]
+    run = lens.layers[read_index(layer, 0, len(lens.layers))]
     tr = run.translation
     rows, q_title = decoder_rows(tr.axes(CROSS)[0], tr.output_tokens)
     return va.layer_means(run.cross_attention(), rows, tr.axes(CROSS)[1], query_valid=tr.query_valid(CROSS),

@@ -32,18 +32,15 @@ from viz import steps as vs
 from viz.common import STEP_ROW_TITLE, layer_head, message_figure, step_row_labels
 
 from . import inside
-from .present import KIND_LABELS, decoder_rows, md_escape, parse_heads, unspaced_caption
-from .state import BeamView, CompareRun, PairRun, Run, Selection
+from . import KIND_LABELS, decoder_rows, md_escape, parse_heads, unspaced_caption
+from ..state import BeamView, CompareRun, PairRun, Run, Selection, read_index
 
 FIRST = "Translate a sentence first."
 PE_POSITIONS = 32  # Multi30k sentences are ~13 tokens; more positions cost payload
 
 
 def clamp(value, n: int) -> int:
-    try:
-        return max(0, min(int(value or 0), n - 1))
-    except (TypeError, ValueError):
-        return 0
+    return read_index(value, 0, n)
 
 
 @dataclass(frozen=True)
@@ -494,7 +491,7 @@ def warm_up(reg_key: str) -> None:
 
     from model.engine.decoding import DecodeOptions
 
-    from . import calls
+    from .. import calls
     from .payload import EVERYDAY
     reg = calls.REGISTRIES[reg_key]
     try:

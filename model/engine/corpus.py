@@ -1,4 +1,6 @@
-"""Multi30k loading: the splits, a file per split and language, downloaded when missing."""
+"""Multi30k: where its texts live, and its splits read (a file per split and language, downloaded when
+missing). The app reads only the texts shipped beside the checkpoints; the command-line tools also look
+beside the project."""
 from __future__ import annotations
 
 import gzip
@@ -8,6 +10,13 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+# Multi30k's validation and test texts ship with the app (never the training set): a fresh clone or a Space has
+# what the app reads, and nothing outside the repository is consulted
+SHIPPED_DIR = ROOT / "checkpoints" / "multi30k"
+# the command-line tools: the shipped texts first, then a checkout beside the project (or beside the folder that
+# holds a worktree of it)
+DATA_DIRS = (SHIPPED_DIR, ROOT.parent / "shared" / "multi30k", ROOT.parents[1] / "shared" / "multi30k")
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 SPLITS = ("train", "val", "test_2016_flickr")
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from .decoderlens import LensShown
-from .present import md_escape
-from .state import (CROSS, ModelShape, PatchLink, Run, Selection, WhatIf, link_url, read_index,
+from . import md_escape
+from ..state import (CROSS, ModelShape, PatchLink, Run, Selection, WhatIf, link_url, read_index,
                     whatif_from_query)
 
 

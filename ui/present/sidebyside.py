@@ -10,8 +10,8 @@ from model.families import catalog
 
 from . import views
 from .learn import step_of
-from .present import LANG_NAMES, md_escape
-from .state import ModelShape, Run, Selection
+from . import LANG_NAMES, md_escape
+from ..state import ModelShape, Run, Selection
 
 
 @dataclass(frozen=True)

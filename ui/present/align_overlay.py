@@ -12,8 +12,8 @@ from model.analysis.alignment.heads import _specials
 from model.analysis.alignment.sentence import find_val_pair
 from model.engine.vocab import tokenize
 
-from . import calls
-from .state import Run
+from .. import calls
+from ..state import Run
 
 NOT_FORCED = ("no reference links: they are drawn when the current run is a validation sentence teacher-forced "
               "on its reference (Computation → Forced decoding: pick a validation pair)")
@@ -34,8 +34,8 @@ def overlay_for(reg_key: str, run: Run | None, units: str) -> Overlay:
     """The current run's reference links, or none with the reason."""
     if run is None or not run.forced or run.inputs is None or run.inputs.reference is None:
         return Overlay((), NOT_FORCED)
-    from .align_heads import align_dir
-    return overlay_of(calls.REGISTRIES[reg_key].models[run.model], run, units, align_dir(reg_key), calls.DATA_DIRS)
+    from ..align_heads import align_dir
+    return overlay_of(calls.lm_for(reg_key, run.model), run, units, align_dir(reg_key), calls.DATA_DIRS)
 
 
 def overlay_of(lm, run: Run, units: str, folder, data_dirs) -> Overlay:
