@@ -420,7 +420,8 @@ def layer_heads(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[st
     cols = 1 if H == 1 else 2
     rows = -(-H // cols)
     fs = label_font_size(max(Q, K))
-    label_px, panel_px, under_px, title_px = label_margin(q_tokens, fs), max(120, min(320, 20 * Q)), 80, 24
+    label_px, panel_px, title_px = label_margin(q_tokens, fs), max(120, min(320, 20 * Q)), 24
+    under_px = label_margin(k_tokens, fs, least=60, most=180)  # a panel's rotated key labels, under it
     area = max(200, width_px - label_px - 70)  # the plot area: the left margin holds the labels, the right a bar
     plot_h = rows * panel_px + (rows - 1) * (under_px + title_px)
     doms = grid_domains(rows, cols, hgap=min(0.45, (label_px + 10) / area), vgap=(under_px + title_px) / plot_h)

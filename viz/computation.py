@@ -511,7 +511,8 @@ def embedding_steps(tokens: Sequence[str], token_norm, scaled_norm, pos_norm, to
                                     rangemode="tozero"),
                          legend=BOTTOM_LEGEND)  # above the plot, a long sentence's legend ran into the subtitle
     layout["xaxis"]["anchor"] = "y"
-    layout["margin"] = dict(l=130 if has_detail else 60, r=30, b=40 + (70 if T > 8 else 30))
+    # the bottom margin: the lowest axis's labels (the detail's dimensions, else the tokens), then the legend
+    layout["margin"] = dict(l=130 if has_detail else 60, r=30, b=50 + (30 if has_detail else 70 if T > 8 else 30))
     annotations = []
     if has_detail:
         data.append(_detail_trace(detail, n_dims))
