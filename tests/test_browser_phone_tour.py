@@ -33,25 +33,29 @@ OVERLAPS_JS = """(sel) => {
     .filter(b => b.r.width > 0 && b.r.height > 0 && b.t.trim());
   const titles = boxes('.annotation-text'), head = boxes('.gtitle, .gtitle-subtitle'),
     ticks = boxes('[class$="tick"] text, [class*="tick "] text'), axes = boxes('.g-xtitle text, .g-ytitle text'),
-    legend = boxes('.legend .bg'), cells = boxes('.hm text, .heatmaplayer text');
+    legend = boxes('.legend .bg'), cells = boxes('.hm text, .heatmaplayer text'),
+    bar = boxes('.colorbar [class*="tick"] text, .cbaxis [class*="tick"] text');
   const hit = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
   const out = [];
   const cross = (xs, ys, same) => xs.forEach((a, i) => (same ? xs.slice(i + 1) : ys).forEach(b => {
     if (hit(a.r, b.r)) out.push(a.t + ' × ' + b.t); }));
-  cross(titles, titles, true); cross(titles, [...head, ...ticks]); cross(axes, head); cross(legend, [...head, ...ticks, ...axes]);
-  cross(cells, cells, true);
+  cross(titles, titles, true); cross(titles, [...head, ...ticks]); cross(axes, head);
+  cross(legend, [...head, ...ticks, ...axes]); cross(cells, cells, true); cross(bar, bar, true);
   return out;
 }"""
 # the figure's title and note inside the figure's own box (SVG text does not wrap: it was cut at the right edge)
-TITLE_FITS_JS = """(sel) => { const gd = document.querySelector(sel + ' .js-plotly-plot'), box = gd.getBoundingClientRect();
+TITLE_FITS_JS = """(sel) => {
+  const gd = document.querySelector(sel + ' .js-plotly-plot'), box = gd.getBoundingClientRect();
   return [...gd.querySelectorAll('.gtitle, .gtitle-subtitle')].map(e => e.getBoundingClientRect())
-    .filter(r => r.width > 0 && (r.right > box.right + 1 || r.left < box.left - 1)).map(r => [r.left, r.right, box.right]); }"""
+    .filter(r => r.width > 0 && (r.right > box.right + 1 || r.left < box.left - 1))
+    .map(r => [r.left, r.right, box.right]); }"""
 # visible controls of the tour shorter than a tap target (about 44 px), as "id text: height"
 SHORT_JS = """() => [...document.querySelectorAll('#tour button, #tour input:not([type=checkbox]):not([type=radio]),'
   + ' #tour textarea')].filter(e => { const r = e.getBoundingClientRect(), st = getComputedStyle(e);
     return r.width > 2 && r.height > 2 && st.visibility !== 'hidden' && st.display !== 'none'
       && !e.closest('.js-plotly-plot') && !e.closest('.proxy') && r.height < 43.5; })
-  .map(e => (e.id || e.closest('[id]')?.id) + ' ' + (e.innerText || '').slice(0, 20) + ': ' + e.getBoundingClientRect().height)"""
+  .map(e => (e.id || e.closest('[id]')?.id) + ' ' + (e.innerText || '').slice(0, 20) + ': '
+    + e.getBoundingClientRect().height)"""
 IN_VIEW_JS = """() => { const r = document.querySelector('#tour-heading').getBoundingClientRect();
   return r.height > 0 && r.top >= 0 && r.bottom <= innerHeight; }"""
 # what counts as a control: what a person can type in, pick or press (the section tabs are navigation)
@@ -60,7 +64,8 @@ CONTROLS_JS = """() => [...document.querySelectorAll('button, input, textarea, s
   if (r.width < 2 || r.height < 2 || st.visibility === 'hidden' || st.display === 'none') return false;
   if (e.getAttribute('role') === 'tab' || e.closest('.js-plotly-plot') || e.closest('footer')) return false;
   return r.bottom > 0 && r.top < innerHeight && r.right > 0 && r.left < innerWidth;
-}).map(e => (e.id || e.closest('[id]')?.id || e.tagName) + ': ' + (e.innerText || e.value || e.type || '').trim().slice(0, 30))"""
+}).map(e => (e.id || e.closest('[id]')?.id || e.tagName) + ': '
+  + (e.innerText || e.value || e.type || '').trim().slice(0, 30))"""
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +219,8 @@ def test_on_a_desktop_titles_fit_texts_stay_apart_and_the_link_box_shows(browser
     page = load(new_page(browser), _url(app))
     # the selection bar's one row shows the whole link box (it sat past the right edge, scrolled out of sight)
     bar, box = page.locator("#selection-bar").bounding_box(), page.locator("#link-box").bounding_box()
-    assert box and box["width"] >= 120 and bar["x"] <= box["x"] and box["x"] + box["width"] <= bar["x"] + bar["width"] + 1
+    assert box and box["width"] >= 120 and bar["x"] <= box["x"]
+    assert box["x"] + box["width"] <= bar["x"] + bar["width"] + 1
     assert page.evaluate("() => { const b = document.querySelector('#selection-bar');"
                          " return b.scrollWidth <= b.clientWidth + 1; }")
     _texts_fit(page, "#watch-heads", "first screen")
@@ -226,4 +232,9 @@ def test_on_a_desktop_titles_fit_texts_stay_apart_and_the_link_box_shows(browser
             page.screenshot(path=str(ARTIFACTS / f"desktop-tour-stop{n}.png"))
         if n < tour.N_STOPS:
             page.locator("#tour-next").click()
+    # the logit lens (its note was cut at "(tied…") and Head profiles (its colour bar's ticks crowded)
+    for section, subview, sel in (("computation", "lens", "#lens-plot"), ("analysis", "profiles", "#prof-heat")):
+        page.goto(_url(app, section=section, subview=subview))
+        _texts_fit(page, sel, subview)
+        page.screenshot(path=str(ARTIFACTS / f"desktop-{subview}.png"))
     page.close()

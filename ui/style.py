@@ -181,9 +181,11 @@ PHONE_JS = """<script>
     if (!H || cols.length < 2 || cols.every(c => (c.hi - c.lo) * W >= MIN_COLUMN) || pieces.length > 16) return 0;
     // below a piece that sat on the figure's floor go the labels that had the bottom margin to themselves;
     // below one with tick labels of its own, room for them (as drawn) and the next piece's title
-    const ticks = (p) => Math.max(0, ...[...gd.querySelectorAll(`.${p.x.replace('axis', '')}tick text, ` +
-      Object.keys(F).filter(k => /^xaxis\\d*$/.test(k) && F[k] && F[k].overlaying === p.x.replace('axis', '')).map(k => `.${k.replace('axis', '')}tick text`)
-        .concat(['.none']).join(', '))].map(t => t.getBoundingClientRect().height));
+    const tickText = (x) => `.${x.replace('axis', '')}tick text`;  // 'xaxis2' -> '.x2tick text'
+    const twins = (x) => Object.keys(F)
+      .filter(k => /^xaxis\\d*$/.test(k) && F[k] && F[k].overlaying === x.replace('axis', ''));
+    const ticks = (p) => Math.max(0, ...[...gd.querySelectorAll([p.x, ...twins(p.x)].map(tickText).join(', '))]
+      .map(t => t.getBoundingClientRect().height));
     pieces.forEach(q => {
       const own = Math.max(...q.c.items.map(ticks));
       q.gap = Math.max(own ? own + 30 : GAP, q.b.bottom < 0.05 ? ((F._size || {}).b || 0) + 24 : GAP);
@@ -239,7 +241,8 @@ PHONE_JS = """<script>
   function textFit(gd, data, L, F, width) {  // numbers in cells too narrow for them go (the hover keeps them)
     const area = width - ((L.margin || {}).l ?? 60) - ((L.margin || {}).r ?? 10);
     for (const f of (gd._fullData || []).filter(d => d.type === 'heatmap' && d.texttemplate)) {
-      const key = 'xaxis' + String(f.xaxis || 'x').slice(1), dom = (L[key] || {}).domain || (F[key] || {}).domain || [0, 1];
+      const key = 'xaxis' + String(f.xaxis || 'x').slice(1);
+      const dom = (L[key] || {}).domain || (F[key] || {}).domain || [0, 1];
       const cols = ((f.z || [])[0] || []).length || 1;
       if ((dom[1] - dom[0]) * area / cols < 18) data[f.index] = Object.assign({}, data[f.index], {texttemplate: ''});
     }
