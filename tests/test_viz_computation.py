@@ -320,3 +320,12 @@ def test_the_residual_figure_keeps_its_legend_under_every_label():
                             tokens=[f"w{i}" for i in range(T)], position=2)
     assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0
     assert fig.layout.yaxis.title.text == "L2 norm" and fig.layout.margin.b >= 140
+
+
+def test_a_shallow_models_logit_lens_keeps_room_for_its_rows_and_colour_bar():
+    """Two layers: the plot area between the title and the labels still holds 100 px (the colour bar's
+    ticks ran into each other in about 30)."""
+    T = 5
+    fig = vc.logit_lens([[["a"] * 1] * T] * 2, np.full((2, T, 1), 0.5), [f"s{i}" for i in range(T)], title="lens")
+    m = fig.layout.margin
+    assert fig.layout.height - m.t - m.b >= 100

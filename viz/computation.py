@@ -357,6 +357,9 @@ def logit_lens(top_tokens: Sequence[Sequence[Sequence[str]]], top_probs, step_to
     n = thin_axes(layout, data)
     set_title(layout, title, [f"text: top-1 token after each layer; colour: its probability; hover: top {k}",
                               "last row = the model's output", thin_note(n) if n > 1 else "", *notes])
+    # the rows' own height under the title and over the labels: a shallow model's colour bar kept ~30 px
+    # for its three ticks, which ran into each other
+    layout["height"] = layout["margin"]["t"] + layout["margin"]["b"] + max(100, 34 * L)
     return figure(data, layout)
 
 
