@@ -575,3 +575,28 @@ def test_figure_html_is_standalone(tmp_path):
     from viz import export
     page = export.figure_html(message_figure("<b>x</b>"), tmp_path / "f.html").read_text(encoding="utf-8")
     assert page.lstrip().lower().startswith("<!doctype html>") and '<script src="http' not in page and "<b>x</b>" not in page
+
+
+def test_layer_heads_gives_each_head_its_own_panel_and_labels():
+    """One layer's heads, each its own subplot (a phone stacks them), each with the tokens on both axes, on one
+    0-1 colour axis; a panel's traces name the layer and head a click opens."""
+    rng = np.random.default_rng(0)
+    attn = rng.random((4, 3, 5))
+    attn /= attn.sum(-1, keepdims=True)
+    q, k = ["a", "b", "c"], ["v", "w", "x", "y", "z"]
+    fig = va.layer_heads(attn, q, k, layer=2, kind="enc", title="layer 2")
+    lay = fig.layout.to_plotly_json()
+    xs = sorted(key for key in lay if key.startswith("xaxis") and "overlaying" not in lay[key])
+    assert len(xs) == 4
+    for key in xs:
+        y = lay["yaxis" + key[5:]]
+        assert lay[key]["ticktext"] == token_labels(k) and y["ticktext"] == token_labels(q)
+        assert lay[key].get("showticklabels", True) and y.get("showticklabels", True)
+    assert [a["text"] for a in lay["annotations"]] == [f"head {h}" for h in range(4)]
+    heat = [t for t in fig.data if t.type == "heatmap" and t.name != "masked"]
+    assert [t.meta for t in heat] == [{"kind": "enc", "layer": 2, "head": h} for h in range(4)]
+    assert np.allclose(np.asarray(heat[3].z, float), attn[3], atol=1e-6)
+    # side by side, two to a row: no two panels' domains overlap
+    doms = [(lay[key]["domain"], lay["yaxis" + key[5:]]["domain"]) for key in xs]
+    apart = lambda a, b: a[1] <= b[0] + 1e-9 or b[1] <= a[0] + 1e-9  # noqa: E731
+    assert all(apart(p[0], r[0]) or apart(p[1], r[1]) for i, p in enumerate(doms) for r in doms[i + 1:])

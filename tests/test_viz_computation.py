@@ -293,3 +293,39 @@ def test_computation_imports_no_torch_gradio_or_model():
             "print(bad); sys.exit(bool(bad))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_alpha_writes_its_weights_short_and_only_where_they_fit():
+    """α's cells say ".27" (four characters ran into their neighbours in a narrow column); a long input's
+    cells say nothing (the hover keeps every number)."""
+    args = head_inputs(hidden=())
+    alpha = [t for t in heatmaps(vc.head_computation(*args, TOKS, "dog", 4)) if t["name"] != "masked"][4]
+    written = [s for s in alpha["text"][0] if s]
+    assert alpha["texttemplate"] == "%{text}" and len(written) == len(TOKS)
+    assert all(not s.startswith("0") and len(s) <= 3 for s in written), written
+    pattern = np.asarray(args[5], float)
+    assert [float(s) for s in written] == pytest.approx(pattern, abs=0.006)
+    long = [f"t{i}" for i in range(vc.ALPHA_TEXT_MAX + 1)]
+    many = head_inputs(T=len(long), hidden=())
+    alpha = [t for t in heatmaps(vc.head_computation(*many, long, "t1", 4)) if t["name"] != "masked"][4]
+    assert not alpha["texttemplate"]
+
+
+def test_the_residual_figure_keeps_its_legend_under_every_label():
+    """The legend sits in the figure's bottom strip (yref container), under the tokens' rotated labels, and
+    the y-axis title is short enough for a short axis."""
+    L, T = 3, 12
+    rng = np.random.default_rng(1)
+    fig = vc.residual_norms(rng.random((L + 1, T)), rng.random((L, T)), rng.random((L, T)),
+                            tokens=[f"w{i}" for i in range(T)], position=2)
+    assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0
+    assert fig.layout.yaxis.title.text == "L2 norm" and fig.layout.margin.b >= 140
+
+
+def test_a_shallow_models_logit_lens_keeps_room_for_its_rows_and_colour_bar():
+    """Two layers: the plot area between the title and the labels still holds 100 px (the colour bar's
+    ticks ran into each other in about 30)."""
+    T = 5
+    fig = vc.logit_lens([[["a"] * 1] * T] * 2, np.full((2, T, 1), 0.5), [f"s{i}" for i in range(T)], title="lens")
+    m = fig.layout.margin
+    assert fig.layout.height - m.t - m.b >= 100

@@ -37,7 +37,11 @@ CSS = """
 #selection-bar .secondary-wrap {padding: 2px 6px;}
 #selection-bar > .column {flex-direction: row !important; align-items: center; flex-grow: 1 !important;}
 #link-btn {white-space: nowrap; flex: 0 0 auto;}
-#link-box {flex: 1 1 120px;}
+/* the link box fills what the dropdowns leave of the row (it sat past the right edge, scrolled out of sight) */
+#selection-bar > .form {flex: 0 1 auto !important;}
+#selection-bar .column:has(#link-btn) {flex: 1 1 auto !important; min-width: 0 !important;}
+#selection-bar #link-btn {flex: 0 0 auto !important; width: auto !important;}
+#selection-bar #link-box {flex: 1 1 0% !important; min-width: 120px !important; width: auto !important;}
 @media (max-width: 600px) {
   /* a phone's cells are too small for their numbers: the hover keeps them */
   #attn-plot .heatmap-label {display: none;}
@@ -52,7 +56,8 @@ CSS = """
   #selection-bar #attn-kind, #selection-bar #attn-layer, #selection-bar #attn-head, #selection-bar #attn-units
     {flex: 1 1 45% !important; min-width: 150px !important;}
   #selection-bar input {min-height: 36px; font-size: 16px !important;}
-  #selection-bar > .column {flex: 1 1 100% !important;}
+  #selection-bar > .column, #selection-bar .column:has(#link-btn), #selection-bar > .form
+    {flex: 1 1 100% !important;}
   /* the plot toolbar covered the charts' titles; pinch and the hover still work */
   .js-plotly-plot .modebar-container {display: none !important;}
   /* a thumb's tap target: about 44 px tall, every button and box */
@@ -61,7 +66,14 @@ CSS = """
   #selection-bar #attn-kind {flex: 1 1 100% !important;}
   #tour-input, #tour-input > .form {flex-wrap: wrap !important;}
   #tour-input > *, #tour-input > .form > * {flex: 1 1 100% !important; min-width: 100% !important;}
+  /* the stop's title and ◀ ▶ stay on screen while its figure scrolls under them */
+  #tour-top {position: sticky; top: 0; z-index: 90; background: var(--background-fill-primary);
+    padding: 2px 0 6px 0; border-bottom: 1px solid var(--border-color-primary);}
+  #tour-nav > button {flex: 1 1 0% !important;}
+  #tour-heading h3 {font-size: 1.05em;}
 }
+#tour-top {gap: 4px;}
+#tour-nav {flex-wrap: nowrap !important; gap: 8px;}
 /* an open list paints over the controls after it, on an opaque background (it was see-through on a phone) */
 #selection-bar .block:focus-within {position: relative; z-index: 60 !important;}
 #selection-bar ul:has(> [data-testid=dropdown-option]) {background: var(--background-fill-primary) !important;
@@ -167,8 +179,17 @@ PHONE_JS = """<script>
           .flatMap(b => groups(b.items, p => p.xd[0], p => p.xd[1]).map(c => ({b: band(b.items), c})))
       : cols.map(c => ({b: band(c.items), c}));
     if (!H || cols.length < 2 || cols.every(c => (c.hi - c.lo) * W >= MIN_COLUMN) || pieces.length > 16) return 0;
-    // below a piece that sat on the figure's floor go the labels that had the bottom margin to themselves
-    pieces.forEach(q => { q.gap = q.b.bottom < 0.05 ? Math.max(GAP, ((F._size || {}).b || 0) + 24) : GAP; });
+    // below a piece that sat on the figure's floor go the labels that had the bottom margin to themselves;
+    // below one with tick labels of its own, room for them (as drawn) and the next piece's title
+    const tickText = (x) => `.${x.replace('axis', '')}tick text`;  // 'xaxis2' -> '.x2tick text'
+    const twins = (x) => Object.keys(F)
+      .filter(k => /^xaxis\\d*$/.test(k) && F[k] && F[k].overlaying === x.replace('axis', ''));
+    const ticks = (p) => Math.max(0, ...[...gd.querySelectorAll([p.x, ...twins(p.x)].map(tickText).join(', '))]
+      .map(t => t.getBoundingClientRect().height));
+    pieces.forEach(q => {
+      const own = Math.max(...q.c.items.map(ticks));
+      q.gap = Math.max(own ? own + 30 : GAP, q.b.bottom < 0.05 ? ((F._size || {}).b || 0) + 24 : GAP);
+    });
     const total = pieces.reduce((s, q, i) => s + (q.b.top - q.b.bottom) * H + (i ? pieces[i - 1].gap : 0), 0);
     // each piece as wide as the columns were together: the room left of them (labels) and right (bars) stays
     const left = Math.min(...cols.map(c => c.lo)), right = Math.max(...cols.map(c => c.hi));
@@ -217,6 +238,15 @@ PHONE_JS = """<script>
                                             yref: 'container', font: {size: 10}});
     return rows * 19 + 8;
   }
+  function textFit(gd, data, L, F, width) {  // numbers in cells too narrow for them go (the hover keeps them)
+    const area = width - ((L.margin || {}).l ?? 60) - ((L.margin || {}).r ?? 10);
+    for (const f of (gd._fullData || []).filter(d => d.type === 'heatmap' && d.texttemplate)) {
+      const key = 'xaxis' + String(f.xaxis || 'x').slice(1);
+      const dom = (L[key] || {}).domain || (F[key] || {}).domain || [0, 1];
+      const cols = ((f.z || [])[0] || []).length || 1;
+      if ((dom[1] - dom[0]) * area / cols < 18) data[f.index] = Object.assign({}, data[f.index], {texttemplate: ''});
+    }
+  }
   function settle(gd) {  // Plotly versions anchor a wrapped title differently: measured, it moves below the edge
     const t = gd.querySelector('.gtitle'), F = gd._fullLayout || {}, box = gd.getBoundingClientRect();
     if (!t || !F.title || !box.height || gd.__settled === gd.layout) return;
@@ -224,8 +254,25 @@ PHONE_JS = """<script>
     const over = box.top + 6 - t.getBoundingClientRect().top;
     if (over > 0.5) window.Plotly.relayout(gd, {'title.y': F.title.y - over / F.height});
   }
+  // Wider screens: a title or note wider than its figure wraps once (SVG text never wraps; it was cut at the
+  // right edge), the top margin grown by the lines it gained.
+  function wideFit(gd) {
+    const t = gd.querySelector('.gtitle'), note = gd.querySelector('.gtitle-subtitle'), F = gd._fullLayout || {};
+    const box = gd.getBoundingClientRect();
+    if (gd.layout.__wide || !box.width || !t) return;
+    if (![t, note].some(e => e && e.getBoundingClientRect().right > box.right - 2)) return;
+    const L = JSON.parse(JSON.stringify(gd.layout)), m = Object.assign({}, L.margin);
+    const top = titleFit(L, F, box.width - ((F.title || {}).x || 0) * box.width - 16);
+    L.margin = Object.assign(m, {t: (m.t ?? F.margin?.t ?? 80) + top});
+    L.height = (L.height || F.height || 400) + top;
+    L.title.y = 1 - 16 / L.height;
+    L.__wide = true;
+    gd.__fitting = true;
+    Promise.resolve(window.Plotly.react(gd, gd.data, L)).finally(() => { gd.__fitting = false; });
+  }
   function fit(gd) {
-    if (window.innerWidth > PHONE || !window.Plotly || !gd.layout || gd.__fitting) return;
+    if (!window.Plotly || !gd.layout || gd.__fitting) return;
+    if (window.innerWidth > PHONE) return wideFit(gd);
     if (gd.layout.__phone) return settle(gd);
     const L = JSON.parse(JSON.stringify(gd.layout)), data = gd.data.map(d => Object.assign({}, d));
     const width = (gd.clientWidth || window.innerWidth) - 12, m = Object.assign({}, L.margin), F = gd._fullLayout || {};
@@ -238,6 +285,7 @@ PHONE_JS = """<script>
     const right = Object.keys(F).some(k => /^yaxis\\d*$/.test(k) && F[k].side === 'right');
     L.margin = Object.assign(m, {r: right ? (m.r ?? 80) : Math.min(m.r ?? 80, 10), t: (m.t ?? 20) + top,
                                  b: (m.b ?? 40) + below, autoexpand: true});
+    textFit(gd, data, L, F, width);
     L.height = (L.height || F.height || 400) + top + below + grown;
     if (L.title && L.title.text) L.title.y = 1 - 16 / L.height;
     L.__phone = true;

@@ -13,8 +13,9 @@ import plotly.graph_objects as go
 
 from .common import (ATTN_SCALE, DIVERGING, MASKED_NOTE, MAX_TICK_LABELS, MIN_LABEL_FONT, apply_mask, axis_ids,
                      base_layout, blank_rows, display_width, esc, figure, finite_absmax, finite_max, full_hover,
-                     grid_domains, label_font_size, mask_array, masked_layer, masked_trace, max_colorbar, scale_note,
-                     set_title, short, subplot_title, thin_axes, thin_note, token_axis, token_labels)
+                     grid_domains, label_font_size, layer_head, mask_array, masked_layer, masked_trace,
+                     max_colorbar, scale_note, set_title, short, subplot_title, thin_axes, thin_note, token_axis,
+                     token_labels)
 
 HOVER = "%s<br>query: %%{y}<br>key: %%{x}<br>weight: %%{z:.4~g}<extra></extra>"
 HOVER_WHOLE = "%s<br>query: %%{customdata[0]}<br>key: %%{customdata[1]}<br>weight: %%{z:.4~g}<extra></extra>"
@@ -403,4 +404,48 @@ def score_panels(scores: np.ndarray, weights: np.ndarray, q_tokens: Sequence[str
                                colorbar=dict(title=dict(text="score"), thickness=10, x=0.935, len=0.45, y=0.75))
     layout["coloraxis2"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
                                 colorbar=dict(title=dict(text="weight"), thickness=10, x=0.935, len=0.45, y=0.22))
+    return figure(data, layout)
+
+
+def layer_heads(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str], *, layer: int,
+                title: str | None = None, query_valid=None, mask=None, kind: str | None = None,
+                query_title: str | None = None, width_px: int = 780, notes: Sequence[str] = ()) -> go.Figure:
+    """One layer's heads (``attn``: (H, Q, K)), two to a row, each its own panel with its own token labels
+    on a shared 0–1 colour axis. Panels that are their own subplots stack one under another on a phone,
+    each as wide as the screen, where a mosaic of every layer's heads left each key a few pixels.
+    Each panel's traces carry ``meta`` as in head_grid."""
+    attn = _check(attn, q_tokens, k_tokens, 3)
+    H, Q, K = attn.shape
+    z_all, zm_all, masked = _weights_and_mask(attn, mask, query_valid)
+    cols = 1 if H == 1 else 2
+    rows = -(-H // cols)
+    fs = label_font_size(max(Q, K))
+    label_px, panel_px, title_px = label_margin(q_tokens, fs), max(120, min(320, 20 * Q)), 24
+    under_px = label_margin(k_tokens, fs, least=60, most=180)  # a panel's rotated key labels, under it
+    area = max(200, width_px - label_px - 70)  # the plot area: the left margin holds the labels, the right a bar
+    plot_h = rows * panel_px + (rows - 1) * (under_px + title_px)
+    doms = grid_domains(rows, cols, hgap=min(0.45, (label_px + 10) / area), vgap=(under_px + title_px) / plot_h)
+    layout = base_layout(plot_h)
+    layout["margin"] = dict(l=label_px, r=70, b=under_px)
+    data, annotations = [], []
+    for h in range(H):
+        xr, yr, xa, ya = axis_ids(h)
+        xd, yd = doms[h]
+        name = layer_head(layer, h)
+        place = dict(xaxis=xr, yaxis=yr, meta=_meta(kind, layer, h))
+        data.append(dict(type="heatmap", z=z_all[h], coloraxis="coloraxis", hoverongaps=False,
+                         hovertemplate=HOVER % name, **place))
+        if masked and np.isfinite(zm_all[h]).any():
+            data.append(masked_trace(zm_all[h], name, **place))
+        layout[xa] = dict(token_axis(k_tokens, font_size=fs, angle=-90), domain=list(xd), anchor=yr)
+        layout[ya] = dict(token_axis(q_tokens, font_size=fs), domain=list(yd), anchor=xr, autorange="reversed")
+        annotations.append(subplot_title(f"head {h}", xd, yd))
+    if query_title:
+        layout["yaxis"]["title"] = dict(text=esc(query_title), font=dict(size=11))
+    k = thin_axes(layout, data)
+    layout["annotations"] = annotations
+    set_title(layout, title, [*_notes("shared", None, masked, k, panels=H), *notes], top_extra=10)
+    layout["height"] = plot_h + layout["margin"]["t"] + under_px
+    layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
+                               colorbar=dict(title=dict(text="weight"), thickness=10, len=min(1.0, 300 / plot_h)))
     return figure(data, layout)

@@ -103,6 +103,19 @@ def _head_panels(q, K, scores, blocked, masked, pattern, V, z, result, d_k, quer
     ]
 
 
+# a legend in the figure's bottom strip (the bottom margin leaves it room under the axis labels)
+BOTTOM_LEGEND = dict(orientation="h", x=0, xanchor="left", y=0, yanchor="bottom", yref="container",
+                     font=dict(size=10))
+ALPHA_TEXT_MAX = 16  # keys up to which α's cells say their weight: more left each number ~15 px in the tour
+
+
+def _weight_text(z) -> dict:
+    """Each weight written in its cell without the leading zero (".27", "1"): "0.27" ran into its neighbours."""
+    text = [["" if not np.isfinite(v) else "1" if v >= 0.995 else f"{v:.2f}".removeprefix("0") for v in row]
+            for row in np.asarray(z, dtype=np.float64)]
+    return dict(text=text, texttemplate="%{text}", textfont=dict(size=9))
+
+
 def _column_domains(panels, keys_px: int) -> tuple[list[tuple[float, float]], int]:
     """y domains of the panels, stacked per column with their titles inside the plot area; the plot height."""
     tops, heights, used, labels_above = [], [], {}, {}
@@ -145,7 +158,7 @@ def head_computation(query, keys, scores, mask, masked, pattern, values, z, resu
     for i, ((col, name, zz, xkind, is_keys, (kind, top), show_x, hover), yd) in enumerate(zip(panels, doms)):
         ref, sfx = i + 1, "" if i == 0 else str(i + 1)
         scale, lo = (DIVERGING, -top) if kind == "div" else (ATTN_SCALE, 0.0)
-        extra = dict(texttemplate="%{z:.2f}", textfont=dict(size=9)) if kind == "attn" and Tk <= 20 else {}
+        extra = _weight_text(zz) if kind == "attn" and Tk <= ALPHA_TEXT_MAX else {}
         data.append(_heat(rounded(zz), ref, hover + "<extra></extra>", scale, lo, top, **extra))
         if xkind == "key":
             xa = _key_axis(key_tokens, show_x, angle=-60)
@@ -230,18 +243,20 @@ def residual_norms(resid, attn, ffn, cross=None, tokens: Sequence[str] = (), tit
                      zmax=finite_max(z), hoverongaps=False, name="‖residual‖",
                      hovertemplate="%{y}<br>position %{x}<br>‖residual‖ = %{z:.4g}<extra></extra>",
                      colorbar=dict(title=dict(text="‖x‖"), thickness=10, x=1.0)))
-    layout = base_layout(200 + min(360, max(160, 28 * L1)), plot_bgcolor="white", barmode="group",
-                         legend=dict(orientation="h", x=0, y=-0.25, font=dict(size=10)))
+    # the legend in the figure's bottom strip, under every axis's labels (long tokens ran into it)
+    layout = base_layout(230 + min(360, max(160, 28 * L1)), plot_bgcolor="white", barmode="group",
+                         legend=BOTTOM_LEGEND)
     ticks = ["input"] + [str(i + 1) for i in range(L1 - 1)]
     layout["xaxis"] = dict(domain=[0, 0.38], tickmode="array", tickvals=list(range(L1)), ticktext=ticks,
                            title=dict(text="layer boundary (bars: layer l, between l and l+1)", font=dict(size=10)),
                            showgrid=True, gridcolor="#eee", zeroline=False)
-    layout["yaxis"] = dict(title=dict(text="L2 norm, mean over positions"), rangemode="tozero", showgrid=True,
-                           gridcolor="#eee")
+    # a short axis title: a long one ran up past the axis into the subtitle
+    layout["yaxis"] = dict(title=dict(text="L2 norm" if position is not None else "mean L2 norm",
+                                      font=dict(size=11)), rangemode="tozero", showgrid=True, gridcolor="#eee")
     layout["xaxis2"] = dict(token_axis(tokens, font_size=label_font_size(T), angle=-60 if T > 8 else None),
                             domain=[0.52, 0.94], anchor="y2")
     layout["yaxis2"] = dict(token_axis(rows, font_size=10, number=False), anchor="x2", autorange="reversed")
-    layout["margin"] = dict(l=60, r=20, b=110)
+    layout["margin"] = dict(l=60, r=20, b=140 if T > 8 else 110)
     k = thin_axes(layout, data)
     if position is not None:
         layout["shapes"] = [dict(type="rect", xref="x2", yref="y2 domain", x0=position - 0.5, x1=position + 0.5,
@@ -342,6 +357,9 @@ def logit_lens(top_tokens: Sequence[Sequence[Sequence[str]]], top_probs, step_to
     n = thin_axes(layout, data)
     set_title(layout, title, [f"text: top-1 token after each layer; colour: its probability; hover: top {k}",
                               "last row = the model's output", thin_note(n) if n > 1 else "", *notes])
+    # the rows' own height under the title and over the labels: a shallow model's colour bar kept ~30 px
+    # for its three ticks, which ran into each other
+    layout["height"] = layout["margin"]["t"] + layout["margin"]["b"] + max(100, 34 * L)
     return figure(data, layout)
 
 
@@ -494,9 +512,10 @@ def embedding_steps(tokens: Sequence[str], token_norm, scaled_norm, pos_norm, to
                          xaxis=token_axis(tokens, font_size=fs, angle=-60 if T > 8 else None),
                          yaxis=dict(domain=[split, 1.0], title=dict(text="L2 norm"), showgrid=True, gridcolor="#eee",
                                     rangemode="tozero"),
-                         legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom", font=dict(size=10)))
+                         legend=BOTTOM_LEGEND)  # above the plot, a long sentence's legend ran into the subtitle
     layout["xaxis"]["anchor"] = "y"
-    layout["margin"] = dict(l=130 if has_detail else 60, r=30, b=50)
+    # the bottom margin: the lowest axis's labels (the detail's dimensions, else the tokens), then the legend
+    layout["margin"] = dict(l=130 if has_detail else 60, r=30, b=50 + (30 if has_detail else 70 if T > 8 else 30))
     annotations = []
     if has_detail:
         data.append(_detail_trace(detail, n_dims))

@@ -53,5 +53,7 @@ def profile_heatmaps(grids: Sequence[tuple[str, np.ndarray]], stat: str, *, titl
     layout["annotations"] = notes
     layout["margin"] = dict(l=50, r=40, t=80 if title else 40, b=40)
     layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=zmax,
-                               colorbar=dict(title=dict(text=esc(stat)), thickness=12, x=0.95))
+                               colorbar=dict(title=dict(text=esc(stat), side="right"), thickness=12, x=0.95,
+                                             nticks=5, tickformat=".2~f", tickfont=dict(size=10)))
+    # five ticks, the title along the bar: ten ticks over a short bar ran into each other
     return figure(data, layout)

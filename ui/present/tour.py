@@ -22,6 +22,7 @@ from model.analysis.computation import Computation
 from model.engine.config import NO_INTERVENTION, Interventions
 from model.engine.decoding import DecodeOptions
 from model.engine.names import CROSS, DEC_SELF, ENC_SELF
+from viz import attention as va
 from viz import masks as vm
 from viz import tour as vt
 
@@ -235,8 +236,16 @@ def stop_many_heads(t: TourRun, choice: str | None = None) -> Stop:
     return Stop(3, TITLES[3], s, Selection(kind=ENC_SELF, layer=layer, view="grid", section="attention",
                                            subview="maps", units=t.units),
                 Trial("Pick another layer", tuple((f"layer {i}", str(i)) for i in range(n_layers)), str(layer)),
-                views.attention_figure(t.run, ENC_SELF, "grid", layer, 0, t.units, t.lm),
-                [Fact(f"head{h}_weight", w) for h, _, w in rows])
+                _layer_figure(t, layer), [Fact(f"head{h}_weight", w) for h, _, w in rows])
+
+
+def _layer_figure(t: TourRun, layer: int):
+    """The picked layer's heads, each its own panel (a phone stacks them, each as wide as the screen)."""
+    kv = views.kind_view(t.run, ENC_SELF, t.units, t.lm)
+    return va.layer_heads(kv.attn[layer], kv.rows, kv.keys, layer=layer, kind=ENC_SELF, query_valid=kv.valid,
+                          mask=kv.mask, query_title=kv.row_title, width_px=TOUR_PLOT_PX,
+                          title=f"Encoder self-attention, layer {layer}: its {kv.attn.shape[1]} heads side by side "
+                                f"(rows: query {kv.unit}, columns: key {kv.unit})")
 
 
 # --------------------------------------------------------------------------- stops 5-6: masks, FFN, residual

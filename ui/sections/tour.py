@@ -11,14 +11,22 @@ import gradio as gr
 
 from viz.common import message_figure
 
-from ..present import tour
-from ..present import md_escape, model_choices
-from ..state import link_url, tour_pick, tour_stop, tour_url
-from . import VIEW, Shell, log
+from ..present import md_escape, model_choices, tour
+from ..state import ModelShape, Selection, from_query, link_url, tour_pick, tour_stop, tour_url
+from ..present.views import REGISTRY
+from . import VIEW, RunContext, Shell, lazy_values, log, subview_values
 from .translate import base_url, replay_event
 
 CLOSED = -1
-LEAVE_JS = "(link) => { if (link) { window.location.assign(link); } return []; }"
+RELOAD = "reload:"  # the leave link's mark where the stop shows another model (a training frame): a new page
+# Leaving keeps the page (its run history and selection); the address becomes the explorer's link, so that
+# a reload opens the explorer, not the tour. Only a stop on another model loads that model's page.
+LEAVE_JS = """(link) => {
+  if (!link) return [];
+  if (link.startsWith('reload:')) { window.location.assign(link.slice(7)); return []; }
+  history.replaceState(null, '', link);
+  return [];
+}"""
 
 
 @dataclass
@@ -57,7 +65,12 @@ def build(shell: Shell) -> TourParts:
             direction = gr.Dropdown(model_choices(shell.reg), value=shell.default_model, label="Direction",
                                     elem_id="tour-direction", scale=2)
             go = gr.Button("Translate", variant="primary", elem_id="tour-go", scale=0, min_width=100)
-        heading = gr.Markdown(elem_id="tour-heading")
+        # the stop's title and ◀ ▶ above its figure (sticky on a phone, where a figure runs to 1,500 px)
+        with gr.Column(elem_id="tour-top"):
+            heading = gr.Markdown(elem_id="tour-heading")
+            with gr.Row(elem_id="tour-nav"):
+                back = gr.Button("◀ Back", elem_id="tour-back", size="sm", scale=0, min_width=110)
+                nxt = gr.Button("Next ▶", elem_id="tour-next", size="sm", variant="primary", scale=0, min_width=110)
         with gr.Row(equal_height=False):
             with gr.Column(scale=2, min_width=300):
                 body = gr.Markdown(elem_id="tour-body")
@@ -65,10 +78,7 @@ def build(shell: Shell) -> TourParts:
                 changed = gr.Markdown(elem_id="tour-changed")
             with gr.Column(scale=3, min_width=300):
                 plot = gr.Plot(elem_id="tour-plot", show_label=False)
-        with gr.Row(elem_id="tour-nav"):
-            back = gr.Button("◀ Back", elem_id="tour-back", size="sm")
-            nxt = gr.Button("Next ▶", elem_id="tour-next", size="sm", variant="primary")
-            leave = gr.Button("Leave the tour: the full explorer, here", elem_id="tour-leave", size="sm")
+        leave = gr.Button("Leave the tour: the full explorer, here", elem_id="tour-leave", size="sm")
         link = gr.Textbox(label="Link to this stop (share it: it opens this stop on this sentence)",
                           elem_id="tour-link", interactive=False, max_lines=1)
         leave_link = gr.Textbox(elem_id="tour-leave-link", elem_classes="proxy", show_label=False, container=False)
@@ -118,7 +128,48 @@ def _leave_link(shell: Shell, run, s: tour.Stop, base: str) -> str:
         return ""
     inputs = replace(run.inputs, model=s.model) if s.model else run.inputs
     shape = shell.shape(inputs.model)
-    return link_url(base, inputs, s.focus.fit(shape) if shape else s.focus)
+    link = link_url(base, inputs, s.focus.fit(shape) if shape else s.focus)
+    return RELOAD + link if inputs.model != run.model else link
+
+
+def leave_values(shell: Shell, run, link: str, held: Selection, base: str = "/") -> dict:
+    """Leaving the tour, on the same page: the explorer on the same run (its history untouched), opened on
+    the stop's section with the fields that section's view reads taken from the stop (``link``), every
+    other field as the bar held it before the tour."""
+    closed = {shell.tour.panel: gr.Column(visible=False), shell.tour.start: gr.Button(visible=True),
+              shell.tour.stop: CLOSED}
+    restored = from_query(dict(parse_qsl(urlsplit(link).query)), shell.shapes()) if link else None
+    if run is None or restored is None or link.startswith(RELOAD) or restored.inputs.model != run.model:
+        return closed | {shell.tabs: gr.Tabs(visible=True)}  # a stop on another model: its page loads instead
+    stop = restored.sel
+    spec = REGISTRY.get(f"{stop.section}/{stop.subview}" if stop.subview else stop.section)
+    taken = {"section", "subview", *(spec.reads if spec else ())} - {"units"}
+    sel = replace(held, **{f: getattr(stop, f) for f in taken}).fit(ModelShape.of(shell.lm(run)))
+    sel = replace(sel, step=min(sel.step, max(0, run.n_steps - 1)))
+    values = shell.run_values(run, RunContext(sel, False, base))
+    lz = shell.lazy.get(sel.section)
+    if lz is not None:  # the section on screen, drawn from the selection (its other inputs as they stand)
+        fields = {c: getattr(sel, f) for f, c in shell.sel_controls().items() if f not in ("section", "subview")}
+        values |= lazy_values(shell, sel.section, run, *(fields.get(c, c.value) for c in lz.inputs))
+    values |= subview_values(shell, run, sel)
+    values |= {shell.kind: sel.kind, shell.view: sel.view, shell.scale: sel.scale, shell.section: sel.section,
+               shell.subviews: {sel.section: sel.subview} if sel.subview else {},
+               shell.step: gr.Slider(minimum=0, maximum=max(1, run.n_steps - 1), value=sel.step)}
+    if shell.query is not None:
+        values[shell.query] = sel.query
+    if sel.subview and sel.section in shell.subtabs:
+        values[shell.subtabs[sel.section]] = gr.Tabs(selected=sel.subview)
+    return values | closed | {shell.tabs: gr.Tabs(visible=True, selected=sel.section)}
+
+
+def leave_outputs(shell: Shell) -> list:
+    lazy = [c for lz in shell.lazy.values() for c in (lz.stamp, *lz.outputs)]
+    sub = [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]
+    p = shell.tour
+    return list(dict.fromkeys([*shell.run_outputs(), *lazy, *sub, shell.kind, shell.view, shell.scale,
+                               shell.section, shell.subviews, shell.step, *shell.subtabs.values(), shell.tabs,
+                               *([shell.query] if shell.query is not None else []),
+                               p.panel, p.start, p.stop]))
 
 
 def _nav(index: int) -> list:
@@ -148,6 +199,19 @@ def _safe_draw(shell: Shell, run, index, units, request, pick: str | None = None
                 gr.skip(), gr.skip(), gr.skip(), gr.skip(), *_nav(int(index))]
 
 
+# After ◀ or ▶: a page scrolled past the stop's top (mid-figure) goes back to it, the title at the top
+# of the screen under whatever sticks there (the run bar on a desktop).
+TOP_JS = """() => {
+  const top = document.querySelector('#tour-top'), above = document.querySelector('#tour-input');
+  if (!top || !above) return [];
+  const bar = document.querySelector('#run-bar-box');
+  const stuck = bar && getComputedStyle(bar).position === 'sticky' ? bar.offsetHeight : 0;
+  const y = above.getBoundingClientRect().bottom + window.scrollY - stuck;
+  if (window.scrollY > y) window.scrollTo({top: y, behavior: 'instant'});
+  return [];
+}"""
+
+
 def wire(shell: Shell, translate_event: tuple) -> None:
     """Start, Back, Next, the trial, the tour's own Translate, and leaving (after translate.wire)."""
     p: TourParts = shell.tour
@@ -161,8 +225,9 @@ def wire(shell: Shell, translate_event: tuple) -> None:
         return fn
 
     p.start.click(move(0), ins, outs, api_name="tour_start", api_visibility="undocumented", **VIEW)
-    p.next.click(move(1), ins, outs, api_name="tour_next", api_visibility="undocumented", **VIEW)
-    p.back.click(move(-1), ins, outs, api_visibility="private", **VIEW)
+    for event in (p.next.click(move(1), ins, outs, api_name="tour_next", api_visibility="undocumented", **VIEW),
+                  p.back.click(move(-1), ins, outs, api_visibility="private", **VIEW)):
+        event.then(None, None, None, js=TOP_JS)  # the new stop from its own top
     def try_it(run, stop, units, choice, request: gr.Request):
         """The stop redrawn for the pick: its text, figure, what changed and both links."""
         if run is None or stop in (None, CLOSED):
@@ -172,6 +237,15 @@ def wire(shell: Shell, translate_event: tuple) -> None:
     p.trial.input(try_it, [*ins, p.trial], outs, api_name="tour_try",
                   api_visibility="undocumented", **shell.model_event(), show_progress="minimal")
     p.leave.click(None, p.leave_link, None, js=LEAVE_JS)
+
+    def on_leave(run, link, held, request: gr.Request):
+        values = leave_values(shell, run, link, held if isinstance(held, Selection) else Selection(),
+                              base_url(request))
+        outs = set(leave_outputs(shell))
+        return {c: v for c, v in values.items() if c in outs}
+
+    p.leave.click(on_leave, [shell.run_state, p.leave_link, shell.sel_state], leave_outputs(shell),
+                  api_visibility="private", **VIEW)
     fn, inputs, outputs = translate_event
     # the tour's own sentence box runs the explorer's translate event (the run every section shares)
     copy = p.go.click(lambda text, name: (text, name), [p.text, p.direction], [shell.text, shell.direction],
