@@ -15,12 +15,13 @@ from pathlib import Path
 
 import onnx
 
-from .compact import store_fp16
+from .compact import store
 from .export import FLAGS, DecoderGraph, EncoderGraph, export_model
 from .sentencepiece_spec import spm_spec
 from .spacy_rules import tokenizer_rules
 
 ROOT = Path(__file__).resolve().parent
+PRECISION = "fp16"  # the stored weights' precision, chosen by bench/web_int8.py's measurement (docs/web.md)
 PAGE = ROOT / "page"
 VENDOR = {  # node_modules path -> name in the site's vendor/ folder
     "onnxruntime-web/dist/ort.wasm.min.mjs": "ort.wasm.min.mjs",
@@ -65,20 +66,21 @@ def model_meta(lm, enc: EncoderGraph, dec: DecoderGraph) -> dict:
             "decoder_start_id": cfg.decoder_start_id, "never_generated": list(cfg.never_generated),
             "parameters": lm.model.num_parameters(), "flags": list(FLAGS),
             "encoder_outputs": list(enc.names.outputs), "decoder_outputs": list(dec.names.outputs),
+            "decoder_inputs": list(dec.names.inputs),
             "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
 
 
-def build_direction(folder: Path, out: Path) -> dict:
-    """models/<name>/: encoder.onnx, decoder.onnx (fp16-stored weights), spm.json, meta.json."""
+def build_direction(folder: Path, out: Path, precision: str = PRECISION) -> dict:
+    """models/<name>/: encoder.onnx, decoder.onnx (weights stored at ``precision``), spm.json, meta.json."""
     from model.families.ours import load
     lm = load(folder)
     target = out / "models" / lm.name
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for part, path in export_model(lm.model, Path(tmp)).items():
-            onnx.save(store_fp16(onnx.load(str(path))), str(target / f"{part}.onnx"))
+            onnx.save(store(onnx.load(str(path)), precision), str(target / f"{part}.onnx"))
     (target / "spm.json").write_text(json.dumps(spm_spec(folder / "spm.model"), ensure_ascii=False), encoding="utf-8")
-    meta = model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model))
+    meta = {**model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model)), "precision": precision}
     (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     return meta
 
