@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -82,7 +83,7 @@ def run_direction(name: str, n: int) -> dict:
     lm = load(ROOT / "checkpoints" / name)
     texts = lines("val", lm.src_lang)[:n]
     engine = [(t, translate(lm, t, OPTS)) for t in texts]
-    meta = model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model))
+    meta = model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model), ROOT / "checkpoints")
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = export_model(lm.model, Path(tmp) / "fp32")
@@ -118,10 +119,15 @@ def main(argv=None) -> int:
                   flush=True)
             for d in r["differ"]:
                 print("   ", json.dumps(d, ensure_ascii=False))
-    out = {"directions": results, "verdict": verdict(results), "n": args.n, "runtime": "onnxruntime (Python), 1 thread"}
-    print("verdict:", json.dumps(out["verdict"]))
-    args.out.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        save(args.out, results, args.n)  # after each direction: a long run leaves what it measured
+    print("verdict:", json.dumps(verdict(results)))
     return 0
+
+
+def save(path: Path, results: dict, n: int) -> None:
+    out = {"directions": results, "verdict": verdict(results), "n": n, "runtime": "onnxruntime (Python), 1 thread",
+           "load_average": os.getloadavg()}
+    path.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
