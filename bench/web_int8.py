@@ -10,7 +10,7 @@ ids, against ``python -m model.translate --beam 1`` (model.engine.decoding.trans
   two part and the engine's two best logits there;
 - attention: max |difference| of every head's pattern (encoder self, decoder self, cross), teacher-forced
   over the engine's output, against the engine's capture, on the first 20 of those sentences;
-- size: the two graphs' bytes, raw and gzip -6 (what a static host sends).
+- size: the two graphs and their shared weights file, raw and gzip -6 (what a static host sends).
 
 The issue's rule: the smaller one that keeps >= 98 % identical greedy tokens in every direction. Prints the
 figures and writes them to bench/web_int8.json.
@@ -35,7 +35,7 @@ from model.engine.hooks import capture
 from model.engine.names import CROSS, DEC_SELF, ENC_SELF
 from model.families.ours import find_checkpoints, load
 from web.build import model_meta
-from web.compact import PRECISIONS, store
+from web.compact import PRECISIONS, WEIGHTS, share_weights, store
 from web.export import DecoderGraph, EncoderGraph, export_model
 from web.runtime import Graphs
 from web.serve import ROOT, lines
@@ -47,9 +47,9 @@ GOAL = 0.98
 
 
 def sizes(folder: Path) -> dict:
-    raw = sum((folder / f"{g}.onnx").stat().st_size for g in ("encoder", "decoder"))
-    gz = sum(len(gzip.compress((folder / f"{g}.onnx").read_bytes(), 6)) for g in ("encoder", "decoder"))
-    return {"bytes": raw, "gzip_bytes": gz}
+    files = [folder / name for name in ("encoder.onnx", "decoder.onnx", WEIGHTS)]
+    return {"bytes": sum(f.stat().st_size for f in files),
+            "gzip_bytes": sum(len(gzip.compress(f.read_bytes(), 6)) for f in files)}
 
 
 def attention_diff(lm, graphs: Graphs, src_ids: list[int], out_ids: list[int]) -> float:
@@ -90,8 +90,10 @@ def run_direction(name: str, n: int) -> dict:
         for precision in PRECISIONS:
             folder = Path(tmp) / precision
             folder.mkdir()
-            for part, path in fp32.items():
-                onnx.save(store(onnx.load(str(path)), precision), str(folder / f"{part}.onnx"))
+            graphs = {part: store(onnx.load(str(path)), precision) for part, path in fp32.items()}
+            (folder / WEIGHTS).write_bytes(share_weights(list(graphs.values())))  # as web.build writes them
+            for part, graph in graphs.items():
+                onnx.save(graph, str(folder / f"{part}.onnx"))
             out[precision] = {**sizes(folder), **measure(lm, Graphs(folder, meta), engine, N_ATTN)}
     return out
 

@@ -22,7 +22,7 @@ from web.runtime import Graphs
 from web.spacy_rules import to_js
 
 SHIPPED = ["cs-en", "de-en", "en-cs", "en-de", "en-fr", "fr-en"]  # every shipped direction, in name order
-MAX_MB = 15  # one direction's two graphs, uncompressed
+MAX_MB = 15  # one direction's two graphs and their weights, uncompressed
 TOL_LOGITS, TOL_PATTERN = 1e-3, 1e-4
 
 
@@ -45,8 +45,10 @@ def test_the_site_holds_every_direction_with_fp16_weights_and_named_heads():
         assert {f"cross_pattern_{i}" for i in range(L)} <= set(meta["decoder_outputs"])
         assert {f"self_pattern_{i}" for i in range(L)} <= set(meta["decoder_outputs"])
         assert {f"enc_pattern_{i}" for i in range(meta["encoder_layers"])} <= set(meta["encoder_outputs"])
-        size = sum((folder / f"{g}.onnx").stat().st_size for g in ("encoder", "decoder"))
+        size = sum((folder / f).stat().st_size for f in ("encoder.onnx", "decoder.onnx", "weights.bin"))
         assert size < MAX_MB * 1e6, f"{name}: {size / 1e6:.1f} MB"
+        weights = (folder / "weights.bin").stat().st_size  # every weight once, in fp16: the table is shared
+        assert 0.99 < weights / (2 * meta["parameters"]) < 1.01, (name, weights)  # (vectors stay in the graphs)
         for graph in ("encoder", "decoder"):
             m = onnx.load(str(folder / f"{graph}.onnx"))
             assert m.opset_import[0].version >= 17

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from .compact import store
+from .compact import WEIGHTS, share_weights, store
 from .export import FLAGS, DecoderGraph, EncoderGraph, export_model
 from .sentencepiece_spec import spm_spec
 from .spacy_rules import tokenizer_rules
@@ -79,14 +79,17 @@ def model_meta(lm, enc: EncoderGraph, dec: DecoderGraph, checkpoints: Path) -> d
 
 
 def build_direction(folder: Path, out: Path, precision: str = PRECISION) -> dict:
-    """models/<name>/: encoder.onnx, decoder.onnx (weights stored at ``precision``), spm.json, meta.json."""
+    """models/<name>/: encoder.onnx and decoder.onnx with their weights (stored at ``precision``) in one
+    weights.bin, each tensor once; spm.json, meta.json."""
     from model.families.ours import load
     lm = load(folder)
     target = out / "models" / lm.name
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for part, path in export_model(lm.model, Path(tmp)).items():
-            onnx.save(store(onnx.load(str(path)), precision), str(target / f"{part}.onnx"))
+        graphs = {part: store(onnx.load(str(path)), precision) for part, path in export_model(lm.model, Path(tmp)).items()}
+    (target / WEIGHTS).write_bytes(share_weights(list(graphs.values())))
+    for part, graph in graphs.items():
+        onnx.save(graph, str(target / f"{part}.onnx"))
     (target / "spm.json").write_text(json.dumps(spm_spec(folder / "spm.model"), ensure_ascii=False), encoding="utf-8")
     meta = {**model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model), folder.parent), "precision": precision}
     (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")

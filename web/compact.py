@@ -19,15 +19,16 @@ MIN_CAST = 16  # smaller tensors (scalars, shapes) stay as they are
 PRECISIONS = ("fp16", "int8")
 
 
-def _transposed_copies(inits: list) -> dict[str, str]:
-    """name -> name of the 2-D initializer it is the transpose of."""
+def _transposed_copies(inits: list, tables: set[str]) -> dict[str, str]:
+    """name -> name of the 2-D initializer it is the transpose of. Of each pair the Gather's table is kept
+    (so that the encoder's and the decoder's tables are the same bytes, stored once by share_weights)."""
     by_bytes = {}
     for init in inits:
         if len(init.dims) == 2 and init.data_type == TensorProto.FLOAT:
             by_bytes.setdefault(numpy_helper.to_array(init).tobytes(), init.name)
     out = {}
-    for init in inits:
-        if len(init.dims) == 2 and init.data_type == TensorProto.FLOAT:
+    for init in sorted(inits, key=lambda i: i.name in tables):  # copies of tables first
+        if len(init.dims) == 2 and init.data_type == TensorProto.FLOAT and init.name not in tables:
             twin = by_bytes.get(np.ascontiguousarray(numpy_helper.to_array(init).T).tobytes())
             if twin is not None and twin != init.name and twin not in out:  # keep one of each pair
                 out[init.name] = twin
@@ -68,8 +69,8 @@ def store(model: onnx.ModelProto, precision: str = "fp16") -> onnx.ModelProto:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
     graph = model.graph
-    twins = _transposed_copies(list(graph.initializer))
     tables = _gathered(graph)
+    twins = _transposed_copies(list(graph.initializer), tables)
     front, head, keep = [], [], []
     for init in graph.initializer:
         if init.name in twins:
@@ -95,3 +96,32 @@ def store(model: onnx.ModelProto, precision: str = "fp16") -> onnx.ModelProto:
 
 def store_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     return store(model, "fp16")
+
+
+WEIGHTS = "weights.bin"  # one direction's weights, shared by its two graphs
+MIN_SHARED = 1024        # bytes: smaller initializers stay inside their graph
+ALIGN = 64
+
+
+def share_weights(models: list[onnx.ModelProto], location: str = WEIGHTS) -> bytes:
+    """Move the graphs' large initializers into one external file, each distinct tensor once (the encoder
+    and the decoder hold the same embedding table: it is fetched once). Returns the file's bytes; the
+    models then point into it (ONNX external data: location, offset, length)."""
+    blob, where = bytearray(), {}
+    for model in models:
+        for init in model.graph.initializer:
+            raw = numpy_helper.to_array(init).tobytes()
+            if len(raw) < MIN_SHARED:
+                continue
+            key = (init.data_type, tuple(init.dims), raw)
+            if key not in where:
+                blob.extend(b"\0" * (-len(blob) % ALIGN))
+                where[key] = len(blob)
+                blob.extend(raw)
+            for field in ("raw_data", "float_data", "int32_data", "int64_data"):
+                init.ClearField(field)
+            init.data_location = TensorProto.EXTERNAL
+            del init.external_data[:]
+            for k, v in (("location", location), ("offset", str(where[key])), ("length", str(len(raw)))):
+                init.external_data.add(key=k, value=v)
+    return bytes(blob)

@@ -28,7 +28,7 @@ async function keepForOffline(name) {
   await navigator.serviceWorker.ready;
   if (!navigator.serviceWorker.controller) await new Promise((ok) => navigator.serviceWorker.addEventListener("controllerchange", ok, { once: true }));
   const d = await loaded.get(name);
-  const files = ["meta.json", "spm.json", "encoder.onnx", "decoder.onnx"].map((f) => `${BASE}/models/${name}/${f}`);
+  const files = ["meta.json", "spm.json", "encoder.onnx", "decoder.onnx", "weights.bin"].map((f) => `${BASE}/models/${name}/${f}`);
   await Promise.all([...files, `${BASE}/models/spacy_${d.meta.src_lang}.json`].map((u) => fetch(u).catch(() => null)));
   document.body.dataset.offline = [document.body.dataset.offline, name].filter(Boolean).join(" ");
 }

@@ -37,7 +37,13 @@ export class Direction {
     const lang = d.meta.src_lang;
     if (!wordRules.has(lang)) wordRules.set(lang, json(`${base}/models/spacy_${lang}.json`).then((r) => new SpacyWords(r)));
     d.words = await wordRules.get(lang);
-    const opts = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
+    // both graphs read their weights from one file (each tensor once: the embedding table is shared)
+    const weights = await fetch(`${base}/models/${name}/weights.bin`).then((r) => {
+      if (!r.ok) throw new Error(`weights.bin: ${r.status}`);
+      return r.arrayBuffer();
+    });
+    const opts = { executionProviders: ["wasm"], graphOptimizationLevel: "all",
+      externalData: [{ path: "weights.bin", data: new Uint8Array(weights) }] };
     [d.encoder, d.decoder] = await Promise.all([
       ort.InferenceSession.create(`${base}/models/${name}/encoder.onnx`, opts),
       ort.InferenceSession.create(`${base}/models/${name}/decoder.onnx`, opts)]);
