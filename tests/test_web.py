@@ -8,7 +8,6 @@ import shutil
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 
@@ -19,10 +18,11 @@ from model.engine.names import CROSS, DEC_SELF, ENC_SELF
 from model.families.ours import load
 from tests.test_web_fixtures import ROOT, lines, site
 from web.build import directions
+from web.runtime import Graphs
 from web.spacy_rules import to_js
 
 SHIPPED = ["cs-en", "de-en", "en-cs", "en-de", "en-fr", "fr-en"]  # every shipped direction, in name order
-MAX_MB = 15  # one direction's two graphs, uncompressed
+MAX_MB = 15  # one direction's two graphs and their weights, uncompressed
 TOL_LOGITS, TOL_PATTERN = 1e-3, 1e-4
 
 
@@ -45,8 +45,10 @@ def test_the_site_holds_every_direction_with_fp16_weights_and_named_heads():
         assert {f"cross_pattern_{i}" for i in range(L)} <= set(meta["decoder_outputs"])
         assert {f"self_pattern_{i}" for i in range(L)} <= set(meta["decoder_outputs"])
         assert {f"enc_pattern_{i}" for i in range(meta["encoder_layers"])} <= set(meta["encoder_outputs"])
-        size = sum((folder / f"{g}.onnx").stat().st_size for g in ("encoder", "decoder"))
+        size = sum((folder / f).stat().st_size for f in ("encoder.onnx", "decoder.onnx", "weights.bin"))
         assert size < MAX_MB * 1e6, f"{name}: {size / 1e6:.1f} MB"
+        weights = (folder / "weights.bin").stat().st_size  # every weight once, in fp16: the table is shared
+        assert 0.99 < weights / (2 * meta["parameters"]) < 1.01, (name, weights)  # (vectors stay in the graphs)
         for graph in ("encoder", "decoder"):
             m = onnx.load(str(folder / f"{graph}.onnx"))
             assert m.opset_import[0].version >= 17
@@ -57,24 +59,16 @@ def test_the_site_holds_every_direction_with_fp16_weights_and_named_heads():
             assert {"use_padding_mask", "use_pos"} <= {i.name for i in m.graph.input}
 
 
-def session(path):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    return ort.InferenceSession(str(path), so)
+def graphs(name: str) -> Graphs:
+    folder = site() / "models" / name
+    return Graphs(folder, json.loads((folder / "meta.json").read_text()))
 
 
-def run_graphs(folder, src_ids, dec_in, iv: Interventions) -> dict:
-    flag = lambda on: np.array([1.0 if on else 0.0], np.float32)  # noqa: E731
-    src = np.array([src_ids], np.int64)
-    enc = session(folder / "encoder.onnx")
-    eo = dict(zip([o.name for o in enc.get_outputs()],
-                  enc.run(None, {"src": src, "use_padding_mask": flag(iv.src_padding_mask),
-                                 "use_pos": flag(iv.positional_encoding)})))
-    dec = session(folder / "decoder.onnx")
-    do = dict(zip([o.name for o in dec.get_outputs()],
-                  dec.run(None, {"tgt": np.array([dec_in], np.int64), "memory": eo["memory"], "src": src,
-                                 "use_padding_mask": flag(iv.src_padding_mask),
-                                 "use_causal_mask": flag(iv.causal_mask), "use_pos": flag(iv.positional_encoding)})))
+def run_graphs(name, src_ids, dec_in, iv: Interventions) -> dict:
+    g = graphs(name)
+    eo = g.encode(src_ids, iv.src_padding_mask, iv.positional_encoding)
+    do = g.decode(dec_in, eo["memory"], src_ids, padding=iv.src_padding_mask, causal=iv.causal_mask,
+                  pos=iv.positional_encoding)
     return {**eo, **do}
 
 
@@ -91,11 +85,32 @@ def test_mask_switches_match_the_engine(iv):
     dec_in = decoder_input(lm.model.cfg.decoder_start_id, tr.output_ids)
     with torch.no_grad(), capture(lm.model, ["*.hook_pattern", "hook_logits"]) as trace:
         lm.model(torch.tensor([src_ids]), torch.tensor([dec_in]), iv)
-    got = run_graphs(site() / "models" / "de-en", src_ids, dec_in, iv)
+    got = run_graphs("de-en", src_ids, dec_in, iv)
     assert np.abs(got["logits"][0] - trace["hook_logits"][0, -1].numpy()).max() < TOL_LOGITS
     for short, kind in (("enc", ENC_SELF), ("self", DEC_SELF), ("cross", CROSS)):
         ours = np.stack([got[f"{short}_pattern_{i}"][0] for i in range(4)])
         assert np.abs(ours - trace.attention(kind)).max() < TOL_PATTERN, short
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["cached-steps", "look-ahead-off"])
+def test_the_decoder_graph_decodes_as_the_engine(causal):
+    """Greedy with the one decoder graph as the page runs it (one cached step at a time with the look-ahead
+    mask on; the whole prefix after an empty cache with it off) gives the engine's ids, and a cached step's
+    logits and new pattern row equal the whole prefix's last ones."""
+    lm = load(ROOT / "checkpoints" / "de-en")
+    g = graphs("de-en")
+    for text in lines("val", "de")[:8]:
+        tr = translate(lm, text, DecodeOptions(beam=1, record=False, trace=False), Interventions(causal_mask=causal))
+        assert g.greedy(tr.src_ids, causal=causal) == tr.output_ids, text
+    src_ids, prefix = tr.src_ids, decoder_input(lm.model.cfg.decoder_start_id, tr.output_ids)[:6]
+    memory = g.encode(src_ids)["memory"]
+    whole = g.decode(prefix, memory, src_ids)
+    before = g.decode(prefix[:-1], memory, src_ids)
+    cache = {n: before[n.replace("past_", "present_")] for n in g.past}
+    step = g.decode(prefix[-1:], memory, src_ids, cache)
+    assert np.abs(step["logits"] - whole["logits"]).max() < TOL_LOGITS
+    assert np.abs(step["self_pattern_3"][0, :, 0] - whole["self_pattern_3"][0, :, -1]).max() < TOL_PATTERN
+    assert step["present_k_0"].shape[2] == len(prefix)
 
 
 def test_python_patterns_become_javascript_patterns():

@@ -52,7 +52,8 @@ def test_translate_open_a_head_switch_the_mask_walk_the_tour(served, size):
     assert above and max(above) > 0.01  # without the look-ahead mask, positions see later ones
 
     stops = page.locator("#tour li").all_inner_texts()
-    assert len(stops) == 3 and "tokens" in stops[0] and "mean weight" in stops[1] and "step 0" in stops[2]
+    assert len(stops) == 11 and "enters the encoder as" in stops[0] and "of its weight on" in stops[6]
+    assert "The top three:" in stops[7] and "needs the server" in stops[4]
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")  # no sideways scroll
     page.screenshot(path=str(ARTIFACTS / f"web-page-{size[0]}.png"), full_page=True)
     assert foreign == []

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import onnx
 
-from .compact import store_fp16
+from .compact import WEIGHTS, share_weights, store
 from .export import FLAGS, DecoderGraph, EncoderGraph, export_model
 from .sentencepiece_spec import spm_spec
 from .spacy_rules import tokenizer_rules
 
 ROOT = Path(__file__).resolve().parent
+PRECISION = "fp16"  # the stored weights' precision, chosen by bench/web_int8.py's measurement (docs/web.md)
 PAGE = ROOT / "page"
 VENDOR = {  # node_modules path -> name in the site's vendor/ folder
     "onnxruntime-web/dist/ort.wasm.min.mjs": "ort.wasm.min.mjs",
@@ -55,7 +56,14 @@ def directions(checkpoints: Path) -> list[Path]:
     return found
 
 
-def model_meta(lm, enc: EncoderGraph, dec: DecoderGraph) -> dict:
+def example(name: str, src_lang: str, checkpoints: Path) -> str:
+    """The app's first example sentence for a direction (its Examples table's first row): the page's default."""
+    from ui.payload import examples_for  # gradio-free: the app's example sentences
+    rows = examples_for([name], {name: src_lang}, [checkpoints / "multi30k"])
+    return rows[0][0] if rows else ""
+
+
+def model_meta(lm, enc: EncoderGraph, dec: DecoderGraph, checkpoints: Path) -> dict:
     cfg = lm.model.cfg
     metrics = lm.metrics or {}
     return {"name": lm.name, "src_lang": lm.src_lang, "tgt_lang": lm.tgt_lang, "d_model": cfg.d_model,
@@ -63,22 +71,27 @@ def model_meta(lm, enc: EncoderGraph, dec: DecoderGraph) -> dict:
             "encoder_heads": cfg.encoder_heads, "decoder_heads": cfg.decoder_heads, "max_len": cfg.max_len,
             "pad_id": cfg.pad_id, "bos_id": cfg.src_bos_id, "eos_id": cfg.eos_id,
             "decoder_start_id": cfg.decoder_start_id, "never_generated": list(cfg.never_generated),
-            "parameters": lm.model.num_parameters(), "flags": list(FLAGS),
+            "parameters": lm.model.num_parameters(), "flags": list(FLAGS), "token_scale": float(cfg.token_scale),
+            "tgt_vocab_size": cfg.tgt_vocab_size, "example": example(lm.name, lm.src_lang, checkpoints),
             "encoder_outputs": list(enc.names.outputs), "decoder_outputs": list(dec.names.outputs),
+            "decoder_inputs": list(dec.names.inputs),
             "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
 
 
-def build_direction(folder: Path, out: Path) -> dict:
-    """models/<name>/: encoder.onnx, decoder.onnx (fp16-stored weights), spm.json, meta.json."""
+def build_direction(folder: Path, out: Path, precision: str = PRECISION) -> dict:
+    """models/<name>/: encoder.onnx and decoder.onnx with their weights (stored at ``precision``) in one
+    weights.bin, each tensor once; spm.json, meta.json."""
     from model.families.ours import load
     lm = load(folder)
     target = out / "models" / lm.name
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for part, path in export_model(lm.model, Path(tmp)).items():
-            onnx.save(store_fp16(onnx.load(str(path))), str(target / f"{part}.onnx"))
+        graphs = {part: store(onnx.load(str(path)), precision) for part, path in export_model(lm.model, Path(tmp)).items()}
+    (target / WEIGHTS).write_bytes(share_weights(list(graphs.values())))
+    for part, graph in graphs.items():
+        onnx.save(graph, str(target / f"{part}.onnx"))
     (target / "spm.json").write_text(json.dumps(spm_spec(folder / "spm.model"), ensure_ascii=False), encoding="utf-8")
-    meta = model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model))
+    meta = {**model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model), folder.parent), "precision": precision}
     (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     return meta
 
@@ -103,7 +116,8 @@ def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_m
     for lang in langs:
         (out / "models" / f"spacy_{lang}.json").write_text(
             json.dumps(tokenizer_rules(lang), ensure_ascii=False), encoding="utf-8")
-    manifest = {"directions": [m["name"] for m in metas], "languages": langs}
+    manifest = {"directions": [m["name"] for m in metas], "languages": langs,
+                "examples": {m["name"]: m["example"] for m in metas}}
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return metas
 

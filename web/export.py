@@ -1,9 +1,12 @@
 """The shipped models as two ONNX graphs each, traced through the engine's own modules.
 
 - the encoder: source ids -> memory, with every head's pattern (and the scores, q and K the tour reads);
-- one decoder step, recomputed over the whole prefix (no KV cache: the look-ahead switch then needs no
-  second graph, and at 4 layers and ~20 tokens the recompute costs a few milliseconds): prefix ids ->
-  the next token's logits, with every self- and cross-attention pattern over the prefix.
+- the decoder over new target positions after a cache of past self-attention keys and values: prefix ids
+  and the cache -> the next token's logits, the cache grown by the new positions, and every self- and
+  cross-attention pattern of the new positions. One graph serves both ways the engine decodes
+  (model.engine.decoding.decoder_step): with the look-ahead mask on, one new token a step after the cache
+  (``past_*`` of length P); with it off, the whole prefix recomputed after an empty cache (P = 0). The
+  views' step is the whole prefix after an empty cache too, so the embedding table is stored once.
 
 The mask switches are float inputs (1 = on), so that the page can do what the Masks section does. The
 patterns come out of the engine's hook points (``capture``), exactly what the app draws.
@@ -40,12 +43,12 @@ def attention_outputs(prefix: str, kind, n_layers: int) -> list[tuple[str, str]]
     return out
 
 
-def _embed(stack, tokens, use_pos):
+def _embed(stack, tokens, use_pos, positions=None):
     """The stack's embedding with the positional encoding scaled by ``use_pos`` (0 or 1), through its hooks:
-    _Stack.embed with its Python switch made a graph input."""
+    _Stack.embed with its Python switch made a graph input (``positions``: the tokens' indices, default 0..T-1)."""
     x = stack.hook_embed(stack.tok_embed(tokens) * stack.scale)
-    pe = stack.hook_pos(stack.pe[: tokens.size(1)][None] * use_pos)
-    return x + pe
+    pe = stack.pe[: tokens.size(1)] if positions is None else stack.pe.index_select(0, positions)
+    return x + stack.hook_pos(pe[None] * use_pos)
 
 
 def _norms(trace, part: str, n_layers: int) -> torch.Tensor:
@@ -80,28 +83,44 @@ class EncoderGraph(nn.Module):
                 _norms(trace, "encoder", cfg.n_encoder_layers), *(trace[h] for _, h in self.attn))
 
 
+def past_names(n_layers: int) -> list[str]:
+    return [f"past_{kv}_{layer}" for layer in range(n_layers) for kv in ("k", "v")]
+
+
+def present_names(n_layers: int) -> list[str]:
+    return [f"present_{kv}_{layer}" for layer in range(n_layers) for kv in ("k", "v")]
+
+
 class DecoderGraph(nn.Module):
+    """New positions ``tgt`` (1, N) after P cached ones (``past_k_l``/``past_v_l``: (1, H, P, d_k) each):
+    the last position's logits, the cache with the new positions appended, and the new rows' patterns."""
+
     def __init__(self, model):
         super().__init__()
         self.model = model
         L = model.cfg.n_decoder_layers
         self.attn = attention_outputs("self", DEC_SELF, L) + attention_outputs("cross", CROSS, L)
-        self.names = GraphNames(("tgt", "memory", "src", *FLAGS),
-                                ("logits", "dec_embed", "dec_pos", "dec_norms", *(n for n, _ in self.attn)))
+        self.names = GraphNames(("tgt", "memory", "src", *FLAGS, *past_names(L)),
+                                ("logits", "dec_embed", "dec_pos", "dec_norms", *(n for n, _ in self.attn),
+                                 *present_names(L)))
 
-    def forward(self, tgt, memory, src, use_padding_mask, use_causal_mask, use_pos):
+    def forward(self, tgt, memory, src, use_padding_mask, use_causal_mask, use_pos, *past):
         dec, cfg = self.model.decoder, self.model.cfg
         src_mask = ((src != cfg.pad_id) | (use_padding_mask < 0.5))[:, None, None, :]
-        T = tgt.size(1)
-        causal = torch.ones(T, T, dtype=torch.bool).tril()[None, None] | (use_causal_mask < 0.5)
-        tgt_mask = (tgt != cfg.pad_id)[:, None, None, :] & causal
+        P, N = past[0].size(2), tgt.size(1)
+        new = torch.arange(N) + P                       # the new positions' indices
+        causal = (torch.arange(P + N)[None, :] <= new[:, None])[None, None] | (use_causal_mask < 0.5)
+        seen = torch.cat([torch.ones_like(past[0][:, 0, :, 0], dtype=torch.bool), tgt != cfg.pad_id], 1)
+        tgt_mask = seen[:, None, None, :] & causal      # as Transformer.tgt_mask, after P cached keys
+        caches = [{"self": {"k": past[2 * i], "v": past[2 * i + 1]}, "cross": {}} for i in range(len(dec.layers))]
         with capture(self.model) as trace:
-            x = _embed(dec, tgt, use_pos)
-            for layer in dec.layers:
-                x = layer(x, memory, src_mask, tgt_mask)
+            x = _embed(dec, tgt, use_pos, new)
+            for layer, cache in zip(dec.layers, caches):
+                x = layer(x, memory, src_mask, tgt_mask, cache)
             logits = self.model.generator(dec.norm(x)[:, -1])
+        present = [c["self"][kv] for c in caches for kv in ("k", "v")]
         return (logits, trace[hook_name("embed", "decoder")], trace[hook_name("pos", "decoder")],
-                _norms(trace, "decoder", cfg.n_decoder_layers), *(trace[h] for _, h in self.attn))
+                _norms(trace, "decoder", cfg.n_decoder_layers), *(trace[h] for _, h in self.attn), *present)
 
 
 def _dynamic_axes(names: GraphNames, axes: dict[str, dict[int, str]]) -> dict:
@@ -120,12 +139,18 @@ def axes_for(graph) -> dict[str, dict[int, str]]:
     """Which axes vary: S (source length) and T (decoder prefix length) wherever they appear."""
     axes = {"src": {1: "S"}, "tgt": {1: "T"}, "memory": {1: "S"}, "enc_embed": {1: "S"}, "enc_pos": {1: "S"},
             "enc_norms": {2: "S"}, "dec_embed": {1: "T"}, "dec_pos": {1: "T"}, "dec_norms": {2: "T"}}
-    for name, _ in graph.attn:
+    for name, _ in graph.attn:  # T: the new positions; K: every self-attention key (cached and new)
         head, point = name.split("_")[:2]
         if point in ("pattern", "scores"):
-            axes[name] = {2: "S" if head == "enc" else "T", 3: "T" if head == "self" else "S"}
+            axes[name] = {2: "S" if head == "enc" else "T", 3: {"self": "K", "cross": "S"}.get(head, "S")}
         elif point in ("q", "k"):
-            axes[name] = {2: "S" if head == "enc" or (head == "cross" and point == "k") else "T"}
+            axes[name] = {2: "S" if head == "enc" or (head == "cross" and point == "k") else
+                          ("K" if point == "k" else "T")}
+    for name in graph.names.inputs + graph.names.outputs:
+        if name.startswith("past_"):
+            axes[name] = {2: "P"}
+        elif name.startswith("present_"):
+            axes[name] = {2: "K"}
     return axes
 
 
@@ -134,12 +159,14 @@ def export_model(model, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     model = model.eval()
     src = torch.tensor([[2, 10, 11, 12, 3]])
-    tgt = torch.tensor([[2, 20, 21]])
+    tgt = torch.tensor([[20, 21]])
     one = torch.ones(1)
+    cfg = model.cfg
+    past = [torch.zeros(1, cfg.decoder_heads, 2, cfg.d_model // cfg.decoder_heads)] * (2 * cfg.n_decoder_layers)
     enc, dec = EncoderGraph(model), DecoderGraph(model)
     paths = {"encoder": out / "encoder.onnx", "decoder": out / "decoder.onnx"}
     export_graph(enc, (src, one, one), paths["encoder"], axes_for(enc))
     with torch.no_grad():
         memory = model.encoder(src, (src != model.cfg.pad_id)[:, None, None, :])
-    export_graph(dec, (tgt, memory, src, one, one, one), paths["decoder"], axes_for(dec))
+    export_graph(dec, (tgt, memory, src, one, one, one, *past), paths["decoder"], axes_for(dec))
     return paths

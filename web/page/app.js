@@ -4,6 +4,7 @@
 import { cleanInput, Direction, isBlank } from "./engine.js";
 import { toText } from "./text.js";
 import { drawGrid, drawHead, drawPositions, axesOf, KINDS } from "./views.js";
+import { N_STOPS, tourStops } from "./tour.js";
 
 const BASE = new URL(".", import.meta.url).href.replace(/\/$/, "");
 const $ = (id) => document.getElementById(id);
@@ -27,7 +28,7 @@ async function keepForOffline(name) {
   await navigator.serviceWorker.ready;
   if (!navigator.serviceWorker.controller) await new Promise((ok) => navigator.serviceWorker.addEventListener("controllerchange", ok, { once: true }));
   const d = await loaded.get(name);
-  const files = ["meta.json", "spm.json", "encoder.onnx", "decoder.onnx"].map((f) => `${BASE}/models/${name}/${f}`);
+  const files = ["meta.json", "spm.json", "encoder.onnx", "decoder.onnx", "weights.bin"].map((f) => `${BASE}/models/${name}/${f}`);
   await Promise.all([...files, `${BASE}/models/spacy_${d.meta.src_lang}.json`].map((u) => fetch(u).catch(() => null)));
   document.body.dataset.offline = [document.body.dataset.offline, name].filter(Boolean).join(" ");
 }
@@ -144,26 +145,20 @@ function stepsTable(run) {
   $("steps-body").replaceChildren(...rows);
 }
 
-const fmt = (x) => x.toFixed(3);
-
-function norm(arr) { return Math.sqrt(arr.reduce((s, x) => s + x * x, 0)); }
-
-/** The tour's stops that need no server, with their numbers computed here. */
-function tour(run) {
-  const emb = rows2d(run.enc.enc_embed), pos = rows2d(run.enc.enc_pos);
-  const last = run.patterns.cross.length - 1, cross = run.patterns.cross[last];
-  const step0 = cross.map((hd) => hd[0]);
-  const mean = step0[0].map((_, j) => step0.reduce((s, r) => s + r[j], 0) / step0.length);
-  const j = mean.indexOf(Math.max(...mean));
-  const s0 = run.steps[0];
-  const stops = [
-    `Tokens. “${run.srcText.slice(0, 60)}” becomes ${run.srcTokens.length} tokens: ${run.srcTokens.join(" ")}. ` +
-      `The first word's embedding × √d has length ${fmt(norm(emb[1]))}; the positional encoding added at position 1 has length ${fmt(norm(pos[1]))}.`,
-    `Cross-attention. Writing its first word, layer ${last}'s heads look hardest (mean weight ${fmt(mean[j])}) at “${run.srcTokens[j]}”.`,
-    `A decoding step. At step 0 the model ranks ${s0.tokens.slice(0, 3).map((t, k) => `${t} (${fmt(s0.probs[k])})`).join(", ")}; ` +
-      `greedy decoding takes ${run.outTokens[0]}.`,
-  ];
-  $("tour").replaceChildren(...stops.map((t) => Object.assign(document.createElement("li"), { textContent: t })));
+/** The tour's stops: those that need no server computed here from this run, as the app's tour states them;
+ * the others named, with where they run. */
+async function tour(run) {
+  const d = await direction(run.dir);
+  const items = tourStops(run, d).map((stop) => {
+    const li = document.createElement("li");
+    li.dataset.stop = String(stop.number);
+    const head = Object.assign(document.createElement("h3"), { textContent: `Stop ${stop.number} of ${N_STOPS}: ${stop.title}` });
+    const lines = stop.server ? ["This stop needs the server: walk it in the Gradio app's tour."] : stop.sentences;
+    li.replaceChildren(head, ...lines.map((t) => Object.assign(document.createElement("p"), { textContent: t })));
+    if (stop.server) li.classList.add("server");
+    return li;
+  });
+  $("tour").replaceChildren(...items);
 }
 
 async function compareMasks(run) {
@@ -191,7 +186,7 @@ async function show(run) {
   await drawHeadView(run);
   stepsTable(run);
   await drawPositions($("pos-plot"), rows2d(run.enc.enc_pos), run.srcTokens);
-  tour(run);
+  await tour(run);
   const url = new URL(location.href);
   url.searchParams.set("src", run.srcText);
   url.searchParams.set("dir", run.dir);
@@ -216,8 +211,12 @@ async function init() {
   const sel = $("dir");
   for (const name of manifest.directions) sel.append(new Option(name.replace("-", " → "), name));
   const q = new URLSearchParams(location.search);
-  if (q.get("dir") && manifest.directions.includes(q.get("dir"))) sel.value = q.get("dir");
-  $("text").value = q.get("src") ?? "Ein Mann fährt mit dem Fahrrad über eine Brücke.";
+  const examples = manifest.examples ?? {};
+  sel.value = [q.get("dir"), "de-en"].find((n) => manifest.directions.includes(n)) ?? manifest.directions[0];
+  $("text").value = q.get("src") ?? examples[sel.value] ?? "";
+  sel.addEventListener("change", () => {  // another direction's untouched example becomes this one's, as in the app
+    if (Object.values(examples).includes($("text").value)) $("text").value = examples[sel.value] ?? $("text").value;
+  });
   $("go").addEventListener("click", onTranslate);
   $("grid-kind").addEventListener("change", () => current && drawGrid($("grid"), current, $("grid-kind").value));
   $("head-pick").addEventListener("change", () => current && drawHeadView(current));

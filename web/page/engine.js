@@ -37,7 +37,13 @@ export class Direction {
     const lang = d.meta.src_lang;
     if (!wordRules.has(lang)) wordRules.set(lang, json(`${base}/models/spacy_${lang}.json`).then((r) => new SpacyWords(r)));
     d.words = await wordRules.get(lang);
-    const opts = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
+    // both graphs read their weights from one file (each tensor once: the embedding table is shared)
+    const weights = await fetch(`${base}/models/${name}/weights.bin`).then((r) => {
+      if (!r.ok) throw new Error(`weights.bin: ${r.status}`);
+      return r.arrayBuffer();
+    });
+    const opts = { executionProviders: ["wasm"], graphOptimizationLevel: "all",
+      externalData: [{ path: "weights.bin", data: new Uint8Array(weights) }] };
     [d.encoder, d.decoder] = await Promise.all([
       ort.InferenceSession.create(`${base}/models/${name}/encoder.onnx`, opts),
       ort.InferenceSession.create(`${base}/models/${name}/decoder.onnx`, opts)]);
@@ -72,29 +78,42 @@ export class Direction {
     return { src, out };
   }
 
-  /** One decoder step over the prefix ``ys``: only the logits while decoding (ORT then skips the views'
-   * outputs), every output for the step whose patterns the views draw. */
-  async step(ys, memory, src, sw, everything = false) {
-    const tgt = new ort.Tensor("int64", BigInt64Array.from(ys.map(BigInt)), [1, ys.length]);
-    const feeds = { tgt, memory, src, ...this.flags(sw) };
-    return everything ? this.decoder.run(feeds) : this.decoder.run(feeds, ["logits"]);
+  /** An empty self-attention cache: every past_* input with no positions. */
+  emptyCache() {
+    const H = this.meta.decoder_heads, dk = this.meta.d_model / H, out = {};
+    for (const n of this.meta.decoder_inputs.filter((x) => x.startsWith("past_"))) out[n] = new ort.Tensor("float32", new Float32Array(0), [1, H, 0, dk]);
+    return out;
   }
 
-  /** Greedy decoding of source ids; every step's top-k, and the last step's outputs (every pattern) unless
-   * ``views`` is false. */
+  /** The decoder over new positions ``ys`` after ``cache`` (default: none, the whole prefix). ``fetch``:
+   * the outputs wanted (ORT then skips what only the others need); all of them when null. */
+  async step(ys, memory, src, sw, cache = null, fetch = null) {
+    const tgt = new ort.Tensor("int64", BigInt64Array.from(ys.map(BigInt)), [1, ys.length]);
+    const feeds = { tgt, memory, src, ...this.flags(sw), ...(cache ?? this.emptyCache()) };
+    return fetch ? this.decoder.run(feeds, fetch) : this.decoder.run(feeds);
+  }
+
+  /** Greedy decoding of source ids, as model.engine.decoding.decoder_step: with the look-ahead mask on one
+   * new token a step after the cache, with it off the whole prefix again. Every step's top-k, and the
+   * outputs of the whole prefix (every pattern) unless ``views`` is false. */
   async greedy(ids, sw = {}, views = true) {
     const t0 = performance.now();
     const { src, out: enc } = await this.encode(ids, sw);
     const budget = Math.max(1, Math.min(100, this.meta.max_len - 1, 2 * ids.length + 10));
+    const cached = sw.causal !== false;
+    const past = this.meta.decoder_inputs.filter((x) => x.startsWith("past_"));
+    const fetch = cached ? ["logits", ...past.map((n) => n.replace("past_", "present_"))] : ["logits"];
     const ys = [this.meta.decoder_start_id], steps = [];
+    let cache = this.emptyCache();
     for (let t = 0; t < budget; t++) {
-      const out = await this.step(ys, enc.memory, src, sw);
+      const out = await this.step(cached ? ys.slice(-1) : ys, enc.memory, src, sw, cached ? cache : null, fetch);
+      if (cached) cache = Object.fromEntries(past.map((n) => [n, out[n.replace("past_", "present_")]]));
       const step = topK(out.logits.data, this.meta.never_generated, TOP_K);
       steps.push(step);
       ys.push(step.choice);
       if (step.choice === this.meta.eos_id) break;
     }
-    const dec = views ? await this.step(ys.slice(0, -1), enc.memory, src, sw, true) : null;
+    const dec = views ? await this.step(ys.slice(0, -1), enc.memory, src, sw) : null;
     return { ids: ys.slice(1), steps, enc, dec, ms: performance.now() - t0 };
   }
 }
