@@ -1,6 +1,6 @@
 """The page's in-browser tour against the app's: for the default sentence of every shipped direction (the
 app's first example, the page's default), each stop the page computes states the same numbers, to the shown
-digits, as ui/tour.py (the Gradio tour's presenter) computes for the same sentence in the same test."""
+digits, as ui/present/tour.py (the Gradio tour's presenter) computes for the same sentence in the same test."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,8 @@ from model.engine.decoding import DecodeOptions, translate
 from model.families.ours import find_checkpoints, load
 from tests.browser_fixtures import check_chromium, chromium, new_page
 from tests.test_web_fixtures import ROOT, guard, open_site, site, static_server
-from ui import state, tour
+from ui import state
+from ui.present import tour
 
 DIRECTIONS = tuple(p.name for p in find_checkpoints(ROOT / "checkpoints"))
 IN_BROWSER = (0, 1, 2, 3, 6, 7, 10)  # the app's stop indices the page computes (its stops 1-4, 7, 8, 11)
