@@ -180,11 +180,16 @@ def test_the_app_never_reaches_training_even_indirectly():
     assert {r: " -> ".join(p) for r, p in paths.items() if p} == {}
 
 
-def test_the_walk_follows_indirect_imports(tmp_path):
+def _packages(tmp_path) -> None:
+    """An empty project tree: the model wings and ui/ as packages."""
     for d in ("model/engine", "model/analysis", "model/training", "ui"):
         (tmp_path / d).mkdir(parents=True)
         (tmp_path / d / "__init__.py").write_text("", encoding="utf-8")
     (tmp_path / "model/__init__.py").write_text("", encoding="utf-8")
+
+
+def test_the_walk_follows_indirect_imports(tmp_path):
+    _packages(tmp_path)
     (tmp_path / "app.py").write_text("from ui import view\n", encoding="utf-8")
     (tmp_path / "ui/view.py").write_text("from model.analysis import deep\n", encoding="utf-8")
     (tmp_path / "model/analysis/deep.py").write_text("def f():\n    from model.training import fit\n",
@@ -199,10 +204,7 @@ def test_the_walk_follows_indirect_imports(tmp_path):
 
 
 def test_the_wing_rules_catch_violations_inside_functions(tmp_path):
-    for d in ("model/engine", "model/analysis", "model/training", "ui"):
-        (tmp_path / d).mkdir(parents=True)
-        (tmp_path / d / "__init__.py").write_text("", encoding="utf-8")
-    (tmp_path / "model/__init__.py").write_text("", encoding="utf-8")
+    _packages(tmp_path)
     (tmp_path / "model/engine/core.py").write_text("def f():\n    from ..analysis import deep\n", encoding="utf-8")
     (tmp_path / "model/analysis/deep.py").write_text("from model.engine import core\n", encoding="utf-8")
     (tmp_path / "model/training/fit.py").write_text("import model.analysis.deep\n", encoding="utf-8")

@@ -11,9 +11,9 @@ from typing import Callable
 
 import pytest
 
-from tests.app_fixtures import served
-from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page, pick_kind
-from tests.test_browser_select import _pick, _tab
+from tests.browser_fixtures import ARTIFACTS, WAIT, load, new_page, pick_kind
+# the same app (de-en and en-de tiny checkpoints) and browser, one per module
+from tests.test_browser_select import _pick, _tab, app_url, browser  # noqa: F401
 from viz.common import layer_head
 
 pytestmark = pytest.mark.browser
@@ -90,19 +90,6 @@ def _expected(seam: "Seam", fields_set: set) -> list[str]:
     layer, head = (1 if "layer" in fields_set else 0), (2 if "head" in fields_set else 0)
     kind = [DEC_SELF if "kind" in fields_set else CROSS] if "kind" in seam.fields else []
     return kind + [layer_head(layer, head)]
-
-
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    check_chromium()
-    with served(tmp_path_factory, en_de={}) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser(app_url):
-    with chromium() as b:
-        yield b
 
 
 def _wait_figure(page, seam: Seam, want: list[str], before_data: str | None) -> str:
