@@ -58,7 +58,7 @@ def directions(checkpoints: Path) -> list[Path]:
 
 def example(name: str, src_lang: str, checkpoints: Path) -> str:
     """The app's first example sentence for a direction (its Examples table's first row): the page's default."""
-    from ui.payload import examples_for  # gradio-free: the app's example sentences
+    from ui.present.payload import examples_for  # gradio-free: the app's example sentences
     rows = examples_for([name], {name: src_lang}, [checkpoints / "multi30k"])
     return rows[0][0] if rows else ""
 
