@@ -143,6 +143,22 @@ def test_reference_of_other_weights_is_refused(saved_lm):
     assert ref is None and "no validation reference" in why
 
 
+def test_each_load_is_its_own_copy_of_the_file_as_it_is_now(saved_lm):
+    """The parsed file is kept between runs: setting a field on one load must not reach the next, its
+    arrays cannot be written, and a rewritten file is read again."""
+    runs = [signals(saved_lm, translate(saved_lm, s)) for s in SENTENCES[:3]]
+    save_reference(reference_of(saved_lm, "de-en", runs, "first"), saved_lm)
+    a, _ = load_reference(saved_lm)
+    a.flag = Flag(signal="seq_logprob", worse_than=90.0, precision=1.0, recall=1.0)
+    b, _ = load_reference(saved_lm)
+    assert b.flag is None and b.source == "first"
+    with pytest.raises(ValueError):
+        b.values["seq_logprob"][0] = 0.0
+    save_reference(reference_of(saved_lm, "de-en", runs[:2], "second"), saved_lm)
+    c, _ = load_reference(saved_lm)
+    assert c.source == "second" and c.n == 2
+
+
 def test_report_sentences_and_flag(saved_lm):
     runs = [signals(saved_lm, translate(saved_lm, s)) for s in SENTENCES]
     ref = reference_of(saved_lm, "de-en", runs, "x")

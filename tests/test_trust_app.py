@@ -19,7 +19,7 @@ TRANSLATE_KEYS = {"model", "src_text", "src_tokens", "output_tokens", "decoder_i
                   "replaced", "truncated", "score", "interventions", "notices", "steps", "src_word_spans",
                   "src_words", "output_word_spans", "output_words", "decoder_input_word_spans",
                   "decoder_input_words", "attention", "attention_shape", "attention_mask", "precision"}
-ENDPOINTS = {"/translate": ["text", "direction", "beam", "max_len", "decimals"],
+ENDPOINTS = {"/translate": ["text", "direction", "beam", "max_len", "decimals", "trust"],
              "/compare": None, "/attribution": None, "/models": [], "/continue_from": None}
 
 
@@ -51,10 +51,13 @@ def test_api_endpoints_keep_their_names_and_parameters(client):
             assert [p["parameter_name"] for p in named_[name]["parameters"]] == params, name
 
 
-def test_translate_api_returns_the_signals(server, client):
+def test_translate_api_returns_the_signals_when_asked(server, client):
     _, _, lm = server
-    out = client.predict(DE, "de-en", 1, 25, api_name="/translate")
-    assert set(out) - TRANSLATE_KEYS == {"trust"} and TRANSLATE_KEYS <= set(out)
+    plain = client.predict(DE, "de-en", 1, 25, api_name="/translate")
+    assert set(plain) - TRANSLATE_KEYS == {"trust"} and TRANSLATE_KEYS <= set(plain)
+    assert plain["trust"] is None  # not asked for: ALTI+ is not computed
+    out = client.predict(DE, "de-en", 1, 25, None, True, api_name="/translate")
+    assert {k: v for k, v in out.items() if k != "trust"} == {k: v for k, v in plain.items() if k != "trust"}
     trust = out["trust"]
     expected = signals(lm, translate(lm, DE, DecodeOptions(max_len=25)))
     for name in ("seq_logprob", "alti_source_share", "attn_eos", "attn_ign_src", "entropy_mean", "entropy_max"):
@@ -67,7 +70,7 @@ def test_translate_api_returns_the_signals(server, client):
 
 
 def test_a_model_without_reference_gets_values_only(client):
-    out = client.predict(EN, "en-de", 1, 25, api_name="/translate")
+    out = client.predict(EN, "en-de", 1, 25, trust=True, api_name="/translate")
     trust = out["trust"]
     assert all(r["worse_than"] is None for r in trust["readings"])
     assert trust["flagged"] is None and "no validation reference" in trust["note"]
@@ -75,7 +78,7 @@ def test_a_model_without_reference_gets_values_only(client):
 
 
 def test_empty_input_keeps_its_answer(client):
-    out = client.predict("   ", "de-en", 1, 25, api_name="/translate")
+    out = client.predict("   ", "de-en", 1, 25, trust=True, api_name="/translate")
     assert out["translation"] == "" and out["trust"] is None
 
 

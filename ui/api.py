@@ -63,6 +63,11 @@ def _decimals(value) -> int | None:
     return None if value is None or value == "" else _api_int(value, "decimals", 0, 9)
 
 
+def _api_flag(value) -> bool:
+    """A yes/no parameter as a client may send it: true/false, 1/0 or their strings."""
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
 def _run(what: str, fn, *args):
     """A model call whose failure reaches the client as a short message, never a traceback."""
     try:
@@ -81,15 +86,17 @@ class Api:
         self.reg_key, self.reg = reg_key, calls.REGISTRIES[reg_key]
 
     def translate(self, text: str, direction: str = "", beam: int = 1, max_len: int = 100,
-                  decimals: int | None = None) -> dict:
+                  decimals: int | None = None, trust: bool = False) -> dict:
         """Translate `text`. Returns the tokens, the translation, the per-step top-k and the attention arrays
         (encoder_self, decoder_self, cross), each layers x heads x queries x keys, at the model's float32
         precision (`decimals`: round every number to that many places instead, 0-9, for a smaller answer).
         `attention_mask` gives, per kind, queries x keys booleans (True = attended, the same for every layer
         and head): a masked cell has weight 0 and False there, a weight that is or rounds to 0 has True.
-        `trust`: the signals that say when not to trust the output (Seq-Logprob, the ALTI+ source share,
-        cross-attention on the end of the source, ignored source tokens, step entropy, the guardrails), each
-        with the percent of the model's validation translations it is worse than (docs/trust.md)."""
+        `trust` (asked for with `trust=True`, else null: ALTI+ over every attention block adds about a
+        quarter to the server time of a translation): the signals that say when not to trust the output
+        (Seq-Logprob, the ALTI+ source share, cross-attention on the end of the source, ignored source tokens,
+        step entropy, the guardrails), each with the percent of the model's validation translations it is
+        worse than (docs/trust.md)."""
         name = _api_model(self.reg_key, direction)
         decimals = _decimals(decimals)
         text, notices = clean_input(text)
@@ -100,7 +107,8 @@ class Api:
         opts = DecodeOptions(beam=_api_int(beam, "beam", 1, MAX_BEAM), max_len=_api_int(max_len, "max_len", 1, MAX_OUTPUT_TOKENS))
         tr = _run("translation", calls.gpu_translate, self.reg_key, name, text, opts)
         lm = calls.lm_for(self.reg_key, name)
-        return to_json(tr, run_notices(tr, notices, lm), name, lm=lm, decimals=decimals) | {"trust": trust_payload(report_of(self.reg_key, name, tr))}
+        signals = trust_payload(report_of(self.reg_key, name, tr)) if _api_flag(trust) else None
+        return to_json(tr, run_notices(tr, notices, lm), name, lm=lm, decimals=decimals) | {"trust": signals}
 
     def compare(self, text: str, direction: str = "", beam: int = 1, max_len: int = 100, pad_to: int = 0,
                 src_padding_mask: bool = True, causal_mask: bool = True, positional_encoding: bool = True,
