@@ -188,6 +188,21 @@ def test_logit_lens_cells_text_and_topk_hover():
     assert list(fig.layout.xaxis.ticktext) == ["the₀", "dog", "the₂"]
 
 
+def test_logit_lens_makes_room_for_long_turned_step_labels():
+    """Long step labels, turned for a long output, get the room they take below the axis, the title under them."""
+    tokens, probs = lens_inputs(L=2, T=12)
+    short_steps = vc.logit_lens(tokens, probs, [f"w{i}" for i in range(12)])
+    long_steps = vc.logit_lens(tokens, probs, [f"▁unbelievably{i:02d}" for i in range(12)])
+    assert short_steps.layout.margin.b == 100
+    fs = long_steps.layout.xaxis.tickfont.size
+    longest = max(len(t) for t in long_steps.layout.xaxis.ticktext)
+    # a character is about 0.6 em wide; turned by 60°, sin(60°) of the label's length lies below the axis
+    assert long_steps.layout.margin.b >= 0.87 * 0.6 * fs * longest + 30
+    assert long_steps.layout.xaxis.automargin and long_steps.layout.xaxis.title.standoff > 0
+    # the rows keep their height: the figure grows by what the labels took
+    assert long_steps.layout.height - short_steps.layout.height == long_steps.layout.margin.b - 100
+
+
 def test_logit_lens_degenerate():
     assert is_message(vc.logit_lens([], np.zeros((0, 0, 0)), []))
     tokens, probs = lens_inputs(L=1, T=1, k=1)

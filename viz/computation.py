@@ -351,10 +351,15 @@ def logit_lens(top_tokens: Sequence[Sequence[Sequence[str]]], top_probs, step_to
                          xaxis=token_axis(step_tokens, font_size=fs, angle=-60 if T > 8 else None),
                          yaxis=dict(token_axis([f"after layer {l}" for l in range(L)], font_size=10, number=False),
                                     autorange="reversed"))
-    layout["xaxis"]["title"] = dict(text="output step", font=dict(size=11))
-    layout["margin"] = dict(l=90, r=20, b=100)
     data = [trace]
     n = thin_axes(layout, data)
+    # the step labels, turned by 60°, take up to sin(60°) of their length below the axis; the title goes
+    # under them (a fixed margin let long words run into it)
+    longest = max((len(str(t)) for t in layout["xaxis"]["ticktext"]), default=0)
+    drop = int(0.87 * 0.6 * fs * longest) if T > 8 else fs + 4
+    layout["xaxis"]["title"] = dict(text="output step", font=dict(size=11), standoff=8)
+    layout["xaxis"]["automargin"] = True
+    layout["margin"] = dict(l=90, r=20, b=max(100, drop + 40))
     set_title(layout, title, [f"text: top-1 token after each layer; colour: its probability; hover: top {k}",
                               "last row = the model's output", thin_note(n) if n > 1 else "", *notes])
     # the rows' own height under the title and over the labels: a shallow model's colour bar kept ~30 px
