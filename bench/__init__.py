@@ -27,6 +27,7 @@ BENCHES = [
     Bench("cold_start", "from `python app.py` to the server answering and to the first translation answered"),
     Bench("load", "concurrent gradio_client users: throughput, latency, errors, memory, leak check"),
     Bench("serving", "old serving against new side by side: load, the UI's Translate event, a classroom, busy"),
+    Bench("page_cost", "one new visitor's page: components, handlers, server CPU, HTML; an older tree against today's"),
     Bench("translate_cpu", "server CPU of one warm /translate, an older tree against today's"),
     Bench("classroom", "40 clients open one link (within 5 s, then at once): before the cache, cache, model slots"),
     Bench("replicas", "one app process against two behind nginx (needs nginx)"),

@@ -7,6 +7,7 @@ command, the machine, ``os.getloadavg()`` before and after, and the CPU other pr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -17,6 +18,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -181,6 +183,18 @@ class AppServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def worktree(rev: str):
+    """A detached git worktree of ``rev``, removed afterwards: an older tree to run beside this one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(path), rev], cwd=ROOT, check=True)
+        try:
+            yield path
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False)
 
 
 def rss_kb(pid: int) -> dict:

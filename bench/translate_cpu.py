@@ -13,12 +13,10 @@ signals asked for.
 from __future__ import annotations
 
 import statistics
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from .common import ROOT, AppServer, config, entry, figure, parser, run_one, save, sentences, show
+from .common import ROOT, AppServer, config, entry, figure, parser, run_one, save, sentences, show, worktree
 
 BASE = "ed3d274"  # the tree where /translate last cost 97 ms of server CPU
 N, ROUNDS = 30, 3
@@ -60,17 +58,12 @@ def cpu_per_request(tree: Path, texts: list[str], extra: tuple = ()) -> float:
 
 def run(cfg, base: str = BASE, trust: bool = False):
     texts = sentences(cfg, "de", N)[1:] if not cfg.quick else sentences(cfg, "de", 8)[1:]
-    with tempfile.TemporaryDirectory() as tmp:
-        old = Path(tmp) / "base"
-        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(old), base], cwd=ROOT, check=True)
-        try:
-            trees = {"old": old, "new": ROOT} | ({"new_trust": ROOT} if trust else {})
-            rounds = {k: [] for k in trees}
-            for _ in range(1 if cfg.quick else ROUNDS):
-                for k, tree in trees.items():
-                    rounds[k].append(cpu_per_request(tree, texts, (None, True) if k == "new_trust" else ()))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
+    with worktree(base) as old:
+        trees = {"old": old, "new": ROOT} | ({"new_trust": ROOT} if trust else {})
+        rounds = {k: [] for k in trees}
+        for _ in range(1 if cfg.quick else ROUNDS):
+            for k, tree in trees.items():
+                rounds[k].append(cpu_per_request(tree, texts, (None, True) if k == "new_trust" else ()))
     med = {k: statistics.median(v) for k, v in rounds.items()}
     figs = [figure("translate_cpu.old_ms", f"server CPU per warm /translate at {base} (median of rounds)",
                    med["old"], "ms"),
