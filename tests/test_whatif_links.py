@@ -82,8 +82,7 @@ def _load(demo, url: str) -> dict:
 
 
 def _run(demo):
-    return handler(demo, "translate_stream")(DE, "de-en", "greedy", 4, 20, CROSS, "grid", 0, 0, "words", "shared",
-                                              "translate", None)["Run"]
+    return handler(demo, "translate_stream")(DE, "de-en", "greedy", 4, 20, Selection.of(CROSS))["Run"]
 
 
 def _bench_controls(b: PatchLink) -> tuple:

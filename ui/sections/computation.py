@@ -4,7 +4,7 @@ softmax, V, αV, W_O), the residual stream and norm-based weights, the logit len
 methods side by side, and forced decoding on a reference (which becomes the current run)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -159,17 +159,16 @@ def lazy_io(shell: Shell) -> tuple[list, list, callable]:
     p = shell.computation
     enc_out, enc_in = encodings.lazy_io(shell)
     outs = [p.head_query, p.head_plot, p.resid_plot, p.normw_plot, p.lens_plot, p.ref_example]
-    ins = [shell.sel_state, p.head_query, p.resid_part]
+    ins = [shell.sel_state, p.resid_part]  # the head picker's query is the selection's
     k = len(enc_in)
     return ([*enc_out, *outs], [*enc_in, *ins],
             lambda run, *x, positional=True: (encodings.refresh(shell, run, *x[:k], positional=positional)
                                               + refresh(shell, run, *x[k:])))
 
 
-def refresh(shell: Shell, run: Run, sel: Selection, query, part) -> list:
+def refresh(shell: Shell, run: Run, sel: Selection, part) -> list:
     lm = shell.lm(run)
-    sel = sel if isinstance(sel, Selection) else Selection()
-    query_dd, head_fig, normw_fig = _one_head(shell, run, replace(sel, query=Selection.of(query=query).query))
+    query_dd, head_fig, normw_fig = _one_head(shell, run, sel if isinstance(sel, Selection) else Selection())
     pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
     return [query_dd, head_fig, inside.residual_figure(run, lm, part), normw_fig, inside.lens_figure(run, lm),
             gr.Dropdown(choices=[(pair.label, i) for i, pair in enumerate(pairs)], value=None)]
@@ -215,17 +214,17 @@ def _wire_head(shell: Shell) -> None:
     stamp = shell.lazy[SID].stamp
     outs = [p.head_query, p.head_plot, p.normw_plot, stamp]
 
-    def on_head(run, sel: Selection, section, seen, query):
+    def on_head(run, sel: Selection, section, seen):
         if run is None or section != SID:  # drawn when the section opens instead
             return gr.skip(), gr.skip(), gr.skip(), ""
-        try:  # the head picker's query is this view's own: it rides on the selection here
-            return (*_one_head(shell, run, replace(sel, query=Selection.of(query=query).query)), seen)
+        try:
+            return (*_one_head(shell, run, sel), seen)
         except Exception:
             log.exception("inside one head failed")
             return gr.skip(), views.message_figure("This head could not be drawn."), gr.skip(), seen
 
-    shell.on_pick(("kind", "layer", "head", "units"), on_head, outs, [shell.section, stamp, p.head_query],
-                  triggers=[p.head_query.input], api_name="head_computation", api_visibility="undocumented", **VIEW)
+    shell.on_pick(("kind", "layer", "head", "query", "units"), on_head, outs, [shell.section, stamp],
+                  api_name="head_computation", api_visibility="undocumented", **VIEW)
 
 
 def _attribution_values(run: Run, c, units) -> tuple:
