@@ -158,13 +158,13 @@ class Shell:
         never a copy the controls' own change has not written yet."""
         return dep.then(self.selection, self.selection_inputs(), self.sel_state, **SELECT)
 
-    def on_pick(self, fields, fn: Callable, outputs, extra=(), trigger_mode=None, **kw):
+    def on_pick(self, fields, fn: Callable, outputs, extra=(), **kw):
         """``fn(run, sel, *extra)`` whenever one of ``fields`` is changed in its control: the selection is built
         once from the controls into ``sel_state``, and then (chained, so never a stale copy) the view reads
         that one value. ``kw`` (api_name, concurrency) is the view's."""
         controls = self.sel_controls()
         built = gr.on([controls[f].input for f in fields], self.selection, self.selection_inputs(), self.sel_state,
-                      trigger_mode=trigger_mode, **SELECT)
+                      **SELECT)
         return built.then(fn, [self.run_state, self.sel_state, *extra], outputs, **kw)
 
     def on_run(self, outputs: list, fn: Callable) -> None:
