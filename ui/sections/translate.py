@@ -342,6 +342,7 @@ def direction_notice(shell: Shell, run: Run | None, name: str | None):
 def _wire_thumbnails(shell: Shell) -> None:
     """The thumbnails' outline follows the selected head: on a pick, and after a panel click opens one."""
     p = shell.translate
+
     def outline(run, sel: Selection):
         return thumbnails(run, sel.kind, sel.layer, sel.head, sel.units)
 
