@@ -142,6 +142,19 @@ def event_outputs(url: str, api_name: str = "translate_stream") -> list[str]:
             if comps[i]["type"] not in ("state", "button")]
 
 
+def select(client, kind="decoder.cross_attn", layer=0, head=0, step=0, query=None, units="words", view="grid",
+           scale="shared"):
+    """The bar's selection set through its one builder (``/selection``): every view reads the Selection it
+    writes, held in the client's session."""
+    return client.predict(kind, layer, head, step, query, units, view, scale, api_name="/selection")
+
+
+def selected(client, sel, *args, api_name: str):
+    """``api_name`` called with ``args`` once the selection is ``sel`` (Selection's fields, in order)."""
+    client.predict(*sel, api_name="/selection")
+    return client.predict(*args, api_name=api_name)
+
+
 def named(client, url: str, out, api_name: str = "translate_stream") -> dict:
     """A predict() result keyed by the outputs' elem_ids."""
     names = [n.replace("-", "_") for n in event_outputs(url, api_name)]

@@ -14,7 +14,7 @@ import pytest
 
 from gradio_client import Client
 
-from tests.app_fixtures import all_strings, launch, make_checkpoint, named
+from tests.app_fixtures import all_strings, launch, make_checkpoint, named, select
 from ui import present
 from ui import calls
 
@@ -42,7 +42,8 @@ def server(tmp_path_factory):
 
 def ui_translate(client, text, direction="de-en", decoding="greedy", beam=4, max_len=30,
                  kind="decoder.cross_attn", view="grid"):
-    out = client.predict(text, direction, decoding, beam, max_len, kind, view, 0, 0, "words", "shared", api_name="/translate_stream")
+    select(client, kind, view=view)
+    out = client.predict(text, direction, decoding, beam, max_len, api_name="/translate_stream")
     return named(client, client.src, out)
 
 
@@ -137,7 +138,8 @@ def test_translate_ui_fills_every_view(client):
     assert mod["value"] is None and "not run yet" in mod["label"]
     for fig in (probs, maps):
         assert "press Compare" in json.dumps(plot_json(fig)["layout"])
-    _, norms, heat, *_ = client.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", "words", api_name="/open_computation")
+    select(client, "decoder.cross_attn", query=0)
+    _, norms, heat, *_ = client.predict(32, "0, 1", "encoder", 1, "decoder", api_name="/open_computation")
     assert plot_json(norms)["data"] and plot_json(heat)["data"]
 
 
@@ -152,7 +154,8 @@ def test_attention_views(client):
     ui_translate(client, "Die Kinder spielen am Strand.", max_len=8)
     for kind in ("encoder.self_attn", "decoder.self_attn", "decoder.cross_attn"):
         for view, n in (("grid", 8), ("head", 1), ("mean", 2), ("scores", 3)):
-            fig, layer = client.predict(kind, view, 1, 3, "words", "shared", api_name="/attention_view")
+            select(client, kind, 1, 3, view=view)
+            fig, layer = client.predict(api_name="/attention_view")
             fig = plot_json(fig)
             assert len([d for d in fig["data"] if d.get("name") != "masked"]) == n, (kind, view)
             assert fig["layout"]["yaxis"]["autorange"] == "reversed"
@@ -246,8 +249,8 @@ def test_compare_rejects_unknown_head(client):
 def test_compare_ui_event(client):
     ui_translate(client, DE, max_len=12)
     client.predict(api_name="/open_interventions")  # the source tokens to ablate are offered once it opens
-    out = client.predict(16, False, False, True, ["dec L0 H0"], ["1: Ein"], "decoder.cross_attn", 0, 0,
-                         api_name="/compare_ui")
+    select(client, "decoder.cross_attn", 0, 0)
+    out = client.predict(16, False, False, True, ["dec L0 H0"], ["1: Ein"], api_name="/compare_ui")
     r = dict(zip(C_OUT, out))
     assert "causal mask off" in r["cmp_notice"] and "source padding mask off" in r["cmp_notice"]
     assert plot_json(r["prob_plot"])["data"] and len(plot_json(r["cmp_plot"])["data"]) >= 3
@@ -257,9 +260,11 @@ def test_compare_ui_event(client):
     assert all(label in ("token", "differs") for _, label in chip_tokens(mod_chips))
     masks = plot_json(r["masks_plot"])
     assert len(masks["data"]) == 4
-    fig = client.predict("encoder.self_attn", 1, 1, api_name="/compare_maps")
+    select(client, "encoder.self_attn", 1, 1)
+    fig = client.predict(api_name="/compare_maps")
     assert len(plot_json(fig)["data"]) >= 3
-    masks, stale, kind = client.predict(10, True, False, True, [], [], "decoder.cross_attn", api_name="/masks")
+    select(client, "decoder.cross_attn")
+    masks, stale, kind = client.predict(10, True, False, True, [], [], api_name="/masks")
     assert plot_json(masks)["data"] and "Stale" in stale and kind == "decoder.self_attn"
 
 
@@ -290,7 +295,8 @@ def test_html_and_script_are_text(client):
     toks = [t for t, _ in chip_tokens(r["src_chips"])]
     assert any("script" in t for t in toks)  # kept as plain text for the chip component
     masks = client.predict(api_name="/open_interventions")[0]
-    norms = client.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", "words", api_name="/open_computation")[1]
+    select(client, "decoder.cross_attn", query=0)
+    norms = client.predict(32, "0, 1", "encoder", 1, "decoder", api_name="/open_computation")[1]
     for name, fig in (("attn_plot", r["attn_plot"]), ("watch_heads", r["watch_heads"]), ("masks", masks),
                       ("norms", norms)):
         strings = list(all_strings(plot_json(fig)))
@@ -362,7 +368,7 @@ def test_app_without_any_checkpoint_starts_with_a_message(tmp_path):
             page = r.read().decode("utf-8")
         assert "No model is available" in page and "checkpoint folder not found" in page
         c = Client(url, verbose=False)
-        out = c.predict(DE, None, "greedy", 4, 10, "decoder.cross_attn", "grid", 0, 0, "words", "shared", api_name="/translate_stream")
+        out = c.predict(DE, None, "greedy", 4, 10, api_name="/translate_stream")
         assert "No model is loaded" in out[1]
         with pytest.raises(Exception) as e:
             c.predict(DE, "", 1, 10, api_name="/translate")
@@ -405,8 +411,8 @@ def test_python_app_py_honours_env(tmp_path):
 def test_a_new_run_draws_the_map_on_the_colour_scale_shown(client):
     """The colour scale is part of the selection a run is drawn with: "this head's maximum" stays so."""
     def attn(scale):
-        out = client.predict("Zwei Hunde spielen im Schnee.", "de-en", "greedy", 4, 12, "decoder.cross_attn", "head",
-                             0, 0, "words", scale, api_name="/translate_stream")
+        select(client, "decoder.cross_attn", view="head", scale=scale)
+        out = client.predict("Zwei Hunde spielen im Schnee.", "de-en", "greedy", 4, 12, api_name="/translate_stream")
         return json.dumps(plot_json(named(client, client.src, out)["attn_plot"]), ensure_ascii=False)
     shared, own = attn("shared"), attn("head")
     assert "the same in every panel" in shared or "0–1" in shared

@@ -11,7 +11,7 @@ from gradio_client import Client
 
 from model.analysis.attribution import METHODS
 
-from tests.app_fixtures import named, served
+from tests.app_fixtures import named, select, selected, served
 
 SRC = "Zwei Hunde spielen im Schnee."
 REF = "Two dogs are playing in the snow."
@@ -27,8 +27,7 @@ def url(tmp_path_factory):
 def client(url):
     """A fresh session with SRC translated."""
     c = Client(url, verbose=False)
-    c.predict(SRC, "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0, "words", "shared",
-              api_name="/translate_stream")
+    c.predict(SRC, "de-en", "greedy", 4, 30, api_name="/translate_stream")
     return c
 
 
@@ -46,8 +45,9 @@ def decode(z):
 
 
 def open_section(c, kind="decoder.cross_attn", layer=1, head=2, query=1, part="decoder") -> dict:
-    return named(c, c.src, c.predict(32, "0, 1", "encoder", 1, kind, layer, head, query, part, "words",
-                                     api_name="/open_computation"), "open_computation")
+    select(c, kind, layer, head, query=query)
+    return named(c, c.src, c.predict(32, "0, 1", "encoder", 1, part, api_name="/open_computation"),
+                 "open_computation")
 
 
 def test_opening_the_section_draws_every_view_of_the_current_run(client):
@@ -72,7 +72,8 @@ def test_a_head_title_says_which_layer_and_head_is_first(client):
     open_section(client)
     for layer, head, name in ((0, 0, "layer 0 (first), head 0 (first)"), (1, 0, "layer 1, head 0 (first)"),
                               (1, 2, "layer 1, head 2")):
-        fig = client.predict("decoder.cross_attn", layer, head, 0, "words", api_name="/head_computation")[1]
+        select(client, "decoder.cross_attn", layer, head, query=0)
+        fig = client.predict(api_name="/head_computation")[1]
         assert f"{name}, query 0" in plot(fig)["layout"]["title"]["text"]
 
 
@@ -81,7 +82,8 @@ def test_a_head_title_says_which_layer_and_head_is_first(client):
 def test_inside_one_head_for_every_kind(client, kind, keys):
     """The softmax panel is a distribution over the keys; cross-attention's keys are the source tokens."""
     open_section(client)
-    query, fig, normw = client.predict(kind, 1, 2, 2, "words", api_name="/head_computation")
+    select(client, kind, 1, 2, query=2)
+    query, fig, normw = client.predict(api_name="/head_computation")
     f = plot(fig)
     assert "layer 1, head 2, query 2" in f["layout"]["title"]["text"]
     ticks = [t for ax in f["layout"].values() if isinstance(ax, dict) for t in ax.get("ticktext", [])]
@@ -92,7 +94,8 @@ def test_inside_one_head_for_every_kind(client, kind, keys):
 
 def test_inside_one_head_waits_while_another_section_shows(client):
     """A shared-selection change elsewhere draws nothing here (it is drawn when the section opens)."""
-    query, fig, normw = client.predict("decoder.cross_attn", 1, 2, 1, "words", api_name="/head_computation")
+    select(client, "decoder.cross_attn", 1, 2, query=1)
+    query, fig, normw = client.predict(api_name="/head_computation")
     assert fig == normw == {"__type__": "update"}  # gr.skip(): nothing sent
 
 
@@ -123,17 +126,18 @@ SEL = ("decoder.cross_attn", 0, 0, 0, None, "words", "grid", "shared")  # the sh
 def attribution(c, position=0, steps=16, units="words") -> dict:
     """Computation → Attribution opened (a registered view: drawn for the current run)."""
     sel = (*SEL[:5], units, *SEL[6:])
-    return named(c, c.src, c.predict(*sel, position, steps, api_name="/attribution_view"), "attribution_view")
+    return named(c, c.src, selected(c, sel, position, steps, api_name="/attribution_view"), "attribution_view")
 
 
 def forced_result(c) -> dict:
     """Computation → Forced decoding opened."""
-    return named(c, c.src, c.predict(*SEL, api_name="/forced_result_view"), "forced_result_view")
+    return named(c, c.src, selected(c, SEL, api_name="/forced_result_view"), "forced_result_view")
 
 
 def force(c, src=SRC, ref=REF) -> dict:
-    return named(c, c.src, c.predict(src, ref, "de-en", 32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 1,
-                                     "decoder", "words", api_name="/forced_view"), "forced_view")
+    select(c, "decoder.cross_attn", 0, 0, query=1)
+    return named(c, c.src, c.predict(src, ref, "de-en", 32, "0, 1", "encoder", 1, "decoder", api_name="/forced_view"),
+                 "forced_view")
 
 
 def test_attribution_view(client):
@@ -162,8 +166,7 @@ def test_a_new_run_never_shows_the_last_runs_attribution_or_forced_decoding(clie
     a = attribution(client, position=1)
     assert [c[0].split(": ", 1)[1] for c in a["attr_pos"]["choices"]][:3] == ["Two", "dogs", "are"]
     assert a["attr_pos"]["value"] == 0
-    client.predict("Eine Frau liest ein Buch im Park.", "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0,
-                   "words", "shared", api_name="/translate_stream")
+    client.predict("Eine Frau liest ein Buch im Park.", "de-en", "greedy", 4, 30, api_name="/translate_stream")
     assert "was decoded" in forced_result(client)["forced_md"]
     a = attribution(client, position=3)
     assert [row[0] for row in a["attr_table"]["data"]][:3] == ["<bos>", "Eine", "Frau"]
@@ -183,14 +186,16 @@ def test_forced_decoding_becomes_the_current_run(client):
     assert len(decode(bars["y"])) == len(ref_tokens)
     assert ((decode(bars["y"]) >= 0) & (decode(bars["y"]) <= 100.0001)).all()
     # every view now shows the forced run: the attention map's rows are the reference, step by step
-    fig = client.predict("decoder.cross_attn", "head", 0, 0, "words", "shared", api_name="/attention_view")[0]
+    select(client, "decoder.cross_attn", view="head")
+    fig = client.predict(api_name="/attention_view")[0]
     rows = [t for ax in plot(fig)["layout"].values() if isinstance(ax, dict) for t in ax.get("ticktext", [])]
     assert any("→dogs" in r for r in rows) and any("→snow" in r for r in rows)
 
 
 def test_forced_decoding_needs_a_reference(client):
-    out = named(client, client.src, client.predict(SRC, "  ", "de-en", 32, "0, 1", "encoder", 1, "decoder.cross_attn",
-                                                   0, 0, 1, "decoder", "words", api_name="/forced_view"), "forced_view")
+    select(client, "decoder.cross_attn", 0, 0, query=1)
+    out = named(client, client.src, client.predict(SRC, "  ", "de-en", 32, "0, 1", "encoder", 1, "decoder",
+                                                   api_name="/forced_view"), "forced_view")
     assert "reference" in out["forced_md"]
     assert out["run_status"] == {"__type__": "update"}  # the current run is untouched
 

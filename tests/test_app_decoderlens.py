@@ -51,9 +51,8 @@ def test_the_layer_pick_redraws_the_cross_attention(demo):
     values = _load(demo, link_url("http://h/", RunInputs(model="de-en", text=DE, max_len=12),
                                   Selection(section="computation", subview="decoderlens")))
     run = values["Run"]
-    sel_args = ("decoder.cross_attn", 0, 0, 0, None, "words", "grid", "shared", "computation",
-                {"computation": "decoderlens"})
-    out = _view_fn(demo)(run, None, *sel_args, 2)
+    sel = Selection(section="computation", subview="decoderlens")
+    out = _view_fn(demo)(run, sel, None, "computation", {"computation": "decoderlens"}, 2)
     attn = out[-2]
     assert "encoder layer 2" in attn.layout.title.text
     assert out[-3].value == 2 and len([t for t in attn.data if t.type == "heatmap"]) == 3  # 3 decoder layers

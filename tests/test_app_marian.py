@@ -20,7 +20,6 @@ from tests.test_marian import build_marian, cut, damage  # noqa: E402
 DE = "Zwei Hunde spielen im Schnee!"
 BAD = {"not-marian": "not a Marian model (model_type 'bart'", "no-target-spm": "target.spm is missing",
        "bad-activation": "unknown activation 'wobble'", "truncated": "model.safetensors is corrupt or truncated"}
-SEL = ("decoder.cross_attn", "grid", 0, 0, "words", "shared")
 
 
 @pytest.fixture(scope="module")
@@ -96,12 +95,12 @@ def test_the_ui_loads_a_model_on_first_use_and_evicts_the_least_recently_used(se
     demo, client, url, _, _ = served
     client.predict(DE, "opus-mt-de-en", 1, 4, api_name="/translate")
     assert set(catalog.loaded(demo.registry)) == {"de-en", "opus-mt-de-en"}
-    out = named(client, url, client.predict(DE, "opus-mt-second", "greedy", 4, 8, *SEL, api_name="/translate_stream"))
+    out = named(client, url, client.predict(DE, "opus-mt-second", "greedy", 4, 8, api_name="/translate_stream"))
     assert out["run_status"].startswith("✓") and out["translation"].strip()
     assert "was loaded for this run" in out["notice"]
     # at most ATTN_MAX_MODELS (1) added models in memory; our own stay
     assert set(catalog.loaded(demo.registry)) == {"de-en", "opus-mt-second"}
-    again = named(client, url, client.predict(DE, "opus-mt-second", "greedy", 4, 8, *SEL, api_name="/translate_stream"))
+    again = named(client, url, client.predict(DE, "opus-mt-second", "greedy", 4, 8, api_name="/translate_stream"))
     assert "was loaded" not in again["notice"]
 
 
@@ -130,7 +129,7 @@ def test_a_model_that_breaks_after_start_up_gets_a_message_and_the_others_keep_s
         client.predict(DE, "opus-mt-late", 1, 4, api_name="/translate")
     assert "could not be loaded" in str(e.value) and "corrupt or truncated" in str(e.value)
     assert "Traceback" not in str(e.value)
-    out = named(client, url, client.predict(DE, "opus-mt-late", "greedy", 4, 8, *SEL, api_name="/translate_stream"))
+    out = named(client, url, client.predict(DE, "opus-mt-late", "greedy", 4, 8, api_name="/translate_stream"))
     assert out["run_status"].startswith("✗") and "could not be loaded" in out["notice"]
     assert "Traceback" not in out["notice"]
     for name in ("de-en", "opus-mt-de-en"):

@@ -54,8 +54,7 @@ def test_continue_from_api(client, server):
 
 
 def test_continue_step_becomes_the_run_and_history_walks_back_and_forth(client, server):
-    t = named(client, client.src, client.predict(DE, "de-en", "greedy", 4, 20, CROSS, "grid", 0, 0, "words",
-                                                 "shared", api_name="/translate_stream"))
+    t = named(client, client.src, client.predict(DE, "de-en", "greedy", 4, 20, api_name="/translate_stream"))
     first = t["translation"]
     tokens = first.split()
     pick = other_token(server[0].registry.models["de-en"].tgt_vocab, tokens[1])
@@ -79,8 +78,7 @@ def test_continue_step_becomes_the_run_and_history_walks_back_and_forth(client, 
 
 
 def _translate(demo, decoding="greedy"):
-    values = handler(demo, "translate_stream")(DE, "de-en", decoding, 4, 20, CROSS, "grid", 0, 0, "words", "shared",
-                                               "generation", None)
+    values = handler(demo, "translate_stream")(DE, "de-en", decoding, 4, 20, _sel())
     return values["Run"]
 
 
@@ -153,7 +151,7 @@ def test_the_run_counter_counts_a_links_run_a_forced_run_and_back(server):
     record = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "_record")
     hist, label, *_ = record(run, None)  # what every event of Translate's chain (a link's load too) runs after it
     assert label == "run 1 of 1"
-    lazy = (32, "0, 1", "encoder", 1, CROSS, 0, 0, 1, "decoder", "words")  # Computation's own controls
+    lazy = (32, "0, 1", "encoder", 1, Selection.of(CROSS, 0, 0, query=1), "decoder")  # Computation's inputs
     forced = handler(demo, "forced_view")(SimpleNamespace(headers={}), run, DE, "Two dogs play in the snow.",
                                           "de-en", Selection(section="computation", subview="forced"), hist, *lazy)
     assert forced["run-status"].startswith("✓ forced") and forced["hist-md"] == "run 2 of 2"

@@ -77,10 +77,13 @@ def test_clicking_a_grid_panel_opens_that_head(page):
 def test_masked_cells_differ_from_zero_cells(page):
     page.get_by_role("tab", name="Attention", exact=True).click()
     pick_kind(page, "Decoder masked self-attention")
-    page.wait_for_timeout(1500)
-    names = page.evaluate("() => Array.from(document.querySelectorAll('#attn-plot .js-plotly-plot'))"
-                          ".flatMap(gd => gd.data.map(t => t.name || ''))")
-    assert "masked" in names  # the upper triangle is its own dark-grey trace, hover "masked"
+    names_js = ("() => Array.from(document.querySelectorAll('#attn-plot .js-plotly-plot'))"
+                ".flatMap(gd => (gd.data || []).map(t => t.name || ''))")
+    # the map is redrawn once the selection is built: wait for the redraw, not for a fixed time
+    try:  # the upper triangle is its own dark-grey trace, hover "masked"
+        page.wait_for_function(f"() => ({names_js})().includes('masked')", timeout=WAIT)
+    except Exception:
+        pytest.fail(f"the masked self-attention map never showed a 'masked' trace: {page.evaluate(names_js)}")
     pick_kind(page, "Decoder cross-attention")
     page.wait_for_timeout(800)
 

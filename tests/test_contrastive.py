@@ -18,7 +18,7 @@ from model.engine.decoding import DecodeOptions, translate
 from model.engine.vocab import Vocab
 from model.families import load_checkpoint
 
-from tests.app_fixtures import named, served
+from tests.app_fixtures import named, select, selected, served
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = "Zwei Hunde spielen im Schnee."
@@ -222,11 +222,10 @@ def test_attribution_view_with_a_foil_from_the_steps_candidates(url):
     figure shows the source and the target prefix on either side of a divider."""
     import json
     c = Client(url, verbose=False)
-    c.predict(SRC, "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0, "pieces", "shared",
-              api_name="/translate_stream")
-    # opening Attribution draws the first token and offers its step's candidates (the choices a foil is one of)
     sel = ("decoder.cross_attn", 0, 0, 0, None, "pieces", "grid", "shared")
-    opened = named(c, url, c.predict(*sel, 0, 16, api_name="/attribution_view"), "attribution_view")
+    selected(c, sel, SRC, "de-en", "greedy", 4, 30, api_name="/translate_stream")
+    # opening Attribution draws the first token and offers its step's candidates (the choices a foil is one of)
+    opened = named(c, url, c.predict(0, 16, api_name="/attribution_view"), "attribution_view")
     md, fig = opened["attr_md"], opened["attr_plot"]
     assert "log p(token)" in md and "rather than" not in md
     plain = json.loads(fig["plot"])

@@ -160,8 +160,7 @@ def _clean_json(out: dict) -> dict:
 CALLS = {
     "translate": lambda c: c.predict(DE, "de-en", 1, 8, api_name="/translate"),
     "translate_beam": lambda c: c.predict(DE, "de-en", 3, 8, api_name="/translate"),
-    "stream": lambda c: c.predict(DE, "de-en", "greedy", 4, 8, "decoder.cross_attn", "grid", 0, 0, "words", "shared",
-                                  api_name="/translate_stream"),
+    "stream": lambda c: c.predict(DE, "de-en", "greedy", 4, 8, api_name="/translate_stream"),
     "compare": lambda c: c.predict(DE, "de-en", 1, 8, 0, True, False, True, ["cross L0 H1"], [], "cross", 0, 0,
                                    api_name="/compare"),
 }

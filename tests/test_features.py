@@ -23,7 +23,7 @@ from viz import profiles as v_prof
 from viz import rollout as v_roll
 from model.engine import decoding
 from ui.present import payload
-from tests.app_fixtures import all_strings
+from tests.app_fixtures import all_strings, selected
 analysis = an
 
 EVIL = ["<bos>", "<script>alert(1)</script>", "<b>x</b>", "<eos>"]
@@ -216,8 +216,7 @@ def client(tmp_path_factory):
     make_checkpoint(root / "de-en", "de", "en", seed=0)
     demo, url = launch(root)
     c = Client(url, verbose=False)
-    c.predict("Ein Mann fährt mit dem Fahrrad.", "de-en", "greedy", 4, 10, "decoder.cross_attn", "grid", 0, 0, "words", "shared",
-              api_name="/translate_stream")
+    c.predict("Ein Mann fährt mit dem Fahrrad.", "de-en", "greedy", 4, 10, api_name="/translate_stream")
     yield c
     demo.close()
 
@@ -232,16 +231,16 @@ SEL = ("decoder.cross_attn", 1, 2, 0, None, "words", "grid", "shared")
 
 
 def test_app_rollout_and_alignment(client):
-    fig = plot(client.predict(*SEL, "all", api_name="/rollout_view"))
+    fig = plot(selected(client, SEL, "all", api_name="/rollout_view"))
     assert len(fig["data"]) == 2 and "R = " in json.dumps(fig["layout"]["annotations"])
     assert "Fahrrad" in fig["layout"]["xaxis"]["ticktext"]
     for mode in ("head", "layer", "mean", "rollout"):
-        fig = plot(client.predict(*SEL, mode, api_name="/alignment_view"))
+        fig = plot(selected(client, SEL, mode, api_name="/alignment_view"))
         assert fig["data"][0]["type"] == "sankey" and fig["data"][0]["link"]["value"]
 
 
 def test_app_beam_tree_and_pick(client):
-    md, fig, table, pick = client.predict(*SEL, 3, api_name="/beam_tree")
+    md, fig, table, pick = selected(client, SEL, 3, api_name="/beam_tree")
     assert "Chosen" in md
     fig = plot(fig)
     assert any(t.get("name") == "chosen hypothesis" for t in fig["data"])
@@ -251,11 +250,11 @@ def test_app_beam_tree_and_pick(client):
 
 
 def test_app_head_profiles(client):
-    md, heat, table, pick, head_map = client.predict(*SEL, "de-en", "average", 4, "entropy",
+    md, heat, table, pick, head_map = selected(client, SEL, "de-en", "average", 4, "entropy",
                                                      api_name="/head_profiles")
     assert "cached" in md and len(plot(heat)["data"]) == 3
     assert len(table["data"]) == 3 * 2 * 4 and table["headers"][:3] == ["kind", "layer", "head"]
-    md, heat, table, _, _ = client.predict(*SEL, "de-en", "current", 4, "max_weight", api_name="/head_profiles")
+    md, heat, table, _, _ = selected(client, SEL, "de-en", "current", 4, "max_weight", api_name="/head_profiles")
     assert "Current sentence" in md
     fig = plot(client.predict("cross L1 H2", api_name="/head_map"))
     assert "layer 1, head 2" in fig["data"][0]["hovertemplate"]
@@ -265,7 +264,7 @@ def test_head_profiles_open_the_selected_heads_map(client):
     """The picker and its map show the selection's head, and follow it when the selection moves."""
     for layer, head in ((1, 2), (0, 3)):
         sel = ("decoder.cross_attn", layer, head, *SEL[3:])
-        *_, pick, head_map = client.predict(*sel, "de-en", "average", 4, "entropy", api_name="/head_profiles")
+        *_, pick, head_map = selected(client, sel, "de-en", "average", 4, "entropy", api_name="/head_profiles")
         assert pick == f"cross L{layer} H{head}"
         title = plot(head_map)["layout"]["title"]["text"]
         assert f"layer {layer}" in title and f"head {head}" in title and "cross" in title.lower(), title

@@ -24,7 +24,7 @@ from gradio_client import Client
 
 import app
 import model.families as ckpt_module
-from tests.app_fixtures import named, all_strings, launch, make_checkpoint
+from tests.app_fixtures import named, all_strings, launch, make_checkpoint, select, selected
 from viz.common import esc
 from ui import present
 
@@ -48,8 +48,8 @@ def server(tmp_path_factory):
 
 
 def ui_translate(client, text, direction="de-en", max_len=8):
-    out = client.predict(text, direction, "greedy", 4, max_len, "decoder.cross_attn", "grid", 0, 0, "words", "shared",
-                         api_name="/translate_stream")
+    select(client, "decoder.cross_attn")
+    out = client.predict(text, direction, "greedy", 4, max_len, api_name="/translate_stream")
     return named(client, client.src, out)
 
 
@@ -90,8 +90,8 @@ def test_length_cap_enforced_on_the_server(client, spy_translate):
     cmp = client.predict(BIG, "de-en", 1, 5, 0, True, True, True, [], [], "cross", 0, 0, api_name="/compare")
     assert any("50,000" in n for n in cmp["notices"])
     ui_translate(client, BIG, max_len=5)  # Compare runs against the current run
-    ui_cmp = dict(zip(C_OUT, client.predict(0, True, True, True, [], [], "decoder.cross_attn", 0, 0,
-                                            api_name="/compare_ui")))
+    select(client, "decoder.cross_attn")
+    ui_cmp = dict(zip(C_OUT, client.predict(0, True, True, True, [], [], api_name="/compare_ui")))
     assert "50,000" in ui_cmp["cmp_notice"] and "2,000" in ui_cmp["cmp_notice"]
 
     # the work is bounded: only the capped text ever reaches the model
@@ -134,33 +134,38 @@ def test_html_and_script_are_inert_in_every_view(client):
     assert "<script" not in r["notice"] and "<img" not in r["notice"]
     figs = {name: plot_json(r[name]) for name in ("attn_plot", "watch_heads")}
     figs["masks"] = plot_json(client.predict(api_name="/open_interventions")[0])
-    opened = client.predict(32, "0, 1", "encoder", 1, "decoder.cross_attn", 0, 0, 0, "decoder", "words", api_name="/open_computation")
+    select(client, "decoder.cross_attn", query=0)
+    opened = client.predict(32, "0, 1", "encoder", 1, "decoder", api_name="/open_computation")
     for i, name in ((1, "norms"), (7, "inside_head"), (8, "residual"), (9, "norm_weights"), (10, "logit_lens")):
         figs[name] = plot_json(opened[i])
     gen = client.predict(0, api_name="/open_generation")
     r["step"] = gen[0]
     for kind in ("encoder.self_attn", "decoder.self_attn", "decoder.cross_attn"):
         for view in ("grid", "head", "mean"):
-            figs[f"{kind}/{view}"] = plot_json(client.predict(kind, view, 0, 0, "words", "shared", api_name="/attention_view")[0])
+            select(client, kind, view=view)
+            figs[f"{kind}/{view}"] = plot_json(client.predict(api_name="/attention_view")[0])
     n = r["step"]["maximum"] + 1 if isinstance(r["step"], dict) else 2
     for t in range(min(n, 4)):
         out = client.predict(t, api_name="/step_view")
         assert "<script" not in out[1] and "<img" not in out[1]
         for i, f in enumerate(out[3:]):  # strip, top-k, cross, self
             figs[f"step {t}/{i}"] = plot_json(f)
-    ui_cmp = dict(zip(C_OUT, client.predict(12, False, True, True, ["cross L0 H0"], ["1: Ein"], "encoder.self_attn",
-                                            0, 0, api_name="/compare_ui")))
+    select(client, "encoder.self_attn")
+    ui_cmp = dict(zip(C_OUT, client.predict(12, False, True, True, ["cross L0 H0"], ["1: Ein"],
+                                            api_name="/compare_ui")))
     assert "<script" not in ui_cmp["cmp_notice"] and "<img" not in ui_cmp["cmp_notice"]
     for name in ("prob_plot", "cmp_plot", "masks_plot"):
         figs[f"compare/{name}"] = plot_json(ui_cmp[name])
-    figs["compare_maps"] = plot_json(client.predict("encoder.self_attn", 1, 1, api_name="/compare_maps"))
-    figs["masks"] = plot_json(client.predict(12, True, True, True, [], [], "decoder.cross_attn", api_name="/masks")[0])
+    select(client, "encoder.self_attn", 1, 1)
+    figs["compare_maps"] = plot_json(client.predict(api_name="/compare_maps"))
+    select(client, "decoder.cross_attn")
+    figs["masks"] = plot_json(client.predict(12, True, True, True, [], [], api_name="/masks")[0])
     # the analysis tabs that echo tokens
     ui_translate(client, PAYLOAD, max_len=8)
     sel = ("decoder.cross_attn", 1, 0, 0, None, "words", "grid", "shared")  # the shared selection, then the view's own
-    figs["rollout"] = plot_json(client.predict(*sel, "all", api_name="/rollout_view"))
-    figs["alignment"] = plot_json(client.predict(*sel, "layer", api_name="/alignment_view"))
-    md, beam_fig, table, _ = client.predict(*sel, 2, api_name="/beam_tree")
+    figs["rollout"] = plot_json(selected(client, sel, "all", api_name="/rollout_view"))
+    figs["alignment"] = plot_json(selected(client, sel, "layer", api_name="/alignment_view"))
+    md, beam_fig, table, _ = selected(client, sel, 2, api_name="/beam_tree")
     assert "<script" not in md and "<img" not in md
     figs["beam"] = plot_json(beam_fig)
     client.predict("encoder.self_attn", 0, 0, 0, None, "words", "grid", "shared", api_name="/selection")
@@ -229,7 +234,7 @@ def test_direction_values_never_become_paths(server, client, no_loading, directi
     ]
     if direction in HOSTILE_DIRECTIONS[:3]:  # the UI events: Gradio checks the dropdown's choices
         calls += [
-            ("/translate_stream", (DE, direction, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", "shared"),
+            ("/translate_stream", (DE, direction, "greedy", 4, 4),
              "not in the list of choices"),
             ("/positional", (direction, 20, "0, 1"), "not in the list of choices"),
             ("/pair_view", (DE, DE, direction), "not in the list of choices"),
@@ -253,7 +258,7 @@ def test_empty_direction_means_the_first_discovered_model(server, client, no_loa
     names = list(server[0].registry.models)
     for value in ("", None):
         assert client.predict(DE, value, 1, 4, api_name="/translate")["model"] == names[0]
-    out = client.predict(DE, None, "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", "shared", api_name="/translate_stream")
+    out = client.predict(DE, None, "greedy", 4, 4, api_name="/translate_stream")
     assert "Pick a translation direction" in out[1]
 
 
@@ -326,7 +331,7 @@ def test_past_the_queue_bound_requests_get_busy_try_again(tmp_path, monkeypatch)
         assert type(e.value).__name__ == "QueueError" and "try again" in str(e.value).lower()
         assert no_traceback(str(e.value))
         with pytest.raises(Exception) as e:          # the UI's streaming event too
-            c.predict(DE, "de-en", "greedy", 4, 4, "decoder.cross_attn", "grid", 0, 0, "words", "shared", api_name="/translate_stream")
+            c.predict(DE, "de-en", "greedy", 4, 4, api_name="/translate_stream")
         assert "try again" in str(e.value).lower()
         r = httpx.post(url + "gradio_api/call/translate", json={"data": [DE, "de-en", 1, 4, None]}, timeout=30)
         assert r.status_code == 503 and "Queue is full" in r.json()["detail"] and no_traceback(r.text)

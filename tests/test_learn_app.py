@@ -29,8 +29,7 @@ def app_fns(framed_run, tmp_path_factory):
 
 
 def run_of(fns, model: str, text: str = TEXT) -> dict:
-    values = fns["translate_stream"](text, model, "greedy", 4, 20, CROSS, "grid", 0, 0, "words", "shared",
-                                     "translate", {})
+    values = fns["translate_stream"](text, model, "greedy", 4, 20, Selection())
     return {getattr(c, "elem_id", None) or type(v).__name__: v for c, v in values.items()}
 
 

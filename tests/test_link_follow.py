@@ -53,7 +53,8 @@ def test_the_link_box_follows_every_run_toggle_and_selection_change(url):
 
 def test_the_followed_link_carries_the_toggles_and_restores_them(url):
     c = Client(url, verbose=False)
-    c.predict(DE, "de-en", "greedy", 4, 30, CROSS, "grid", 1, 2, "words", "shared", api_name="/translate_stream")
+    c.predict(CROSS, 1, 2, 0, None, "words", "grid", "shared", api_name="/selection")
+    c.predict(DE, "de-en", "greedy", 4, 30, api_name="/translate_stream")
     # on screen: pad to 12, causal mask off, one head and one source token ablated; encoder layer 1 head 3
     c.predict(ENC, 1, 3, 0, None, "pieces", "head", "head", api_name="/selection")
     link = c.predict(12, True, False, True, ["cross L1 H2"], ["3: fährt"], "/", api_name="/follow_link")

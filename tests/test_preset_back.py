@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from tests.app_fixtures import launch, make_checkpoint, named
+from tests.app_fixtures import launch, make_checkpoint, named, select
 from ui.present.payload import word_order_demo
+from ui.state import Selection
 
 DE = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
 CROSS, ENC = "decoder.cross_attn", "encoder.self_attn"
@@ -50,13 +51,14 @@ def handler(demo, api_name: str):
 
 
 def translate(client, text, kind=CROSS, layer=0, head=0, direction="de-en") -> dict:
-    out = client.predict(text, direction, "greedy", 4, 30, kind, "grid", layer, head, "words", "shared",
-                         api_name="/translate_stream")
+    select(client, kind, layer, head)
+    out = client.predict(text, direction, "greedy", 4, 30, api_name="/translate_stream")
     return named(client, client.src, out)
 
 
 def preset(client, text, kind=CROSS, layer=0, head=0) -> dict:
-    out = client.predict(text, "de-en", kind, layer, head, True, True, True, api_name="/word_order_preset")
+    select(client, kind, layer, head)
+    out = client.predict(text, "de-en", True, True, True, api_name="/word_order_preset")
     return outputs(client, out, "word_order_preset")
 
 
@@ -99,7 +101,8 @@ def test_back_restores_the_run_the_preset_replaced(client):
     assert b["attn_kind"] == CROSS and b["attn_head"]["value"] == 2 and b["attn_layer"]["value"] == 1
     assert outlined(figure(b["watch_heads"])) == [(1, 2)]
     # the session's current run is the user's again: a view drawn from it now shows DE's tokens
-    thumbs = figure(client.predict(CROSS, 0, 0, "words", api_name="/thumbnails"))
+    select(client, CROSS, 0, 0)
+    thumbs = figure(client.predict(api_name="/thumbnails"))
     assert "Mann" in source_ticks(thumbs) and "Frau" not in source_ticks(thumbs)
     # nothing left to go back to
     again = back(client)
@@ -123,12 +126,12 @@ def test_back_shows_only_with_a_run_to_go_back_to_and_restores_that_very_run(ser
     from ui.state import Run, Selection
     demo = server[0]
     tr = next(f for f in demo.fns.values() if f.api_name == "translate_stream").fn
-    run = next(v for v in tr(DE, "de-en", "greedy", 4, 30, CROSS, "grid", 1, 2, "words", "shared", "translate",
-                             {}).values() if isinstance(v, Run))
+    run = next(v for v in tr(DE, "de-en", "greedy", 4, 30, Selection.of(CROSS, 1, 2)).values()
+               if isinstance(v, Run))
     preset_fn, back_fn = handler(demo, "word_order_preset"), handler(demo, "preset_back")
-    none = preset_fn(None, "", "de-en", CROSS, 0, 0, True, True, True, None)
+    none = preset_fn(None, "", "de-en", Selection.of(CROSS), True, True, True, None)
     assert none["cmp-back"].visible is False and "PresetBack" not in none  # no run: nothing to go back to
-    p = preset_fn(run, "my edit", "de-en", CROSS, 1, 2, True, False, True, None)
+    p = preset_fn(run, "my edit", "de-en", Selection.of(CROSS, 1, 2), True, False, True, None)
     saved = p["PresetBack"]
     assert p["cmp-back"].visible is True and isinstance(saved, PresetBack)
     assert (saved.run, saved.text, saved.kind, saved.layer, saved.head, saved.causal) == (run, "my edit", CROSS, 1, 2,
@@ -148,10 +151,14 @@ def test_back_shows_only_with_a_run_to_go_back_to_and_restores_that_very_run(ser
 
 
 def test_the_presets_run_is_recorded_in_the_run_history(server):
-    """The preset's run (its second step) is followed by the run history's record, as every run is."""
+    """The preset's run (after the selection it set is built) is followed by the run history's record, as
+    every run is."""
+    from ui.sections import Shell
     fns = list(server[0].fns.values())
     preset = next(f for f in fns if f.api_name == "word_order_preset")
-    run_step = next(f for f in fns if f.trigger_after == preset._id)
+    built = next(f for f in fns if f.trigger_after == preset._id)
+    assert built.fn is Shell.selection
+    run_step = next(f for f in fns if f.trigger_after == built._id)
     assert "_record" in {getattr(f.fn, "__name__", "") for f in fns if f.trigger_after == run_step._id}
 
 
@@ -159,9 +166,11 @@ def test_thumbnails_outline_follows_the_selected_cross_attention_head(client):
     r = translate(client, DE, CROSS, 1, 3)
     assert outlined(figure(r["watch_heads"])) == [(1, 3)]  # a new run is drawn with the selection's head
     for layer, head in ((0, 0), (1, 2), (0, 3)):
-        assert outlined(figure(client.predict(CROSS, layer, head, "words", api_name="/thumbnails"))) == [(layer, head)]
+        select(client, CROSS, layer, head)
+        assert outlined(figure(client.predict(api_name="/thumbnails"))) == [(layer, head)]
     # the thumbnails show cross-attention only: another kind's head is not outlined on them
-    assert outlined(figure(client.predict(ENC, 1, 2, "words", api_name="/thumbnails"))) == []
+    select(client, ENC, 1, 2)
+    assert outlined(figure(client.predict(api_name="/thumbnails"))) == []
     assert outlined(figure(translate(client, DE, ENC, 1, 2)["watch_heads"])) == []
 
 
@@ -180,8 +189,7 @@ def test_back_hides_once_another_run_replaces_the_presets(server, client):
     demo = word_order_demo("de-en", "de")
 
     def values(text):
-        out = tr(text, "de-en", "greedy", 4, 30, ENC, "grid", demo.layer, demo.head, "words", "shared", "translate",
-                 {})
+        out = tr(text, "de-en", "greedy", 4, 30, Selection.of(ENC, demo.layer, demo.head))
         return {getattr(c, "elem_id", None) or type(c).__name__: v for c, v in out.items()}
 
     assert values(demo.text)["cmp-back"] == {"__type__": "update"}  # the preset's chained translate: Back stays

@@ -7,6 +7,7 @@ import gradio as gr
 import pytest
 
 from tests.app_fixtures import make_checkpoint
+from ui.state import Selection
 
 CROSS = "decoder.cross_attn"
 
@@ -21,8 +22,7 @@ def fns(tmp_path_factory):
 
 
 def test_a_typed_step_is_drawn_and_the_box_is_left_as_typed(fns):
-    values = fns["translate_stream"]("Zwei Hunde spielen im Schnee.", "de-en", "greedy", 4, 12, CROSS, "grid", 0, 0,
-                                     "words", "shared", "translate", {})
+    values = fns["translate_stream"]("Zwei Hunde spielen im Schnee.", "de-en", "greedy", 4, 12, Selection.of(CROSS))
     run = next(v for v in values.values() if type(v).__name__ == "Run")
     n = len(run.tr.steps)
     assert n >= 4

@@ -85,8 +85,7 @@ def test_empty_input_keeps_its_answer(client):
 def test_panel_beside_the_translation_and_the_export(server, client):
     _, url, _ = server
     c = Client(url, verbose=False)
-    out = c.predict(DE, "de-en", "greedy", 4, 30, "decoder.cross_attn", "grid", 0, 0, "words", "shared",
-                    api_name="/translate_stream")
+    out = c.predict(DE, "de-en", "greedy", 4, 30, api_name="/translate_stream")
     panel = named(c, url, out)["trust_signals"]
     assert "Can I trust this translation?" in panel and "Logprob" in panel  # markdown-escaped: Seq\\-Logprob
     assert "% of validation sentences" in panel and "labelled set" in panel

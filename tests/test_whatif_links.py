@@ -82,8 +82,7 @@ def _load(demo, url: str) -> dict:
 
 
 def _run(demo):
-    return handler(demo, "translate_stream")(DE, "de-en", "greedy", 4, 20, CROSS, "grid", 0, 0, "words", "shared",
-                                              "translate", None)["Run"]
+    return handler(demo, "translate_stream")(DE, "de-en", "greedy", 4, 20, Selection.of(CROSS))["Run"]
 
 
 def _bench_controls(b: PatchLink) -> tuple:
@@ -92,13 +91,13 @@ def _bench_controls(b: PatchLink) -> tuple:
 
 def _bench_handler(demo):
     """The bench button's own handler, as (run, model, A, B, bench) -> (summary, figure, steps, PatchLink): the
-    bench's kind, layer and head are the selection bar's, which the handler reads first."""
+    bench's kind, layer and head are the selection's, which the handler reads first (one value)."""
     fn = next(f.fn for f in demo.fns.values() if [getattr(c, "elem_id", None) for c in f.outputs]
               == ["patch-md", "patch-plot", "patch-step", None, None])
 
     def call(run, model, a, b, bench: PatchLink):
-        bar = (bench.kind, bench.layer, bench.head, 0, None, "words", "grid", "shared", "analysis", {"analysis": "pair"})
-        return fn(*bar, run, model, a, b, *_bench_controls(bench))[:4]
+        sel = Selection.of(bench.kind, bench.layer, bench.head, section="analysis", subview="pair")
+        return fn(sel, run, model, a, b, *_bench_controls(bench))[:4]
     return call
 
 

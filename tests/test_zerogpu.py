@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from tests.app_fixtures import app_process, free_port, make_checkpoint, named
+from tests.app_fixtures import app_process, free_port, make_checkpoint, named, select, selected
 
 ROOT = Path(__file__).resolve().parents[1]
 EMULATION = Path(__file__).resolve().parent / "zerogpu_emulation"
@@ -61,17 +61,17 @@ def test_the_emulation_isolates_memory(tmp_path, monkeypatch):
 def test_every_view_works_across_the_boundary(served):
     client, calls = served
     before = logged(calls).count("gpu_translate_one")  # the warm-up translates too
-    out = named(client, client.src, client.predict(DE, "de-en", "greedy", 4, 12, "decoder.cross_attn", "grid", 0,
-                                                   0, "words", "shared", api_name="/translate_stream"))
+    out = named(client, client.src, client.predict(DE, "de-en", "greedy", 4, 12, api_name="/translate_stream"))
     assert out["run_status"].startswith("✓") and out["translation"].strip()
     assert logged(calls).count("gpu_translate_one") > before  # the decode really ran in a forked worker
     client.predict(0, api_name="/open_generation")  # the Generation section opened: slider sized to the run
     _, md, prefix, *_ = client.predict(2, api_name="/step_view")   # the box keeps what was typed
     assert "Step 2" in md
-    cmp = client.predict(0, True, False, True, [], [], "decoder.self_attn", 0, 0, api_name="/compare_ui")
+    select(client, "decoder.self_attn")
+    cmp = client.predict(0, True, False, True, [], [], api_name="/compare_ui")
     assert "causal mask off" in cmp[0] and "gpu_compare" in logged(calls)
     before = logged(calls).count("gpu_translate_one")
-    md, fig, table, pick = client.predict(*SEL, 3, api_name="/beam_tree")
+    md, fig, table, pick = selected(client, SEL, 3, api_name="/beam_tree")
     # the beam tree's search goes through the batcher: a lone one is a gpu_translate_one call
     assert table["data"] and logged(calls).count("gpu_translate_one") > before
     text, attn = client.predict(0, api_name="/beam_pick")
@@ -85,10 +85,10 @@ SEL = ("decoder.cross_attn", 0, 0, 0, None, "words", "grid", "shared")
 def test_head_profile_cache_lives_outside_the_gpu_call(served):
     """Profiles are computed in a GPU call and cached by the caller: asking twice forks once."""
     client, calls = served
-    first = client.predict(*SEL, "de-en", "average", 4, "entropy", api_name="/head_profiles")
+    first = selected(client, SEL, "de-en", "average", 4, "entropy", api_name="/head_profiles")
     n = logged(calls).count("gpu_profiles")
     other_head = (SEL[0], 0, 1, *SEL[3:])  # the picker follows the selection's head
-    second = client.predict(*other_head, "de-en", "average", 4, "entropy", api_name="/head_profiles")
+    second = selected(client, other_head, "de-en", "average", 4, "entropy", api_name="/head_profiles")
     assert n == 1 and logged(calls).count("gpu_profiles") == 1
     assert first[2]["data"] and first[2]["data"] == second[2]["data"]
 

@@ -22,6 +22,9 @@ from ..present.views import REGISTRY, stamp_of
 log = logging.getLogger("attention-explorer")
 MODEL_GROUP = "model"  # every event that runs the model shares this concurrency group
 VIEW = dict(concurrency_limit=4, show_progress="hidden")  # events that only redraw from a run
+# the step that builds the Selection from the bar's controls: cheap, never waits behind a view, and queued
+# (only a queued event's State output dispatches that State's change, which the link follows)
+SELECT = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
 
 
 @dataclass(frozen=True)
@@ -143,15 +146,26 @@ class Shell:
         n = shape.layers(kind) if shape else layer + 1
         return kind, gr.Dropdown(choices=layer_choices(n), value=min(layer, n - 1)), head
 
-    def with_selection(self, fn: Callable) -> Callable:
-        """``fn(sel, *rest)`` as the handler of ``[*self.selection_inputs(), *rest]``: the selection arrives
-        as one :class:`Selection`, read from the controls themselves (never a stale copy)."""
-        k = len(self.selection_inputs())
+    def placed(self, sel: Selection, section, subviews) -> Selection:
+        """``sel`` on ``section`` and the sub-view ``subviews`` holds for it (the states a view reads beside it)."""
+        sel = sel if isinstance(sel, Selection) else Selection()
+        return self.selection(sel.kind, sel.layer, sel.head, sel.step, sel.query, sel.units, sel.view, sel.scale,
+                              section, subviews)
 
-        def handler(*args):
-            return fn(self.selection(*args[:k]), *args[k:])
-        handler.__name__ = getattr(fn, "__name__", "handler")
-        return handler
+    def pick(self, dep):
+        """After ``dep`` (an event that may set the bar's controls): the selection built from them into
+        ``sel_state``, the one place that reads them. A view chained on the returned event reads that value,
+        never a copy the controls' own change has not written yet."""
+        return dep.then(self.selection, self.selection_inputs(), self.sel_state, **SELECT)
+
+    def on_pick(self, fields, fn: Callable, outputs, extra=(), **kw):
+        """``fn(run, sel, *extra)`` whenever one of ``fields`` is changed in its control: the selection is built
+        once from the controls into ``sel_state``, and then (chained, so never a stale copy) the view reads
+        that one value. ``kw`` (api_name, concurrency) is the view's."""
+        controls = self.sel_controls()
+        built = gr.on([controls[f].input for f in fields], self.selection, self.selection_inputs(), self.sel_state,
+                      **SELECT)
+        return built.then(fn, [self.run_state, self.sel_state, *extra], outputs, **kw)
 
     def on_run(self, outputs: list, fn: Callable) -> None:
         self.refreshers.append(Refresher(list(outputs), fn))
@@ -280,37 +294,35 @@ def sub_view(shell: Shell, name: str, tab, outputs: list, inputs: list, fn: Call
     spec = REGISTRY[name]
     sv = SubView(name, list(outputs), list(inputs), fn, gr.State(None))
     shell.lazy_views.append(sv)
-    k = len(shell.selection_inputs())
     opts = dict(shell.model_event(), show_progress="hidden") if model_call else VIEW
 
-    def draw(run, seen, *args, opened: bool = False, force: bool = False):
-        *fields, section, held = args[:k]  # the selection's controls, in Selection's field order
+    def draw(run, sel, seen, section, held, *extra, opened: bool = False, force: bool = False):
         subviews = dict(held or {})
         if opened:  # this tab (or its section) was just opened: it is the visible one
             subviews.setdefault(spec.section, spec.subview)
             subviews[spec.section] = spec.subview if opened == "tab" else subviews[spec.section]
-        sel = shell.selection(*fields, spec.section if opened else section, subviews)
+        sel = shell.placed(sel, spec.section if opened else section, subviews)
         visible = (sel.section, sel.subview) == (spec.section, spec.subview)
         # what it shows: the run, the fields it reads, and its own controls' plain values
-        now = (*stamp_of(name, run, sel), *(v for v in args[k:] if isinstance(v, (str, int, float, bool))))
+        now = (*stamp_of(name, run, sel), *(v for v in extra if isinstance(v, (str, int, float, bool))))
         held = subviews if opened else gr.skip()  # only an opening changes which sub-tab shows
         if run is None or not visible or (seen == now and not force):
             return (held, seen, *[gr.skip()] * len(outputs))
         try:
-            return (held, now, *fn(run, sel, *args[k:]))
+            return (held, now, *fn(run, sel, *extra))
         except Exception:
             log.error("view %s failed: %s", name, traceback.format_exc())
             return (held, seen, *_failed(outputs))
 
-    ins, outs = [shell.run_state, sv.stamp, *shell.selection_inputs(), *inputs], [shell.subviews, sv.stamp, *outputs]
+    extra = [sv.stamp, shell.section, shell.subviews, *inputs]
+    ins, outs = [shell.run_state, shell.sel_state, *extra], [shell.subviews, sv.stamp, *outputs]
     tab.select(lambda *a: draw(*a, opened="tab"), ins, outs, api_name=api_name,
                api_visibility="undocumented" if api_name else "private", **opts)
     shell.section_tabs[spec.section].select(lambda *a: draw(*a, opened="section"), ins, outs,
                                               api_visibility="private", **opts)
-    controls = shell.sel_controls()
-    triggers = [controls[f].input for f in sorted(spec.reads) if f not in ("section", "subview")]
-    if triggers:
-        gr.on(triggers, draw, ins, outs, api_visibility="private", **opts)
+    fields = [f for f in sorted(spec.reads) if f not in ("section", "subview")]
+    if fields:
+        shell.on_pick(fields, draw, outs, extra, api_visibility="private", **opts)
     if inputs and own_events:
         gr.on([c.input for c in inputs], lambda *a: draw(*a, force=True), ins, outs, api_visibility="private",
               **opts)

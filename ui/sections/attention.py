@@ -21,7 +21,7 @@ ALIGN_CHOICES = [("One head", "head"), ("Mean of a layer's heads", "layer"), ("M
 # Clicks on a plotly panel that carries {kind, layer, head} (trace meta, or customdata [layer, head])
 # are kept in window.__headClick (the picked fields of a Selection) and press the hidden #head-click-btn, whose
 # event reads them (OPEN_JS).
-OPEN_JS = "(v, u, s, r, h) => [window.__headClick || v, u, s, r, h]"
+OPEN_JS = "(v, r, s, h) => [window.__headClick || v, r, s, h]"
 CLICK_JS = """() => {
   const hook = () => document.querySelectorAll('#attn-plot .js-plotly-plot, #watch-heads .js-plotly-plot, '
       + '#prof-heat .js-plotly-plot, #align-heat .js-plotly-plot').forEach(gd => {
@@ -137,20 +137,18 @@ def _maps(shell: Shell, run, sel: Selection) -> list:
 
 def wire(shell: Shell) -> None:
     p: AttentionParts = shell.attention
-    sel_in = [shell.run_state, shell.kind, p.view, shell.layer, shell.head, shell.units, p.scale]
 
-    def on_attention(run, kind, view, layer, head, units="words", scale="shared"):
+    def on_attention(run, sel: Selection):
         try:
             if run is None:
                 return views.message_figure(views.FIRST), gr.skip()
-            return tuple(_maps(shell, run, Selection.of(kind, layer, head, units=units, view=view, scale=scale)))
+            return tuple(_maps(shell, run, sel))
         except Exception:
             log.exception("attention view failed")
             return views.message_figure("This view could not be drawn."), gr.skip()
 
-    gr.on([c.input for c in (shell.kind, p.view, shell.layer, shell.head, shell.units, p.scale)],
-          on_attention, sel_in, [p.attn_plot, shell.layer], api_name="attention_view",
-          api_visibility="undocumented", **VIEW)
+    shell.on_pick(("kind", "view", "layer", "head", "units", "scale"), on_attention, [p.attn_plot, shell.layer],
+                  api_name="attention_view", api_visibility="undocumented", **VIEW)
     shell.attention.head_click_event = _wire_click(shell)
     track_subtabs(shell, "attention", {"maps": p.maps_tab})
     sub_view(shell, "attention/alignment", p.align_tab, [p.align_plot], [p.align_mode],
@@ -161,17 +159,19 @@ def wire(shell: Shell) -> None:
              lambda run, sel, layer: [views.rollout_view_figure(run, layer, sel.units)], api_name="rollout_view")
 
 
-def _wire_click(shell: Shell) -> None:
-    """A click on a panel (first screen, Maps, head profiles) opens that head on Attention → Maps."""
+def _wire_click(shell: Shell):
+    """A click on a panel (first screen, Maps, head profiles) opens that head on Attention → Maps. Returns
+    the event after the selection is built from the head it set (a view chained on it reads that head)."""
     p: AttentionParts = shell.attention
 
-    def on_click(value, units, scale, run, held):
+    def on_click(value, run, sel, held):
         try:
             picked = value if isinstance(value, dict) else {}
             if picked.get("layer") is None or picked.get("head") is None:
                 return (gr.skip(),) * 9
-            sel = Selection.of(picked.get("kind"), picked["layer"], picked["head"], units=units, view="head",
-                               scale=scale)
+            sel = sel if isinstance(sel, Selection) else Selection()
+            sel = Selection.of(picked.get("kind"), picked["layer"], picked["head"], units=sel.units, view="head",
+                               scale=sel.scale)
             fig, layer_dd = _maps(shell, run, sel)
             return (sel.kind, layer_dd, sel.head, "head", fig, gr.Tabs(selected="attention"), "attention",
                     gr.Tabs(selected="maps"), {**(held or {}), "attention": "maps"})
@@ -179,8 +179,8 @@ def _wire_click(shell: Shell) -> None:
             log.exception("head click failed")
             return (gr.skip(),) * 9
 
-    return shell.click.button.click(
-        on_click, [shell.click.value, shell.units, p.scale, shell.run_state, shell.subviews],
+    return shell.pick(shell.click.button.click(
+        on_click, [shell.click.value, shell.run_state, shell.sel_state, shell.subviews],
         [shell.kind, shell.layer, shell.head, p.view, p.attn_plot, shell.tabs, shell.section,
          shell.subtabs["attention"], shell.subviews], js=OPEN_JS, api_name="open_head", api_visibility="undocumented",
-        **VIEW)
+        **VIEW))

@@ -159,16 +159,16 @@ def lazy_io(shell: Shell) -> tuple[list, list, callable]:
     p = shell.computation
     enc_out, enc_in = encodings.lazy_io(shell)
     outs = [p.head_query, p.head_plot, p.resid_plot, p.normw_plot, p.lens_plot, p.ref_example]
-    ins = [shell.kind, shell.layer, shell.head, p.head_query, p.resid_part, shell.units]
+    ins = [shell.sel_state, p.resid_part]  # the head picker's query is the selection's
     k = len(enc_in)
     return ([*enc_out, *outs], [*enc_in, *ins],
             lambda run, *x, positional=True: (encodings.refresh(shell, run, *x[:k], positional=positional)
                                               + refresh(shell, run, *x[k:])))
 
 
-def refresh(shell: Shell, run: Run, kind, layer, head, query, part, units="words") -> list:
+def refresh(shell: Shell, run: Run, sel: Selection, part) -> list:
     lm = shell.lm(run)
-    query_dd, head_fig, normw_fig = _one_head(shell, run, Selection.of(kind, layer, head, query=query, units=units))
+    query_dd, head_fig, normw_fig = _one_head(shell, run, sel if isinstance(sel, Selection) else Selection())
     pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
     return [query_dd, head_fig, inside.residual_figure(run, lm, part), normw_fig, inside.lens_figure(run, lm),
             gr.Dropdown(choices=[(pair.label, i) for i, pair in enumerate(pairs)], value=None)]
@@ -214,18 +214,17 @@ def _wire_head(shell: Shell) -> None:
     stamp = shell.lazy[SID].stamp
     outs = [p.head_query, p.head_plot, p.normw_plot, stamp]
 
-    def on_head(run, section, seen, kind, layer, head, query, units="words"):
+    def on_head(run, sel: Selection, section, seen):
         if run is None or section != SID:  # drawn when the section opens instead
             return gr.skip(), gr.skip(), gr.skip(), ""
-        try:  # the control values become one Selection (its Kind) here, where they enter
-            return (*_one_head(shell, run, Selection.of(kind, layer, head, query=query, units=units)), seen)
+        try:
+            return (*_one_head(shell, run, sel), seen)
         except Exception:
             log.exception("inside one head failed")
             return gr.skip(), views.message_figure("This head could not be drawn."), gr.skip(), seen
 
-    ins = [shell.run_state, shell.section, stamp, shell.kind, shell.layer, shell.head, p.head_query, shell.units]
-    gr.on([c.input for c in (p.head_query, shell.kind, shell.layer, shell.head, shell.units)], on_head, ins, outs,
-          api_name="head_computation", api_visibility="undocumented", **VIEW)
+    shell.on_pick(("kind", "layer", "head", "query", "units"), on_head, outs, [shell.section, stamp],
+                  api_name="head_computation", api_visibility="undocumented", **VIEW)
 
 
 def _attribution_values(run: Run, c, units) -> tuple:

@@ -156,7 +156,7 @@ def restore(shell: Shell, run, inputs: RunInputs, sel: Selection) -> dict:
               p.ablate_src: gr.Dropdown(choices=names, value=[names[i] for i in t.src if i < len(names)])}
     if sel.section == "interventions":
         values |= _compare(shell, run, t.pad_to, t.padding, t.causal, t.positional, [head_label(*h) for h in t.heads],
-                           [i for i in t.src if i < len(names)], sel.kind, sel.layer, sel.head)
+                           [i for i in t.src if i < len(names)], sel)
     return values
 
 
@@ -184,9 +184,9 @@ def refresh(shell: Shell, run, cmp=None) -> list:
                   views.message_figure(PRESS), views.message_figure(PRESS)]
 
 
-def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, kind, layer, head):
+def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, sel: Selection):
     p = shell.interventions
-    sel = Selection.of(kind, layer, head)  # the control values as one Selection (its Kind) from here on
+    sel = sel if isinstance(sel, Selection) else Selection()
     kind, layer, head = sel.kind, sel.layer, sel.head
     if run is None:
         return {p.cmp_notice: "✏️ Translate a sentence first: Compare runs against the current run."}
@@ -254,7 +254,7 @@ def compare_io(shell: Shell) -> tuple[list, list, list]:
     """(toggles, inputs, outputs) of Compare, named once."""
     p = shell.interventions
     toggles = p.toggles
-    return toggles, [shell.run_state, *toggles, shell.kind, shell.layer, shell.head], _compare_outputs(shell, p)
+    return toggles, [shell.run_state, *toggles, shell.sel_state], _compare_outputs(shell, p)
 
 
 def wire(shell: Shell) -> None:
@@ -263,7 +263,7 @@ def wire(shell: Shell) -> None:
     p.compare_btn.click(lambda *a: _compare(shell, *a), cmp_in, outs, api_name="compare_ui",
                         api_visibility="undocumented", **shell.model_event())
 
-    def on_toggle(run, cmp, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, kind):
+    def on_toggle(run, cmp, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, sel):
         """Redraw the masks at once; the verdict below is now stale; the map follows the toggle."""
         try:
             if run is None:
@@ -273,18 +273,16 @@ def wire(shell: Shell) -> None:
             iv = make_interventions(pad_on, causal_on, pos_on, (), src_sel)
             fig = views.masks_figure(shell.reg, run.model, src, run.tr.output_tokens, iv,
                                      "Masks for the current settings (True = attend)")
+            kind = sel.kind if isinstance(sel, Selection) else Selection().kind
             new_kind = follow(pad_on, causal_on, pos_on, heads_sel, int(pad_in or 0) > 0, kind, 0, 0)[0]
             return fig, STALE if cmp is not None else "", new_kind
         except Exception:
             log.exception("mask preview failed")
             return views.message_figure("The masks could not be drawn."), gr.skip(), gr.skip()
 
-    tog_in = [shell.run_state, p.cmp_state, *toggles, shell.kind]
+    tog_in = [shell.run_state, p.cmp_state, *toggles, shell.sel_state]
     gr.on([c.input for c in toggles], on_toggle, tog_in, [p.masks_plot, p.cmp_stale, shell.kind],
           api_name="masks", api_visibility="undocumented", **VIEW)
-
-    def on_maps(cmp, kind, layer, head):
-        return show_maps(cmp, Selection.of(kind, layer, head))
 
     def show_maps(cmp, sel: Selection):
         try:
@@ -296,9 +294,8 @@ def wire(shell: Shell) -> None:
             return views.message_figure("This map could not be drawn.")
 
     # the maps follow the one selection, however it changes (the bar, a toggle, a link, a panel click)
-    gr.on([c.input for c in (shell.kind, shell.layer, shell.head)], on_maps,
-          [p.cmp_state, shell.kind, shell.layer, shell.head], p.cmp_plot, api_name="compare_maps",
-          api_visibility="undocumented", **VIEW)
+    shell.on_pick(("kind", "layer", "head"), lambda run, sel, cmp: show_maps(cmp, sel), p.cmp_plot, [p.cmp_state],
+                  api_name="compare_maps", api_visibility="undocumented", **VIEW)
     shell.sel_state.change(lambda cmp, sel: show_maps(cmp, sel) if cmp is not None
                            else gr.skip(), [p.cmp_state, shell.sel_state], p.cmp_plot, api_visibility="private",
                            **VIEW)
@@ -334,7 +331,7 @@ def _back_after(shell: Shell, run: Run) -> list:
     return [gr.Button(visible=False), None]
 
 
-def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, causal_on, pos_on, back) -> dict:
+def preset_values(shell: Shell, run, text, name, sel: Selection, pad_on, causal_on, pos_on, back) -> dict:
     """The preset's first step: its sentence in the box, the positional encoding off, the selection on the
     demo's encoder self-attention head, and what it replaces kept for Back (a second press keeps the first
     press's: the run then is the preset's own)."""
@@ -343,9 +340,10 @@ def preset_values(shell: Shell, run, text, name, kind, layer, head, pad_on, caus
     demo = word_order_demo(name, lm.src_lang if lm else "en")
     own = back is not None and run is not None and is_preset_run(shell, run) and run.model == name
     if not own:
+        sel = sel if isinstance(sel, Selection) else Selection()
         back = None if run is None else PresetBack(
-            run=run, text=text or "", direction=name, kind=Selection.of(kind).kind, layer=int(layer or 0),
-            head=int(head or 0), padding=bool(pad_on), causal=bool(causal_on), positional=bool(pos_on))
+            run=run, text=text or "", direction=name, kind=sel.kind, layer=sel.layer, head=sel.head,
+            padding=bool(pad_on), causal=bool(causal_on), positional=bool(pos_on))
     values = {shell.text: demo.text, p.pos_enc: False, p.causal: True, p.pad_mask: True,
               p.preset_back: back, p.back_btn: gr.Button(visible=back is not None), shell.kind: ENC_SELF}
     if lm is not None:
@@ -389,18 +387,20 @@ def wire_preset(shell: Shell, translate_event: tuple) -> None:
     Back returns to the run it replaced."""
     p = shell.interventions
     _, cmp_in, outs = compare_io(shell)
-    preset_in = [shell.run_state, shell.text, shell.direction, shell.kind, shell.layer, shell.head, p.pad_mask,
-                 p.causal, p.pos_enc, p.preset_back]
+    preset_in = [shell.run_state, shell.text, shell.direction, shell.sel_state, p.pad_mask, p.causal, p.pos_enc,
+                 p.preset_back]
     preset_out = [shell.text, p.pos_enc, p.causal, p.pad_mask, p.preset_back, p.back_btn, shell.kind,
                   shell.layer, shell.head]
     translate, t_inputs, t_outputs = translate_event
-    ran = p.preset_btn.click(lambda *a: preset_values(shell, *a), preset_in, preset_out,
-                             api_name="word_order_preset", api_visibility="undocumented", queue=False).then(
-        lambda *a: translate(*a, replay=False), t_inputs, t_outputs, api_visibility="private",
-        **shell.model_event())
+    # the run and the comparison read the selection the preset set, built from the bar after each step
+    picked = shell.pick(p.preset_btn.click(lambda *a: preset_values(shell, *a), preset_in, preset_out,
+                                           api_name="word_order_preset", api_visibility="undocumented", queue=False))
+    ran = picked.then(lambda *a: translate(*a, replay=False), t_inputs, t_outputs, api_visibility="private",
+                      **shell.model_event())
     for then in shell.after_run:  # the preset's run is a run like any other: the run history records it
         then(ran)
-    ran.then(lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private", **shell.model_event())
+    shell.pick(ran).then(lambda *a: _compare(shell, *a), cmp_in, outs, api_visibility="private",
+                         **shell.model_event())
 
     def on_back(back, cmp, sel, request: gr.Request = None):
         return back_values(shell, back, cmp, sel, base=base_url(request))

@@ -196,10 +196,8 @@ def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
 
     # named parameters: Gradio hands a gr.Request only to a handler that declares it beside its inputs, and
     # the link box needs the page's address from it
-    def again(text, name, decoding, beam, max_len, kind, view, layer, head, units, scale, section, held,
-              request: gr.Request):
-        return translate(text, name, decoding, beam, max_len, kind, view, layer, head, units, scale, section, held,
-                         request=request, replay=False)
+    def again(text, name, decoding, beam, max_len, sel, request: gr.Request):
+        return translate(text, name, decoding, beam, max_len, sel, request=request, replay=False)
 
     def pick(run, index):
         return _pick(shell, run, index)

@@ -249,9 +249,8 @@ def wire(shell: Shell) -> None:
     def on_run(sel, run, name, a, b, *c):
         return (*_run(shell, run, name, a, b, sel, *c), run.model if run is not None else name)
 
-    ran = p.patch_btn.click(shell.with_selection(on_run),
-                            [*shell.selection_inputs(), shell.run_state, shell.direction, a.pair_a, a.pair_b,
-                             *controls],
+    ran = p.patch_btn.click(on_run,
+                            [shell.sel_state, shell.run_state, shell.direction, a.pair_a, a.pair_b, *controls],
                             [p.patch_md, p.patch_plot, p.patch_step, p.patch_state, p.patch_model],
                             api_visibility="private", **shell.model_event())
     shell.link_events.append(ran)  # the link box then names the bench shown

@@ -150,6 +150,7 @@ def leave_values(shell: Shell, run, link: str, held: Selection, base: str = "/")
     lz = shell.lazy.get(sel.section)
     if lz is not None:  # the section on screen, drawn from the selection (its other inputs as they stand)
         fields = {c: getattr(sel, f) for f, c in shell.sel_controls().items() if f not in ("section", "subview")}
+        fields[shell.sel_state] = sel
         values |= lazy_values(shell, sel.section, run, *(fields.get(c, c.value) for c in lz.inputs))
     values |= subview_values(shell, run, sel)
     values |= {shell.kind: sel.kind, shell.view: sel.view, shell.scale: sel.scale, shell.section: sel.section,

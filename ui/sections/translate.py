@@ -276,17 +276,19 @@ def replay_event(shell: Shell):
     """``replay(dep)`` chains the replay after an event that made a new run (animated on Translate & watch)."""
     p = shell.translate
 
-    def on_replay(run, section, kind, layer, head, units="words"):
+    def on_replay(run, sel: Selection):
         if run is not None:
-            yield from replay_frames(shell, run, animate=section == "translate", selected=outlined(kind, layer, head),
-                                     units=units)
+            sel = sel if isinstance(sel, Selection) else Selection()
+            yield from replay_frames(shell, run, animate=sel.section == "translate",
+                                     selected=outlined(sel.kind, sel.layer, sel.head), units=sel.units)
 
     def chain(dep):
         for then in shell.after_run:  # e.g. the run history records the new run
             then(dep)
-        return dep.then(on_replay, [shell.run_state, shell.section, shell.kind, shell.layer, shell.head, shell.units],
-                        [p.watch_step, p.watch_strip, p.watch_heads],
-                        api_visibility="private", show_progress="hidden", concurrency_limit=16)
+        # the run may have moved the bar (a link, a model with fewer layers): the selection is built first
+        return shell.pick(dep).then(on_replay, [shell.run_state, shell.sel_state],
+                                    [p.watch_step, p.watch_strip, p.watch_heads],
+                                    api_visibility="private", show_progress="hidden", concurrency_limit=16)
     return chain
 
 
@@ -294,22 +296,18 @@ def wire(shell: Shell) -> tuple:
     """The translate event, wired after every section is built (it refreshes them all): returns
     (fn, inputs, outputs) for another event that makes a run the same way."""
     p = shell.translate
-    sel_inputs = [shell.kind, shell.view, shell.layer, shell.head, shell.units, shell.scale, shell.section,
-                  shell.subviews]
-    inputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, *sel_inputs]
+    inputs = [shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, shell.sel_state]
     outputs = [p.run_status, *shell.run_outputs()]
 
-    def translate_fn(text_in, name, decoding_in, beam_in, max_len_in, kind, view, layer, head, units="words",
-                     scale="shared", section="translate", held=None, request: gr.Request = None, replay=True):
+    def translate_fn(text_in, name, decoding_in, beam_in, max_len_in, sel=None, request: gr.Request = None,
+                     replay=True):
         run_in, notices = read_inputs(text_in, name, decoding_in, beam_in, max_len_in)
         # a new run starts at step 0, on each view's own default query
-        sel = shell.selection(kind, layer, head, 0, None, units, view, scale, section, held)
+        sel = replace(sel if isinstance(sel, Selection) else Selection(), step=0, query=None)
         return translate_values(shell, run_in, notices, RunContext(sel, replay, base_url(request)))
 
-    def on_translate(text_in, name, decoding_in, beam_in, max_len_in, kind, view, layer, head, units="words",
-                     scale="shared", section="translate", held=None, request: gr.Request = None):
-        return translate_fn(text_in, name, decoding_in, beam_in, max_len_in, kind, view, layer, head, units, scale,
-                            section, held, request)
+    def on_translate(text_in, name, decoding_in, beam_in, max_len_in, sel=None, request: gr.Request = None):
+        return translate_fn(text_in, name, decoding_in, beam_in, max_len_in, sel, request)
 
     event = (translate_fn, inputs, outputs)
     replay = replay_event(shell)
@@ -344,12 +342,16 @@ def direction_notice(shell: Shell, run: Run | None, name: str | None):
 def _wire_thumbnails(shell: Shell) -> None:
     """The thumbnails' outline follows the selected head: on a pick, and after a panel click opens one."""
     p = shell.translate
-    ins = [shell.run_state, shell.kind, shell.layer, shell.head, shell.units]
-    gr.on([c.input for c in (shell.kind, shell.layer, shell.head, shell.units)], safe(thumbnails, "heads' overview"), ins,
-          p.watch_heads, api_name="thumbnails", api_visibility="undocumented", **VIEW)
+
+    def outline(run, sel: Selection):
+        return thumbnails(run, sel.kind, sel.layer, sel.head, sel.units)
+
+    shell.on_pick(("kind", "layer", "head", "units"), safe(outline, "heads' overview"), p.watch_heads,
+                  api_name="thumbnails", api_visibility="undocumented", **VIEW)
     clicked = getattr(shell.attention, "head_click_event", None)
-    if clicked is not None:
-        clicked.then(safe(thumbnails, "heads' overview"), ins, p.watch_heads, api_visibility="private", **VIEW)
+    if clicked is not None:  # after the click's head is built into the selection
+        clicked.then(safe(outline, "heads' overview"), [shell.run_state, shell.sel_state], p.watch_heads,
+                     api_visibility="private", **VIEW)
 
 
 def _linked_model(shell: Shell, params: dict) -> tuple[dict, str | None]:
