@@ -225,8 +225,19 @@ class Browser:
                                                                            for k, v in r.headers.raw) + 2
 
     def event(self, api_name: str, values: dict | None = None) -> dict:
-        """Run one event with the components' defaults and ``values`` (by elem_id); its bytes and outputs."""
-        dep, values = self.deps[api_name], values or {}
+        """Run one event with the components' defaults and ``values`` (by elem_id); its bytes and outputs. A
+        value for one of the bar's controls first goes through the selection's builder, which every view
+        reads, as a pick on the page does; its bytes and time are counted with the event's."""
+        values = values or {}
+        sel = self.deps.get("selection")
+        if sel is None or api_name == "selection" or not any(
+                self.comps[i]["props"].get("elem_id") in values for i in sel["inputs"]):
+            return self._event(api_name, values)
+        first, out = self._event("selection", values), self._event(api_name, values)
+        return out | {"bytes": out["bytes"] + first["bytes"], "seconds": out["seconds"] + first["seconds"]}
+
+    def _event(self, api_name: str, values: dict) -> dict:
+        dep = self.deps[api_name]
         data = [values.get(self.comps[i]["props"].get("elem_id"), self.comps[i]["props"].get("value"))
                 if self.comps[i]["type"] != "state" else None for i in dep["inputs"]]
         body = {"data": data, "fn_index": dep["id"], "trigger_id": (dep.get("targets") or [[None]])[0][0],
@@ -299,6 +310,16 @@ class InProcessApp:
         return [values.get(c.elem_id, getattr(c, "value", None)) for c in self.fns[api].inputs]
 
     def event(self, state, api: str, values: dict) -> Event:
+        """One event in ``state``'s session; a value for one of the bar's controls first goes through the
+        selection's builder (as Browser.event), counted with it."""
+        sel = self.fns.get("selection")
+        if sel is None or api == "selection" or not any(c.elem_id in values for c in sel.inputs):
+            return self._event(state, api, values)
+        first, ev = self._event(state, "selection", values), self._event(state, api, values)
+        return Event(ms=ev.ms + first.ms, cpu_ms=ev.cpu_ms + first.cpu_ms, bytes=ev.bytes + first.bytes,
+                     frames=ev.frames)
+
+    def _event(self, state, api: str, values: dict) -> Event:
         fn, args, it, size, frames = self.fns[api], self.inputs(api, values), None, 0, 0
         c0, t0 = time.process_time(), time.perf_counter()
         while True:
