@@ -49,7 +49,7 @@ def fetch(url: str) -> bytes:
 
 
 def run(cfg, base: str = BASE):
-    n, rounds = (5, 2) if cfg.quick else (N, ROUNDS)
+    n, rounds = (5, 2) if cfg.quick else (N, cfg.reps or ROUNDS)
     with worktree(base) as old:
         res = {"old": probe(old, n, rounds), "new": probe(ROOT, n, rounds)}
     figs = []

@@ -61,7 +61,7 @@ def run(cfg, base: str = BASE, trust: bool = False):
     with worktree(base) as old:
         trees = {"old": old, "new": ROOT} | ({"new_trust": ROOT} if trust else {})
         rounds = {k: [] for k in trees}
-        for _ in range(1 if cfg.quick else ROUNDS):
+        for _ in range(1 if cfg.quick else cfg.reps or ROUNDS):
             for k, tree in trees.items():
                 rounds[k].append(cpu_per_request(tree, texts, (None, True) if k == "new_trust" else ()))
     med = {k: statistics.median(v) for k, v in rounds.items()}
