@@ -430,10 +430,15 @@ def save(entries: dict[str, dict]) -> None:
     RESULTS_MD.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
 
 
-def standalone(name: str, run, argv=None) -> int:
-    """``python -m bench.<name>``: run one benchmark, print it, save it."""
-    args = parser(f"python -m bench.{name}", sys.modules[run.__module__].__doc__).parse_args(argv)
-    e = run_one(name, run, config(args))
+def standalone(name: str, run, argv=None, options: dict | None = None) -> int:
+    """``python -m bench.<name>``: run one benchmark, print it, save it. ``options``: its own flags (flag →
+    argparse keywords), handed to ``run`` as keyword arguments."""
+    p = parser(f"python -m bench.{name}", sys.modules[run.__module__].__doc__)
+    for flag, kw in (options or {}).items():
+        p.add_argument(flag, **kw)
+    args = p.parse_args(argv)
+    own = {k: getattr(args, k) for k in (f.lstrip("-").replace("-", "_") for f in options or {})}
+    e = run_one(name, lambda cfg: run(cfg, **own), config(args))
     show(e)
     if not args.no_save:
         save({name: e})

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .common import ROOT, AppServer, config, entry, figure, parser, run_one, save, show, worktree
+from .common import ROOT, AppServer, entry, figure, standalone, worktree
 from .translate_cpu import settled
 
 BASE = "ed3d274"
@@ -62,16 +62,5 @@ def run(cfg, base: str = BASE):
     return entry(figs, base=base, requests_per_round=n, rounds=rounds, raw=res)
 
 
-def main(argv=None) -> int:
-    p = parser("python -m bench.page_cost", __doc__)
-    p.add_argument("--base", default=BASE, help="the older commit to compare with")
-    args = p.parse_args(argv)
-    e = run_one("page_cost", lambda cfg: run(cfg, args.base), config(args))
-    show(e)
-    if not args.no_save:
-        save({"page_cost": e})
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(standalone("page_cost", run, options={"--base": dict(default=BASE, help="the older commit")}))

@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from .common import ROOT, AppServer, config, entry, figure, parser, run_one, save, sentences, show, worktree
+from .common import ROOT, AppServer, entry, figure, sentences, standalone, worktree
 
 BASE = "ed3d274"  # the tree where /translate last cost 97 ms of server CPU
 N, ROUNDS = 30, 3
@@ -76,17 +76,8 @@ def run(cfg, base: str = BASE, trust: bool = False):
                  base=base)
 
 
-def main(argv=None) -> int:
-    p = parser("python -m bench.translate_cpu", __doc__)
-    p.add_argument("--base", default=BASE, help="the older commit to compare with")
-    p.add_argument("--trust", action="store_true", help="also time today's server with trust=True")
-    args = p.parse_args(argv)
-    e = run_one("translate_cpu", lambda cfg: run(cfg, args.base, args.trust), config(args))
-    show(e)
-    if not args.no_save:
-        save({"translate_cpu": e})
-    return 0
-
+OPTIONS = {"--base": dict(default=BASE, help="the older commit to compare with"),
+           "--trust": dict(action="store_true", help="also time today's server with trust=True")}
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(standalone("translate_cpu", run, options=OPTIONS))

@@ -39,11 +39,14 @@ TEST_SENTENCES = {
 
 @pytest.mark.parametrize("direction", sorted(TEST_SENTENCES))
 def test_integrated_gradients_add_up_on_the_shipped_models(direction):
-    """20 output positions over 5 test sentences, at the app's defaults (greedy run, default start)."""
+    """8 output positions over the first and the longest of 5 test sentences, at the app's defaults (greedy run,
+    default start). Fewer than the 20 this checked before: every token of 9 shipped-model cases is checked
+    against a float64 reference in test_ig_per_token.py, and bench.attribution_exact covers 48 positions."""
     torch.set_num_threads(1)
     lm = load_checkpoint(CHECKPOINTS / direction)
     checked = []
-    for sentence in TEST_SENTENCES[direction]:
+    first, *rest = TEST_SENTENCES[direction]
+    for sentence in (first, max(rest, key=len)):
         tr = translate(lm, sentence, DecodeOptions())
         T = len(tr.output_ids)
         for position in sorted({0, T // 3, (2 * T) // 3, T - 1}):
@@ -52,7 +55,7 @@ def test_integrated_gradients_add_up_on_the_shipped_models(direction):
             assert gap <= max(IG_RTOL * abs(a.ig_delta), IG_ATOL), (sentence, position, gap, a.ig_delta, a.ig_steps)
             assert a.ig_converged and a.ig_adds_up() and a.ig_steps >= 64
             checked.append(position)
-    assert len(checked) == 20
+    assert len(checked) == 8
 
 
 def test_refinement_finds_a_sharp_step_and_the_cap_is_reported():
