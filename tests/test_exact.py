@@ -187,6 +187,19 @@ def test_numbers_keep_small_weights_small():
     assert numbers(a, 4).tolist() == [0.0, 0.1, 0.3333, 0.0]
 
 
+def test_shortest_is_numpys_own_shortest_repr_whole_arrays_at_a_time():
+    """The vectorised shortest decimal equals numpy's per-value repr of each float32 (exact: both are the
+    shortest decimal that reads back, and IEEE float64 arithmetic gives the same digits on every CPU)."""
+    from ui.present.payload import shortest
+    rng = np.random.default_rng(0)
+    a = np.concatenate([rng.random(20000), rng.standard_normal(20000) * 10.0 ** rng.integers(-12, 12, 20000),
+                        [0, -0.0, 1e-45, 3e-39, 2.6e-10, 1 / 3, 3.4e38, np.inf, -np.inf, np.nan, 16777216]])
+    a = a.astype(np.float32)
+    want, got = a.astype(str).astype(np.float64), shortest(a)
+    assert ((got == want) | (np.isnan(got) & np.isnan(want))).all()
+    assert json.dumps(shortest(np.array([0.1, 0.25, 7e-8], np.float32)).tolist()) == "[0.1, 0.25, 7e-08]"
+
+
 def test_attribution_api_reports_steps_and_gap(client):
     out = client.predict(DE, "de-en", 1, 16, api_name="/attribution")
     ig = np.array(out["scores"]["integrated_gradients"])
