@@ -101,7 +101,7 @@ def test_length_cap_enforced_on_the_server(client, spy_translate):
 
 def test_lone_surrogates_in_raw_json_give_valid_utf8(server):
     url = server[1]
-    body = '{"data": ["Ein \\ud800 Mann \\udfff", "de-en", 1, 4, null]}'  # valid JSON, not valid UTF-8 text
+    body = '{"data": ["Ein \\ud800 Mann \\udfff", "de-en", 1, 4, null, false]}'  # valid JSON, not valid UTF-8 text
     r = httpx.post(url + "gradio_api/call/translate", content=body.encode("ascii"),
                    headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 200, r.text
@@ -333,7 +333,7 @@ def test_past_the_queue_bound_requests_get_busy_try_again(tmp_path, monkeypatch)
         with pytest.raises(Exception) as e:          # the UI's streaming event too
             c.predict(DE, "de-en", "greedy", 4, 4, api_name="/translate_stream")
         assert "try again" in str(e.value).lower()
-        r = httpx.post(url + "gradio_api/call/translate", json={"data": [DE, "de-en", 1, 4, None]}, timeout=30)
+        r = httpx.post(url + "gradio_api/call/translate", json={"data": [DE, "de-en", 1, 4, None, False]}, timeout=30)
         assert r.status_code == 503 and "Queue is full" in r.json()["detail"] and no_traceback(r.text)
         with urllib.request.urlopen(url + "gradio_api/info", timeout=30) as info:  # the server itself still answers
             assert info.status == 200

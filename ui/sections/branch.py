@@ -143,8 +143,9 @@ def _screen(shell: Shell, run: Run, sel, base: str, step: int, run_views: bool =
 def _screen_outputs(shell: Shell, extra: list) -> list:
     lazy = [c for lz in shell.lazy.values() for c in (lz.stamp, *lz.outputs)]
     sub = [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]
+    # the selection fitted to the run shown goes out with it, as Translate's event writes it
     return list(dict.fromkeys([shell.translate.run_status, *shell.run_outputs(), *lazy, *sub, *extra,
-                               *_nav_outputs(shell.bar.nav)]))
+                               *_nav_outputs(shell.bar.nav), shell.sel_state]))
 
 
 def history_values(shell: Shell, run, hist, delta: int, sel: Selection, base: str = "/") -> dict:
@@ -162,7 +163,7 @@ def history_values(shell: Shell, run, hist, delta: int, sel: Selection, base: st
         values |= {shell.text: inputs.text, shell.direction: inputs.model, shell.decoding: inputs.decoding,
                    shell.beam: gr.Slider(value=inputs.beam, visible=inputs.decoding == "beam"),
                    shell.max_len: inputs.max_len}
-    return values | {shell.translate.run_status: f"✓ history · run {shown.id}"}
+    return values | {shell.translate.run_status: f"✓ history · run {shown.id}", shell.sel_state: sel}
 
 
 # --------------------------------------------------------------------------- continue from here
@@ -208,9 +209,11 @@ def continue_values(shell: Shell, run, inputs: RunInputs, step: int, hist, sel: 
     notice = values.get(shell.translate.notice, "")
     if new is None:  # the problem goes beside the button too (the notice sits on the first screen)
         return values | {note: notice or "⚠️ The branch could not be decoded."}
-    values |= _screen(shell, new, sel.fit(shell.shape(new.model)), base, step, run_views=False)
+    sel = replace(sel.fit(shell.shape(new.model)), step=max(0, min(step, new.n_steps - 1)))
+    values |= _screen(shell, new, sel, base, step, run_views=False)
     # the branch's step, where Generation opens (its top-k: what the model would have chosen there)
-    values[shell.step] = gr.Slider(minimum=0, maximum=max(1, new.n_steps - 1), value=min(step, new.n_steps - 1))
+    values[shell.step] = gr.Slider(minimum=0, maximum=max(1, new.n_steps - 1), value=sel.step)
+    values[shell.sel_state] = sel
     values |= dict(zip(_nav_outputs(shell.bar.nav), _nav((hist or History()).push(run).push(new))))
     desc = branching.describe(len(inputs.prefix), inputs.beam if inputs.decoding == "beam" else 1)
     return values | {shell.translate.run_status: f"✓ branch · run {new.id}",
