@@ -11,6 +11,7 @@ import onnx
 import pytest
 import torch
 
+from model.analysis.computation import Computation
 from model.engine.config import Interventions
 from model.engine.decoding import DecodeOptions, decoder_input, translate
 from model.engine.hooks import capture
@@ -90,6 +91,21 @@ def test_mask_switches_match_the_engine(iv):
     for short, kind in (("enc", ENC_SELF), ("self", DEC_SELF), ("cross", CROSS)):
         ours = np.stack([got[f"{short}_pattern_{i}"][0] for i in range(4)])
         assert np.abs(ours - trace.attention(kind)).max() < TOL_PATTERN, short
+
+
+def test_the_residual_norms_are_the_apps():
+    """enc_norms and dec_norms (what the page's tour reads) against Computation.residual_norms, the app's
+    reading of the same run: |stream in|, each sublayer's addition and |stream out|, per layer and position."""
+    lm = load(ROOT / "checkpoints" / "de-en")
+    tr = translate(lm, lines("val", "de")[3], DecodeOptions(beam=1))
+    comp = Computation(tr.trace, lm.model)
+    got = run_graphs("de-en", tr.src_ids, decoder_input(lm.model.cfg.decoder_start_id, tr.output_ids), Interventions())
+    for part, subs in (("encoder", ("attn", "ffn")), ("decoder", ("attn", "cross", "ffn"))):
+        r, ours = comp.residual_norms(part), got[f"{part[:3]}_norms"]
+        want = np.stack([np.stack([r.resid[i], *(getattr(r, s)[i] for s in subs), r.resid[i + 1]])
+                         for i in range(r.resid.shape[0] - 1)])
+        assert ours.shape == want.shape, part
+        assert np.abs(ours - want).max() <= 1e-3 * np.abs(want).max(), part  # fp16-stored weights, fp32 sums
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["cached-steps", "look-ahead-off"])

@@ -67,6 +67,7 @@ def model_meta(lm, enc: EncoderGraph, dec: DecoderGraph, checkpoints: Path) -> d
     cfg = lm.model.cfg
     metrics = lm.metrics or {}
     return {"name": lm.name, "src_lang": lm.src_lang, "tgt_lang": lm.tgt_lang, "d_model": cfg.d_model,
+            "d_ff": cfg.d_ff, "norm_first": cfg.norm_first,
             "encoder_layers": cfg.n_encoder_layers, "decoder_layers": cfg.n_decoder_layers,
             "encoder_heads": cfg.encoder_heads, "decoder_heads": cfg.decoder_heads, "max_len": cfg.max_len,
             "pad_id": cfg.pad_id, "bos_id": cfg.src_bos_id, "eos_id": cfg.eos_id,

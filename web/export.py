@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from model.analysis.postnorm import SUBLAYERS
 from model.engine.hooks import capture
 from model.engine.names import CROSS, DEC_SELF, ENC_SELF, hook_name
 
@@ -52,14 +53,14 @@ def _embed(stack, tokens, use_pos, positions=None):
 
 
 def _norms(trace, part: str, n_layers: int) -> torch.Tensor:
-    """(layers, 3, T): |residual in|, |what attention added| and |what the FFN added| at each position.
-    (A decoder layer's attention part is both its attentions.)"""
+    """(layers, 2 + sublayers, T): |residual in|, |what each sublayer added| (encoder: attention, FFN;
+    decoder: self-attention, cross-attention, FFN) and |residual out| at each position, as
+    Computation.residual_norms reads a pre-norm model."""
     rows = []
     for layer in range(n_layers):
-        pre, mid, post = (trace[hook_name(p, part, layer)][0]
-                          for p in ("resid_pre", "resid_mid" if part == "encoder" else "resid_mid_cross",
-                                    "resid_post"))
-        rows.append(torch.stack([pre.norm(dim=-1), (mid - pre).norm(dim=-1), (post - mid).norm(dim=-1)]))
+        point = lambda p: trace[hook_name(p, part, layer)][0]  # noqa: E731
+        adds = [(point(after) - point(before)).norm(dim=-1) for _, before, after in SUBLAYERS[part].values()]
+        rows.append(torch.stack([point("resid_pre").norm(dim=-1), *adds, point("resid_post").norm(dim=-1)]))
     return torch.stack(rows)
 
 

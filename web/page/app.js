@@ -4,7 +4,7 @@
 import { cleanInput, Direction, isBlank } from "./engine.js";
 import { toText } from "./text.js";
 import { drawGrid, drawHead, drawPositions, axesOf, KINDS } from "./views.js";
-import { N_STOPS, tourStops } from "./tour.js";
+import { MASK_STOP, N_STOPS, tourStops } from "./tour.js";
 
 const BASE = new URL(".", import.meta.url).href.replace(/\/$/, "");
 const $ = (id) => document.getElementById(id);
@@ -146,19 +146,49 @@ function stepsTable(run) {
 }
 
 /** The tour's stops: those that need no server computed here from this run, as the app's tour states them;
- * the others named, with where they run. */
-async function tour(run) {
+ * the others named, with where they run. ``maskOff``: stop 5 tried with the look-ahead mask off. */
+async function tour(run, maskOff = null) {
   const d = await direction(run.dir);
-  const items = tourStops(run, d).map((stop) => {
+  const items = tourStops(run, d, maskOff).map((stop) => {
     const li = document.createElement("li");
     li.dataset.stop = String(stop.number);
     const head = Object.assign(document.createElement("h3"), { textContent: `Stop ${stop.number} of ${N_STOPS}: ${stop.title}` });
     const lines = stop.server ? ["This stop needs the server: walk it in the Gradio app's tour."] : stop.sentences;
     li.replaceChildren(head, ...lines.map((t) => Object.assign(document.createElement("p"), { textContent: t })));
+    if (stop.number === MASK_STOP && !stop.server) li.append(...maskTrial(run, stop));
     if (stop.server) li.classList.add("server");
     return li;
   });
   $("tour").replaceChildren(...items);
+}
+
+/** Stop 5's "Try it": a button that switches the look-ahead mask off (or back on), and what that changed. */
+function maskTrial(run, stop) {
+  const btn = Object.assign(document.createElement("button"), { type: "button", className: "try",
+    textContent: stop.off ? "Try it: both masks on" : "Try it: switch the look-ahead mask off" });
+  btn.addEventListener("click", async () => {
+    btn.disabled = true;
+    try {
+      await tour(run, stop.off ? null : await maskOffRun(run));
+    } catch (e) {
+      btn.after(Object.assign(document.createElement("p"), { className: "notice", textContent: `That did not work in this browser: ${e.message}.` }));
+      btn.disabled = false;
+    }
+  });
+  const out = [btn];
+  if (stop.changed) out.push(Object.assign(document.createElement("p"), { className: "changed", textContent: stop.changed }));
+  return out;
+}
+
+/** The run's own output forced through the decoder with the look-ahead mask off (its self-attention), and
+ * the sentence decoded that way, as the app's tour compares them. */
+async function maskOffRun(run) {
+  const d = await direction(run.dir), sw = { causal: false };
+  const { src, out: enc } = await d.encode(run.srcIds, sw);
+  const forced = await d.step([d.meta.decoder_start_id, ...run.outIds.slice(0, -1)], enc.memory, src, sw);
+  const decoded = await d.greedy(run.srcIds, sw, false);
+  const outTokens = decoded.ids.map((i) => d.spm.pieces[i]);
+  return { forced: patterns(d, { enc, dec: forced }).self, outTokens, text: toText(outTokens, d.spm, d.meta.tgt_lang) };
 }
 
 async function compareMasks(run) {

@@ -9,8 +9,8 @@ const WORD_START = "\u2581";
 const UNSPACED = [[0x0E00, 0x0EFF], [0x0F00, 0x0FFF], [0x1000, 0x109F], [0x1780, 0x17FF], [0x2E80, 0x2FDF],
   [0x3000, 0x30FF], [0x31F0, 0x31FF], [0x3400, 0x4DBF], [0x4E00, 0x9FFF], [0xF900, 0xFAFF], [0xFE30, 0xFE4F],
   [0xFF00, 0xFF9F], [0x20000, 0x3134F]];
-export const SERVER_STOPS = { 5: "Padding and look-ahead masks", 6: "Feed-forward and the residual stream",
-  9: "What moved the output", 10: "Watch it learn" };
+export const SERVER_STOPS = { 9: "What moved the output", 10: "Watch it learn" };
+export const MASK_STOP = 5;  // its "Try it": the look-ahead mask switched off (app.js runs the model)
 
 const pct = (x) => `${(100 * x).toFixed(1)} %`;
 const f2 = (x) => x.toFixed(2);
@@ -127,6 +127,56 @@ function stopManyHeads(t) {
     `Their outputs are joined and mixed by one matrix (W_O) back into ${t.meta.d_model} numbers.`];
 }
 
+/** ui.tour.later_weight: the decoder self-attention's weight on later positions, summed over layers, heads
+ * and rows ([L][H][T][T] patterns), and its share of all that attention's weight. */
+export function laterWeight(self) {
+  let future = 0, total = 0;
+  for (const heads of self) for (const m of heads) m.forEach((r, a) => r.forEach((x, b) => { total += x; if (b > a) future += x; }));
+  return { future, share: future / Math.max(1e-9, total) };
+}
+
+/** Stop 5; ``off``: the run's output forced with the look-ahead mask off ({forced: [L][H][T][T]}). */
+function stopMasks(t, off = null) {
+  const out = t.run.outTokens, n = out.length, step = Math.min(Math.max(1, Math.floor(n / 2)), n - 1);
+  const { future, share } = laterWeight(off ? off.forced : t.run.patterns.self);
+  const pads = t.run.srcTokens.filter((x) => x === "<pad>").length;
+  const s = [`The padding mask hides the <pad> tokens that fill a batch to one length (this run has ${pads}); the look-ahead mask stops the decoder from reading tokens it has not written yet.`];
+  if (off) {
+    s.push(`With the look-ahead mask off, the decoder at step ${step}, writing ${out[step]}, may read all ${n} positions, ${n - step - 1} of them not written yet.`,
+      `On this output, forced, the weight on later positions, summed over every decoder layer, head and row, is ${future.toFixed(3)}: ${pct(share)} of the decoder's self-attention.`);
+  } else {
+    s.push(`At step ${step}, writing ${out[step]}, the decoder reads ${step + 1} of the ${n} positions; the other ${n - step - 1} are hidden.`,
+      `In this run the weight on later positions, summed over every decoder layer, head and row, is ${future.toFixed(3)}.`);
+  }
+  return s;
+}
+
+/** ui.tour.tried_masks: what switching the look-ahead mask off changed ({forced, outTokens, text} of the run
+ * decoded without it). */
+function changedMasks(t, off) {
+  const { share } = laterWeight(off.forced);
+  const base = t.run.outTokens, same = base.filter((x, i) => x === off.outTokens[i]).length;
+  const decoded = base.length === off.outTokens.length && same === base.length
+    ? `Decoding that way, the model still writes “${t.run.text}”.`
+    : `Decoding that way, the model writes “${off.text}” instead of “${t.run.text}” (${same} of ${base.length} tokens unchanged at their place).`;
+  return `What changed: with the mask off, ${pct(share)} of the decoder's self-attention on this output goes to tokens after the one being written (none with it on). ${decoded}`;
+}
+
+/** Stop 6, from the decoder's residual norms over the whole prefix ((L, 5, T): in, self-attention, cross-
+ * attention and FFN additions, out), at the first position after the start token. */
+function stopResidual(t) {
+  const labels = t.run.decoderInput, i = Math.min(1, labels.length - 1);
+  const r = t.run.dec.dec_norms, [L, R, T] = r.dims, at = (l, k) => r.data[(l * R + k) * T + i];
+  let best = null;
+  [["self-attention", 1], ["cross-attention", 2], ["feed-forward", 3]].forEach(([name, k]) => {
+    for (let l = 0; l < L; l++) if (!best || at(l, k) > best[2]) best = [name, l, at(l, k)];
+  });
+  const { d_model: d, d_ff: ff } = t.meta;
+  return [`Each of the ${L} decoder layers adds three things to a running sum, the residual stream: self-attention, cross-attention and a feed-forward network (${d} → ${ff} → ${d}) applied to each position alone.`,
+    `At input ${labels[i]} (position ${i}) the stream's length goes from ${f2(at(0, 0))} to ${f2(at(L - 1, 4))} after the last layer.`,
+    `The largest addition there is layer ${best[1]}'s ${best[0]} (length ${f2(best[2])}).`];
+}
+
 function stopCross(t) {
   const { l, h, o, k, weight } = t.peakCross();
   const reads = o > 0 ? t.out.labels[o - 1] : t.d.spm.pieces[t.meta.decoder_start_id];
@@ -154,13 +204,20 @@ function stopWhole(t) {
 /** The stops the browser computes, by the app's stop number (1 to 11): [title, sentences]. */
 const STOPS = { 1: ["Tokens and embeddings", stopTokens], 2: ["Positional encoding", stopPositions],
   3: ["One head: scores → softmax", stopOneHead], 4: ["Many heads", stopManyHeads],
+  5: ["Padding and look-ahead masks", stopMasks], 6: ["Feed-forward and the residual stream", stopResidual],
   7: ["Cross-attention as alignment", stopCross], 8: ["One decoding step", stopStep], 11: ["The whole run", stopWhole] };
 
-/** Every stop of the app's tour, in order: {number, title, sentences} or {number, title, server: true}. */
-export function tourStops(run, d) {
+/** Every stop of the app's tour, in order: {number, title, sentences} or {number, title, server: true}.
+ * ``maskOff``: stop 5 tried with the look-ahead mask off ({forced, outTokens, text}); it then says what changed.
+ * Stop 6 states a pre-norm model's additions; a post-norm model's shares need the server. */
+export function tourStops(run, d, maskOff = null) {
   const t = new TourRun(run, d);
   return Array.from({ length: N_STOPS }, (_, k) => {
     const number = k + 1;
+    if (number === 6 && d.meta.norm_first === false) return { number, title: STOPS[6][0], server: true };
+    if (number === MASK_STOP && maskOff) {
+      return { number, title: STOPS[number][0], sentences: stopMasks(t, maskOff), changed: changedMasks(t, maskOff), off: true };
+    }
     if (STOPS[number]) return { number, title: STOPS[number][0], sentences: STOPS[number][1](t) };
     return { number, title: SERVER_STOPS[number], server: true };
   });
