@@ -95,3 +95,37 @@ def test_a_link_opens_the_same_screen(served):
     open_site(again, link)
     assert again.input_value("#dir") == "fr-en" and again.inner_text("#translation") == page.inner_text("#translation")
     assert first
+
+
+COMPARE_FIRST = """async () => {
+  const dir = document.getElementById('dir').value, text = document.getElementById('text').value;
+  const a = await window.explorer.firstScreen(dir, text), b = await window.explorer.translate(dir, text);
+  let worst = 0;
+  const diff = (x, y) => { worst = Math.max(worst, Math.abs(x - y)); };
+  for (const k of Object.keys(b.patterns)) b.patterns[k].forEach((hs, l) => hs.forEach((m, h) => m.forEach((r, i) =>
+    r.forEach((x, j) => diff(x, a.patterns[k][l][h][i][j])))));
+  for (const part of ['enc', 'dec']) for (const k of Object.keys(a[part])) a[part][k].data.forEach((x, i) => diff(x / Math.max(1, Math.abs(x)), b[part][k].data[i] / Math.max(1, Math.abs(x))));
+  let probs = 0;
+  b.steps.forEach((s, i) => s.probs.forEach((p, k) => { probs = Math.max(probs, Math.abs(p - a.steps[i].probs[k])); }));
+  return { ids: [a.outIds, b.outIds], top: a.steps.every((s, i) => s.ids.join() === b.steps[i].ids.join()),
+           tensors: Object.keys(a.enc).length + Object.keys(a.dec).length, worst, probs, text: [a.text, b.text] };
+}"""
+
+
+@pytest.mark.parametrize("direction", ["de-en", "en-cs"])
+def test_the_first_screen_is_what_the_page_computes(served, direction):
+    """The example's run stored when the site was built (drawn before the model loads) against the page's own
+    run of the same sentence: the same tokens and top 10 at every step, patterns within 1e-4, probabilities
+    within 1e-5, the tour's tensors within 1e-4 (relative above 1), and so the same tour text."""
+    base, browser = served
+    page = new_page(browser)
+    guard(page, base)
+    open_site(page, base + "/index.html?" + urlencode({"dir": direction}))
+    assert "when this page was built" in page.inner_text("#timing")
+    tour = page.locator("#tour li").all_inner_texts()
+    got = page.evaluate(COMPARE_FIRST)
+    assert got["ids"][0] == got["ids"][1] and got["top"] and got["text"][0] == got["text"][1], got
+    assert got["tensors"] >= 10 and got["worst"] < 1e-4 and got["probs"] < 1e-5, got
+    translate_in_page(page, direction, page.input_value("#text"))
+    assert "in this browser" in page.inner_text("#timing") and "when this page was built" not in page.inner_text("#timing")
+    assert page.locator("#tour li").all_inner_texts() == tour

@@ -17,17 +17,20 @@ import onnx
 
 from .compact import WEIGHTS, share_weights, store
 from .export import FLAGS, DecoderGraph, EncoderGraph, export_model
+from .first import first_screen
+from .runtime import Graphs
 from .sentencepiece_spec import spm_spec
 from .spacy_rules import tokenizer_rules
 
 ROOT = Path(__file__).resolve().parent
 PRECISION = "fp16"  # the stored weights' precision, chosen by bench/web_int8.py's measurement (docs/web.md)
 PAGE = ROOT / "page"
+FIRST = "first.json"  # a direction's first screen (web/first.py)
 VENDOR = {  # node_modules path -> name in the site's vendor/ folder
     "onnxruntime-web/dist/ort.wasm.min.mjs": "ort.wasm.min.mjs",
     "onnxruntime-web/dist/ort-wasm-simd-threaded.mjs": "ort-wasm-simd-threaded.mjs",
     "onnxruntime-web/dist/ort-wasm-simd-threaded.wasm": "ort-wasm-simd-threaded.wasm",
-    "plotly.js-dist-min/plotly.min.js": "plotly.min.js",
+    "plotly.js-cartesian-dist-min/plotly-cartesian.min.js": "plotly.min.js",  # heatmaps and lines: a third of the full bundle
 }
 SPACE_README = """---
 title: Inside a translation Transformer (in your browser)
@@ -94,7 +97,17 @@ def build_direction(folder: Path, out: Path, precision: str = PRECISION) -> dict
     (target / "spm.json").write_text(json.dumps(spm_spec(folder / "spm.model"), ensure_ascii=False), encoding="utf-8")
     meta = {**model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model), folder.parent), "precision": precision}
     (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    if meta["example"]:
+        write_first_screen(lm, target, meta)
     return meta
+
+
+def write_first_screen(lm, target: Path, meta: dict) -> None:
+    """models/<name>/first.json: the example sentence's run, drawn before the model loads (web/first.py)."""
+    from model.engine.decoding import DecodeOptions, translate
+    src_ids = translate(lm, meta["example"], DecodeOptions(beam=1, record=False, trace=False)).src_ids
+    run = first_screen(Graphs(target, meta), meta["example"], src_ids)
+    (target / FIRST).write_text(json.dumps(run, ensure_ascii=False), encoding="utf-8")
 
 
 def copy_page(out: Path, node_modules: Path) -> None:

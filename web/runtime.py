@@ -45,10 +45,14 @@ class Graphs:
     def greedy(self, src_ids: list[int], max_len: int = 100, causal: bool = True) -> list[int]:
         """Greedy ids as the page decodes: one cached step at a time with the look-ahead mask on, the whole
         prefix recomputed with it off (as model.engine.decoding.decoder_step)."""
+        return self.greedy_steps(src_ids, max_len, causal)[0]
+
+    def greedy_steps(self, src_ids: list[int], max_len: int = 100, causal: bool = True):
+        """(ids, each step's logits over the whole vocabulary) of ``greedy``."""
         m = self.meta
         memory = self.encode(src_ids)["memory"]
         budget = max(1, min(max_len, m["max_len"] - 1, 2 * len(src_ids) + 10))
-        ys, cache = [m["decoder_start_id"]], self.empty_cache()
+        ys, cache, steps = [m["decoder_start_id"]], self.empty_cache(), []
         present = [n.replace("past_", "present_") for n in self.past]
         for _ in range(budget):
             if causal:
@@ -56,9 +60,10 @@ class Graphs:
                 cache = {n: out[p] for n, p in zip(self.past, present)}
             else:
                 out = self.decode(ys, memory, src_ids, causal=False, outputs=["logits"])
+            steps.append(out["logits"][0])
             logits = out["logits"][0].copy()
             logits[m["never_generated"]] = -np.inf
             ys.append(int(logits.argmax()))
             if ys[-1] == m["eos_id"]:
                 break
-        return ys[1:]
+        return ys[1:], steps

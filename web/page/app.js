@@ -28,7 +28,7 @@ async function keepForOffline(name) {
   await navigator.serviceWorker.ready;
   if (!navigator.serviceWorker.controller) await new Promise((ok) => navigator.serviceWorker.addEventListener("controllerchange", ok, { once: true }));
   const d = await loaded.get(name);
-  const files = ["meta.json", "spm.json", "encoder.onnx", "decoder.onnx", "weights.bin"].map((f) => `${BASE}/models/${name}/${f}`);
+  const files = ["meta.json", "spm.json", "first.json", "encoder.onnx", "decoder.onnx", "weights.bin"].map((f) => `${BASE}/models/${name}/${f}`);
   await Promise.all([...files, `${BASE}/models/spacy_${d.meta.src_lang}.json`].map((u) => fetch(u).catch(() => null)));
   document.body.dataset.offline = [document.body.dataset.offline, name].filter(Boolean).join(" ");
 }
@@ -99,6 +99,26 @@ function runOf(d, name, text, src, res, switches, notes) {
     patterns: patterns(d, res), steps: res.steps.map((s) => ({ ...s, tokens: s.ids.map((i) => d.spm.pieces[i]) })),
     enc: res.enc, dec: res.dec, switches, notices: notes, ms: res.ms,
   };
+}
+
+/** A tensor stored as web/first.py writes one (dims, base64 little-endian float32) as the page reads one. */
+function storedTensor({ dims, data }) {
+  const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+  return { dims, data: new Float32Array(bytes.buffer) };
+}
+
+/** The direction's first screen, computed when the site was built (web/first.py), if ``text`` is its sentence
+ * and this page's tokenizer gives its source ids; else null (the model then runs here). */
+async function firstScreen(name, text) {
+  const stored = fetch(`${BASE}/models/${name}/first.json`).then((r) => (r.ok ? r.json() : null), () => null);
+  const d = await direction(name);
+  const f = await stored;
+  if (!f) return null;
+  const src = d.source(text);
+  if (f.text !== text || f.srcIds.join() !== src.ids.join()) return null;
+  const tensors = (o) => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, storedTensor(v)]));
+  const res = { ids: f.ids, steps: f.steps, enc: tensors(f.enc), dec: tensors(f.dec), ms: null };
+  return runOf(d, name, text, src, res, {}, notices(d, src, []));
 }
 
 /** Greedy decoding of given source ids (the parity tests feed the engine's own). */
@@ -204,12 +224,23 @@ async function compareMasks(run) {
   $("mask-plot").dataset.drawn = "1";
 }
 
+/** Plotly.js, loaded async beside the modules (index.html), so that the first screen's files are fetched
+ * while it is parsed. */
+const plotlyReady = new Promise((ok, fail) => {
+  if (window.Plotly) return ok();
+  $("plotly").addEventListener("load", () => { performance.mark("plotly"); ok(); }, { once: true });
+  $("plotly").addEventListener("error", () => fail(new Error("Plotly.js did not load")), { once: true });
+});
+
 async function show(run) {
   say($("notices"), run.notices);
   if (run.empty) return;
+  await plotlyReady;
   current = run;
   $("translation").textContent = run.text;
-  $("timing").textContent = `${run.outIds.length} tokens in ${run.ms.toFixed(0)} ms, in this browser`;
+  $("timing").textContent = run.ms === null
+    ? `${run.outIds.length} tokens, computed by the same model when this page was built; a sentence you type runs in this browser`
+    : `${run.outIds.length} tokens in ${run.ms.toFixed(0)} ms, in this browser`;
   await drawGrid($("grid"), run, $("grid-kind").value);
   window.explorer.firstMap ??= performance.now();  // for bench/web_load.py: navigation start -> first grid
   fillHeadPicker(run);
@@ -251,8 +282,14 @@ async function init() {
   $("grid-kind").addEventListener("change", () => current && drawGrid($("grid"), current, $("grid-kind").value));
   $("head-pick").addEventListener("change", () => current && drawHeadView(current));
   $("compare").addEventListener("click", () => current && compareMasks(current));
-  await onTranslate();
+  performance.mark("manifest");
+  const first = await firstScreen(sel.value, $("text").value).catch(() => null);
+  performance.mark("first-data");
+  if (first) await show(first);
+  else await onTranslate();
+  // the model (already loaded if it ran): what is typed next runs at once
+  (await direction(sel.value)).graphs().then(() => { window.explorer.modelReady = performance.now(); }, () => {});
 }
 
-window.explorer = { translate, greedyIds, pieces, words, encodePieces, direction, ready: null, lastCompare: null };
+window.explorer = { translate, greedyIds, pieces, words, encodePieces, direction, firstScreen, ready: null, lastCompare: null };
 window.explorer.ready = init();

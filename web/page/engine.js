@@ -30,24 +30,38 @@ export function isBlank(text) {
 }
 
 export class Direction {
+  /** The tokenizer and the model's description; the graphs load on first use (``graphs``), so that a first
+   * screen computed when the site was built can be drawn before ONNX Runtime Web has started. */
   static async load(base, name) {
     const d = new Direction();
-    d.meta = await json(`${base}/models/${name}/meta.json`);
-    d.spm = new SentencePieceBPE(await json(`${base}/models/${name}/spm.json`));
+    d.base = `${base}/models/${name}`;
+    const spm = json(`${d.base}/spm.json`);  // fetched beside meta.json, not after it
+    d.meta = await json(`${d.base}/meta.json`);
+    d.spm = new SentencePieceBPE(await spm);
     const lang = d.meta.src_lang;
     if (!wordRules.has(lang)) wordRules.set(lang, json(`${base}/models/spacy_${lang}.json`).then((r) => new SpacyWords(r)));
     d.words = await wordRules.get(lang);
-    // both graphs read their weights from one file (each tensor once: the embedding table is shared)
-    const weights = await fetch(`${base}/models/${name}/weights.bin`).then((r) => {
-      if (!r.ok) throw new Error(`weights.bin: ${r.status}`);
-      return r.arrayBuffer();
-    });
-    const opts = { executionProviders: ["wasm"], graphOptimizationLevel: "all",
-      externalData: [{ path: "weights.bin", data: new Uint8Array(weights) }] };
-    [d.encoder, d.decoder] = await Promise.all([
-      ort.InferenceSession.create(`${base}/models/${name}/encoder.onnx`, opts),
-      ort.InferenceSession.create(`${base}/models/${name}/decoder.onnx`, opts)]);
     return d;
+  }
+
+  /** The encoder and decoder sessions, created once. Both graphs read their weights from one file (each
+   * tensor once: the embedding table is shared). */
+  graphs() {
+    if (!this.sessions) {
+      this.sessions = this.loadGraphs();
+      this.sessions.catch(() => { this.sessions = null; });  // a failed load is tried again on next use
+    }
+    return this.sessions;
+  }
+
+  async loadGraphs() {
+    const r = await fetch(`${this.base}/weights.bin`);
+    if (!r.ok) throw new Error(`weights.bin: ${r.status}`);
+    const opts = { executionProviders: ["wasm"], graphOptimizationLevel: "all",
+      externalData: [{ path: "weights.bin", data: new Uint8Array(await r.arrayBuffer()) }] };
+    const [encoder, decoder] = await Promise.all([ort.InferenceSession.create(`${this.base}/encoder.onnx`, opts),
+      ort.InferenceSession.create(`${this.base}/decoder.onnx`, opts)]);
+    return { encoder, decoder };
   }
 
   /** Source pieces (spaCy words joined by spaces, then SentencePiece), as SubwordVocab.tokens gives them. */
@@ -74,7 +88,8 @@ export class Direction {
   async encode(ids, sw) {
     const src = new ort.Tensor("int64", BigInt64Array.from(ids.map(BigInt)), [1, ids.length]);
     const fl = this.flags(sw);
-    const out = await this.encoder.run({ src, use_padding_mask: fl.use_padding_mask, use_pos: fl.use_pos });
+    const { encoder } = await this.graphs();
+    const out = await encoder.run({ src, use_padding_mask: fl.use_padding_mask, use_pos: fl.use_pos });
     return { src, out };
   }
 
@@ -90,7 +105,8 @@ export class Direction {
   async step(ys, memory, src, sw, cache = null, fetch = null) {
     const tgt = new ort.Tensor("int64", BigInt64Array.from(ys.map(BigInt)), [1, ys.length]);
     const feeds = { tgt, memory, src, ...this.flags(sw), ...(cache ?? this.emptyCache()) };
-    return fetch ? this.decoder.run(feeds, fetch) : this.decoder.run(feeds);
+    const { decoder } = await this.graphs();
+    return fetch ? decoder.run(feeds, fetch) : decoder.run(feeds);
   }
 
   /** Greedy decoding of source ids, as model.engine.decoding.decoder_step: with the look-ahead mask on one
