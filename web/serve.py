@@ -70,7 +70,8 @@ NGINX_TYPES = ("text/html html; text/css css; application/javascript js mjs; app
 
 @contextmanager
 def nginx_server(folder: Path):
-    """nginx serving ``folder`` as a static host does (gzip on, the right types for modules and WASM)."""
+    """nginx serving ``folder`` as a static host does (gzip on, the right types for modules and WASM; a file's
+    precompressed ``.gz`` beside it is sent as it is, where there is one)."""
     if NGINX is None:
         raise RuntimeError("nginx is not installed (Debian: apt-get install -y nginx); .ci/run installs it")
     work = Path(tempfile.mkdtemp(prefix="web-nginx-"))
@@ -80,7 +81,7 @@ def nginx_server(folder: Path):
 events {{ worker_connections 256; }}
 http {{ {temp} access_log {work / 'access.log'};
   types {{ {NGINX_TYPES} }}
-  gzip on; gzip_types application/javascript application/wasm application/json application/octet-stream text/css;
+  gzip on; gzip_static on; gzip_types application/javascript application/wasm application/json application/octet-stream text/css;
   server {{ listen 127.0.0.1:{port}; root {folder}; index index.html; }} }}
 """)
     try:
