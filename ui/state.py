@@ -144,6 +144,10 @@ class Selection:
         return replace(self, layer=min(self.layer, shape.layers(self.kind) - 1),
                        head=min(self.head, shape.heads(self.kind) - 1))
 
+    def within(self, n_steps: int, step: int | None = None) -> "Selection":
+        """The selection at ``step`` (default: its own) inside a run of ``n_steps`` steps."""
+        return replace(self, step=read_index(self.step if step is None else step, 0, n_steps))
+
 
 def read_index(value, default: int = 0, n: int | None = None) -> int:
     """The one reading of a layer, head, step or position from a control, a link or a call: a whole number

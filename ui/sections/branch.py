@@ -155,8 +155,7 @@ def history_values(shell: Shell, run, hist, delta: int, sel: Selection, base: st
     values = dict(zip(_nav_outputs(shell.bar.nav), _nav(hist)))
     if shown is None or shell.lm(shown) is None or (run is not None and shown.id == run.id):
         return values
-    sel = _held(sel).fit(shell.shape(shown.model))
-    sel = replace(sel, step=min(sel.step, max(0, shown.n_steps - 1)))
+    sel = _held(sel).fit(shell.shape(shown.model)).within(shown.n_steps)
     values |= _screen(shell, shown, sel, base, sel.step)
     inputs = shown.inputs
     if inputs is not None:
@@ -209,7 +208,7 @@ def continue_values(shell: Shell, run, inputs: RunInputs, step: int, hist, sel: 
     notice = values.get(shell.translate.notice, "")
     if new is None:  # the problem goes beside the button too (the notice sits on the first screen)
         return values | {note: notice or "⚠️ The branch could not be decoded."}
-    sel = replace(sel.fit(shell.shape(new.model)), step=max(0, min(step, new.n_steps - 1)))
+    sel = sel.fit(shell.shape(new.model)).within(new.n_steps, step)
     values |= _screen(shell, new, sel, base, step, run_views=False)
     # the branch's step, where Generation opens (its top-k: what the model would have chosen there)
     values[shell.step] = gr.Slider(minimum=0, maximum=max(1, new.n_steps - 1), value=sel.step)

@@ -144,8 +144,7 @@ def leave_values(shell: Shell, run, link: str, held: Selection, base: str = "/")
     stop = restored.sel
     spec = REGISTRY.get(f"{stop.section}/{stop.subview}" if stop.subview else stop.section)
     taken = {"section", "subview", *(spec.reads if spec else ())} - {"units"}
-    sel = replace(held, **{f: getattr(stop, f) for f in taken}).fit(ModelShape.of(shell.lm(run)))
-    sel = replace(sel, step=min(sel.step, max(0, run.n_steps - 1)))
+    sel = replace(held, **{f: getattr(stop, f) for f in taken}).fit(ModelShape.of(shell.lm(run))).within(run.n_steps)
     values = shell.run_values(run, RunContext(sel, False, base))
     lz = shell.lazy.get(sel.section)
     if lz is not None:  # the section on screen, drawn from the selection (its other inputs as they stand)

@@ -465,7 +465,7 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
         if run is None:
             return _controls(shell, inputs, sel) | values | {shell.link_notice: link_notice_md(problems)}
         sel = sel.fit(ModelShape.of(shell.lm(run)))
-        shown = replace(sel, step=min(sel.step, max(0, run.n_steps - 1)))
+        shown = sel.within(run.n_steps)
         if sel.section in lazy:  # the section the link opens, drawn at once (under the run's own values)
             extra = (shown.step,) if sel.section == "generation" else ()
             values = lazy_values(shell, sel.section, run, *extra) | values
