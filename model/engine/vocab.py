@@ -138,7 +138,7 @@ UNSPACED_NOTE = ("Chinese (like Japanese or Thai) has no spaces between words: i
 def is_unspaced(ch: str) -> bool:
     """Whether character ``ch`` belongs to a script written without spaces between words."""
     c = ord(ch)
-    return any(lo <= c <= hi for lo, hi in UNSPACED_RANGES)
+    return c >= UNSPACED_RANGES[0][0] and any(lo <= c <= hi for lo, hi in UNSPACED_RANGES)  # Latin: at once
 
 
 def has_unspaced(tokens: Iterable[str]) -> bool:

@@ -22,30 +22,42 @@ def numbers(a, decimals: int | None = None) -> np.ndarray:
     if decimals is not None:
         return np.round(a.astype(np.float64), decimals)
     # a few values: numpy's repr at once; an attention array: whole-array arithmetic (several times faster)
-    return a.astype(str).astype(np.float64) if a.size < 256 else shortest(a)
+    return a.astype(str).astype(np.float64) if a.size < 64 else shortest(a)
 
 
 def shortest(a: np.ndarray) -> np.ndarray:
-    """Each float32 of ``a`` as the float64 nearest its shortest round-tripping decimal, whole arrays at a time:
-    1 to 9 significant digits are tried, and each value keeps the first that reads back as itself. n / 10^m is
-    the double nearest that decimal when 10^m is exact (|m| ≤ 22), so JSON writes it without noise digits.
-    What this cannot cover (denormals, inf, nan) takes numpy's own shortest repr, one value at a time."""
-    x = a.astype(np.float64)
+    """Each float32 of ``a`` as the float64 nearest its shortest round-tripping decimal, whole arrays at a time.
+    Whether k significant digits read back as the same float32 only grows with k, so each value's least k in
+    1..9 is found by bisection (four tries, not nine). n / 10^m is the double nearest that decimal when 10^m is
+    exact (|m| <= 22), so JSON writes it without noise digits. What this cannot cover (denormals, inf, nan)
+    takes numpy's own shortest repr, one value at a time."""
+    flat = np.ascontiguousarray(a, dtype=np.float32).ravel()
+    x = flat.astype(np.float64)
     out = np.full(x.shape, np.nan)
-    done = x == 0
-    out[done] = x[done]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         lead = np.floor(np.log10(np.abs(x)))
-        for k in range(1, 10):
-            m = (k - 1 - lead)                                          # decimals kept at k significant digits
-            ok = ~done & np.isfinite(m) & (np.abs(m) <= 22)
-            p = 10.0 ** np.abs(np.where(ok, m, 0))
-            r = np.where(m >= 0, np.round(x * p) / p, np.round(x / p) * p)
-            hit = ok & (r.astype(np.float32) == a)
-            out[hit], done = r[hit], done | hit
-    rest = ~done
-    out[rest] = a[rest].astype(str).astype(np.float64)
-    return out
+    zero = x == 0
+    ok = ~zero & np.isfinite(lead) & (lead >= -14) & (lead <= 22)  # 10^m exact for every k: |k - 1 - lead| <= 22
+    idx = np.flatnonzero(ok)
+    xs, ls, want = x[idx], lead[idx], flat[idx]
+    lo, hi = np.ones(len(idx)), np.full(len(idx), 9.0)
+
+    def at(k):  # the values kept at k significant digits
+        m = k - 1 - ls
+        p = 10.0 ** np.abs(m)
+        return np.where(m >= 0, np.round(xs * p) / p, np.round(xs / p) * p)
+    while np.any(lo < hi):
+        mid = np.floor((lo + hi) / 2)
+        fits = at(mid).astype(np.float32) == want
+        hi, lo = np.where(fits, mid, hi), np.where(fits, lo, mid + 1)
+    r = at(lo)
+    good = r.astype(np.float32) == want  # nine digits always read back; kept as a guard
+    out[idx[good]] = r[good]
+    out[zero] = x[zero]  # -0.0 stays -0.0
+    rest = ~zero
+    rest[idx[good]] = False
+    out[rest] = flat[rest].astype(str).astype(np.float64)
+    return out.reshape(np.shape(a))
 
 
 def attention_mask(mask, shape: tuple[int, ...]) -> list:
@@ -54,8 +66,16 @@ def attention_mask(mask, shape: tuple[int, ...]) -> list:
     return np.broadcast_to(np.asarray(mask, dtype=bool), shape[-2:]).tolist()
 
 
-def _num(v, decimals: int | None) -> float:
-    return float(numbers(v, decimals))
+def _steps(tr: Translation, decimals: int | None) -> list[dict]:
+    """Per step: the token, its probability and the top-k, every probability converted in one call."""
+    flat = numbers([p for s in tr.steps for p in (s.prob, *s.topk_probs)], decimals).tolist()
+    out, at = [], 0
+    for s in tr.steps:
+        n = len(s.topk_probs)
+        out.append({"step": s.step, "token": s.token, "prob": flat[at],
+                    "topk": [[tok, p] for tok, p in zip(s.topk_tokens, flat[at + 1:at + 1 + n])]})
+        at += 1 + n
+    return out
 
 
 def word_fields(lm: LoadedModel, tr: Translation) -> dict:
@@ -78,9 +98,7 @@ def to_json(tr: Translation, notices: list[str] | None = None, model: str | None
         "replaced": {str(k): v for k, v in tr.replaced.items()}, "truncated": bool(tr.truncated),
         "score": float(tr.score), "interventions": describe_interventions(tr.interventions),
         "notices": list(notices or []),
-        "steps": [{"step": s.step, "token": s.token, "prob": _num(s.prob, decimals),
-                   "topk": [[tok, _num(p, decimals)] for tok, p in zip(s.topk_tokens, s.topk_probs)]}
-                  for s in tr.steps],
+        "steps": _steps(tr, decimals),
     }
     if lm is not None:
         out.update(word_fields(lm, tr))
