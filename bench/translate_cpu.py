@@ -1,20 +1,20 @@
 """Server CPU of one warm ``/translate``, an older tree against today's, side by side in one run.
 
-Each tree runs ``python app.py`` on its own checkpoints folder (one server at a time, on 127.0.0.1), with the
-result cache off (``ATTN_CACHE_MB=0``) so that every request is decoded. Once the start-up warm-up has ended
-(the server's CPU time stops growing), one gradio_client sends N different test sentences one after another
-(de-en, greedy, at most 100 tokens, full precision, as ``predict(text, "de-en", 1, 100, api_name="/translate")``).
-The figure is the server's CPU time (user + system, from /proc) over those requests, less what it uses idle
-over the same wall time, divided by N. The two
-servers alternate for R rounds; the median round is reported. ``--base`` names the older commit (a git
-worktree is made for it and removed afterwards); ``--trust`` also times today's server with the trust
-signals asked for.
+Each tree runs ``python app.py`` on its own checkpoints folder (127.0.0.1), all of them at once, with the
+result cache off (``ATTN_CACHE_MB=0``) so that every request is decoded. Once each server's start-up
+warm-up has ended (its CPU time stops growing), one gradio_client per server sends the same N test
+sentences (de-en, greedy, at most 100 tokens, full precision, as ``predict(text, "de-en", 1, 100,
+api_name="/translate")``), the servers taking turns sentence by sentence (the order rotating), so that a
+slow spell of this shared machine falls on all alike. A request's figure is its server's CPU time (user +
+system, from /proc) over it, less what that server uses idle over the same wall time. R rounds; the
+figure is the median over rounds of the mean per request. ``--base`` names the older commit (a git
+worktree is made for it and removed afterwards); ``--trust`` adds today's server asked for the trust signals.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from pathlib import Path
 
 from .common import ROOT, AppServer, entry, figure, sentences, standalone, worktree
 
@@ -39,31 +39,36 @@ def settled(server: AppServer, timeout: float = 300) -> float:
     return cpu_rate(server, 10.0)
 
 
-def cpu_per_request(tree: Path, texts: list[str], extra: tuple = ()) -> float:
-    """Milliseconds of server CPU per /translate, over ``texts`` sent one after another (the idle rate over
-    the same wall time taken off)."""
-    from gradio_client import Client
-    with AppServer(tree / "checkpoints", env={"ATTN_CACHE_MB": "0"}, cwd=tree) as server:
-        server.wait_ready()
-        client = Client(server.url, verbose=False)
-        client.predict(texts[0], "de-en", 1, 100, *extra, api_name="/translate")  # the client's first call
-        idle = settled(server)
-        before, t0 = server.cpu_s(), time.perf_counter()
-        for text in texts:
-            out = client.predict(text, "de-en", 1, 100, *extra, api_name="/translate")
-            assert out.get("output_tokens"), out
-        used = server.cpu_s() - before - idle * (time.perf_counter() - t0)
-        return 1000 * used / len(texts)
+def one_request(server: AppServer, client, text: str, idle: float, extra: tuple) -> float:
+    """Milliseconds of ``server``'s CPU for one /translate of ``text`` (its idle rate taken off)."""
+    before, t0 = server.cpu_s(), time.perf_counter()
+    out = client.predict(text, "de-en", 1, 100, *extra, api_name="/translate")
+    assert out.get("output_tokens"), out
+    return 1000 * (server.cpu_s() - before - idle * (time.perf_counter() - t0))
 
 
 def run(cfg, base: str = BASE, trust: bool = False):
+    from gradio_client import Client
     texts = sentences(cfg, "de", N)[1:] if not cfg.quick else sentences(cfg, "de", 8)[1:]
-    with worktree(base) as old:
-        trees = {"old": old, "new": ROOT} | ({"new_trust": ROOT} if trust else {})
-        rounds = {k: [] for k in trees}
-        for _ in range(1 if cfg.quick else cfg.reps or ROUNDS):
-            for k, tree in trees.items():
-                rounds[k].append(cpu_per_request(tree, texts, (None, True) if k == "new_trust" else ()))
+    with worktree(base) as old, contextlib.ExitStack() as stack:
+        trees = {"old": (old, ()), "new": (ROOT, ())} | ({"new_trust": (ROOT, (None, True))} if trust else {})
+        servers = {k: stack.enter_context(AppServer(tree / "checkpoints", env={"ATTN_CACHE_MB": "0"}, cwd=tree))
+                   for k, (tree, _) in trees.items()}
+        clients = {}
+        for k, server in servers.items():
+            server.wait_ready()
+            clients[k] = Client(server.url, verbose=False)
+            clients[k].predict(texts[0], "de-en", 1, 100, *trees[k][1], api_name="/translate")  # its first call
+        idle = {k: settled(server) for k, server in servers.items()}
+        keys, rounds = list(servers), {k: [] for k in servers}
+        for r in range(1 if cfg.quick else cfg.reps or ROUNDS):
+            ms = {k: [] for k in keys}
+            for i, text in enumerate(texts):
+                turn = (i + r) % len(keys)
+                for k in keys[turn:] + keys[:turn]:
+                    ms[k].append(one_request(servers[k], clients[k], text, idle[k], trees[k][1]))
+            for k in keys:
+                rounds[k].append(statistics.fmean(ms[k]))
     med = {k: statistics.median(v) for k, v in rounds.items()}
     figs = [figure("translate_cpu.old_ms", f"server CPU per warm /translate at {base} (median of rounds)",
                    med["old"], "ms"),
@@ -73,7 +78,7 @@ def run(cfg, base: str = BASE, trust: bool = False):
         figs.append(figure("translate_cpu.trust_ms", "today, with trust=True (median of rounds)",
                            med["new_trust"], "ms"))
     return entry(figs, rounds_ms={k: [round(x, 1) for x in v] for k, v in rounds.items()}, requests=len(texts),
-                 base=base)
+                 base=base, paired="servers side by side, taking turns sentence by sentence")
 
 
 OPTIONS = {"--base": dict(default=BASE, help="the older commit to compare with"),
