@@ -17,7 +17,7 @@ import threading
 import gradio as gr
 import torch
 
-from ui import calls, settings
+from ui import assets, calls, settings
 from ui.api import make_api, make_continue_api
 from ui.style import CSS, HEAD
 from ui.sections import Shell, bar, build_link_notice, clear_link_notice, lazy_section
@@ -89,7 +89,9 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
 def launch_kwargs() -> dict:
     # _frontend=False skips Gradio's start-up reachability check: one HEAD request with a 3 s timeout, which a
     # loaded machine can miss and then refuses to start; the server itself is unchanged
-    return dict(css=CSS, head=HEAD, theme=gr.themes.Soft(), show_error=False, _frontend=False)
+    # app_kwargs: Gradio's front-end files compressed once and answered from memory (ui/assets.py)
+    return dict(css=CSS, head=HEAD, theme=gr.themes.Soft(), show_error=False, _frontend=False,
+                app_kwargs={"middleware": assets.middleware()})
 
 
 def set_cpu_threads() -> None:
