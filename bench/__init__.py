@@ -30,6 +30,8 @@ BENCHES = [
     Bench("page_cost", "one new visitor's page: components, handlers, server CPU, HTML; an older tree against today's"),
     Bench("translate_cpu", "server CPU of one warm /translate, an older tree against today's"),
     Bench("classroom", "40 clients open one link (within 5 s, then at once): before the cache, cache, model slots"),
+    Bench("classroom_link", "40 visitors at one instant on one tour link, each the requests a browser makes (needs "
+                            "Chromium)"),
     Bench("replicas", "one app process against two behind nginx (needs nginx)"),
     Bench("trust", "trust signals: what they add to a Translate click; AUROC and precision at 90 % recall per "
                    "signal and direction"),
