@@ -3,9 +3,9 @@ the tour. Walked with ◀ ▶ only, every stop's title is on screen after each p
 a new stop opens at its own top); no panel title of a figure overlaps another or an axis label; every control
 in the tour is a thumb's tap target. The first viewport holds at most 12 controls, not counting the section
 tabs (what was counted is saved beside the screenshots). Leaving the tour keeps the page: the same run, the
-run history and the selection made before the tour.
+run history and the selection made before the tour. The explorer's grid of every head reads on a phone too.
 
-Screenshots go to test-artifacts/ (phone-walk-*.png, first-viewport-*.png, leave-*.png)."""
+Screenshots go to test-artifacts/ (phone-walk-*.png, first-viewport-*.png, leave-*.png, phone-attention-grid.png)."""
 from __future__ import annotations
 
 import json
@@ -237,4 +237,36 @@ def test_on_a_desktop_titles_fit_texts_stay_apart_and_the_link_box_shows(browser
         page.goto(_url(app, section=section, subview=subview))
         _texts_fit(page, sel, subview)
         page.screenshot(path=str(ARTIFACTS / f"desktop-{subview}.png"))
+    page.close()
+
+
+# tick labels of one axis that overlap each other (a mosaic squeezed to a phone ran its token labels together)
+TICKS_APART_JS = """(sel) => {
+  const gd = document.querySelector(sel + ' .js-plotly-plot'), out = [];
+  const hit = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  for (const g of gd.querySelectorAll('.xaxislayer-above, .yaxislayer-above, .overaxes-above')) {
+    const ts = [...g.querySelectorAll('[class$="tick"] text, [class*="tick "] text')]
+      .map(e => ({t: e.textContent, r: e.getBoundingClientRect(), px: parseFloat(getComputedStyle(e).fontSize)}))
+      .filter(b => b.r.width > 0 && b.t.trim());
+    ts.forEach((a, i) => { if (a.px < 9) out.push(a.t + ': ' + a.px + ' px');
+      ts.slice(i + 1).forEach(b => { if (hit(a.r, b.r)) out.push(a.t + ' × ' + b.t); }); });
+  }
+  return out; }"""
+
+
+def test_on_a_phone_the_grid_of_every_head_has_labels_that_can_be_read(browser, app):
+    """The explorer's grid of every layer × head at 390 px: a few panels to a row, each titled, no two labels
+    on top of each other, none below 9 px."""
+    page = load(new_page(browser, *PHONE), _url(app, section="attention", view="grid"))
+    page.wait_for_function("() => { const gd = document.querySelector('#attn-plot .js-plotly-plot');"
+                           " return !!(gd && gd.layout && gd.layout.__phone && !gd.__fitting); }", timeout=WAIT)
+    titles = page.evaluate("() => [...document.querySelectorAll('#attn-plot .annotation-text')]"
+                           ".map(e => e.textContent)")
+    assert {f"L{l} H{h}" for l in range(2) for h in range(4)} <= set(titles), titles
+    assert not page.evaluate(TICKS_APART_JS, "#attn-plot")
+    assert not page.evaluate(OVERLAPS_JS, "#attn-plot")
+    assert not page.evaluate(TITLE_FITS_JS, "#attn-plot")
+    box = page.evaluate("() => document.querySelector('#attn-plot .js-plotly-plot').getBoundingClientRect().width")
+    assert box <= PHONE[0]
+    page.screenshot(path=str(ARTIFACTS / "phone-attention-grid.png"), full_page=True)
     page.close()

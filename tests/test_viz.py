@@ -120,6 +120,10 @@ def test_head_grid_shapes_shared_scale_and_labels():
     assert list(fig.layout.yaxis.ticktext) == token_labels(TOKS) * L
     assert len(set(fig.layout.xaxis.tickvals)) == K * H
     assert fig.layout.height and json.loads(fig.to_json())["layout"]["template"] == {}  # no template payload
+    # the geometry a phone lays the panels out again from, with every label (the axes' own may be thinned)
+    mosaic = json.loads(fig.to_json())["layout"]["meta"]["mosaic"]
+    assert mosaic == {"layers": L, "heads": H, "q": Q, "k": K, "offset": 0, "keys": token_labels(TOKS[:-1]),
+                      "queries": token_labels(TOKS)}
 
 
 def test_head_grid_blanks_padding_query_rows():

@@ -230,6 +230,55 @@ PHONE_JS = """<script>
     }
     return Math.round(total - H);
   }
+  // Every layer × head on one axis pair (a mosaic, its geometry in layout.meta): on a phone each panel got a few
+  // pixels a token and the labels ran together. Laid out again a few panels to a row, wide enough for labels
+  // 12 px apart, in reading order, each panel titled; the key labels above and below, the query labels by each.
+  function mosaicFit(data, L, width) {
+    const m = (L.meta || {}).mosaic;
+    if (!m) return 0;
+    const ROW = 13, LABEL = 12, GAP = 2;  // px a query row; px between key labels; blank rows above a panel
+    const area = Math.max(120, width - ((L.margin || {}).l ?? 90) - 30);
+    const cols = Math.max(1, Math.min(m.heads, Math.floor(area / (LABEL * (m.k + 1)))));
+    const every = Math.max(1, Math.ceil(LABEL / (area / (cols * (m.k + 1)))));
+    const at = (b) => ({x: (b % cols) * (m.k + 1), y: Math.floor(b / cols) * (m.q + GAP) + GAP});
+    const block = (l, h) => (l - m.offset) * m.heads + h;
+    for (const d of data) {
+      if (!d.meta || d.meta.layer === undefined || d.x0 === undefined) continue;
+      const p = at(block(d.meta.layer, d.meta.head));
+      Object.assign(d, {x0: p.x, y0: p.y});
+    }
+    const n = m.layers * m.heads, rows = Math.ceil(n / cols), xs = [], xt = [], ys = [], yt = [], notes = [];
+    for (let c = 0; c < cols; c++) {
+      for (let j = 0; j < m.k; j += every) { xs.push(c * (m.k + 1) + j); xt.push(m.keys[j]); }
+    }
+    for (let b = 0; b < n; b++) {
+      const p = at(b), l = Math.floor(b / m.heads) + m.offset, h = b % m.heads;
+      if (b % cols === 0) m.queries.forEach((t, i) => { ys.push(p.y + i); yt.push(t); });
+      notes.push({text: `L${l} H${h}`, x: p.x + (m.k - 1) / 2, y: p.y - GAP / 2 - 0.5, xref: 'x', yref: 'y',
+                  showarrow: false, font: {size: 10}});
+    }
+    const keep = (L.annotations || []).filter(a => a.xref !== 'x' && a.yref !== 'y');  // the old head/layer names
+    const maxima = (L.annotations || []).filter(a => a.xref === 'x' && a.yref === 'y').map(a => {
+      const h = Math.floor(a.x / (m.k + 1)), l = Math.round((a.y + 0.5) / (m.q + 1)) + m.offset, p = at(block(l, h));
+      return Object.assign({}, a, {x: p.x + m.k - 0.5, y: p.y - 0.5});
+    });
+    L.annotations = [...keep, ...notes, ...maxima];
+    const ticks = {tickmode: 'array', tickvals: xs, ticktext: xt, tickangle: -90, tickfont: {size: 9}};
+    Object.assign(L.xaxis, ticks, {range: [-0.5, cols * (m.k + 1) - 1.5]});
+    L.xaxis2 = Object.assign({}, ticks, {overlaying: 'x', side: 'top', matches: 'x', showgrid: false,
+                                         zeroline: false, ticks: ''});
+    // an axis is drawn only for a trace on it: an invisible point puts the key labels above the panels too
+    data.push({type: 'scatter', x: [0], y: [GAP], xaxis: 'x2', yaxis: 'y', mode: 'markers',
+               marker: {opacity: 0}, hoverinfo: 'skip', showlegend: false});
+    Object.assign(L.yaxis, {tickvals: ys, ticktext: yt, tickfont: {size: 10}});
+    const top = Math.min(160, 8 + 6 * Math.max(...m.keys.map(t => String(t).length)));  // the labels above
+    L.margin = Object.assign({}, L.margin, {t: ((L.margin || {}).t ?? 50) + top});
+    for (const k of Object.keys(L).filter(k => /^coloraxis/.test(k))) {
+      L[k].colorbar = Object.assign({}, L[k].colorbar, {len: 260, lenmode: 'pixels', y: 1, yanchor: 'top'});
+    }
+    const was = L.height - ((L.margin || {}).b ?? 90) - ((L.margin || {}).t ?? 50) + top;
+    return Math.round(top + rows * (m.q + GAP) * ROW - was);
+  }
   function legendFit(gd, L) {  // one entry a line below the plot (a row of them wrapped unpredictably)
     if (!(gd._fullLayout || {}).showlegend) return 0;
     const rows = (gd._fullData || []).filter(d => d.showlegend && d.visible !== false).length;
@@ -277,7 +326,8 @@ PHONE_JS = """<script>
     const L = JSON.parse(JSON.stringify(gd.layout)), data = gd.data.map(d => Object.assign({}, d));
     const width = (gd.clientWidth || window.innerWidth) - 12, m = Object.assign({}, L.margin), F = gd._fullLayout || {};
     put(L, 'font.size', Math.min((L.font || {}).size || 12, 11));
-    const grown = stackFit(gd, data, L, F, width);
+    const grown = mosaicFit(data, L, width) || stackFit(gd, data, L, F, width);
+    Object.assign(m, L.margin);  // a mosaic's labels above took room at the top
     barsFit(gd, data, L);
     if (!grown) panelsFit(L, F, width);
     const top = titleFit(L, F, width), below = legendFit(gd, L);

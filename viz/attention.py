@@ -167,6 +167,9 @@ def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
     if scale == "shared":
         layout["coloraxis"] = dict(colorscale=ATTN_SCALE, cmin=0.0, cmax=1.0,
                                    colorbar=dict(title=dict(text="weight"), thickness=12, len=0.6, x=1.04))
+    # what a narrow screen needs to lay the panels out again, a few to a row, each with its own labels
+    layout["meta"] = dict(mosaic=dict(layers=L, heads=H, q=Q, k=K, offset=layer_offset,
+                                      keys=token_labels(k_tokens), queries=token_labels(q_tokens)))
     return figure(data, layout)
 
 
