@@ -143,10 +143,11 @@ def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
     fs = 10
     xvals = [h * (K + 1) + j for h in range(H) for j in range(K)]
     yvals = [l * (Q + 1) + i for l in range(L) for i in range(Q)]
-    layout["xaxis"] = dict(tickmode="array", tickvals=xvals, ticktext=token_labels(k_tokens) * H, tickangle=-90,
+    keys, queries = token_labels(k_tokens), token_labels(q_tokens)
+    layout["xaxis"] = dict(tickmode="array", tickvals=xvals, ticktext=keys * H, tickangle=-90,
                            tickfont=dict(size=fs), showgrid=False, zeroline=False, ticks="",
                            range=[-0.5, H * (K + 1) - 1.5])
-    layout["yaxis"] = dict(tickmode="array", tickvals=yvals, ticktext=token_labels(q_tokens) * L,
+    layout["yaxis"] = dict(tickmode="array", tickvals=yvals, ticktext=queries * L,
                            tickfont=dict(size=fs), showgrid=False, zeroline=False, ticks="", autorange="reversed")
     if query_title:
         layout["yaxis"]["title"] = dict(text=esc(query_title), font=dict(size=11))
@@ -169,7 +170,7 @@ def head_grid(attn: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str]
                                    colorbar=dict(title=dict(text="weight"), thickness=12, len=0.6, x=1.04))
     # what a narrow screen needs to lay the panels out again, a few to a row, each with its own labels
     layout["meta"] = dict(mosaic=dict(layers=L, heads=H, q=Q, k=K, offset=layer_offset,
-                                      keys=token_labels(k_tokens), queries=token_labels(q_tokens)))
+                                      keys=keys, queries=queries))
     return figure(data, layout)
 
 
