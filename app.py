@@ -17,7 +17,7 @@ import threading
 import gradio as gr
 import torch
 
-from ui import assets, calls, settings
+from ui import assets, calls, overhead, settings
 from ui.api import make_api, make_continue_api
 from ui.style import CSS, HEAD
 from ui.sections import Shell, bar, build_link_notice, clear_link_notice, lazy_section
@@ -77,6 +77,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         gr.api(api_models, api_name="models")
         gr.api(make_continue_api(reg_key), api_name="continue_from", **shell.model_event())
         demo.load(None, None, None, js=attention.CLICK_JS)
+    overhead.remember_signatures(demo)  # Gradio's per-visitor costs that do not depend on the visitor
+    overhead.summarise_monitoring_rarely()
     demo.queue(default_concurrency_limit=1,
                max_size=max(1, int(max_queue or env.queue_size)))
     demo.registry = reg  # for tests and benchmarks
