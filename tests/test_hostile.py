@@ -253,11 +253,15 @@ def test_direction_values_never_become_paths(server, client, no_loading, directi
     assert sorted(demo.registry.models) == names  # nothing was added or replaced
 
 
-def test_empty_direction_means_the_first_discovered_model(server, client, no_loading):
-    """'' and None are the documented default of /translate: the first discovered model, never a path."""
-    names = list(server[0].registry.models)
+def test_empty_direction_means_the_default_direction(server, client, no_loading):
+    """'' and None are the default of /translate: de-en where it is offered, else the first discovered model,
+    never a path."""
+    from ui.present import default_direction
+    reg = server[0].registry
+    expected = "de-en" if "de-en" in reg.names else reg.names[0]
+    assert default_direction(reg) == expected
     for value in ("", None):
-        assert client.predict(DE, value, 1, 4, api_name="/translate")["model"] == names[0]
+        assert client.predict(DE, value, 1, 4, api_name="/translate")["model"] == expected
     out = client.predict(DE, None, "greedy", 4, 4, api_name="/translate_stream")
     assert "Pick a translation direction" in out[1]
 

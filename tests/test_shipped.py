@@ -93,3 +93,17 @@ def test_word_order_preset_changes_the_translation(path):
     off = translate(lm, demo.text, opts, Interventions(positional_encoding=False)).text
     assert on != off, f"{lm.name}: {demo.text!r} -> {on!r} with and without positional encoding"
     assert 0 <= demo.layer < lm.model.cfg.n_encoder_layers and 0 <= demo.head < lm.model.cfg.n_heads
+
+
+def test_the_page_opens_on_german_to_english_though_czech_sorts_first():
+    """The shipped directions start with cs-en; the page, the tour, the first example and the what-if
+    sentences still open on de-en, as the static page does. Before, a de-en link changed the page's direction
+    on arrival, and every section that follows Direction ran again for each visitor."""
+    import app
+    demo = app.build_app(ROOT, "cpu", warm=False)
+    shell = demo.shell
+    assert demo.registry.names[0] == "cs-en" and shell.default_model == "de-en"
+    assert shell.direction.value == "de-en" and shell.tour.direction.value == "de-en"
+    assert shell.translate.first_example[1] == "de-en"
+    german = {b.value for b in demo.blocks.values() if getattr(b, "label", None) in ("Sentence A", "Sentence B")}
+    assert german == {"Der Mann sieht die Frau.", "Die Frau sieht den Mann."}

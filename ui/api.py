@@ -22,7 +22,7 @@ from . import calls
 from .present import contrast, patching
 from .present.inside import attribution_payload
 from .present.payload import attention_mask, numbers, to_json
-from .present import choice_label, clean_input, describe_interventions, is_blank, make_interventions, run_notices, token_diff
+from .present import choice_label, clean_input, default_direction, describe_interventions, is_blank, make_interventions, run_notices, token_diff
 from .settings import MAX_BEAM, MAX_OUTPUT_TOKENS
 from .present.trust import report_of, trust_payload
 
@@ -36,7 +36,7 @@ def _api_model(reg_key: str, direction) -> str:
     if not reg.models:
         raise gr.Error("No model is loaded on this server.")
     if direction is None or direction == "":
-        direction = reg.names[0]
+        direction = default_direction(reg)
     if not isinstance(direction, str):
         raise gr.Error(f"Unknown direction {str(direction)[:60]!r}; available: {', '.join(reg.names)[:200]}")
     try:

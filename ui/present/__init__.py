@@ -242,6 +242,21 @@ def model_choices(reg: Registry) -> list[tuple[str, str]]:
     return [(choice_label(n, reg), n) for n in reg.names]
 
 
+DEFAULT_DIRECTION = "de-en"  # the tutorials' pair, and what the static page opens on
+
+
+def default_direction(reg: Registry) -> str | None:
+    """What the page, the tour and an API call without a direction use: de-en where it is offered, else the
+    first model found."""
+    return DEFAULT_DIRECTION if DEFAULT_DIRECTION in reg.names else (reg.names[0] if reg.names else None)
+
+
+def default_first(reg: Registry) -> list[str]:
+    """The offered models, the default first (the examples' order: the page opens on the first)."""
+    d = default_direction(reg)
+    return [d, *(n for n in reg.names if n != d)] if d else []
+
+
 def direction_hint(run_model: str | None, name: str | None, reg: Registry) -> str:
     """The notice after Direction changes: the views still show the last run until Translate is pressed."""
     if not run_model or not name or name == run_model or name not in reg.models or run_model not in reg.models:

@@ -15,7 +15,7 @@ from model.families.ours import Registry
 from viz.common import message_figure
 
 from .. import calls
-from ..present import md_escape, parse_heads
+from ..present import default_direction, md_escape, parse_heads
 from ..state import SUBVIEWS, ModelShape, Run, Selection
 from ..present.views import REGISTRY, stamp_of
 
@@ -95,7 +95,7 @@ class Shell:
 
     @property
     def default_model(self):
-        return self.reg.names[0] if self.reg.names else None
+        return default_direction(self.reg)
 
     def model(self, name: str):
         """``name``'s model through the one lookup, calls.lm_for (KeyError when it is not offered)."""

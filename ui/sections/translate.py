@@ -18,7 +18,8 @@ from . import VIEW, RunContext, Shell, layer_choices, lazy_values, link_notice_m
 from .. import calls, languages
 from ..present import domain, inside, trust, views, whatif
 from ..present.payload import examples_for
-from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, direction_hint, is_blank,
+from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, default_first, direction_hint,
+                       is_blank,
                        md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar, run_notices,
                        source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
@@ -61,7 +62,7 @@ class TranslateParts:
 
 
 def build(shell: Shell) -> TranslateParts:
-    reg, names = shell.reg, shell.reg.names
+    reg = shell.reg
     with gr.Row():
         with gr.Column(scale=3):
             shell.text = gr.Textbox(label="Sentence", lines=1, max_lines=4, elem_id="input-text",
@@ -106,7 +107,7 @@ def build(shell: Shell) -> TranslateParts:
             gr.Markdown(TRY_THIS, elem_id="try-this", elem_classes="explain")
     langs = {n: i.src_lang for n, i in catalog.infos(reg).items()}
     # an added model's examples come after ours (its first use loads it)
-    examples = examples_for(names, langs, calls.DATA_DIRS)
+    examples = examples_for(default_first(reg), langs, calls.DATA_DIRS)
     examples_box = gr.Examples(examples, inputs=[shell.text, shell.direction], examples_per_page=8,
                                label="Examples: the Multi30k test set, then everyday sentences (click one to "
                                      "translate it)") if examples else None
