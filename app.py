@@ -77,8 +77,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         gr.api(api_models, api_name="models")
         gr.api(make_continue_api(reg_key), api_name="continue_from", **shell.model_event())
         demo.load(None, None, None, js=attention.CLICK_JS)
-    overhead.remember_signatures(demo)  # Gradio's per-visitor costs that do not depend on the visitor
-    overhead.summarise_monitoring_rarely()
+    overhead.pay_once(demo)  # Gradio's per-visitor costs that do not depend on the visitor
     demo.queue(default_concurrency_limit=1,
                max_size=max(1, int(max_queue or env.queue_size)))
     demo.registry = reg  # for tests and benchmarks

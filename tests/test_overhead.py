@@ -1,6 +1,7 @@
 """Gradio's per-visitor costs paid once (ui/overhead.py): the signatures kept are the ones ``inspect`` computes,
-so a session's config and an update's arguments come out the same; the monitoring summary's frequency is set
-only where nobody set it. Each check runs in a fresh interpreter: what it changes lasts for the process."""
+and the schemas the ones pydantic generates (a copy each time), so a session's config and an update's
+arguments come out the same; a module marked absent is one that is not installed; the monitoring summary's
+frequency is set only where nobody set it. Each check runs in a fresh interpreter: what it changes lasts for the process."""
 from __future__ import annotations
 
 import subprocess
@@ -22,18 +23,35 @@ SCRIPT = textwrap.dedent('''
                     gr.Dropdown(["de-en", "en-de"], value="de-en", label="model", info="which model")
                 gr.Slider(0, 5, step=1, value=2, label="layer")
                 gr.Plot()
+                gr.HighlightedText()
                 gr.State({"kind": "cross"})
                 gr.Markdown("**the mask**")
     inits = [gr.Dropdown.__init__, gr.Textbox.__init__, gr.Slider.__init__]
     before = SessionState(demo).config_values
     specs = [inspect.getfullargspec(f.__wrapped__) for f in inits]
+    models = [gr.components.plot.PlotData, gr.components.highlighted_text.HighlightedTextData]
+    schemas = [m.model_json_schema() for m in models] + [models[0].model_json_schema(mode="serialization")]
     n = overhead.remember_signatures(demo)
+    n_schemas = overhead.remember_schemas(demo)
+    absent = overhead.known_absent("bokeh_is_not_installed_here", "json")
+    try:
+        import bokeh_is_not_installed_here
+        fails_at_once = False
+    except ImportError:
+        fails_at_once = True
     after = SessionState(demo).config_values
+    edited = models[0].model_json_schema()
+    edited["title"] = "edited"
     print(json.dumps({
         "n": n, "again": overhead.remember_signatures(demo),
         "same_config": before == after and len(after) > 8,
         "kept": all(inspect.signature(f) is f.__signature__ for f in inits),
         "same_specs": specs == [inspect.getfullargspec(f.__wrapped__) for f in inits],
+        "n_schemas": n_schemas, "schemas_again": overhead.remember_schemas(demo),
+        "same_schemas": schemas == [m.model_json_schema() for m in models] + [
+            models[0].model_json_schema(mode="serialization")],
+        "schema_is_a_copy": models[0].model_json_schema()["title"] != "edited",
+        "absent": absent, "fails_at_once": fails_at_once,
         "update": gr.Dropdown(choices=["fr-en"], value="fr-en").constructor_args,
     }))
 ''')
@@ -60,12 +78,15 @@ def _run(script: str, env: dict | None = None) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def test_kept_signatures_leave_every_config_and_update_as_it_was():
+def test_kept_signatures_and_schemas_leave_every_config_and_update_as_it_was():
     import json
     got = json.loads(_run(SCRIPT))
     assert got["n"] >= 6 and got["again"] == 0  # each class once
     assert got["same_config"] and got["kept"] and got["same_specs"]
     assert got["update"] == {"choices": ["fr-en"], "value": "fr-en"}  # an update's own arguments, no more
+    assert got["n_schemas"] == 2 and got["schemas_again"] == 0  # the plot's and the highlighted text's models
+    assert got["same_schemas"] and got["schema_is_a_copy"]
+    assert got["absent"] == ["bokeh_is_not_installed_here"] and got["fails_at_once"]  # json is installed
 
 
 def test_the_monitoring_summary_is_made_rarely_unless_someone_set_how_often():

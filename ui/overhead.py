@@ -8,14 +8,22 @@ Gradio's costs there are the same answer computed again and again:
   does it for all 400 components (about 40 ms), and each component an event updates does it again. A
   function's ``__signature__``, where set, is what ``inspect`` returns; it is set here, once, to the very
   signature ``inspect`` computes, for each class on the page.
+- **Schemas.** Each of those configs also carries the component's API schema, which pydantic generates
+  afresh for every new component instance (an update is one): each data model class keeps its schema, and
+  hands out a copy (Gradio edits what it gets).
+- **An absent module.** Every plot's config tries ``import bokeh``; where it is not installed, each try
+  searches the whole path again. ``sys.modules[name] = None`` is Python's way to say, once, that it is absent.
 - **The monitoring summary.** After every event the queue rebuilds a pandas table of its last 10,000 events for
   the ``/monitoring`` page: 16 ms at 300 events, 37 ms at 10,000. Gradio reads how often from
   ``GRADIO_ANALYTICS_CACHE_FREQUENCY``; unless that is set, it is made once per ``SUMMARY_EVERY`` events.
 """
 from __future__ import annotations
 
+import copy
+import importlib.util
 import inspect
 import os
+import sys
 
 SUMMARY_EVERY = 1000
 
@@ -35,6 +43,41 @@ def remember_signatures(blocks) -> int:
                 inner.__signature__ = inspect.signature(inner)
             done += 1
     return done
+
+
+def remember_schemas(blocks) -> int:
+    """Each block's data model answers ``model_json_schema()`` from a kept copy; returns how many models."""
+    from pydantic import BaseModel
+    generate = BaseModel.model_json_schema.__func__
+    done = 0
+    for model in {getattr(b, "data_model", None) for b in blocks.blocks.values()}:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or "model_json_schema" in model.__dict__:
+            continue
+        kept = generate(model)
+
+        def schema(cls, *args, _own=model, _kept=kept, **kwargs):
+            if cls is _own and not args and not kwargs:
+                return copy.deepcopy(_kept)
+            return generate(cls, *args, **kwargs)  # another class or other options: pydantic's own
+        model.model_json_schema = classmethod(schema)
+        done += 1
+    return done
+
+
+def known_absent(*names: str) -> list[str]:
+    """Modules that are not installed, marked so once (an ``import`` of one then fails at once)."""
+    absent = [n for n in names if n not in sys.modules and importlib.util.find_spec(n) is None]
+    for n in absent:
+        sys.modules[n] = None
+    return absent
+
+
+def pay_once(blocks) -> None:
+    """All of the above, for a built page (before its queue starts)."""
+    remember_signatures(blocks)
+    remember_schemas(blocks)
+    known_absent("bokeh")
+    summarise_monitoring_rarely()
 
 
 def summarise_monitoring_rarely() -> None:
