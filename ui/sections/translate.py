@@ -153,10 +153,13 @@ def replay_frames(shell: Shell, run: Run, animate: bool = True, selected: tuple[
     event, with three outputs: a streamed frame costs Gradio about 1 ms for every output it leaves
     unchanged, and the translate event has eleven."""
     p, tr = shell.translate, run.tr
-    k = min(REPLAY_FRAMES, len(tr.steps) - 1) if animate else 0  # the last step is the final frame's
+    vocab = shell.model(run.model).tgt_vocab
+    if not animate:  # the run's own event drew the end (RunContext.replay was off): only the caption is left
+        yield {p.watch_step: _caption(run, len(tr.steps) - 1, vocab) if tr.steps else ""}
+        return
+    k = min(REPLAY_FRAMES, len(tr.steps) - 1)  # the last step is the final frame's
     shown = sorted({round(i * (len(tr.steps) - 2) / max(1, k - 1)) for i in range(k)})
     marks = {shown[len(shown) * (i + 1) // (WATCH_FIGURES + 1)] for i in range(WATCH_FIGURES)} if shown else set()
-    vocab = shell.model(run.model).tgt_vocab
     for t in shown:
         frame = {p.watch_step: _caption(run, t, vocab), p.watch_strip: views.watch_strip(run, t)}
         if t in marks:
@@ -313,7 +316,9 @@ def wire(shell: Shell) -> tuple:
         run_in, notices = read_inputs(text_in, name, decoding_in, beam_in, max_len_in)
         # a new run starts at step 0, on each view's own default query
         sel = replace(sel if isinstance(sel, Selection) else Selection(), step=0, query=None)
-        values = translate_values(shell, run_in, notices, RunContext(sel, replay, base_url(request)))
+        # animated only where it is seen (replay_frames): elsewhere this event draws the end itself
+        ctx = RunContext(sel, replay and sel.section == "translate", base_url(request))
+        values = translate_values(shell, run_in, notices, ctx)
         return values | fitted_selection(shell, values, sel)
 
     def on_translate(text_in, name, decoding_in, beam_in, max_len_in, sel=None, request: gr.Request = None):
