@@ -193,3 +193,22 @@ def _frame_meta(path: Path) -> dict:
     from safetensors import safe_open
     with safe_open(str(path), "pt") as f:
         return dict(f.metadata())
+
+
+def test_a_frames_record_is_read_again_only_when_its_file_changes(tmp_path):
+    """Each run redraws the training curves from every frame's record: read once while the file is unchanged."""
+    from ui.present import learn as present_learn
+    calls = []
+
+    def reader(path):
+        calls.append(path)
+        return Path(path).read_text()
+    f = tmp_path / "frame.json"
+    f.write_text("step 256")
+    first = present_learn._read(reader, str(f), present_learn._stamp(f))
+    again = present_learn._read(reader, str(f), present_learn._stamp(f))
+    assert first == again == "step 256" and len(calls) == 1
+    f.write_text("step 1024, rewritten")
+    assert present_learn._read(reader, str(f), present_learn._stamp(f)) == "step 1024, rewritten"
+    assert len(calls) == 2
+    assert present_learn._stamp(tmp_path) is None and present_learn._stamp(tmp_path / "missing") is None

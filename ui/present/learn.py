@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +85,7 @@ def _stamp(path: Path) -> tuple[int, int] | None:
         st = path.stat()
     except OSError:
         return None
-    return (st.st_mtime_ns, st.st_size) if path.is_file() else None
+    return (st.st_mtime_ns, st.st_size) if stat.S_ISREG(st.st_mode) else None
 
 
 @functools.lru_cache(maxsize=512)
