@@ -20,7 +20,7 @@ from model.engine.config import Interventions
 from model.engine.decoding import Translation
 from model.engine.hooks import Trace
 from model.engine.names import SHORT_KINDS, SHORT_NAMES, Kind
-from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF
+from model.engine.transformer import ATTN_KINDS, CROSS, ENC_SELF
 
 # Sections and the sub-views (inner tabs) of each, in page order; "" is a section without sub-tabs.
 SUBVIEWS: dict[str, tuple[str, ...]] = {

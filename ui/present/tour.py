@@ -164,7 +164,7 @@ def stop_positions(t: TourRun, choice: str | None = None) -> Stop:
     n, toks = steps.norms(), t.tr.src_tokens
     i = min(t.content_src() + 1, len(toks) - 1)
     j = min(i + 1, len(toks) - 1)
-    s = [f"Attention alone does not see order, so the model adds a position vector to each scaled embedding.",
+    s = ["Attention alone does not see order, so the model adds a position vector to each scaled embedding.",
          f"At position {i}, {em(toks[i])}'s vector (length {n.scaled[i]:.2f}) gets a position vector of length "
          f"{n.pos[i]:.2f}; the sum, the first layer's input, has length {n.total[i]:.2f}.",
          f"Position {j} gets another position vector: the same word there would enter the encoder differently."]
