@@ -58,8 +58,8 @@ SCRIPT = textwrap.dedent('''
 
 MONITOR = textwrap.dedent('''
     import gradio as gr
-    from ui import overhead
-    overhead.summarise_monitoring_rarely()
+    from ui import settings
+    settings.summarise_monitoring_rarely()
     with gr.Blocks() as demo:
         gr.Textbox()
     demo.queue()

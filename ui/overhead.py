@@ -15,18 +15,17 @@ Gradio's costs there are the same answer computed again and again:
   searches the whole path again. ``sys.modules[name] = None`` is Python's way to say, once, that it is absent.
 - **The monitoring summary.** After every event the queue rebuilds a pandas table of its last 10,000 events for
   the ``/monitoring`` page: 16 ms at 300 events, 37 ms at 10,000. Gradio reads how often from
-  ``GRADIO_ANALYTICS_CACHE_FREQUENCY``; unless that is set, it is made once per ``SUMMARY_EVERY`` events.
+  ``GRADIO_ANALYTICS_CACHE_FREQUENCY``; unless that is set, it is made once per 1,000 events
+  (``settings.summarise_monitoring_rarely``: only the settings module touches the environment).
 """
 from __future__ import annotations
 
 import copy
 import importlib.util
 import inspect
-import os
 import sys
 
-SUMMARY_EVERY = 1000
-
+from . import settings
 
 def remember_signatures(blocks) -> int:
     """Each block class's ``__init__`` (and the function it wraps) keeps its signature; returns how many."""
@@ -77,9 +76,6 @@ def pay_once(blocks) -> None:
     remember_signatures(blocks)
     remember_schemas(blocks)
     known_absent("bokeh")
-    summarise_monitoring_rarely()
+    settings.summarise_monitoring_rarely()
 
 
-def summarise_monitoring_rarely() -> None:
-    """Before ``Blocks.queue()``, which reads it."""
-    os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", str(SUMMARY_EVERY))

@@ -93,3 +93,12 @@ def read(env=None) -> Settings:
                     models=_list(env, "ATTN_MODELS"), allow_any_model=_flag(env, "ATTN_ALLOW_ANY_MODEL"),
                     max_models=_int(env, "ATTN_MAX_MODELS", 2), gpu_threshold_m=_float(env, "ATTN_GPU_THRESHOLD_M", 40.0),
                     host=env.get("GRADIO_SERVER_NAME") or "127.0.0.1", port=_int(env, "GRADIO_SERVER_PORT", 7860))
+
+
+SUMMARY_EVERY = 1000  # events between Gradio's monitoring summaries (ui/overhead.py)
+
+
+def summarise_monitoring_rarely() -> None:
+    """Gradio's queue rebuilds a pandas summary for ``/monitoring`` after every event unless told otherwise;
+    set before ``Blocks.queue()``, which reads it, and only where nobody set it."""
+    os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", str(SUMMARY_EVERY))
