@@ -1,6 +1,6 @@
 """Gradio's costs per visitor and per event that do not depend on the visitor or the event, paid once.
 
-A class opening one link at the same moment waits for the server's CPU (``bench.classroom_link``). Two of
+A class opening one link at the same moment waits for the server's CPU (``bench.classroom_link``). Four of
 Gradio's costs there are the same answer computed again and again:
 
 - **Signatures.** Every component's config is built by reading the parameters of its class's ``__init__``
@@ -26,6 +26,7 @@ import inspect
 import sys
 
 from . import settings
+
 
 def remember_signatures(blocks) -> int:
     """Each block class's ``__init__`` (and the function it wraps) keeps its signature; returns how many."""
@@ -77,5 +78,3 @@ def pay_once(blocks) -> None:
     remember_schemas(blocks)
     known_absent("bokeh")
     settings.summarise_monitoring_rarely()
-
-

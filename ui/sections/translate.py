@@ -19,9 +19,8 @@ from .. import calls, languages
 from ..present import domain, inside, trust, views, whatif
 from ..present.payload import examples_for
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, default_first, direction_hint,
-                       is_blank,
-                       md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar, run_notices,
-                       source_marks)
+                       is_blank, md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar,
+                       run_notices, source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
 from ..state import ModelShape, Run, RunInputs, Selection, from_query
 
