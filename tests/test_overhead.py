@@ -56,6 +56,44 @@ SCRIPT = textwrap.dedent('''
     }))
 ''')
 
+SHARED = textwrap.dedent('''
+    import json
+    import gradio as gr
+    from gradio.state_holder import SessionState
+    from ui import overhead
+
+    with gr.Blocks() as demo:
+        box = gr.Textbox("Ein Hund.", label="sentence")
+        pick = gr.Dropdown(["de-en", "en-de"], value="de-en", label="model")
+        gr.Slider(0, 5, step=1, value=2, label="layer")
+        kept = gr.State({"kind": "cross"})
+    gradios = SessionState(demo)
+    own = {k: v for k, v in vars(gradios).items() if k != "config_values"}
+    shared_now = overhead.share_session_configs()
+    a, b = SessionState(demo), SessionState(demo)
+    same = (dict(a.config_values) == gradios.config_values and list(a.config_values) == list(gradios.config_values)
+            and {k: v for k, v in vars(a).items() if k != "config_values"}.keys() == own.keys())
+    for session in (gradios, a):  # what an event's outputs do to its session
+        session._update_value_in_config(box._id, "Zwei Katzen.")
+        session[pick._id] = gr.Dropdown(["fr-en"], value="fr-en")
+        session[kept._id] = {"kind": "enc"}
+        session._update_config(pick._id)
+    with demo:
+        extra = gr.Number(3)  # the page grows (a reload): new sessions see the new block
+    c = SessionState(demo)
+    del b.config_values[box._id]
+    print(json.dumps({
+        "shared_now": shared_now, "again": overhead.share_session_configs(), "same": same,
+        "a_box": a.config_values[box._id]["props"]["value"], "b_box": box._id in b.config_values,
+        "c_box": c.config_values[box._id]["props"]["value"],
+        "edited_alike": dict(a.config_values) == dict(gradios.config_values),
+        "a_pick": a.config_values[pick._id]["props"]["choices"], "c_pick": c.config_values[pick._id]["props"]["choices"],
+        "a_state": a[kept._id], "c_state": c[kept._id], "extra_in_c": extra._id in c.config_values,
+        "extra_in_a": extra._id in a.config_values, "len_b": len(b.config_values), "len_c": len(c.config_values),
+        "n_page": len(gradios.config_values),
+    }))
+''')
+
 MONITOR = textwrap.dedent('''
     import gradio as gr
     from ui import settings
@@ -87,6 +125,20 @@ def test_kept_signatures_and_schemas_leave_every_config_and_update_as_it_was():
     assert got["n_schemas"] == 2 and got["schemas_again"] == 0  # the plot's and the highlighted text's models
     assert got["same_schemas"] and got["schema_is_a_copy"]
     assert got["absent"] == ["bokeh_is_not_installed_here"] and got["fails_at_once"]  # json is installed
+
+
+def test_sessions_share_the_page_configs_until_one_changes_its_own():
+    import json
+    got = json.loads(_run(SHARED))
+    assert got["shared_now"] and not got["again"]
+    assert got["same"]  # the same configs, in the same order, as Gradio's own session state
+    assert got["edited_alike"]  # the same edits leave the same configs
+    assert got["a_box"] == "Zwei Katzen." and got["c_box"] == "Ein Hund."  # an edit stays in its session
+    assert got["a_pick"] == [["fr-en", "fr-en"]] and got["c_pick"] == [["de-en", "de-en"], ["en-de", "en-de"]]
+    assert got["a_state"] == {"kind": "enc"} and got["c_state"] == {"kind": "cross"}
+    assert got["extra_in_c"] and not got["extra_in_a"]
+    assert not got["b_box"] and got["len_b"] == got["n_page"] - 1  # deleted in that session only
+    assert got["len_c"] > got["n_page"]  # the grown page's new blocks (and Gradio's form around them)
 
 
 def test_the_monitoring_summary_is_made_rarely_unless_someone_set_how_often():

@@ -1,8 +1,11 @@
 """Gradio's costs per visitor and per event that do not depend on the visitor or the event, paid once.
 
-A class opening one link at the same moment waits for the server's CPU (``bench.classroom_link``). Four of
+A class opening one link at the same moment waits for the server's CPU (``bench.classroom_link``). Five of
 Gradio's costs there are the same answer computed again and again:
 
+- **Each session's copy of the page.** A new session builds the config of every component on the page (about
+  400), to rebuild the page for Gradio's deep links, though it reads back only those an event changed. Here
+  each session starts from the page's configs, built once, and copies one when it is first read.
 - **Signatures.** Every component's config is built by reading the parameters of its class's ``__init__``
   through ``inspect.signature``, which unwraps Gradio's decorator each time: a new visitor's session state
   does it for all 400 components (about 40 ms), and each component an event updates does it again. A
@@ -24,6 +27,9 @@ import copy
 import importlib.util
 import inspect
 import sys
+import types
+import weakref
+from collections.abc import MutableMapping
 
 from . import settings
 
@@ -72,9 +78,75 @@ def known_absent(*names: str) -> list[str]:
     return absent
 
 
+class SessionConfigs(MutableMapping):
+    """One session's config of each block: the page's own, copied when first read (the session may edit it)."""
+
+    def __init__(self, page: dict[int, dict]):
+        self._page, self._own, self._gone = page, {}, set()
+
+    def __getitem__(self, key: int) -> dict:
+        if key not in self._own:
+            if key in self._gone:
+                raise KeyError(key)
+            self._own[key] = copy.deepcopy(self._page[key])
+        return self._own[key]
+
+    def __setitem__(self, key: int, value: dict) -> None:
+        self._own[key] = value
+        self._gone.discard(key)
+
+    def __delitem__(self, key: int) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._own.pop(key, None)
+        if key in self._page:
+            self._gone.add(key)
+
+    def __contains__(self, key) -> bool:
+        return key in self._own or (key in self._page and key not in self._gone)
+
+    def __iter__(self):
+        yield from (k for k in self._page if k not in self._gone)
+        yield from (k for k in self._own if k not in self._page)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+_PAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _page_configs(blocks) -> dict[int, dict]:
+    """The config of each block on the page as a new session would build it, built once per page."""
+    ids = frozenset(blocks.blocks)
+    kept = _PAGES.get(blocks)
+    if kept is None or kept[0] != ids:
+        made = blocks.default_config
+        kept = (ids, {k: made.config_for_block(k, [], v) for k, v in made.blocks.items() if k in ids})
+        _PAGES[blocks] = kept
+    return kept[1]
+
+
+def share_session_configs() -> bool:
+    """New sessions start from the page's configs (``SessionConfigs``); False where already so."""
+    from gradio.state_holder import SessionState
+    gradios = SessionState.__init__
+    if getattr(gradios, "_shares_configs", False):
+        return False
+
+    def __init__(self, blocks):
+        # Gradio's own start, given no blocks to build configs for; then the page's configs, shared
+        gradios(self, types.SimpleNamespace(default_config=blocks.default_config, blocks={}))
+        self.config_values = SessionConfigs(_page_configs(blocks))
+    __init__._shares_configs = True
+    SessionState.__init__ = __init__
+    return True
+
+
 def pay_once(blocks) -> None:
     """All of the above, for a built page (before its queue starts)."""
     remember_signatures(blocks)
     remember_schemas(blocks)
+    share_session_configs()
     known_absent("bokeh")
     settings.summarise_monitoring_rarely()
