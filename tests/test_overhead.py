@@ -1,7 +1,9 @@
 """Gradio's per-visitor costs paid once (ui/overhead.py): the signatures kept are the ones ``inspect`` computes,
 and the schemas the ones pydantic generates (a copy each time), so a session's config and an update's
-arguments come out the same; a module marked absent is one that is not installed; the monitoring summary's
-frequency is set only where nobody set it. Each check runs in a fresh interpreter: what it changes lasts for the process."""
+arguments come out the same; sessions that share the page's configs hold what Gradio's own would, and keep
+their edits to themselves; skipped outputs and answers without files come out as Gradio's own code makes them;
+a module marked absent is one that is not installed; the monitoring summary's frequency is set only where
+nobody set it. Each check runs in a fresh interpreter: what it changes lasts for the process."""
 from __future__ import annotations
 
 import subprocess
@@ -94,6 +96,84 @@ SHARED = textwrap.dedent('''
     }))
 ''')
 
+SKIPS = textwrap.dedent('''
+    import asyncio, json
+    import gradio as gr
+    from gradio.state_holder import SessionState
+    from ui import overhead
+
+    with gr.Blocks() as demo:
+        box = gr.Textbox("Ein Hund.", label="sentence")
+        pick = gr.Dropdown(["de-en", "en-de"], value="de-en", label="model")
+        kept = gr.State({"kind": "cross"})
+        note = gr.Markdown("a note")
+        outs = [box, pick, kept, note]
+        go = gr.Button()
+        go.click(lambda: None, None, outs)
+        go.click(lambda: None, None, [box, note])
+    many, two = demo.fns[0], demo.fns[1]
+    skip = gr.skip
+    cases = lambda: [  # made afresh for each run: Gradio pops an update's value
+        (many, [skip(), gr.Dropdown(choices=["fr-en"], value="fr-en"), skip(), "**now**"]),
+        (many, [skip(), skip(), {"kind": "enc"}, skip()]),
+        (many, [skip(), skip(), skip(), skip()]),
+        (many, ["Zwei Katzen.", gr.update(value="en-de"), skip(), skip()]),
+        (many, ["Drei.", "en-de", {"kind": "dec"}, "x"]),
+        (two, [skip(), "only the note"]),
+        (two, skip()),
+        (many, {note: "from a dict", kept: {"kind": "self"}}),
+    ]
+
+    def run_all():
+        state, answers = SessionState(demo), []
+        for fn, predictions in cases():
+            answers.append(asyncio.run(demo.postprocess_data(fn, list(predictions) if isinstance(predictions, list)
+                                                               else predictions, state)))
+        # the page's blocks only: Gradio also files configs under the ids of the components it rebuilds
+        return answers, {k: state.config_values[k] for k in demo.blocks}, {k: state[k] for k in [kept._id]}
+
+    def plain(x):
+        return json.loads(json.dumps(x, default=str))
+    gradios = run_all()
+    now = overhead.pass_over_skips()
+    ours = run_all()
+    shown = {k: c["props"].get("value") for k, c in ours[1].items() if k in (box._id, pick._id, note._id)}
+    print(json.dumps({"now": now, "again": overhead.pass_over_skips(), "answers": plain(gradios[0]) == plain(ours[0]),
+                      "state": plain(gradios[2]) == plain(ours[2]), "shown": list(shown.values()),
+                      "sample": plain(ours[0][0]), "skips": plain(ours[0][2])}))
+''')
+
+WALKS = textwrap.dedent('''
+    import asyncio, copy, json
+    import numpy as np
+    import gradio as gr
+    from gradio import processing_utils as pu
+    from ui import overhead
+
+    block = gr.JSON()
+    def file(url):
+        return {"path": url, "url": url, "size": None, "orig_name": "map.png", "mime_type": None,
+                "is_stream": False, "meta": {"_type": "gradio.FileData"}}
+    answers = [
+        {"attention": [[[0.25, 0.75], [1.0, 0.0]]], "tokens": ["▁Ein", "</s>"], "score": -1.5, "steps": []},
+        {"figure": file("https://example.org/map.png"), "tokens": ["a"]},
+        [{"deep": [{"deeper": file("/gradio_api/file=tmp/map.png")}]}, 3],
+        {"array": np.arange(3)},  # not plain JSON: Gradio's own walk
+    ]
+    def both():
+        moved = [asyncio.run(pu.async_move_files_to_cache(copy.deepcopy(a), block, postprocess=True)) for a in answers[:3]]
+        rooted = [pu.add_root_url(copy.deepcopy(a), "https://space.example/", None) for a in answers]
+        return json.loads(json.dumps([moved, rooted], default=str))
+    gradios = both()
+    now = overhead.skip_fileless_walks()
+    ours = both()
+    plain = answers[0]
+    print(json.dumps({"now": now, "again": overhead.skip_fileless_walks(), "same": gradios == ours,
+                      "marks": [overhead.may_hold_files(a) for a in answers] + [overhead.may_hold_files(object())],
+                      "as_is": pu.add_root_url(plain, "https://space.example/", None) is plain,
+                      "rooted": ours[1][2][0]["deep"][0]["deeper"]["url"]}))
+''')
+
 MONITOR = textwrap.dedent('''
     import gradio as gr
     from ui import settings
@@ -139,6 +219,28 @@ def test_sessions_share_the_page_configs_until_one_changes_its_own():
     assert got["extra_in_c"] and not got["extra_in_a"]
     assert not got["b_box"] and got["len_b"] == got["n_page"] - 1  # deleted in that session only
     assert got["len_c"] > got["n_page"]  # the grown page's new blocks (and Gradio's form around them)
+
+
+def test_skipped_outputs_are_answered_as_gradio_answers_them():
+    import json
+    got = json.loads(_run(SKIPS))
+    assert got["now"] and not got["again"]
+    assert got["answers"] and got["state"]  # the same answers, and the same session state
+    # the session's config (Gradio's deep links) keeps the value each output last showed: Gradio's rebuild
+    # for a skip drops it
+    assert got["shown"] == ["Drei.", "en-de", "from a dict"]
+    assert got["skips"] == [{"__type__": "update"}, {"__type__": "update"}, None, {"__type__": "update"}]
+    assert got["sample"][0] == {"__type__": "update"} and got["sample"][3] == "**now**"
+
+
+def test_answers_without_files_skip_the_walks_and_those_with_files_are_walked_as_before():
+    import json
+    got = json.loads(_run(WALKS))
+    assert got["now"] and not got["again"]
+    assert got["same"]  # moved to the cache and rooted exactly as Gradio's own walks do
+    assert got["marks"] == [False, True, True, False, True]  # an object orjson cannot write: walked
+    assert got["as_is"]  # no file: the answer itself, not a copy
+    assert got["rooted"] == "https://space.example//gradio_api/file=tmp/map.png"
 
 
 def test_the_monitoring_summary_is_made_rarely_unless_someone_set_how_often():

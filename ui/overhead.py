@@ -1,11 +1,19 @@
 """Gradio's costs per visitor and per event that do not depend on the visitor or the event, paid once.
 
-A class opening one link at the same moment waits for the server's CPU (``bench.classroom_link``). Five of
+A class opening one link at the same moment waits for the server's CPU (``bench.classroom_link``). Seven of
 Gradio's costs there are the same answer computed again and again:
 
 - **Each session's copy of the page.** A new session builds the config of every component on the page (about
   400), to rebuild the page for Gradio's deep links, though it reads back only those an event changed. Here
   each session starts from the page's configs, built once, and copies one when it is first read.
+- **Skipped outputs.** An event's output that stays as it is (``gr.skip()``) is handled as an update of no
+  properties: Gradio builds a new component with the old one's arguments and its config twice, to send
+  ``{"__type__": "update"}``. A tour link's visit skips about 100 outputs. Here a skipped output is answered
+  as Gradio answers it, without the rebuild (``pass_over_skips``).
+- **Walks for files in answers without one.** Every output is walked twice, node by node, for files to move
+  to the cache and links to root: 12 ms for one ``/translate`` answer (8,000 nodes). Every file Gradio sends
+  is marked ``gradio.FileData``; where its JSON lacks that name, the answer is passed on as it is
+  (``skip_fileless_walks``).
 - **Signatures.** Every component's config is built by reading the parameters of its class's ``__init__``
   through ``inspect.signature``, which unwraps Gradio's decorator each time: a new visitor's session state
   does it for all 400 components (about 40 ms), and each component an event updates does it again. A
@@ -143,10 +151,85 @@ def share_session_configs() -> bool:
     return True
 
 
+def _skipped(prediction) -> bool:
+    return type(prediction) is dict and len(prediction) == 1 and prediction.get("__type__") == "update"
+
+
+def pass_over_skips() -> bool:
+    """An event's skipped outputs are answered as Gradio answers them, without rebuilding their components;
+    the other outputs go through Gradio's own postprocessing. False where already so."""
+    from gradio.blocks import Blocks, convert_component_dict_to_list
+    from gradio.helpers import skip
+    gradios = Blocks.postprocess_data
+    if getattr(gradios, "_passes_skips", False):
+        return False
+
+    async def postprocess_data(self, block_fn, predictions, state):
+        outputs = block_fn.outputs
+        if isinstance(predictions, dict) and len(outputs) > 1 and not block_fn.batch:
+            # {component: value}: a list in the outputs' order, the missing ones skipped (as Gradio does)
+            predictions = ([skip()] * len(outputs) if predictions == skip()
+                           else convert_component_dict_to_list(list(outputs), predictions))
+        if (len(outputs) < 2 or block_fn.batch or block_fn.is_validator_function
+                or not isinstance(predictions, (list, tuple)) or len(predictions) != len(outputs)):
+            return await gradios(self, block_fn, predictions, state)
+        kept = [i for i, p in enumerate(predictions) if not _skipped(p)]
+        if len(kept) == len(outputs):
+            return await gradios(self, block_fn, predictions, state)
+        answer = [None if outputs[i].stateful else {"__type__": "update"} for i in range(len(outputs))]
+        if kept:
+            part = copy.copy(block_fn)
+            part.outputs = [outputs[i] for i in kept]
+            rest = [predictions[i] for i in kept]
+            done = await gradios(self, part, rest if len(kept) > 1 else rest[0], state)
+            for i, out in zip(kept, done):
+                answer[i] = out
+        return answer
+    postprocess_data._passes_skips = True
+    Blocks.postprocess_data = postprocess_data
+    return True
+
+
+FILE_MARK = b"gradio.FileData"  # the "_type" of every file's "meta" (is_file_obj_with_meta)
+
+
+def may_hold_files(data) -> bool:
+    """False only where ``data`` holds no file Gradio would move or link: its JSON lacks the files' mark."""
+    import orjson
+    try:
+        return FILE_MARK in orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+    except (TypeError, ValueError):  # not JSON as orjson knows it: Gradio's own walk decides
+        return True
+
+
+def skip_fileless_walks() -> bool:
+    """Gradio's walks for files to cache and links to root skip an answer that holds no file. False where
+    already so."""
+    from gradio import processing_utils
+    from gradio.data_classes import GradioModel, GradioRootModel
+    move, root = processing_utils.async_move_files_to_cache, processing_utils.add_root_url
+    if getattr(move, "_skips_fileless", False):
+        return False
+
+    async def async_move_files_to_cache(data, block, *args, **kwargs):
+        if not isinstance(data, (GradioModel, GradioRootModel)) and not may_hold_files(data):
+            return data
+        return await move(data, block, *args, **kwargs)
+
+    def add_root_url(data, root_url, previous_root_url):
+        return root(data, root_url, previous_root_url) if may_hold_files(data) else data
+    async_move_files_to_cache._skips_fileless = True
+    processing_utils.async_move_files_to_cache = async_move_files_to_cache
+    processing_utils.add_root_url = add_root_url
+    return True
+
+
 def pay_once(blocks) -> None:
     """All of the above, for a built page (before its queue starts)."""
     remember_signatures(blocks)
     remember_schemas(blocks)
     share_session_configs()
+    pass_over_skips()
+    skip_fileless_walks()
     known_absent("bokeh")
     settings.summarise_monitoring_rarely()
