@@ -39,6 +39,8 @@ import types
 import weakref
 from collections.abc import MutableMapping
 
+import orjson
+
 from . import settings
 
 
@@ -168,7 +170,7 @@ def pass_over_skips() -> bool:
         outputs = block_fn.outputs
         if isinstance(predictions, dict) and len(outputs) > 1 and not block_fn.batch:
             # {component: value}: a list in the outputs' order, the missing ones skipped (as Gradio does)
-            predictions = ([skip()] * len(outputs) if predictions == skip()
+            predictions = ([skip()] * len(outputs) if _skipped(predictions)
                            else convert_component_dict_to_list(list(outputs), predictions))
         if (len(outputs) < 2 or block_fn.batch or block_fn.is_validator_function
                 or not isinstance(predictions, (list, tuple)) or len(predictions) != len(outputs)):
@@ -176,14 +178,14 @@ def pass_over_skips() -> bool:
         kept = [i for i, p in enumerate(predictions) if not _skipped(p)]
         if len(kept) == len(outputs):
             return await gradios(self, block_fn, predictions, state)
-        answer = [None if outputs[i].stateful else {"__type__": "update"} for i in range(len(outputs))]
+        answer = [None if out.stateful else skip() for out in outputs]  # Gradio's answer to a skip
         if kept:
             part = copy.copy(block_fn)
             part.outputs = [outputs[i] for i in kept]
             rest = [predictions[i] for i in kept]
             done = await gradios(self, part, rest if len(kept) > 1 else rest[0], state)
-            for i, out in zip(kept, done):
-                answer[i] = out
+            for i, value in zip(kept, done):
+                answer[i] = value
         return answer
     postprocess_data._passes_skips = True
     Blocks.postprocess_data = postprocess_data
@@ -195,7 +197,6 @@ FILE_MARK = b"gradio.FileData"  # the "_type" of every file's "meta" (is_file_ob
 
 def may_hold_files(data) -> bool:
     """False only where ``data`` holds no file Gradio would move or link: its JSON lacks the files' mark."""
-    import orjson
     try:
         return FILE_MARK in orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
     except (TypeError, ValueError):  # not JSON as orjson knows it: Gradio's own walk decides
