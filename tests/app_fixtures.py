@@ -155,6 +155,14 @@ def selected(client, sel, *args, api_name: str):
     return client.predict(*args, api_name=api_name)
 
 
+def shown(answer) -> dict:
+    """An output's answer as properties: an update's own, or ``{"value": ...}`` for a plain value (an update
+    that changes no argument the component already has is sent as its value)."""
+    if isinstance(answer, dict) and "update" in str(answer.get("__type__", "")):
+        return {k: v for k, v in answer.items() if k != "__type__"}
+    return {"value": answer}
+
+
 def named(client, url: str, out, api_name: str = "translate_stream") -> dict:
     """A predict() result keyed by the outputs' elem_ids."""
     names = [n.replace("-", "_") for n in event_outputs(url, api_name)]

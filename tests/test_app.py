@@ -14,7 +14,7 @@ import pytest
 
 from gradio_client import Client
 
-from tests.app_fixtures import all_strings, launch, make_checkpoint, named, select
+from tests.app_fixtures import all_strings, launch, make_checkpoint, named, select, shown
 from ui import present
 from ui import calls
 
@@ -130,7 +130,8 @@ def test_translate_ui_fills_every_view(client):
     g = open_generation(client)  # the Generation section draws the same run when opened
     for name in ("strip_plot", "topk_plot", "cross_plot", "self_plot"):
         assert plot_json(g[name])["data"], name
-    assert g["step"]["value"] == 0 and g["step"]["maximum"] >= 1  # slider reset to the new decode
+    step = {**shown(r["step_slider"]), **shown(g["step"])}  # the run set the maximum; opening keeps it
+    assert step["value"] == 0 and step["maximum"] >= 1  # slider reset to the new decode
     masks, choices, stale, base, mod, probs, maps = client.predict(api_name="/open_interventions")
     assert len(plot_json(masks)["data"]) >= 4 and stale == ""
     # before any Compare: the baseline is the current run, and the empty panels say how to fill them

@@ -11,7 +11,7 @@ from gradio_client import Client
 
 from model.analysis.attribution import METHODS
 
-from tests.app_fixtures import named, select, selected, served
+from tests.app_fixtures import named, select, selected, served, shown
 
 SRC = "Zwei Hunde spielen im Schnee."
 REF = "Two dogs are playing in the snow."
@@ -89,7 +89,7 @@ def test_inside_one_head_for_every_kind(client, kind, keys):
     ticks = [t for ax in f["layout"].values() if isinstance(ax, dict) for t in ax.get("ticktext", [])]
     assert ("Hunde" in " ".join(ticks)) == (keys == "source")
     assert plot(normw)["data"]
-    assert query["value"] == 2
+    assert shown(query)["value"] == 2
 
 
 def test_inside_one_head_waits_while_another_section_shows(client):

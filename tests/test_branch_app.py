@@ -8,7 +8,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from model.analysis import readouts
-from tests.app_fixtures import launch, make_checkpoint, named
+from tests.app_fixtures import launch, make_checkpoint, named, shown
 from tests.test_preset_back import handler, outputs
 from ui.sections.analysis import run_settings
 from ui.state import BeamView, ModelShape, RunInputs, Selection, from_query, link_url
@@ -62,7 +62,7 @@ def test_continue_step_becomes_the_run_and_history_walks_back_and_forth(client, 
     assert o["run_status"].startswith("✓ branch")
     assert o["translation"].split()[:2] == [tokens[0], pick]
     assert "forced prefix up to step 1, then greedy" in o["run_bar"] and "Branch:" in o["notice"]
-    assert o["step_slider"]["value"] == 1  # Generation opens on the forced step
+    assert shown(o["step_slider"])["value"] == 1  # Generation opens on the forced step
     assert o["hist_md"] == "run 2 of 2"
     query = dict(parse_qsl(urlsplit(o["link_box"]).query))
     assert len(query["prefix"].split(",")) == 2

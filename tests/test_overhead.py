@@ -97,7 +97,7 @@ SHARED = textwrap.dedent('''
 ''')
 
 SKIPS = textwrap.dedent('''
-    import asyncio, json
+    import asyncio, copy, json
     import gradio as gr
     from gradio.state_holder import SessionState
     from ui import overhead
@@ -107,40 +107,111 @@ SKIPS = textwrap.dedent('''
         pick = gr.Dropdown(["de-en", "en-de"], value="de-en", label="model")
         kept = gr.State({"kind": "cross"})
         note = gr.Markdown("a note")
-        outs = [box, pick, kept, note]
+        layer = gr.Slider(0, 5, step=1, value=2, label="layer")
+        back = gr.Button("back", visible=False)
+        outs = [box, pick, kept, note, layer, back]
         go = gr.Button()
         go.click(lambda: None, None, outs)
         go.click(lambda: None, None, [box, note])
     many, two = demo.fns[0], demo.fns[1]
     skip = gr.skip
     cases = lambda: [  # made afresh for each run: Gradio pops an update's value
-        (many, [skip(), gr.Dropdown(choices=["fr-en"], value="fr-en"), skip(), "**now**"]),
-        (many, [skip(), skip(), {"kind": "enc"}, skip()]),
-        (many, [skip(), skip(), skip(), skip()]),
-        (many, ["Zwei Katzen.", gr.update(value="en-de"), skip(), skip()]),
-        (many, ["Drei.", "en-de", {"kind": "dec"}, "x"]),
+        (many, [skip(), gr.Dropdown(choices=["fr-en"], value="fr-en"), skip(), "**now**", skip(), skip()]),
+        (many, [skip(), skip(), {"kind": "enc"}, skip(), skip(), skip()]),
+        (many, [skip(), skip(), skip(), skip(), skip(), skip()]),
+        (many, ["Zwei Katzen.", gr.update(value="fr-en"), skip(), skip(), skip(), skip()]),
+        (many, ["Drei.", "fr-en", {"kind": "dec"}, "x", 3, skip()]),
         (two, [skip(), "only the note"]),
         (two, skip()),
         (many, {note: "from a dict", kept: {"kind": "self"}}),
+        # updates that set only what the component already has: sent as their values
+        (many, [skip(), gr.Dropdown(choices=["fr-en"], value="fr-en"), skip(), skip(),
+                gr.Slider(maximum=5, value=4), gr.Button(visible=False)]),
+        (many, [skip(), gr.update(choices=["fr-en"], value=None, visible=None), skip(), skip(),
+                gr.update(maximum=5, minimum=0), gr.update(visible=False)]),
+        # and those that change an argument, as before
+        (many, [skip(), gr.Dropdown(choices=["de-en", "fr-en"], value="de-en"), skip(), skip(),
+                gr.Slider(maximum=9, value=7), gr.Button(visible=True)]),
+        (many, [skip(), gr.update(choices=["de-en", "fr-en"]), skip(), skip(), gr.update(maximum=9), skip()]),
     ]
+
+    def seen(props, block, answer):
+        # what the browser shows after an answer: an update sets its properties, a value the value
+        if isinstance(answer, dict) and "update" in answer.get("__type__", ""):
+            props.update({k: v for k, v in answer.items() if k != "__type__"})
+        elif not block.stateful:
+            props["value"] = answer
 
     def run_all():
         state, answers = SessionState(demo), []
+        page = {b._id: copy.deepcopy(demo.default_config.config_for_block(b._id, [], b)["props"]) for b in outs}
+        shown = []
         for fn, predictions in cases():
-            answers.append(asyncio.run(demo.postprocess_data(fn, list(predictions) if isinstance(predictions, list)
-                                                               else predictions, state)))
+            answer = asyncio.run(demo.postprocess_data(fn, list(predictions) if isinstance(predictions, list)
+                                                         else predictions, state))
+            answers.append(answer)
+            for block, a in zip(fn.outputs, answer):
+                seen(page[block._id], block, a)
+            shown.append(copy.deepcopy(page))
         # the page's blocks only: Gradio also files configs under the ids of the components it rebuilds
-        return answers, {k: state.config_values[k] for k in demo.blocks}, {k: state[k] for k in [kept._id]}
+        return answers, {k: state.config_values[k] for k in demo.blocks}, {k: state[k] for k in [kept._id]}, shown
 
     def plain(x):
         return json.loads(json.dumps(x, default=str))
     gradios = run_all()
     now = overhead.pass_over_skips()
     ours = run_all()
+    props = lambda run, b: {k: run[1][b._id]["props"].get(k) for k in ("value", "choices", "maximum", "visible")}
     shown = {k: c["props"].get("value") for k, c in ours[1].items() if k in (box._id, pick._id, note._id)}
-    print(json.dumps({"now": now, "again": overhead.pass_over_skips(), "answers": plain(gradios[0]) == plain(ours[0]),
-                      "state": plain(gradios[2]) == plain(ours[2]), "shown": list(shown.values()),
-                      "sample": plain(ours[0][0]), "skips": plain(ours[0][2])}))
+    print(json.dumps({"now": now, "again": overhead.pass_over_skips(),
+                      "same_seen": plain(gradios[3]) == plain(ours[3]),
+                      "same_answers": [plain(g) == plain(o) for g, o in zip(gradios[0], ours[0])],
+                      "state": plain(gradios[2]) == plain(ours[2]),
+                      "configs": [plain(props(gradios, b)) == plain(props(ours, b)) for b in (pick, layer, back)],
+                      "layer_values": [props(gradios, layer)["value"], props(ours, layer)["value"],
+                                       ours[3][-1][layer._id]["value"]],
+                      "shown": list(shown.values()), "sample": plain(ours[0][0]), "skips": plain(ours[0][2]),
+                      "value_only": plain(ours[0][3][1]), "idle": plain(ours[0][8]), "idle_dicts": plain(ours[0][9]),
+                      "changes": plain(ours[0][10])}))
+''')
+
+QUICK = textwrap.dedent('''
+    import asyncio, json
+    import anyio.to_thread
+    import plotly.graph_objects as go
+    import gradio as gr
+    from gradio.state_holder import SessionState
+    from ui import overhead
+    from ui.present.shared import SharedFigure
+
+    with gr.Blocks() as demo:
+        outs = [gr.Plot(), gr.HighlightedText(), gr.Markdown(), gr.JSON(), gr.Textbox(), gr.Number(), gr.Plot()]
+        gr.Button().click(lambda: None, None, outs)
+    fn = demo.fns[0]
+    fig = go.Figure(go.Heatmap(z=[[0.25, 0.75], [1.0, 0.0]]), layout=dict(title="every head"))
+    hops = []
+    gradios_run_sync = anyio.to_thread.run_sync
+
+    async def counted(func, *args, **kwargs):
+        hops.append(getattr(func, "__qualname__", ""))
+        return await gradios_run_sync(func, *args, **kwargs)
+    anyio.to_thread.run_sync = counted
+
+    def run(values):
+        state, hops[:] = SessionState(demo), []
+        try:
+            out = asyncio.run(demo.postprocess_data(fn, values, state))
+        except Exception as e:
+            return type(e).__name__, str(e)[:300]
+        return (json.loads(json.dumps(out, default=str)), len(hops),
+                json.loads(json.dumps({k: state.config_values[k] for k in demo.blocks}, default=str)))
+    good = [SharedFigure(fig), [("Ein", "a"), ("Hund", None)], "**bold**", {"a": [1, 2]}, "text", 3, fig]
+    bad = [SharedFigure(fig), 5, "", {}, "", 3, None]  # a highlighted text of 5 fails
+    gradios = run(good), run(bad)
+    now = overhead.pass_over_skips()
+    ours = run(good), run(bad)
+    print(json.dumps({"now": now, "same": gradios[0][0] == ours[0][0] and gradios[0][2] == ours[0][2],
+                      "hops": [gradios[0][1], ours[0][1]], "bad": [gradios[1], ours[1]]}))
 ''')
 
 WALKS = textwrap.dedent('''
@@ -221,16 +292,43 @@ def test_sessions_share_the_page_configs_until_one_changes_its_own():
     assert got["len_c"] > got["n_page"]  # the grown page's new blocks (and Gradio's form around them)
 
 
-def test_skipped_outputs_are_answered_as_gradio_answers_them():
+def test_skipped_outputs_and_idle_updates_leave_the_page_as_gradio_leaves_it():
     import json
     got = json.loads(_run(SKIPS))
     assert got["now"] and not got["again"]
-    assert got["answers"] and got["state"]  # the same answers, and the same session state
+    # after every answer the browser shows the same properties, and the session holds the same state
+    assert got["same_seen"] and got["state"]
+    # the session's configs alike, but for a value Gradio drops when it rebuilds a component for an update of
+    # other arguments (the slider's last, 7, that the browser shows), which is kept
+    assert got["configs"] == [True, False, True] and got["layer_values"] == [0, 7, 7]
+    # answers with no idle update are Gradio's own
+    # (the last case sets the maximum the one before set: idle too)
+    assert [i for i, same in enumerate(got["same_answers"]) if not same] == [3, 8, 9, 11]
     # the session's config (Gradio's deep links) keeps the value each output last showed: Gradio's rebuild
     # for a skip drops it
-    assert got["shown"] == ["Drei.", "en-de", "from a dict"]
-    assert got["skips"] == [{"__type__": "update"}, {"__type__": "update"}, None, {"__type__": "update"}]
+    assert got["shown"] == ["Drei.", "de-en", "from a dict"]
+    assert got["skips"] == [{"__type__": "update"}, {"__type__": "update"}, None, {"__type__": "update"},
+                            {"__type__": "update"}, {"__type__": "update"}]
     assert got["sample"][0] == {"__type__": "update"} and got["sample"][3] == "**now**"
+    assert got["sample"][1]["choices"] == [["fr-en", "fr-en"]]  # a real change: an update
+    assert got["value_only"] == "fr-en"  # gr.update(value=...) alone is a value
+    # an update that sets only what the session's component already has: its value, or nothing
+    assert got["idle"] == [{"__type__": "update"}, "fr-en", None, {"__type__": "update"}, 4, {"__type__": "update"}]
+    assert got["idle_dicts"] == [{"__type__": "update"}, None, None, {"__type__": "update"},
+                                 {"__type__": "update"}, {"__type__": "update"}]
+    assert got["changes"][1]["choices"] == [["de-en", "de-en"], ["fr-en", "fr-en"]]
+    assert got["changes"][4]["maximum"] == 9 and got["changes"][5]["visible"] is True
+
+
+def test_quick_postprocessing_stays_on_the_event_loop_and_answers_as_gradio_does():
+    import json
+    got = json.loads(_run(QUICK))
+    assert got["now"] and got["same"]  # the same answer and session configs as Gradio's own
+    # Gradio sends each of the 7 outputs to a worker thread; here only the JSON and the plotly figure go
+    # (a figure not yet serialised is drawn there, off the event loop)
+    assert got["hops"] == [7, 2]
+    # a value that fails is left to Gradio, which names the output in its error
+    assert got["bad"][0] == got["bad"][1] and got["bad"][0][0] == "ComponentProcessingError"
 
 
 def test_answers_without_files_skip_the_walks_and_those_with_files_are_walked_as_before():

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.app_fixtures import launch, make_checkpoint, named, select
+from tests.app_fixtures import launch, make_checkpoint, named, select, shown
 from ui.present.payload import word_order_demo
 from ui.state import Selection
 
@@ -89,7 +89,7 @@ def test_back_restores_the_run_the_preset_replaced(client):
     p = preset(client, DE, CROSS, 1, 2)
     assert p["input_text"] == demo.text and p["tog_positional"] is False
     # the demo's encoder self-attention head (the tiny model has 2 layers and 4 heads: the demo's own fits)
-    assert p["attn_kind"] == ENC and (p["attn_layer"]["value"], p["attn_head"]["value"]) == (demo.layer, demo.head)
+    assert p["attn_kind"] == ENC and (shown(p["attn_layer"])["value"], shown(p["attn_head"])["value"]) == (demo.layer, demo.head)
     theirs = translate(client, demo.text, ENC, demo.layer, demo.head)  # the preset's next step
     assert theirs["translation"] != mine["translation"] or theirs["src_chips"] != mine["src_chips"]
 
@@ -98,7 +98,7 @@ def test_back_restores_the_run_the_preset_replaced(client):
     assert b["translation"] == mine["translation"] and b["src_chips"] == mine["src_chips"]
     assert b["run_status"].startswith("✓ back")
     # the map the user had: cross-attention, layer 1, head 2, drawn again without a model call
-    assert b["attn_kind"] == CROSS and b["attn_head"]["value"] == 2 and b["attn_layer"]["value"] == 1
+    assert b["attn_kind"] == CROSS and shown(b["attn_head"])["value"] == 2 and shown(b["attn_layer"])["value"] == 1
     assert outlined(figure(b["watch_heads"])) == [(1, 2)]
     # the session's current run is the user's again: a view drawn from it now shows DE's tokens
     select(client, CROSS, 0, 0)

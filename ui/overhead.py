@@ -1,7 +1,7 @@
 """Gradio's costs per visitor and per event that do not depend on the visitor or the event, paid once.
 
-A class opening one link at the same moment waits for the server's CPU (``bench.classroom_link``). Seven of
-Gradio's costs there are the same answer computed again and again:
+A class opening one link at the same moment waits for the server's CPU (``bench.classroom_link``). Nine of
+Gradio's costs there are the same answer computed again and again, or work it need not do:
 
 - **Each session's copy of the page.** A new session builds the config of every component on the page (about
   400), to rebuild the page for Gradio's deep links, though it reads back only those an event changed. Here
@@ -10,6 +10,12 @@ Gradio's costs there are the same answer computed again and again:
   properties: Gradio builds a new component with the old one's arguments and its config twice, to send
   ``{"__type__": "update"}``. A tour link's visit skips about 100 outputs. Here a skipped output is answered
   as Gradio answers it, without the rebuild (``pass_over_skips``).
+- **Updates that change nothing.** An update is answered by rebuilding its component from the old one's
+  arguments and the new ones. After a run, most of the first screen's updates set choices or a maximum the
+  component already has (7 of 11); such an update is sent as its value, or as a skip (``_idle``).
+- **A worker thread for every output.** Gradio postprocesses each output in a worker thread and back, which
+  costs more than serialising a string or an already drawn figure, and waits for the GIL each way when a
+  class arrives at once; those are postprocessed on the event loop (``_quick``).
 - **Walks for files in answers without one.** Every output is walked twice, node by node, for files to move
   to the cache and links to root: 12 ms for one ``/translate`` answer (8,000 nodes). Every file Gradio sends
   is marked ``gradio.FileData``; where its JSON lacks that name, the answer is passed on as it is
@@ -98,7 +104,7 @@ class SessionConfigs(MutableMapping):
         if key not in self._own:
             if key in self._gone:
                 raise KeyError(key)
-            self._own[key] = copy.deepcopy(self._page[key])
+            self._own[key] = _own_copy(self._page[key])
         return self._own[key]
 
     def __setitem__(self, key: int, value: dict) -> None:
@@ -121,6 +127,17 @@ class SessionConfigs(MutableMapping):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+def _own_copy(config: dict) -> dict:
+    """A session's copy of a page config: Gradio edits a session's config by assigning ``props["value"]`` or
+    the whole entry, and copies it deeply before it writes a deep link, so the two dicts it may assign into
+    are copied and what they hold is shared (a deep copy cost ~0.2 ms a block, most of it in values that the
+    next assignment replaces)."""
+    own = dict(config)
+    if isinstance(own.get("props"), dict):
+        own["props"] = dict(own["props"])
+    return own
 
 
 _PAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -157,14 +174,71 @@ def _skipped(prediction) -> bool:
     return type(prediction) is dict and len(prediction) == 1 and prediction.get("__type__") == "update"
 
 
+def _idle(block, prediction, state):
+    """``prediction`` for output ``block``, or, where it is an update that sets no argument to anything but
+    what the session's component already has, the value it sets (a skip where it sets none): Gradio would
+    rebuild the component to send the arguments it already showed."""
+    from gradio.blocks import Block
+    from gradio.helpers import skip
+    if block.stateful:
+        return prediction
+    if isinstance(prediction, Block):
+        args = dict(prediction.constructor_args)
+    elif type(prediction) is dict and "update" in prediction.get("__type__", ""):
+        args = {k: v for k, v in prediction.items() if k != "__type__" and (v is not None or k == "value")}
+    else:
+        return prediction
+    value = args.pop("value", _NO_VALUE)
+    has = (state.get(block._id, block) if state is not None else block).constructor_args
+    try:
+        if any(k not in has or not bool(has[k] == v) for k, v in args.items()):
+            return prediction
+    except Exception:  # an argument that does not compare (an array): Gradio's own way
+        return prediction
+    return skip() if value is _NO_VALUE else value
+
+
+_NO_VALUE = object()
+
+
+def _quick(block, value) -> bool:
+    """Whether ``block``'s postprocessing of ``value`` is quick enough to run on the event loop: Gradio sends
+    every output to a worker thread and back, which costs more than a string's or a drawn figure's
+    postprocessing (and, with 40 visitors at once, waits for the GIL each way)."""
+    import gradio as gr
+    from .present.shared import SharedFigure
+    if type(block) is gr.Plot:
+        return value is None or isinstance(value, SharedFigure)
+    return type(block) in (gr.Markdown, gr.Textbox, gr.Number, gr.Slider, gr.Dropdown, gr.Radio, gr.Checkbox,
+                           gr.HighlightedText, gr.HTML)
+
+
+def _postprocessed(block, value, state):
+    """``value`` as Gradio's postprocessing serialises it for the session's ``block``; None where that fails
+    (Gradio's own path then reports it)."""
+    from gradio.data_classes import GradioModel, GradioRootModel
+    try:
+        out = state.get(block._id, block).postprocess(value) if state is not None else block.postprocess(value)
+    except Exception:
+        return None
+    return (out.model_dump() if isinstance(out, (GradioModel, GradioRootModel)) else out,)
+
+
 def pass_over_skips() -> bool:
     """An event's skipped outputs are answered as Gradio answers them, without rebuilding their components;
-    the other outputs go through Gradio's own postprocessing. False where already so."""
+    an update that changes no argument is sent as its value (``_idle``); a value whose postprocessing is quick
+    (``_quick``) is postprocessed here, and Gradio's own code told so; the other outputs go through Gradio's
+    own postprocessing. False where already so."""
     from gradio.blocks import Blocks, convert_component_dict_to_list
     from gradio.helpers import skip
     gradios = Blocks.postprocess_data
     if getattr(gradios, "_passes_skips", False):
         return False
+
+    async def answer(self, block_fn, indices, values, state, postprocess):
+        part = copy.copy(block_fn)
+        part.outputs, part.postprocess = [block_fn.outputs[i] for i in indices], postprocess
+        return await gradios(self, part, values if len(indices) > 1 else values[0], state)
 
     async def postprocess_data(self, block_fn, predictions, state):
         outputs = block_fn.outputs
@@ -175,21 +249,36 @@ def pass_over_skips() -> bool:
         if (len(outputs) < 2 or block_fn.batch or block_fn.is_validator_function
                 or not isinstance(predictions, (list, tuple)) or len(predictions) != len(outputs)):
             return await gradios(self, block_fn, predictions, state)
-        kept = [i for i, p in enumerate(predictions) if not _skipped(p)]
+        given, predictions = predictions, [_idle(out, p, state) for out, p in zip(outputs, predictions)]
+        done = {}  # index -> (serialised,): postprocessed here
+        if block_fn.postprocess:
+            for i, (out, p) in enumerate(zip(outputs, predictions)):
+                if not out.stateful and not _is_update(p) and _quick(out, p):
+                    serialised = _postprocessed(out, p, state)
+                    if serialised is not None:
+                        done[i] = serialised
+        kept = [i for i, p in enumerate(predictions) if not _skipped(p) and i not in done]
         if len(kept) == len(outputs):
             return await gradios(self, block_fn, predictions, state)
-        answer = [None if out.stateful else skip() for out in outputs]  # Gradio's answer to a skip
-        if kept:
-            part = copy.copy(block_fn)
-            part.outputs = [outputs[i] for i in kept]
-            rest = [predictions[i] for i in kept]
-            done = await gradios(self, part, rest if len(kept) > 1 else rest[0], state)
-            for i, value in zip(kept, done):
-                answer[i] = value
-        return answer
+        result = [None if out.stateful else skip() for out in outputs]  # Gradio's answer to a skip
+        try:
+            for indices, values, post in ((kept, [predictions[i] for i in kept], True),
+                                          (list(done), [v[0] for v in done.values()], False)):
+                if indices:
+                    for i, value in zip(indices, await answer(self, block_fn, indices, values, state, post)):
+                        result[i] = value
+        except Exception:  # raised again by Gradio's own pass, whose error names the output among all of them
+            return await gradios(self, block_fn, list(given), state)
+        return result
     postprocess_data._passes_skips = True
     Blocks.postprocess_data = postprocess_data
     return True
+
+
+def _is_update(prediction) -> bool:
+    from gradio.blocks import Block
+    return (isinstance(prediction, (Block, types.SimpleNamespace))
+            or (isinstance(prediction, dict) and "update" in str(prediction.get("__type__", ""))))
 
 
 FILE_MARK = b"gradio.FileData"  # the "_type" of every file's "meta" (is_file_obj_with_meta)

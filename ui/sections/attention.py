@@ -11,6 +11,7 @@ from model.analysis import profiles as an
 
 from . import VIEW, Shell, layer_choices, log, sub_view, track_subtabs
 from ..present import align_overlay, views
+from ..present.shared import shared
 from ..state import ModelShape, Selection
 
 VIEW_CHOICES = [("All heads", "grid"), ("One head", "head"), ("Scores → mask → softmax", "scores"),
@@ -131,7 +132,8 @@ def _maps(shell: Shell, run, sel: Selection) -> list:
     lm = shell.lm(run)
     n = ModelShape.of(lm).layers(sel.kind)
     layer = views.clamp(sel.layer, n)
-    fig = views.attention_figure(run, sel.kind, sel.view, layer, sel.head, sel.units, lm, sel.scale)
+    fig = shared(run.tr, ("attention", run.model, sel.kind, sel.view, layer, sel.head, sel.units, sel.scale),
+                 lambda: views.attention_figure(run, sel.kind, sel.view, layer, sel.head, sel.units, lm, sel.scale))
     return [fig, gr.Dropdown(choices=layer_choices(n), value=layer)]
 
 

@@ -25,6 +25,7 @@ from ..present import learn
 from ..present import sidebyside as sbs
 from ..present import KIND_LABELS, model_choices
 from ..state import Run, Selection
+from ..present.shared import shared
 from ..present.views import stamp_of
 from . import Shell, log
 from . import sidebyside as sbs_section
@@ -97,8 +98,9 @@ def _frame_values(shell: Shell, run: Run | None) -> list:
                 message_figure("No training frames for this model."), gr.Button(visible=False)]
     k = fs.index_of(run.model)
     shown = len(fs.keys) - 1 if k is None else k
-    fig = curves_figure(fs.steps, learn.curves(fs), fs.steps[k] if k is not None else None,
-                        f"Training of {fs.pair}: {len(fs.steps)} frames")
+    title = f"Training of {fs.pair}: {len(fs.steps)} frames"
+    fig = shared(fs.dynamics, ("curves", fs.keys, fs.steps, fs.train_loss, fs.val_loss, k, title),
+                 lambda: curves_figure(fs.steps, learn.curves(fs), fs.steps[k] if k is not None else None, title))
     md = learn.frame_markdown(fs, shown) + ("" if k is not None else finished_note(fs))
     return [md, gr.Slider(minimum=1, maximum=max(2, len(fs.keys)), value=shown + 1, interactive=True), fig,
             gr.Button(visible=fs.pair in shell.reg.names)]

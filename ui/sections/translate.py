@@ -18,6 +18,7 @@ from . import VIEW, RunContext, Shell, layer_choices, lazy_values, link_notice_m
 from .. import calls, languages
 from ..present import domain, inside, trust, views, whatif
 from ..present.payload import examples_for
+from ..present.shared import shared
 from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, default_first, direction_hint,
                        is_blank, md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar,
                        run_notices, source_marks)
@@ -131,7 +132,13 @@ def outlined(kind, layer, head) -> tuple[int, int] | None:
 
 def thumbnails(run: Run | None, kind, layer, head, units="words"):
     """The first screen's heads figure with the selected head outlined (no model call), in the units shown."""
-    return views.watch_heads(run, selected=outlined(kind, layer, head), units=units) if run is not None else gr.skip()
+    return heads_map(run, selected=outlined(kind, layer, head), units=units) if run is not None else gr.skip()
+
+
+def heads_map(run: Run, t: int | None = None, selected: tuple[int, int] | None = None, units: str = "words"):
+    """``views.watch_heads``, drawn once for every visitor of the same translation and picks."""
+    return shared(run.tr, ("watch_heads", run.model, t, selected, units),
+                  lambda: views.watch_heads(run, t, selected, units))
 
 
 def _final(shell: Shell, run: Run, step: int | None = None, selected: tuple[int, int] | None = None,
@@ -141,7 +148,7 @@ def _final(shell: Shell, run: Run, step: int | None = None, selected: tuple[int,
     t = len(tr.steps) - 1 if step is None else step
     strip = views.watch_strip(run, t) if tr.steps else []
     return [notice_md(run.notices), tr.text, chips(source_marks(tr)), chips(output_marks(tr)), "", strip,
-            views.watch_heads(run, None if step is None else t + 1, selected, units), run,
+            heads_map(run, None if step is None else t + 1, selected, units), run,
             run_bar(run.model, tr, shell.reg, run.forced)]
 
 
@@ -162,11 +169,11 @@ def replay_frames(shell: Shell, run: Run, animate: bool = True, selected: tuple[
     for t in shown:
         frame = {p.watch_step: _caption(run, t, vocab), p.watch_strip: views.watch_strip(run, t)}
         if t in marks:
-            frame[p.watch_heads] = views.watch_heads(run, t + 1, selected, units)
+            frame[p.watch_heads] = heads_map(run, t + 1, selected, units)
         yield frame
         time.sleep(WATCH_PACE)
     last = len(tr.steps) - 1
-    yield {p.watch_strip: views.watch_strip(run, last) if tr.steps else [], p.watch_heads: views.watch_heads(run, selected=selected, units=units)}
+    yield {p.watch_strip: views.watch_strip(run, last) if tr.steps else [], p.watch_heads: heads_map(run, selected=selected, units=units)}
     # last, a small frame: the end of a streamed event repeats its last frame
     yield {p.watch_step: _caption(run, last, vocab) if tr.steps else ""}
 
