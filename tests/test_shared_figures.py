@@ -1,6 +1,7 @@
 """Figures drawn once for every visitor of the same view of the same result (ui/present/shared.py): one draw per
 (result, picks), the very figure a fresh draw makes, gone with the result, a bounded shelf; in the app, two
-visitors who translate the same sentence are sent the same map, drawn once, and other picks draw anew."""
+visitors who translate the same sentence are sent the same map, drawn once, and other picks draw anew; two visitors
+of one tour stop share its working and its figure."""
 from __future__ import annotations
 
 import gc
@@ -90,3 +91,24 @@ def test_two_visitors_of_one_sentence_are_sent_one_drawing_of_each_figure(demo, 
     assert second[p.watch_heads].to_json() == fresh.to_json()
     other = fn("haus katze hund", "de-en", "greedy", 4, 12, replace(Selection(), section="tour", layer=1))
     assert shelf.drawn > drawn and other[attn.attn_plot] is not first[attn.attn_plot]  # another pick: drawn
+
+
+def test_two_visitors_of_one_tour_stop_share_its_working_and_its_figure(demo, monkeypatch):
+    from ui.present import tour
+    from ui.sections import tour as tour_section
+    shelf, made = FigureShelf(), []
+    monkeypatch.setattr("ui.present.shared.SHELF", shelf)
+    real = tour.stop
+    monkeypatch.setattr(tour, "stop", lambda t, index, choice=None: made.append((index, choice)) or real(t, index, choice))
+    fn = next(f.fn for f in demo.fns.values() if f.api_name == "translate_stream")
+    p = demo.shell.tour
+    runs = [fn("haus katze hund", "de-en", "greedy", 4, 12, replace(Selection(), section="tour"))[demo.shell.run_state]
+            for _ in range(2)]
+    outs = p.outputs(demo.shell)
+    a, b = (dict(zip(outs, tour_section.draw(demo.shell, r, 2, "words"))) for r in runs)
+    assert made == [(2, None)] and b[p.plot] is a[p.plot] and b[p.body] == a[p.body]
+    fresh = real(tour.TourRun(runs[1], demo.shell.lm(runs[1]), "words", demo.shell.reg_key), 2)
+    assert b[p.plot].to_json() == fresh.figure.to_json() and b[p.body] == "\n\n".join(fresh.sentences)
+    pick = next(v for _, v in fresh.trial.choices if v != fresh.trial.default)
+    picked = dict(zip(outs, tour_section.draw(demo.shell, runs[1], 2, "words", pick=pick)))
+    assert (2, pick) in made[1:] and picked[p.plot] is not a[p.plot]  # another pick: worked out anew

@@ -323,10 +323,19 @@ def from_query(params, shapes: dict[str, ModelShape], max_beam: int = 8, max_len
     return Restored(inputs, sel, r.problems, tour or None)
 
 
+CLOSED = -1  # the tour's stop state when no stop is open
+
+
 def tour_stop(params) -> int | None:
     """The tour stop a link opens, 0-based (None: no tour, or a value ``from_query`` already names)."""
     value = str(dict(params or {}).get("tour", "")).strip()
     return int(value) - 1 if value.isdigit() and 1 <= int(value) <= TOUR_STOPS else None
+
+
+def tour_shown(stop, seen: bool, params) -> bool:
+    """Whether the tour covers the sections: a stop is open (``stop`` not CLOSED), or the page's link opens one
+    that has not been drawn yet (``seen`` False)."""
+    return stop not in (None, CLOSED) or (not seen and tour_stop(params) is not None)
 
 
 def tour_pick(params) -> str | None:

@@ -12,12 +12,12 @@ import gradio as gr
 from viz.common import message_figure
 
 from ..present import md_escape, model_choices, tour
-from ..state import ModelShape, Selection, from_query, link_url, tour_pick, tour_stop, tour_url
+from ..state import CLOSED, ModelShape, Selection, from_query, link_url, tour_pick, tour_stop, tour_url
+from ..present.shared import SharedFigure, shared_view
 from ..present.views import REGISTRY
 from . import VIEW, RunContext, Shell, lazy_values, log, subview_values
 from .translate import base_url, replay_event
 
-CLOSED = -1
 RELOAD = "reload:"  # the leave link's mark where the stop shows another model (a training frame): a new page
 # Leaving keeps the page (its run history and selection); the address becomes the explorer's link, so that
 # a reload opens the explorer, not the tour. Only a stop on another model loads that model's page.
@@ -107,9 +107,7 @@ def draw(shell: Shell, run, index: int, units: str, request=None, pick: str | No
         msg = "Translate a sentence first: the tour walks through its run."
         return [*head, f"### Stop {index + 1} of {tour.N_STOPS}", msg, gr.Dropdown(choices=[], value=None), "",
                 message_figure(msg), "", "", gr.skip(), gr.skip(), *_nav(index)]
-    t = tour.TourRun(run, shell.lm(run), units or "words", shell.reg_key)
-    s = tour.stop(t, index, pick)
-    changed = tour.tried(t, index, pick) if pick not in (None, "") else ""
+    s, changed = _stop(shell, run, index, units or "words", pick)
     base = base_url(request)
     focus = s.focus.fit(shell.shape(run.model)) if shell.shape(run.model) else s.focus
     # the stop's link opens the tour on the first section: the stop's own section (Attribution, say) would be
@@ -119,6 +117,17 @@ def draw(shell: Shell, run, index: int, units: str, request=None, pick: str | No
     return [*head, f"### {md_escape(s.heading)}", "\n\n".join(s.sentences),
             gr.Dropdown(choices=list(s.trial.choices), value=s.trial.default, label=s.trial.label), changed,
             s.figure, link, _leave_link(shell, run, s, base), run.tr.src_text, run.model, *_nav(index)]
+
+
+def _stop(shell: Shell, run, index: int, units: str, pick: str | None) -> tuple[tour.Stop, str]:
+    """(the stop, what the pick changed): worked out once for every visitor of the same run and pick (a class
+    on one link), its figure sent to each as one JSON."""
+    def make():
+        t = tour.TourRun(run, shell.lm(run), units, shell.reg_key)
+        s = tour.stop(t, index, pick)
+        changed = tour.tried(t, index, pick) if pick not in (None, "") else ""
+        return (replace(s, figure=SharedFigure(s.figure)) if hasattr(s.figure, "to_json") else s), changed
+    return shared_view(run.tr, ("tour", run.model, run.inputs, index, pick, units), make)
 
 
 def _leave_link(shell: Shell, run, s: tour.Stop, base: str) -> str:

@@ -23,7 +23,7 @@ from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, 
                        is_blank, md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar,
                        run_notices, source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
-from ..state import ModelShape, Run, RunInputs, Selection, from_query
+from ..state import CLOSED, ModelShape, Run, RunInputs, Selection, from_query, tour_shown
 
 CHIP_COLORS = {"token": "#dde7f7", "<unk>": "#f4a6a6", "replaced <unk>": "#ffd27f", "special": "#d9d9d9"}
 # The replay shows at most REPLAY_FRAMES moments of the decode: Gradio's processing of a streamed frame
@@ -178,6 +178,19 @@ def replay_frames(shell: Shell, run: Run, animate: bool = True, selected: tuple[
     yield {p.watch_step: _caption(run, last, vocab) if tr.steps else ""}
 
 
+def _end(shell: Shell, run: Run, selected: tuple[int, int] | None, units: str) -> dict:
+    """The watch views at the end of the decode, in one frame."""
+    p, tr = shell.translate, run.tr
+    last = len(tr.steps) - 1
+    return {p.watch_step: _caption(run, last, shell.model(run.model).tgt_vocab) if tr.steps else "",
+            p.watch_strip: views.watch_strip(run, last) if tr.steps else [],
+            p.watch_heads: heads_map(run, selected=selected, units=units)}
+
+
+def _params(request) -> dict:
+    return dict(request.query_params) if request is not None else {}
+
+
 def _caption(run: Run, t: int, vocab) -> str:
     tr = run.tr
     prefix = vocab.to_text(tr.output_tokens[:t], tr.tgt_lang)
@@ -293,18 +306,22 @@ def replay_event(shell: Shell):
     """``replay(dep)`` chains the replay after an event that made a new run (animated on Translate & watch)."""
     p = shell.translate
 
-    def on_replay(run, sel: Selection):
-        if run is not None:
-            sel = sel if isinstance(sel, Selection) else Selection()
-            yield from replay_frames(shell, run, animate=sel.section == "translate",
-                                     selected=outlined(sel.kind, sel.layer, sel.head), units=sel.units)
+    def on_replay(run, sel: Selection, stop, seen, request: gr.Request):
+        if run is None:
+            return
+        sel = sel if isinstance(sel, Selection) else Selection()
+        selected = outlined(sel.kind, sel.layer, sel.head)
+        if tour_shown(stop, seen, _params(request)):  # the sections are hidden: the end at once, never frames
+            yield _end(shell, run, selected, sel.units)
+            return
+        yield from replay_frames(shell, run, animate=sel.section == "translate", selected=selected, units=sel.units)
 
     def chain(dep):
         for then in shell.after_run:  # e.g. the run history records the new run
             then(dep)
         # the event that made the run wrote the selection fitted to it (fitted_selection): no build step first,
         # which cost the first screen's replay 2.5 s
-        return dep.then(on_replay, [shell.run_state, shell.sel_state],
+        return dep.then(on_replay, [shell.run_state, shell.sel_state, shell.tour.stop, shell.tour.link_seen],
                                     [p.watch_step, p.watch_strip, p.watch_heads],
                                     api_visibility="private", show_progress="hidden", concurrency_limit=16)
     return chain
@@ -464,12 +481,14 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
                     *shell.interventions.results]
 
     def on_load(width, request: gr.Request):
-        params = dict(request.query_params) if request is not None else {}
+        params = _params(request)
         found = _restore(shell, params, width)
         if found is None:
             return {shell.text: gr.skip()}
         inputs, sel, problems = found
-        ctx = RunContext(sel, replay=sel.section == "translate", base_url=base_url(request))
+        # a link that opens the tour hides the sections: no replay there (replay_event says the same)
+        ctx = RunContext(sel, replay=sel.section == "translate" and not tour_shown(CLOSED, False, params),
+                         base_url=base_url(request))
         # the link's problems are said once, above the sections (never as this run's own notices, which
         # Masks' comparison and every later view of the run would repeat)
         values = translate_values(shell, inputs, [], ctx)
