@@ -9,7 +9,9 @@ session of its own and its own connection: the GETs one after another, then each
 POST, then its event stream read to the event's end; a direct call, ``run/predict``, posted and its answer
 read). Reported: p50 and p95 of the time from the barrier to a visitor's last event; the page alone (its
 GETs); the server's CPU per visitor; the clients' CPU (they share the server's two cores here, where a
-class's browsers have machines of their own). Goal: p95 <= 1.5 s.
+class's browsers have machines of their own). Goal: p95 <= 1.5 s. Each request carries the Referer Chromium
+sent (the app reads a link's tour stop from it). A second class replays the same browser's second visit
+(recorded too): a class that opened the app before, whose browsers take Gradio's files from their cache.
 
 ``--base REV`` runs an older tree's server beside today's (each its own recorded visit), the two classes
 taking turns (old, new, new, old, … over ``--reps`` rounds, 2 by default), each round with its own sentence;
@@ -32,6 +34,7 @@ N, STOP = 40, 3
 RECORDED = "Ein Mann fährt Fahrrad auf einer belebten Straße."
 CLASS = ("Zwei Frauen sitzen auf einer Bank im Park.", "Ein Kind spielt mit einem roten Ball im Garten.",
          "Drei Männer arbeiten an einem Haus.", "Ein Hund läuft über eine grüne Wiese.")
+VISITS = {"first": "first visit", "returning": "returning browsers (the page's files in their cache)"}
 SKIP = ("/queue/data", "/heartbeat", "/upload_progress")  # streams, read per event instead
 
 
@@ -39,24 +42,36 @@ def link(base: str, text: str) -> str:
     return base + "?" + urlencode({"text": text, "model": "de-en", "tour": STOP})
 
 
-def record(base: str) -> list[dict]:
-    """The requests one Chromium visit of the link sends to the server, in order."""
+def record(base: str) -> dict[str, list[dict]]:
+    """The requests Chromium sends to the server, in order: on a first visit of the link ("first"), and on a
+    second visit from the same browser ("returning"), less the files it took from its own cache."""
     from web.serve import chromium
-    origin, seen = "{0.scheme}://{0.netloc}".format(urlsplit(base)), []
-
-    def note(req):
-        if req.url.startswith(origin) and not any(s in req.url for s in SKIP):
-            seen.append({"method": req.method, "url": req.url, "body": req.post_data, "t": time.perf_counter()})
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(base))
+    visits = {}
     with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        page.on("request", note)
-        page.goto(link(base, RECORDED))
-        page.wait_for_function("(n) => (document.querySelector('#tour-heading')||{}).innerText?.startsWith("
-                               "'Stop ' + n + ' of ')", arg=STOP, timeout=240_000)
-        page.wait_for_selector("#tour-plot .js-plotly-plot", timeout=240_000)
-        while time.perf_counter() - max(r["t"] for r in seen) < 3.0:
-            page.wait_for_timeout(500)  # lets Playwright deliver the requests' events
-    return seen
+        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        for name in ("first", "returning"):
+            seen = []
+            page = context.new_page()
+            page.on("request", lambda req, seen=seen: seen.append(
+                {"method": req.method, "url": req.url, "body": req.post_data, "t": time.perf_counter(),
+                 "referer": req.headers.get("referer")}) if req.url.startswith(origin) and not any(
+                    s in req.url for s in SKIP) else None)
+            page.goto(link(base, RECORDED))
+            page.wait_for_function("(n) => (document.querySelector('#tour-heading')||{}).innerText?.startsWith("
+                                   "'Stop ' + n + ' of ')", arg=STOP, timeout=240_000)
+            page.wait_for_selector("#tour-plot .js-plotly-plot", timeout=240_000)
+            while time.perf_counter() - max(r["t"] for r in seen) < 3.0:
+                page.wait_for_timeout(500)  # lets Playwright deliver the requests' events
+            cached = set(page.evaluate(CACHED_JS))
+            visits[name] = [r for r in seen if not (r["method"] == "GET" and r["url"] in cached)]
+            page.close()
+    return visits
+
+
+# what the page took from the browser's cache: nothing was transferred for a body that was there
+CACHED_JS = """() => performance.getEntriesByType('resource')
+  .filter(e => e.transferSize === 0 && e.decodedBodySize > 0).map(e => e.name)"""
 
 
 def swap(s: str | None, text: str) -> str | None:
@@ -77,10 +92,14 @@ class Visitor:
         self.visit, self.text, self.session = visit, text, uuid.uuid4().hex[:11]
         self.http = httpx.Client(timeout=300)
 
+    def headers(self, r: dict) -> dict:
+        """The Referer the browser sent: the app reads the page's address (a link's tour stop) from it."""
+        return {"referer": swap(r["referer"], self.text)} if r.get("referer") else {}
+
     def page(self) -> None:
         for r in self.visit:
             if r["method"] == "GET":
-                self.http.get(swap(r["url"], self.text)).raise_for_status()
+                self.http.get(swap(r["url"], self.text), headers=self.headers(r)).raise_for_status()
 
     def events(self) -> None:
         """Each POST in turn: a queued event's join and its stream, or a direct call (``run/predict``)."""
@@ -89,14 +108,14 @@ class Visitor:
                 continue
             url, body = swap(r["url"], self.text), json.loads(swap(r["body"], self.text) or "{}")
             if "/queue/join" in url:
-                self.event(url, body)
+                self.event(url, body, self.headers(r))
             else:
                 body["session_hash"] = self.session
-                self.http.post(url, json=body).raise_for_status()
+                self.http.post(url, json=body, headers=self.headers(r)).raise_for_status()
 
-    def event(self, url: str, body: dict) -> None:
+    def event(self, url: str, body: dict, headers: dict) -> None:
         body["session_hash"] = self.session
-        self.http.post(url, json=body).raise_for_status()
+        self.http.post(url, json=body, headers=headers).raise_for_status()
         data = url.split("/queue/join")[0] + "/queue/data"
         with self.http.stream("GET", data, params={"session_hash": self.session}) as s:
             for line in s.iter_lines():
@@ -147,34 +166,45 @@ def run(cfg, base: str | None = None) -> dict:
         for k, srv in servers.items():
             srv.wait_ready()
             visits[k] = record(srv.url)
-            posts = [r for r in visits[k] if r["method"] == "POST"]
-            print(f"  {k}: recorded {len(visits[k]) - len(posts)} GETs, {len(posts)} POSTs "
-                  f"({sum('/queue/join' in r['url'] for r in posts)} events)", flush=True)
-        rounds = {k: [] for k in servers}
+            for name, visit in visits[k].items():
+                posts = [r for r in visit if r["method"] == "POST"]
+                print(f"  {k}, {name} visit: recorded {len(visit) - len(posts)} GETs, {len(posts)} POSTs "
+                      f"({sum('/queue/join' in r['url'] for r in posts)} events)", flush=True)
+        rounds = {(k, name): [] for k in servers for name in VISITS}
         for r in range(1 if cfg.quick or not base else cfg.reps or 2):
             keys = list(servers) if r % 2 == 0 else list(servers)[::-1]  # ABBA: a slow spell falls on both
-            for k in keys:  # each round its own sentence: no class is answered from an earlier one's cache
-                rounds[k].append(one_class(servers[k].url, servers[k].proc.pid, visits[k], CLASS[r % len(CLASS)]))
-                print(f"  round {r + 1}, {k}: " + ", ".join(f"{n} {v:.3g}" for n, v in rounds[k][-1].items()),
-                      flush=True)
+            for k in keys:  # each class its own sentence: none is answered from an earlier one's cache
+                for i, name in enumerate(VISITS):
+                    text = CLASS[(2 * r + i) % len(CLASS)]
+                    rounds[k, name].append(one_class(servers[k].url, servers[k].proc.pid, visits[k][name], text))
+                    print(f"  round {r + 1}, {k}, {name}: " + ", ".join(
+                        f"{n} {v:.3g}" for n, v in rounds[k, name][-1].items()), flush=True)
     med = {k: {n: statistics.median(x[n] for x in v) for n in v[0]} for k, v in rounds.items()}
-    figures = [] if not base else [
-        figure("classroom_link.old_p95_s", f"at {base}: p95", med["old"]["p95"], "s"),
-        figure("classroom_link.old_server_cpu_ms", f"at {base}: server CPU per visitor", med["old"]["server_ms"], "ms")]
-    m = med["new"]
-    figures += [figure("classroom_link.p50_s", f"{N} at once on one tour link (stop {STOP}), p50", m["p50"], "s"),
-                figure("classroom_link.p95_s", f"{N} at once on one tour link (stop {STOP}), p95", m["p95"], "s",
-                       "<=", 1.5),
-                figure("classroom_link.page_p95_s", "the page alone (its GETs), p95", m["page_p95"], "s"),
-                figure("classroom_link.server_cpu_ms", "server CPU per visitor", m["server_ms"], "ms"),
-                figure("classroom_link.clients_cpu_ms", "clients' CPU per visitor (same cores)", m["clients_ms"], "ms"),
-                figure("classroom_link.errors", "errors", sum(x["errors"] for v in rounds.values() for x in v), "",
-                       "<=", 0)]
-    visit = visits["new"]
-    return entry(figures, base=base, rounds={k: [{n: round(x, 3) for n, x in d.items()} for d in v]
-                                             for k, v in rounds.items()},
-                 gets=sum(r["method"] == "GET" for r in visit), events=sum("/queue/join" in r["url"] for r in visit),
-                 requests=[f"{r['method']} {urlsplit(r['url']).path}" for r in visit])
+    figures = []
+    for name, label in VISITS.items():
+        key = "" if name == "first" else f"{name}."
+        if base:
+            old = med["old", name]
+            figures += [figure(f"classroom_link.{key}old_p95_s", f"{label}, at {base}: p95", old["p95"], "s"),
+                        figure(f"classroom_link.{key}old_server_cpu_ms", f"{label}, at {base}: server CPU per visitor",
+                               old["server_ms"], "ms")]
+        m = med["new", name]
+        figures += [
+            figure(f"classroom_link.{key}p50_s", f"{label}: {N} at once on one tour link (stop {STOP}), p50", m["p50"], "s"),
+            figure(f"classroom_link.{key}p95_s", f"{label}: {N} at once on one tour link (stop {STOP}), p95", m["p95"], "s",
+                   "<=", 1.5),
+            figure(f"classroom_link.{key}page_p95_s", f"{label}: the page alone (its GETs), p95", m["page_p95"], "s"),
+            figure(f"classroom_link.{key}server_cpu_ms", f"{label}: server CPU per visitor", m["server_ms"], "ms"),
+            figure(f"classroom_link.{key}clients_cpu_ms", f"{label}: clients' CPU per visitor (same cores)",
+                   m["clients_ms"], "ms")]
+    figures.append(figure("classroom_link.errors", "errors", sum(x["errors"] for v in rounds.values() for x in v), "",
+                          "<=", 0))
+    return entry(figures, base=base, rounds={f"{k} {name}": [{n: round(x, 3) for n, x in d.items()} for d in v]
+                                             for (k, name), v in rounds.items()},
+                 **{f"{name}_visit": {"gets": sum(r["method"] == "GET" for r in visit),
+                                      "events": sum("/queue/join" in r["url"] for r in visit),
+                                      "requests": [f"{r['method']} {urlsplit(r['url']).path}" for r in visit]}
+                    for name, visit in visits["new"].items()})
 
 
 OPTIONS = {"--base": dict(default=None, help="an older commit whose class runs beside today's, round by round")}
