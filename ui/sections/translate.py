@@ -172,10 +172,10 @@ def replay_frames(shell: Shell, run: Run, animate: bool = True, selected: tuple[
             frame[p.watch_heads] = heads_map(run, t + 1, selected, units)
         yield frame
         time.sleep(WATCH_PACE)
-    last = len(tr.steps) - 1
-    yield {p.watch_strip: views.watch_strip(run, last) if tr.steps else [], p.watch_heads: heads_map(run, selected=selected, units=units)}
+    end = _end(shell, run, selected, units)
+    yield {p.watch_strip: end[p.watch_strip], p.watch_heads: end[p.watch_heads]}
     # last, a small frame: the end of a streamed event repeats its last frame
-    yield {p.watch_step: _caption(run, last, vocab) if tr.steps else ""}
+    yield {p.watch_step: end[p.watch_step]}
 
 
 def _end(shell: Shell, run: Run, selected: tuple[int, int] | None, units: str) -> dict:
