@@ -93,3 +93,29 @@ def client(server):
     """A gradio_client Client of the module's ``server`` fixture (demo, url, ...): one per module."""
     from gradio_client import Client
     return Client(server[1], verbose=False)
+
+
+# Each run's test durations, slowest first, beside the screenshots: the suite's budget is read from them.
+_DURATIONS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Setup, call and teardown summed per test (under xdist the controller receives every worker's reports)."""
+    _DURATIONS[report.nodeid] = _DURATIONS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session) -> None:
+    if hasattr(session.config, "workerinput") or not _DURATIONS:  # an xdist worker: its controller writes
+        return
+    import json
+    import os
+    out = Path(os.environ.get("ARTIFACTS_DIR", "test-artifacts"))
+    out.mkdir(parents=True, exist_ok=True)
+    ranked = sorted(_DURATIONS.items(), key=lambda kv: -kv[1])
+    per_file: dict[str, float] = {}
+    for nodeid, seconds in ranked:
+        per_file[nodeid.split("::")[0]] = per_file.get(nodeid.split("::")[0], 0.0) + seconds
+    (out / "durations.json").write_text(json.dumps({
+        "total_s": round(sum(_DURATIONS.values()), 3),
+        "files": {k: round(v, 3) for k, v in sorted(per_file.items(), key=lambda kv: -kv[1])},
+        "tests": {k: round(v, 3) for k, v in ranked}}, indent=1), encoding="utf-8")
