@@ -654,5 +654,6 @@ def _tried_frame(t: TourRun, default: Stop, labels: dict, choice: str) -> str:
     _, fs = _frames(t)
     key = lambda v: fs.pair if v == FINAL else fs.key_at(int(v))  # noqa: E731
     quote = lambda v: _quote(_frame_text(t, key(v)), 100)  # noqa: E731
+    before = quote(default.trial.default)
     return (f"**What changed:** {md_escape(labels[choice])}, the model writes “{quote(choice)}” where "
-            f"{md_escape(labels[default.trial.default])} wrote “{quote(default.trial.default)}”.")
+            f"{md_escape(labels[default.trial.default])} wrote “{before}”" + ("" if before[-1:] in ".!?…" else "."))
