@@ -140,6 +140,11 @@ def test_a_trial_says_what_changed_and_leaving_opens_the_explorer_on_the_stop(br
     page.wait_for_function("() => (document.querySelector('#tour-changed')||{}).innerText?.includes('What changed')",
                            timeout=WAIT)
     assert "Without positional encoding" in page.locator("#tour-changed").inner_text()
+    # the list keeps the pick, the link carries it, the figure is the input without position vectors
+    page.wait_for_function("() => document.querySelector('#tour-plot .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('switched off')", timeout=WAIT)
+    assert page.locator("#tour-try input").first.input_value() == "switch positional encoding off"
+    assert "tpick=off" in page.locator("#tour-link textarea, #tour-link input").first.input_value()
     page.goto(_url(url, "de-en", tour=7))
     _wait_stop(page, 7)
     cross, _ = _engine_stop(root, "de-en", 6)

@@ -37,7 +37,7 @@ def test_frames_are_offered_and_the_scrubber_makes_one_the_run(app_fns):
     demo, fns = app_fns
     assert [k for k in demo.registry.names if "@" in k] == [f"de-en@{s}" for s in (0, 4, 8, 16, 32, 48)]
     first = run_of(fns, "de-en")
-    assert "Frame 6 of 6" in first["frame-md"] and "finished model" in first["frame-md"]
+    assert "Frame 6 of 6" in first["frame-md"] and "the run shows the default model, not a frame" in first["frame-md"]
     assert first["frame-scrub"].maximum == 6 and first["frame-scrub"].value == 6  # counted as the text counts
     pick = fns["pick_frame"](first["Run"], 3)
     assert pick.value == "de-en@8"
@@ -54,8 +54,8 @@ def test_frames_are_offered_and_the_scrubber_makes_one_the_run(app_fns):
     assert (other.tr.steps[0].cross_attn != v["Run"].tr.steps[0].cross_attn).any()
 
 
-def test_one_click_compares_a_frame_with_the_finished_model(app_fns):
-    """From Watch it learn: the run's frame beside the finished model in Analysis › Two models, drawn at once;
+def test_one_click_compares_a_frame_with_the_default_model(app_fns):
+    """From Watch it learn: the run's frame beside the default model in Analysis › Two models, drawn at once;
     and Two models offers every snapshot of the direction."""
     from ui.present import sidebyside as sbs
     demo, fns = app_fns
@@ -68,7 +68,7 @@ def test_one_click_compares_a_frame_with_the_finished_model(app_fns):
                                                                          "sidebyside")
     assert out[5].value == "de-en" and "| model | de\\-en@8 | de\\-en |" in md.replace("\\@", "@")
     finished = run_of(fns, "de-en")
-    assert "the run shows the finished model" in finished["frame-md"]
+    assert "the run shows the default model" in finished["frame-md"]
     assert fns["compare_frame"](finished["Run"], 2, Selection(), {})[5].value == "de-en@4"   # the scrubber's frame
 
 
@@ -107,7 +107,7 @@ def test_the_tours_learn_stop_shows_the_frames_and_leaving_opens_the_picked_one(
     tried = fns["tour_try"](run, learn_stop, "words", "2", None)
     body, changed, plot, link, leave = tried[5], tried[7], tried[8], tried[9], tried[10]
     assert changed.startswith("**What changed:** after 8 updates, the model writes “")
-    assert f"where the finished model wrote “{run.tr.text[:60]}" in changed
+    assert f"where the default model wrote “{run.tr.text[:60]}" in changed
     assert changed not in body and "After 8 updates" in body and plot.layout.shapes[0].x0 == 9
     assert parse_qs(urlsplit(leave).query)["model"] == ["de-en@8"]   # leaving opens every view on that frame
     assert parse_qs(urlsplit(link).query)["tpick"] == ["2"]           # the stop's link keeps the pick

@@ -263,14 +263,14 @@ def test_the_learn_stop_says_what_the_frames_are_from_their_own_numbers(framed_r
     text = " ".join(s.sentences)
     assert s.heading == f"Stop {LEARN + 1} of {tour.N_STOPS}: Watch it learn" and len(s.sentences) <= 4
     assert "16 times" in text and "3 snapshots" in text and "from 5.00 at the start to 2.25 after 16 updates" in text
-    assert f"The finished model translates your sentence as “{t.tr.text[:100]}" in text
+    assert f"The default model translates your sentence as “{t.tr.text[:100]}" in text
     assert (s.fact("frames"), s.fact("first_loss"), s.fact("last_loss")) == (3, 5.0, 2.25)
     assert s.focus.section == "learn" and s.model is None   # leaving opens Watch it learn on this run
     assert [v for _, v in s.trial.choices] == ["0", "1", "2", tour.FINAL] and s.trial.default == tour.FINAL
     assert "random start" in s.trial.choices[0][0]
     curves = s.figure.to_dict()
     assert list(curves["data"][0]["y"]) == list(LOSSES) and list(curves["data"][1]["y"]) == [5.5, 4.0, 2.75]
-    assert "shapes" not in curves["layout"]                   # the finished model: no frame marked
+    assert "shapes" not in curves["layout"]                   # the default model: no frame marked
     for jargon in ("nats", "checkpoint", "gradient", "epoch"):
         assert jargon not in text.lower() and jargon not in str(curves["layout"]).lower()
 

@@ -223,8 +223,9 @@ def forced_view(run: Run | None) -> list:
     return [forced_markdown(detail), forced_figure(detail)]
 
 
-def embedding_figure(run: Run | None, lm, part: str = "encoder", position=0):
-    """The input as the tutorials build it: embedding, × √d_model, + positional encoding, per position."""
+def embedding_figure(run: Run | None, lm, part: str = "encoder", position=0, positional: bool = True):
+    """The input as the tutorials build it: embedding, × √d_model, + positional encoding, per position
+    (``positional`` False: as a run with positional encoding switched off builds it, nothing added)."""
     if run is None or lm is None:
         return message_figure(FIRST)
     part = part if part in PARTS else "encoder"
@@ -232,8 +233,11 @@ def embedding_figure(run: Run | None, lm, part: str = "encoder", position=0):
     tokens = run.tr.src_tokens if part == "encoder" else run.tr.decoder_input_tokens
     pos = clamp(position, len(tokens))
     n = steps.norms()
-    detail = np.stack([steps.token[pos], steps.scaled[pos], steps.pos[pos], steps.total[pos]])
-    return vc.embedding_steps(tokens, n.token, n.scaled, n.pos, n.total, steps.scale,
-                              title=f"{PARTS[part]} input per position: embedding, × √d_model, + positional "
-                                    "encoding (L2 norms)",
+    added, total, n_pos, n_total = steps.pos, steps.total, n.pos, n.total
+    if not positional:
+        added, total, n_pos, n_total = np.zeros_like(steps.pos), steps.scaled, np.zeros_like(n.pos), n.scaled
+    detail = np.stack([steps.token[pos], steps.scaled[pos], added[pos], total[pos]])
+    how = "+ positional encoding" if positional else "positional encoding switched off (nothing added)"
+    return vc.embedding_steps(tokens, n.token, n.scaled, n_pos, n_total, steps.scale,
+                              title=f"{PARTS[part]} input per position: embedding, × √d_model, {how} (L2 norms)",
                               detail=detail, position=pos)

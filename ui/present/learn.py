@@ -18,7 +18,7 @@ from model.analysis.dynamics import DYNAMICS, Dynamics, read_dynamics
 from model.engine.names import DEC_SELF, ENC_SELF, Kind, hook_name
 from model.engine.results import decoder_input
 from model.families import catalog
-from model.families.frames import FRAMES_DIR, FrameError, offer_frames, read_info
+from model.families.frames import FRAMES_DIR, FrameError, offer_frames, read_info, run_note
 from model.families.ours import Registry
 from viz.learning import Curve, HeadPanel
 
@@ -36,6 +36,7 @@ class FrameSet:
     updates_total: int
     dynamics: Dynamics | None
     notes: tuple[str, ...] = ()  # per frame: what else it is ("averaged over epochs 31–40"), or ""
+    run: str = ""  # which run the frames come from beside the default model (run.json's line), or ""
 
     def key_at(self, index: int) -> str:
         return self.keys[read_index(index, 0, len(self.keys))]
@@ -112,7 +113,15 @@ def frame_set(reg: Registry, model: str) -> FrameSet | None:
     return FrameSet(pair=keys[0].rpartition("@")[0], keys=tuple(keys), steps=tuple(m.step for m in meta),
                     train_loss=tuple(m.train_loss for m in meta), val_loss=tuple(m.val_loss for m in meta),
                     updates_total=meta[-1].updates_total, dynamics=dyn,
-                    notes=tuple(_averaged(m.averaged_epochs) for m in meta))
+                    notes=tuple(_averaged(m.averaged_epochs) for m in meta),
+                    run=run_note(folder) if folder is not None else "")
+
+
+def account(fs: FrameSet) -> str:
+    """The one sentence on where the frames come from, said alike by the tour, Watch it learn and the run bar
+    (which shows run.json's line itself): empty where no line ships, for nothing is known then."""
+    return (f"These {len(fs.steps)} snapshots are of {fs.run}, so the default model is not one of them."
+            if fs.run else "")
 
 
 def _averaged(epochs: tuple[int, ...]) -> str:

@@ -17,6 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
+from model.analysis import readouts
 from model.analysis.attribution import alti_matrices
 from model.analysis.computation import Computation
 from model.engine.config import NO_INTERVENTION, Interventions
@@ -32,7 +33,7 @@ from viz.learning import Curve, curves_figure
 from .. import calls
 from . import inside, learn, views
 from . import direction_label, md_escape, piece_note
-from ..state import TOUR_STOPS, Run, Selection, read_index
+from ..state import TOUR_STOPS, BeamView, Run, Selection, read_index
 
 SPECIAL = ("<bos>", "<eos>", "<pad>", "<unk>", "<s>", "</s>")
 TITLES = ("Tokens and embeddings", "Positional encoding", "One head: scores → softmax", "Many heads",
@@ -132,6 +133,15 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
+def clip(text: str, n: int) -> str:
+    """``text`` in at most ``n`` characters, cut after a whole word with "…" (a word longer than ``n``: cut)."""
+    if len(text) <= n:
+        return text
+    head = text[:n - 1]
+    cut = head.rsplit(None, 1)[0] if " " in head.strip() and not text[n - 1].isspace() else head
+    return cut.rstrip(" ,;:") + "…"
+
+
 def _pos_choices(labels: list[str], skip_special: bool = True) -> tuple[tuple[str, str], ...]:
     return tuple((f"{i}: {t}", str(i)) for i, t in enumerate(labels) if not (skip_special and t in SPECIAL)) \
         or tuple((f"{i}: {t}", str(i)) for i, t in enumerate(labels))
@@ -147,7 +157,7 @@ def stop_tokens(t: TourRun, choice: str | None = None) -> Stop:
     scaled = math.isclose(steps.scale, math.sqrt(d), rel_tol=1e-4)
     how = f"multiplies it by √{d} = {steps.scale:.2f}" if scaled else f"multiplies it by {steps.scale:.2f}"
     shown = " ".join(md_escape(x) for x in toks[:24]) + (" …" if len(toks) > 24 else "")
-    s = [f"“{md_escape(t.tr.src_text[:120])}” enters the encoder as {len(toks)} tokens: {shown}.",
+    s = [f"“{md_escape(clip(t.tr.src_text, 120))}” enters the encoder as {len(toks)} tokens: {shown}.",
          piece_note(toks),
          f"Each token looks up a row of {d} numbers in the embedding table, and the model {how}.",
          f"So {em(toks[i])} (position {i}) grows from length {n.token[i]:.2f} to {n.scaled[i]:.2f}."]
@@ -160,18 +170,28 @@ def stop_tokens(t: TourRun, choice: str | None = None) -> Stop:
 
 
 def stop_positions(t: TourRun, choice: str | None = None) -> Stop:
+    """Positional encoding; with ``choice`` "off", the input drawn as the run without it gets it (no position
+    vector: the first layer's input is the scaled embedding)."""
     steps = t.comp.embedding_steps("encoder")
-    n, toks = steps.norms(), t.tr.src_tokens
+    n, toks, off = steps.norms(), t.tr.src_tokens, choice == "off"
     i = min(t.content_src() + 1, len(toks) - 1)
     j = min(i + 1, len(toks) - 1)
-    s = ["Attention alone does not see order, so the model adds a position vector to each scaled embedding.",
-         f"At position {i}, {em(toks[i])}'s vector (length {n.scaled[i]:.2f}) gets a position vector of length "
-         f"{n.pos[i]:.2f}; the sum, the first layer's input, has length {n.total[i]:.2f}.",
-         f"Position {j} gets another position vector: the same word there would enter the encoder differently."]
+    s = ["Attention alone does not see order, so the model adds a position vector to each scaled embedding."]
+    if off:
+        total = float(n.scaled[i])
+        s += [f"With positional encoding switched off nothing is added: at position {i}, {em(toks[i])} enters the "
+              f"first layer as its scaled embedding alone (length {total:.2f}).",
+              f"The same word at position {j} would now enter the encoder exactly as it does here: the encoder sees "
+              "which words there are, not their order."]
+    else:
+        total = float(n.total[i])
+        s += [f"At position {i}, {em(toks[i])}'s vector (length {n.scaled[i]:.2f}) gets a position vector of "
+              f"length {n.pos[i]:.2f}; the sum, the first layer's input, has length {total:.2f}.",
+              f"Position {j} gets another position vector: the same word there would enter the encoder differently."]
     return Stop(1, TITLES[1], s, Selection(kind=ENC_SELF, section="computation", subview="encodings", units=t.units),
                 Trial("Try it", (("positional encoding on", "on"), ("switch positional encoding off", "off"))),
-                inside.embedding_figure(t.run, t.lm, "encoder", i),
-                [Fact("norm_pos", float(n.pos[i])), Fact("norm_total", float(n.total[i]))])
+                inside.embedding_figure(t.run, t.lm, "encoder", i, positional=not off),
+                [Fact("norm_pos", 0.0 if off else float(n.pos[i])), Fact("norm_total", total)])
 
 
 def tried_positions(t: TourRun, choice: str) -> str:
@@ -391,17 +411,30 @@ def stop_step(t: TourRun, choice: str | None = None) -> Stop:
          f"Greedy decoding takes the most probable token at every step (here {em(rec.token)}); beam search "
          "keeps several partial translations and picks the best whole one."]
     fig = views.step_figures(t.run, step)[3]
+    if choice == "beam":  # the search itself: every hypothesis the 4 beams explored
+        tree = readouts.beam_tree_data(t.lm, _beam(t), BEAMS)
+        fig = views.beam_view_figure(BeamView(t.run.model, _beam(t), tree, t.run.id))
+        s[-1] = (f"Greedy decoding took {em(rec.token)} here; beam search keeps the {BEAMS} most probable partial "
+                 f"translations at every step, {len(tree.nodes) - 1} hypotheses in all on this sentence, and picks "
+                 "the best whole one.")
     return Stop(7, TITLES[7], s, Selection(step=step, section="generation", subview="steps", units=t.units),
-                Trial("Try it", (("greedy", "greedy"), ("beam search, 4 beams", "beam"))), fig,
+                Trial("Try it", (("greedy", "greedy"), (f"beam search, {BEAMS} beams", "beam"))), fig,
                 [Fact("top_prob", float(rec.topk_probs[0])), Fact("chosen_prob", float(rec.prob))])
+
+
+BEAMS = 4  # stop 8's beam size
+
+
+def _beam(t: TourRun):
+    """The run's sentence decoded by beam search (cached: the stop's figure and its "what changed" share it)."""
+    max_len = t.run.inputs.max_len if t.run.inputs is not None else 100
+    return calls.gpu_beam(t.reg_key, t.run.model, t.tr.src_text, BEAMS, max_len)
 
 
 def tried_step(t: TourRun, choice: str) -> str:
     if choice != "beam":
         return ""
-    max_len = t.run.inputs.max_len if t.run.inputs is not None else 100
-    other = calls.gpu_beam(t.reg_key, t.run.model, t.tr.src_text, 4, max_len)
-    return _changed("With beam search (4 beams)", t.tr, other)
+    return _changed(f"With beam search ({BEAMS} beams)", t.tr, _beam(t))
 
 
 _ALTI: dict[tuple[str, str], np.ndarray] = {}  # (model, run id) -> ALTI+ rows: a second of CPU per run
@@ -428,6 +461,8 @@ def contributions(t: TourRun, step: int) -> tuple[np.ndarray, float]:
 
 
 def stop_moved(t: TourRun, choice: str | None = None) -> Stop:
+    """What moved the output; with ``choice`` a source unit's index, the shares redrawn on the run decoded with
+    that unit hidden from the cross-attention (at the same step, or its last where that run is shorter)."""
     step = decoding_step(t)
     keys, _ = t.src_axis()
     shares, prefix = contributions(t, step)
@@ -438,28 +473,52 @@ def stop_moved(t: TourRun, choice: str | None = None) -> Stop:
          f"ALTI+ follows every contribution through every layer: {pct(float(shares.sum()))} came from the source, "
          f"{pct(prefix)} from the output so far.",
          f"The source {'word' if t.by_word else 'token'} that moved it most is {em(keys[j])} ({pct(float(shares[j]))})."]
-    fig = vt.contribution_bars([*keys, "output so far"], [*map(float, shares), prefix], j,
-                               title=f"What moved {token.strip()!r} at step {step} (ALTI+ shares)")
+    trial = Trial("Try it", (("as it is", "as-is"), (f"hide {keys[j]} from the decoder", str(j))))
+    facts = [Fact("source_share", float(shares.sum())), Fact("prefix_share", prefix),
+             Fact("top_share", float(shares[j]))]
+    hidden = _hidden(t, choice)
+    if hidden is None:
+        fig = vt.contribution_bars([*keys, "output so far"], [*map(float, shares), prefix], j,
+                                   title=f"What moved {token.strip()!r} at step {step} (ALTI+ shares)")
+    else:
+        h, other = hidden, _ablated(t, hidden)
+        at = min(step, len(other.tr.output_tokens) - 1)
+        got, rest = contributions(other, at)
+        said = other.tr.output_tokens[at]
+        s.append(f"With {em(keys[h])} hidden, the model writes {em(said)} at step {at}, and {em(keys[h])}'s share "
+                 f"is {pct(float(got[h]))}.")
+        fig = vt.contribution_bars([*keys, "output so far"], [*map(float, got), rest], h,
+                                   title=f"What moved {said.strip()!r} at step {at} with {keys[h].strip()!r} hidden "
+                                         "(ALTI+ shares)")
+        facts.append(Fact("hidden_share", float(got[h])))
     return Stop(8, TITLES[8], s, Selection(step=step, section="computation", subview="attribution", units=t.units),
-                Trial("Try it", (("as it is", "as-is"), (f"hide {keys[j]} from the decoder", str(j)))), fig,
-                [Fact("source_share", float(shares.sum())), Fact("prefix_share", prefix),
-                 Fact("top_share", float(shares[j]))])
+                trial, fig, facts)
+
+
+def _hidden(t: TourRun, choice) -> int | None:
+    """The source unit a pick hides (None: "as it is", or no such unit)."""
+    return int(choice) if str(choice).isdigit() and int(choice) < len(t.src_axis()[0]) else None
+
+
+def _ablated(t: TourRun, j: int) -> TourRun:
+    """The run's sentence decoded with source unit ``j`` hidden from the cross-attention, as a run to read."""
+    tr = calls.gpu_translate(t.reg_key, t.run.model, t.tr.src_text, t.opts(),
+                             Interventions(ablate_src_tokens=frozenset(t.src_axis()[1][j])))
+    return TourRun(Run.of(t.lm, t.run.model, tr, inputs=t.run.inputs), t.lm, t.units, t.reg_key)
 
 
 def tried_moved(t: TourRun, choice: str) -> str:
-    keys, spans = t.src_axis()
-    if not str(choice).isdigit() or int(choice) >= len(keys):
+    j = _hidden(t, choice)
+    if j is None:
         return ""
-    j = int(choice)
-    other = calls.gpu_translate(t.reg_key, t.run.model, t.tr.src_text, t.opts(),
-                                Interventions(ablate_src_tokens=frozenset(spans[j])))
-    return _changed(f"With {em(keys[j])} hidden from the cross-attention,", t.tr, other)
+    return _changed(f"With {em(t.src_axis()[0][j])} hidden from the cross-attention,", t.tr, _ablated(t, j).tr)
 
 
 # --------------------------------------------------------------------------- stop 10: how it learned
 
 LEARN = 9  # the stop's index
-FINAL = "final"  # the trial's value for the finished model (the others are frame indices)
+FINAL = "final"  # the trial's value for the default model, the checkpoint (the others are frame indices)
+DEFAULT_LABEL = "the default model"
 
 
 def _frames(t: TourRun):
@@ -468,33 +527,37 @@ def _frames(t: TourRun):
     return reg, learn.frame_set(reg, t.run.model) if reg is not None else None
 
 
-def _frame_choices(fs: learn.FrameSet, finished: bool) -> tuple[tuple[str, str], ...]:
+def _frame_choices(fs: learn.FrameSet, default: bool) -> tuple[tuple[str, str], ...]:
     named = tuple((f"after {s:,} updates" + (" (the random start)" if s == 0 else ""), str(k))
                   for k, s in enumerate(fs.steps))
-    return named + ((("the finished model", FINAL),) if finished else ())
+    return named + (((DEFAULT_LABEL, FINAL),) if default else ())
 
 
 def stop_learn(t: TourRun, choice: str | None = None) -> Stop:
-    """What the frames are, the error falling over them, and the sentence as the picked frame translates it."""
+    """What the frames are (and, where run.json says so, that they come from another run than the default
+    model), the error falling over them, and the sentence as the picked frame and the default model write it."""
     reg, fs = _frames(t)
     focus = Selection(section="learn", units=t.units)
     if fs is None:
         return _no_frames(t, reg, focus)
-    own = fs.index_of(t.run.model)             # None: the run is the finished model
-    trial = Trial("Pick a snapshot", _frame_choices(fs, fs.pair in reg.names),
-                  FINAL if own is None else str(own))
+    own = fs.index_of(t.run.model)             # None: the run is the default model
+    has_default = fs.pair in reg.names
+    trial = Trial("Pick a snapshot", _frame_choices(fs, has_default), FINAL if own is None else str(own))
     picked = choice if choice in [v for _, v in trial.choices] else trial.default
     k = None if picked == FINAL else int(picked)
     key = fs.pair if k is None else fs.key_at(k)
-    text = _frame_text(t, key)
-    said = "The finished model" if k is None else f"After {fs.steps[k]:,} updates the model"
-    quoted = md_escape(text[:120]) + ("…" if len(text) > 120 else "")
-    s = [f"This model did not come knowing how to translate: it began as random numbers and learned from example "
+    said = (f"The default model translates your sentence as “{_quote(_frame_text(t, key), 120)}”" if k is None else
+            f"After {fs.steps[k]:,} updates the {'retrained ' if fs.run else ''}model translates your sentence as "
+            f"“{_quote(_frame_text(t, key), 120)}”")
+    if k is not None and has_default:  # the default's own sentence beside the frame's
+        said += f"; the default model writes “{_quote(_frame_text(t, fs.pair), 120)}”"
+    whose = (learn.account(fs).removesuffix(".") + "; the line shows its" if fs.run else
+             f"{len(fs.steps)} snapshots of its training were saved on the way, and the line shows its")
+    s = ["A model does not come knowing how to translate: it begins as random numbers and learns from example "
          f"translations, nudged a little after each small batch of them, {fs.updates_total:,} times in all.",
-         f"{len(fs.steps)} snapshots of it were saved on the way, and the line shows its error on the training "
-         f"sentences falling from {fs.train_loss[0]:.2f} at the start to {fs.train_loss[-1]:.2f} after "
-         f"{fs.steps[-1]:,} updates (lower is better).",
-         f"{said} translates your sentence as “{quoted}”" + ("" if quoted[-1:] in ".!?…" else "."),
+         f"{whose} error on the training sentences falling from {fs.train_loss[0]:.2f} at the start to "
+         f"{fs.train_loss[-1]:.2f} after {fs.steps[-1]:,} updates (lower is better).",
+         said + ("" if said[-2:-1] in tuple(".!?…") else "."),
          "Pick another snapshot below, or leave the tour to open Watch it learn, whose slider makes any snapshot "
          "the model behind every view."]
     lines = [Curve("error on the training sentences", fs.train_loss)]
@@ -507,8 +570,12 @@ def stop_learn(t: TourRun, choice: str | None = None) -> Stop:
     return Stop(9, TITLES[9], s, focus, trial, fig, facts, model=None if key == t.run.model else key)
 
 
+def _quote(text: str, n: int) -> str:
+    return md_escape(clip(text, n))
+
+
 def _frame_text(t: TourRun, key: str) -> str:
-    """The sentence as model ``key`` (the run's own model, another frame, or the finished one) translates it."""
+    """The sentence as model ``key`` (the run's own model, another frame, or the default one) translates it."""
     return t.tr.text if key == t.run.model else calls.gpu_translate(t.reg_key, key, t.tr.src_text, t.opts()).text
 
 
@@ -521,7 +588,7 @@ def _no_frames(t: TourRun, reg, focus: Selection) -> Stop:
     s = ["A model learns by training: it begins as random numbers and is nudged, one small batch of example "
          "translations at a time, until its translations come out right.",
          "No snapshots of this model's training ship with it, so this stop cannot show it learning.", where]
-    return Stop(9, TITLES[9], s, focus, Trial("Pick a snapshot", (("the finished model (no snapshots ship)", FINAL),)),
+    return Stop(9, TITLES[9], s, focus, Trial("Pick a snapshot", (("the default model (no snapshots ship)", FINAL),)),
                 message_figure("No training snapshots ship with this model."), [Fact("frames", 0)])
 
 
@@ -531,7 +598,7 @@ def stop_whole(t: TourRun, choice: str | None = None) -> Stop:
     tr, cfg = t.tr, t.lm.model.cfg
     probs = [s.prob for s in tr.steps]
     hi, lo = int(np.argmax(probs)), int(np.argmin(probs))
-    s = [f"“{md_escape(tr.src_text[:120])}” → “{md_escape(tr.text[:120])}”: {len(tr.src_tokens)} source tokens "
+    s = [f"“{md_escape(clip(tr.src_text, 120))}” → “{md_escape(clip(tr.text, 120))}”: {len(tr.src_tokens)} source tokens "
          f"through {cfg.n_encoder_layers} encoder layers, then {len(tr.steps)} decoding steps (0–{len(tr.steps) - 1}) "
          f"through {cfg.n_decoder_layers} decoder layers of {cfg.n_heads} heads each.",
          f"The model was surest at step {hi} ({em(tr.steps[hi].token)}, {pct(probs[hi])}) and least sure at step "
@@ -543,10 +610,12 @@ def stop_whole(t: TourRun, choice: str | None = None) -> Stop:
         facts.append(Fact("step_prob", probs[j]))
     s.append("Leave the tour to open the full explorer on this run, or type another sentence and walk it again.")
     steps = tuple((f"step {k}: {x.token}", str(k)) for k, x in enumerate(tr.steps))
-    # a picked step: the heads' rows decoded up to it, as the first screen shows them while generating
+    # a picked step: the heads' rows decoded up to it, as the first screen shows them while generating (none
+    # picked: every row, so the list names the last step)
     figure = views.watch_heads(t.run, j + 1 if choice not in (None, "") else None, units=t.units)
     return Stop(10, TITLES[10], s, Selection(step=j, section="translate", units=t.units),
-                Trial("Look at one step", steps, str(j)), figure, facts)
+                Trial("Look at one step", steps, str(j) if choice not in (None, "") else str(len(probs) - 1)), figure,
+                facts)
 
 
 STOPS = (stop_tokens, stop_positions, stop_one_head, stop_many_heads, stop_masks, stop_residual, stop_cross,
@@ -559,6 +628,8 @@ def stop(t: TourRun, index: int, choice: str | None = None) -> Stop:
     token, a layer, a head, a step, a mask switched off), which the stop's text and figure are drawn for."""
     index = max(0, min(int(index), N_STOPS - 1))
     s = STOPS[index](t, choice)
+    if choice in [v for _, v in s.trial.choices]:  # the list shows the pick the stop is drawn for
+        s = replace(s, trial=replace(s.trial, value=choice))
     return replace(s, sentences=s.sentences[:4])
 
 
@@ -582,6 +653,7 @@ def _tried_frame(t: TourRun, default: Stop, labels: dict, choice: str) -> str:
     """The picked snapshot's translation beside the one the stop opened on."""
     _, fs = _frames(t)
     key = lambda v: fs.pair if v == FINAL else fs.key_at(int(v))  # noqa: E731
-    quote = lambda v: md_escape(_frame_text(t, key(v))[:100])  # noqa: E731
+    quote = lambda v: _quote(_frame_text(t, key(v)), 100)  # noqa: E731
+    before = quote(default.trial.default)
     return (f"**What changed:** {md_escape(labels[choice])}, the model writes “{quote(choice)}” where "
-            f"{md_escape(labels[default.trial.default])} wrote “{quote(default.trial.default)}”.")
+            f"{md_escape(labels[default.trial.default])} wrote “{before}”" + ("" if before[-1:] in ".!?…" else "."))

@@ -23,7 +23,8 @@ from viz.learning import curves_figure, head_forms_figure, loss_figure
 from .. import calls
 from ..present import learn
 from ..present import sidebyside as sbs
-from ..present import KIND_LABELS, model_choices
+from ..present import KIND_LABELS, md_escape, model_choices
+from ..present.tour import clip
 from ..state import Run, Selection
 from ..present.shared import shared
 from ..present.views import stamp_of
@@ -67,7 +68,7 @@ def build(shell: Shell) -> LearnParts:
     frame_md = gr.Markdown(NO_FRAMES, elem_id="frame-md")
     # counted from 1, as the text above it counts frames ("Frame 3 of 6")
     scrub = gr.Slider(1, 2, value=1, step=1, label="Frame", elem_id="frame-scrub", interactive=True)
-    compare = gr.Button("Compare this frame with the finished model (Analysis › Two models)",
+    compare = gr.Button("Compare this frame with the default model (Analysis › Two models)",
                         elem_id="frame-compare", size="sm")
     curves = gr.Plot(show_label=False, elem_id="frame-curves")
     with gr.Row():
@@ -101,16 +102,29 @@ def _frame_values(shell: Shell, run: Run | None) -> list:
     title = f"Training of {fs.pair}: {len(fs.steps)} frames"
     fig = shared(fs.dynamics, ("curves", fs.keys, fs.steps, fs.train_loss, fs.val_loss, k, title),
                  lambda: curves_figure(fs.steps, learn.curves(fs), fs.steps[k] if k is not None else None, title))
-    md = learn.frame_markdown(fs, shown) + ("" if k is not None else finished_note(fs))
+    md = learn.frame_markdown(fs, shown) + (default_note(fs) if k is None else beside_default(shell, run, fs))
     return [md, gr.Slider(minimum=1, maximum=max(2, len(fs.keys)), value=shown + 1, interactive=True), fig,
             gr.Button(visible=fs.pair in shell.reg.names)]
 
 
-def finished_note(fs: learn.FrameSet) -> str:
-    """What the run shows when it is the finished model (the scrubber stands on the last frame)."""
-    if fs.notes and fs.notes[-1]:  # the exported model is the last frame, its weights averaged
-        return " · the run shows the finished model, which is this last frame"
-    return " · the run shows the finished model, not a frame: move the scrubber to make one the run's model"
+def default_note(fs: learn.FrameSet) -> str:
+    """What the run shows when it is the default model (the scrubber stands on the last frame, which is not
+    it): where the frames come from, when their run says."""
+    account = learn.account(fs)
+    return (" · the run shows the default model, not a frame. " + (f"{account} " if account else "")
+            + "Move the scrubber to make a frame the run's model.")
+
+
+def beside_default(shell: Shell, run: Run, fs: learn.FrameSet) -> str:
+    """Under a frame: where the frames come from, and the default model's own sentence beside the frame's."""
+    account = learn.account(fs)
+    out = f"\n\n{account}" if account else ""
+    if fs.pair not in shell.reg.names:
+        return out
+    max_len = run.inputs.max_len if run.inputs is not None else 100
+    text = calls.gpu_translate(shell.reg_key, fs.pair, run.tr.src_text, DecodeOptions(max_len=max_len)).text
+    return (f"{out}\n\nThis frame writes “{md_escape(clip(run.tr.text, 160))}”; the default model writes "
+            f"“{md_escape(clip(text, 160))}”.")
 
 
 def _pick(shell: Shell, run: Run | None, number):
@@ -122,8 +136,8 @@ def _pick(shell: Shell, run: Run | None, number):
 
 
 def compare_pair(shell: Shell, run: Run | None, number) -> tuple[str, str] | None:
-    """(run model, second model) of "compare this frame with the finished model": the run's frame beside the
-    finished model, or, when the run is the finished model, the scrubber's frame beside it."""
+    """(run model, second model) of "compare this frame with the default model": the run's frame beside the
+    default model, or, when the run is the default model, the scrubber's frame beside it."""
     fs = learn.frame_set(shell.reg, run.model) if run is not None else None
     if fs is None or fs.pair not in shell.reg.names:
         return None
@@ -230,7 +244,7 @@ def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
 
 
 def _wire_compare(shell: Shell, parts: LearnParts) -> None:
-    """One click from a frame to Analysis › Two models: that frame beside the finished model, drawn at once."""
+    """One click from a frame to Analysis › Two models: that frame beside the default model, drawn at once."""
     side = shell.analysis.sbs
     stamp = next(sv.stamp for sv in shell.lazy_views if sv.name == sbs_section.NAME)
 
