@@ -12,6 +12,8 @@ from model.engine.branching import continue_from
 from model.engine.config import Interventions
 from model.engine.decoding import DecodeOptions, translate
 from model.families.ours import load
+from viz.common import STEP_ROW_TITLE
+from viz.steps import topk_bars
 from tests.browser_fixtures import ARTIFACTS, check_chromium, new_page
 from tests.test_web_fixtures import ROOT, chromium, guard, open_site, site, static_server
 
@@ -72,7 +74,7 @@ def test_the_player_steps_through_the_decode(served, size):
     assert first["prev"] and first["label"].startswith("step 0 of ") and "<bos> → " in first["label"]
     assert first["words"][0] == "<bos>" and not any("\u2581" in w for w in first["words"])
     assert first["nLines"] == len(first["words"]) and first["yTitle"] == "source words"
-    assert first["xTitle"] == "input → produced" and first["barTitle"] == "probability"
+    assert first["xTitle"] == STEP_ROW_TITLE and first["barTitle"] == "probability"
     assert max(abs(a - b) for a, b in zip(first["bars"], first["run"])) < 1e-7
     page.click("#pl-next")
     page.click("#pl-next")
@@ -87,9 +89,33 @@ def test_the_player_steps_through_the_decode(served, size):
     page.check("#pl-pieces")
     page.wait_for_function("document.getElementById('pl-lines')._fullLayout.yaxis.title.text === 'source pieces'")
     assert page.evaluate(STEP)["words"] == first["src"]
+    page.click("#pl-next")
+    at_step(page, 1)
+    assert_bars_are_the_apps(page, "de-en", 1)
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
     page.screenshot(path=str(ARTIFACTS / f"web-player-{size[0]}.png"), full_page=True)
     assert foreign == [] and errors == []
+
+
+BARS = "() => { const e = document.getElementById('pl-bars'); return { trace: e.data[0], layout: e.layout }; }"
+
+
+def assert_bars_are_the_apps(page, direction: str, t: int) -> None:
+    """The step's bars (pieces shown) against the app's figure of the same step (ui/present/views.step_figures)."""
+    tr = translate(model(direction), page.input_value("#text"), DecodeOptions(beam=1))
+    sv = tr.step_view(t)
+    app = topk_bars(sv.topk_tokens, sv.topk_probs, sv.chosen, title=f"Top-{len(sv.topk_tokens)} next tokens at step {t}")
+    want, got = app.data[0], page.evaluate(BARS)
+    assert max(abs(float(a) - b) for a, b in zip(want.x, got["trace"]["x"])) < 1e-4 and len(want.x) == len(got["trace"]["x"])
+    for key in ("y", "text", "textposition"):
+        assert list(want[key]) == got["trace"][key], key
+    assert list(want.marker.color) == got["trace"]["marker"]["color"]
+    assert list(want.textfont.color) == got["trace"]["textfont"]["color"]
+    assert want.hovertemplate == got["trace"]["hovertemplate"] and want.orientation == got["trace"]["orientation"]
+    lay = app.layout
+    assert got["layout"]["title"]["text"] == lay.title.text and got["layout"]["height"] == lay.height
+    x = lay.xaxis.to_plotly_json()  # (Plotly.js adds the axis type it inferred to the page's own)
+    assert {k: got["layout"]["xaxis"].get(k) for k in x} == x and got["layout"]["yaxis"]["ticktext"] == list(lay.yaxis.ticktext)
 
 
 def sample(page, temperature: float, top_k: int, seed: int) -> list[int]:
@@ -174,6 +200,7 @@ def test_masks_compared_against_the_engine(served, direction):
             assert got["marked"] == [] and got["why"].startswith("The output did not change."), key
         else:
             assert got["marked"] and all(w in got["text"].split(" ") for w in got["marked"]) and not got["why"], key
+    page.screenshot(path=str(ARTIFACTS / f"web-masks-{direction}.png"), full_page=True)
     # padding: the padded sentence's maps change where <pad> becomes visible, and hide it when on
     assert got["nPad"] == S - len(translate(lm, text, GREEDY).src_ids) > 0
     assert all(abs(x) < 1e-6 for row in base for x in row[-got["nPad"]:])

@@ -2,7 +2,7 @@
 // the attention it changes as trained and switched, side by side with their difference, and the output words
 // the switch changed marked. The padding mask is shown on a batch of two sentences, so that <pad> exists.
 
-import { decode } from "./player.js";
+import { decode, FIGURES } from "./player.js";
 import { toText } from "./text.js";
 
 const Plotly = () => window.Plotly;
@@ -115,7 +115,7 @@ export class Masks {
     const forced = await d.step([d.meta.decoder_start_id, ...run.outIds.slice(0, -1)], enc.memory, src, sw);
     const off = await decode(d, run.srcIds, { sw });
     const outs = run.outIds.map((i) => d.spm.pieces[i]);
-    const rows = run.decoderInput.map((inp, t) => `${inp} → ${outs[t]}`);
+    const rows = run.decoderInput.map((inp, t) => `${inp}→${outs[t]}`);  // the app's step_row_labels
     return { baseMaps: run.patterns.self, offMaps: Array.from({ length: run.patterns.self.length }, (_, l) => heads(forced[`self_pattern_${l}`])),
       rows, cols: run.decoderInput, base: { ids: run.outIds }, off: { ids: off.ids }, sentence: run.srcText };
   }
@@ -190,8 +190,8 @@ export class Masks {
     return hs[0].map((r, i) => r.map((_, j) => hs.reduce((a, m) => a + m[i][j], 0) / hs.length));
   }
 
-  draw() {
-    const c = this.last, a = this.mapsOf(c.baseMaps), b = this.mapsOf(c.offMaps);
+  async draw() {
+    const rowTitle = (await FIGURES).step_row_title, c = this.last, a = this.mapsOf(c.baseMaps), b = this.mapsOf(c.offMaps);
     const diff = b.map((r, i) => r.map((x, j) => x - a[i][j])), narrow = this.plot.clientWidth < 700;
     const [l, h] = this.head.value.split(":"), which = h === "mean" ? `layer ${l}, mean of heads` : `layer ${l} head ${h}`;
     const heat = (z, n, extra) => ({ type: "heatmap", z, x: c.cols.map((_, i) => i), y: c.rows.map((_, i) => i), xaxis: `x${n}`, yaxis: `y${n}`,
@@ -208,7 +208,7 @@ export class Masks {
     ["", "2", "3"].forEach((n, i) => {
       layout[`xaxis${n}`] = { ...tick(c.cols), tickangle: -60, title: { text: "key", font: { size: 11 } } };
       layout[`yaxis${n}`] = { ...tick(c.rows), autorange: "reversed", showticklabels: narrow || i === 0,
-        title: { text: narrow || i === 0 ? (c.kind === "self" ? "query (input → produced)" : "query") : "", font: { size: 11 } } };
+        title: { text: narrow || i === 0 ? (c.kind === "self" ? rowTitle : "query") : "", font: { size: 11 } } };
       layout.annotations.push({ text: titles[i], xref: `x${n} domain`, yref: `y${n} domain`, x: 0.5, y: 1.08, showarrow: false, font: { size: 12 } });
     });
     return Plotly().react(this.plot, traces, layout, { responsive: true, displaylogo: false }).then(() => { this.plot.dataset.drawn = c.key; });

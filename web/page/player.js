@@ -113,6 +113,39 @@ function wordOf(p) {
   return p.startsWith(WORD) ? p.slice(1) : `…${p}`;
 }
 
+/** The app's figure skeletons, written when the site was built (web/figures.py). */
+export const FIGURES = fetch(new URL("figures.json", import.meta.url)).then((r) => {
+  if (!r.ok) throw new Error(`figures.json: ${r.status}`);
+  return r.json();
+});
+FIGURES.catch(() => {});
+
+/** A token as a Plotly label, as viz.common.esc writes one. */
+export function esc(t) {
+  return String(t).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&#34;").replace(/'/g, "&#39;");
+}
+
+const wide = (ch) => /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\u3000-\u303f\uff01-\uff60]/u.test(ch);
+
+/** viz.common.token_labels: escaped, cut to ``n`` display columns (a wide character counts two), a blank
+ * token shown as ␣, and a token that occurs twice numbered with its position as a subscript. */
+export function tokenLabels(tokens, n) {
+  const cut = (s) => {
+    let w = 0;
+    for (const ch of s) w += wide(ch) ? 2 : 1;
+    if (w <= n) return s;
+    let out = "";
+    w = 0;
+    for (const ch of s) { w += wide(ch) ? 2 : 1; if (w > n - 1) break; out += ch; }
+    return `${out}…`;
+  };
+  const labels = tokens.map((t) => (String(t).trim() ? esc(cut(String(t))) : "␣"));
+  const count = new Map();
+  labels.forEach((l) => count.set(l, (count.get(l) ?? 0) + 1));
+  const sub = (i) => String(i).replace(/\d/g, (d) => "₀₁₂₃₄₅₆₇₈₉"[d]);
+  return labels.map((l, i) => (count.get(l) > 1 ? l + sub(i) : l));
+}
+
 // ---------------------------------------------------------------- the section
 
 const el = (tag, props = {}, ...kids) => { const e = Object.assign(document.createElement(tag), props); e.append(...kids); return e; };
@@ -253,7 +286,7 @@ export class Player {
     this.note.textContent = `The whole output: “${full}”`;
     this.root.dataset.step = String(this.at);
     this.candidates(s, name);
-    await Promise.all([this.drawLines(s, `${name(input)} → ${name(produced)}`), this.drawBars(s, name)]);
+    await Promise.all([this.drawLines(s, `${name(input)}→${name(produced)}`), this.drawBars(s, name)]);
     this.root.dataset.drawn = `${this.at}:${this.decoded.ids.join(",")}`;
   }
 
@@ -268,7 +301,8 @@ export class Player {
     return [groups.map((g) => g.label), groups.map((g) => g.idx.reduce((a, j) => a + row[j], 0))];
   }
 
-  drawLines(s, rowLabel) {
+  async drawLines(s, rowLabel) {
+    const fig = await FIGURES;
     const [labels, w] = this.sourceWeights(s);
     const max = Math.max(...w, 1e-9), y = labels.map((_, i) => i), mid = (labels.length - 1) / 2;
     const traces = labels.map((lab, i) => ({
@@ -277,33 +311,38 @@ export class Player {
     }));
     traces.push({ type: "scatter", mode: "markers+text", x: labels.map(() => 0), y, text: labels.map((_, i) => w[i].toFixed(2)),
       textposition: "middle right", showlegend: false, customdata: labels,
-      marker: { size: 14, color: w, cmin: 0, cmax: 1, colorscale: "Blues" },
+      marker: { size: 14, color: w, cmin: 0, cmax: 1, colorscale: "Blues", reversescale: true, line: { color: "#2a6fdb", width: 1 } },
       hovertemplate: "%{customdata}: %{marker.color:.3f}<extra></extra>" });
     traces.push({ type: "scatter", mode: "markers", x: [1], y: [mid], showlegend: false, marker: { size: 16, color: "#e0a800" },
       hovertemplate: `${rowLabel}<extra></extra>` });
     const [l, h] = this.head.value.split(":");
     const what = h === "mean" ? `layer ${l}, mean of its heads` : `layer ${l} head ${h}`;
     return Plotly().react(this.lines, traces, {
-      title: { text: `What step ${this.at} reads: cross-attention, ${what}`, font: { size: 14 } },
-      height: Math.max(260, 26 * labels.length + 90), margin: { l: 110, r: 110, t: 40, b: 40 },
-      xaxis: { range: [-0.05, 1.05], tickvals: [0, 1], ticktext: ["source", rowLabel], title: { text: "input → produced" }, fixedrange: true },
+      title: { text: `What step ${this.at} reads<br>cross-attention, ${what}`, font: { size: 14 } },
+      height: Math.max(260, 26 * labels.length + 90), margin: { l: 110, r: 110, t: 60, b: 50 },
+      xaxis: { range: [-0.05, 1.05], tickvals: [0, 1], ticktext: ["source", rowLabel], title: { text: fig.step_row_title }, fixedrange: true },
       yaxis: { tickvals: y, ticktext: labels, autorange: "reversed", title: { text: this.pieces.checked ? "source pieces" : "source words" }, fixedrange: true },
     }, { responsive: true, displaylogo: false });
   }
 
-  drawBars(s, name) {
-    const labels = this.tokens(s.ids).map(name), chosen = s.ids.indexOf(s.token);
-    return Plotly().react(this.bars, [{
-      type: "bar", orientation: "h", x: s.probs, y: labels.map((_, i) => i), customdata: labels,
-      marker: { color: s.ids.map((_, i) => (i === chosen ? "#2a6fdb" : "#9fbfe8")) },
-      text: s.probs.map((p) => `${(100 * p).toFixed(1)}%`), textposition: "outside",
-      hovertemplate: "%{customdata}: %{x:.3f}<extra></extra>",
-    }], {
-      title: { text: `Step ${this.at}: the model's ${s.ids.length} best next tokens`, font: { size: 14 } },
-      height: 90 + 24 * labels.length, margin: { l: 110, r: 50, t: 40, b: 45 },
-      xaxis: { range: [0, 1.15], title: { text: "probability" }, tickformat: ".0%", fixedrange: true },
-      yaxis: { tickvals: labels.map((_, i) => i), ticktext: labels, autorange: "reversed", title: { text: "candidate" }, fixedrange: true },
-    }, { responsive: true, displaylogo: false });
+  /** The app's top-k bars (viz.steps.topk_bars, its skeleton written at build: web/figures.py) filled with
+   * this step's candidates: each bar styled as the skeleton's chosen or other bar, inside or outside. */
+  async drawBars(s, name) {
+    const fig = await FIGURES, sk = fig.topk_bars;
+    if (!s.ids.includes(s.token)) s = { ...s, ids: [...s.ids, s.token], probs: [...s.probs, s.prob] };  // as the app: the chosen one shown
+    const chosen = s.ids.indexOf(s.token);
+    const trace = structuredClone(sk.data[0]), layout = structuredClone(sk.layout);
+    const pick = (arr, first) => (first ? arr[0] : arr[1]), inside = s.probs.map((p) => p >= fig.inside_from);
+    const labels = tokenLabels(this.tokens(s.ids).map(name), fig.max_label);
+    Object.assign(trace, { x: s.probs, y: s.ids.map((_, i) => i), text: s.probs.map((p, i) => `${(100 * p).toFixed(1)}%${i === chosen ? "  ← chosen" : ""}`),
+      textposition: inside.map((x) => pick(sk.data[0].textposition, x)) });
+    trace.marker = { ...trace.marker, color: s.ids.map((_, i) => pick(sk.data[0].marker.color, i === chosen)) };
+    trace.textfont = { ...trace.textfont, color: inside.map((x) => pick(sk.data[0].textfont.color, x)) };
+    layout.title.text = esc(`Top-${s.ids.length} next tokens at step ${this.at}`);  // the app's title
+    layout.height = 90 + 26 * Math.max(s.ids.length, 3);
+    Object.assign(layout.yaxis, { tickvals: labels.map((_, i) => i), ticktext: labels.map((l, i) => (i === chosen ? `<b>${l}</b>` : l)),
+      title: { text: "candidate" } });
+    return Plotly().react(this.bars, [trace], layout, { responsive: true, displaylogo: false });
   }
 
   candidates(s, name) {
