@@ -2,7 +2,7 @@
 // the attention it changes as trained and switched, side by side with their difference, and the output words
 // the switch changed marked. The padding mask is shown on a batch of two sentences, so that <pad> exists.
 
-import { decode, FIGURES } from "./player.js";
+import { decode, FIGURES, tokenLabels } from "./player.js";
 import { toText } from "./text.js";
 
 const Plotly = () => window.Plotly;
@@ -191,7 +191,7 @@ export class Masks {
   }
 
   async draw() {
-    const rowTitle = (await FIGURES).step_row_title, c = this.last, a = this.mapsOf(c.baseMaps), b = this.mapsOf(c.offMaps);
+    const fig = await FIGURES, rowTitle = fig.step_row_title, c = this.last, a = this.mapsOf(c.baseMaps), b = this.mapsOf(c.offMaps);
     const diff = b.map((r, i) => r.map((x, j) => x - a[i][j])), narrow = this.plot.clientWidth < 700;
     const [l, h] = this.head.value.split(":"), which = h === "mean" ? `layer ${l}, mean of heads` : `layer ${l} head ${h}`;
     const heat = (z, n, extra) => ({ type: "heatmap", z, x: c.cols.map((_, i) => i), y: c.rows.map((_, i) => i), xaxis: `x${n}`, yaxis: `y${n}`,
@@ -201,7 +201,10 @@ export class Masks {
       heat(diff, "3", { zmid: 0, colorscale: "RdBu", reversescale: true, colorbar: { title: { text: "off − on" }, thickness: 10 } })];
     const titles = ["as trained", `${c.name} off`, "difference (off − on)"];
     const small = c.cols.length > 20 ? 8 : 10, every = Math.max(1, Math.ceil(c.cols.length / (narrow ? 12 : 24)));
-    const tick = (labels) => ({ tickvals: labels.map((_, i) => i).filter((i) => i % every === 0), ticktext: labels.filter((_, i) => i % every === 0), tickfont: { size: small } });
+    const tick = (tokens) => {  // the app's labels (repeats numbered), every ``every``-th where they would not fit
+      const labels = tokenLabels(tokens, fig.max_label);
+      return { tickvals: labels.map((_, i) => i).filter((i) => i % every === 0), ticktext: labels.filter((_, i) => i % every === 0), tickfont: { size: small } };
+    };
     const layout = { title: { text: `${c.title}, ${which}: ${c.name} on and off`, font: { size: 14 } },
       grid: narrow ? { rows: 3, columns: 1, pattern: "independent", ygap: 0.18 } : { rows: 1, columns: 3, pattern: "independent", xgap: 0.12 },
       height: narrow ? 1100 : 460, margin: { l: 110, r: 20, t: 50, b: 100 }, annotations: [] };
