@@ -43,11 +43,10 @@ def test_translate_open_a_head_switch_the_mask_walk_the_tour(served, size):
     title = page.evaluate("document.querySelector('#head-plot')._fullLayout.title.text")
     assert title == "self layer 3 head 1"
 
-    page.uncheck("#sw-causal")
-    page.click("#compare")
-    page.wait_for_function("document.getElementById('mask-plot').dataset.drawn === '1'")
+    page.click("#mask-causal")
+    page.wait_for_function("document.getElementById('mask-plot').dataset.drawn === 'causal'")
     assert "as trained" in page.inner_text("#mask-result")
-    z = page.evaluate("document.querySelector('#mask-plot')._fullData[0].z")
+    z = page.evaluate("document.querySelector('#mask-plot')._fullData[1].z")  # as trained, switched off, difference
     above = [z[i][j] for i in range(len(z)) for j in range(i + 1, len(z))]
     assert above and max(above) > 0.01  # without the look-ahead mask, positions see later ones
 

@@ -17,6 +17,7 @@ import onnx
 
 from .compact import WEIGHTS, share_weights, store
 from .export import FLAGS, DecoderGraph, EncoderGraph, export_model
+from .figures import write_figures
 from .first import first_screen
 from .runtime import Graphs
 from .sentencepiece_spec import spm_spec
@@ -123,6 +124,7 @@ def copy_page(out: Path, node_modules: Path) -> None:
 def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules") -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     copy_page(out, node_modules)
+    write_figures(out)
     metas = [build_direction(folder, out) for folder in directions(checkpoints)]
     if not metas:
         raise SystemExit(f"no checkpoint with config.json and spm.model under {checkpoints}")

@@ -5,13 +5,15 @@ import { cleanInput, Direction, isBlank } from "./engine.js";
 import { toText } from "./text.js";
 import { drawGrid, drawHead, drawPositions, axesOf, KINDS } from "./views.js";
 import { MASK_STOP, N_STOPS, tourStops } from "./tour.js";
+import { Player } from "./player.js";
+import { Masks } from "./masks.js";
 
 const BASE = new URL(".", import.meta.url).href.replace(/\/$/, "");
 const $ = (id) => document.getElementById(id);
 const loaded = new Map();
 const LANG = { de: "German", en: "English", fr: "French", cs: "Czech" };
 const UNFAMILIAR_SHARE = 0.3;
-let current = null;
+let current = null, player = null, masks = null;
 
 function direction(name) {
   if (!loaded.has(name)) {
@@ -211,19 +213,6 @@ async function maskOffRun(run) {
   return { forced: patterns(d, { enc, dec: forced }).self, outTokens, text: toText(outTokens, d.spm, d.meta.tgt_lang) };
 }
 
-async function compareMasks(run) {
-  const sw = { causal: $("sw-causal").checked, pos: $("sw-pos").checked, padding: $("sw-padding").checked };
-  const d = await direction(run.dir);
-  const src = { tokens: run.srcTokens, ids: run.srcIds, truncated: false };
-  const alt = runOf(d, run.dir, run.srcText, src, await d.greedy(run.srcIds, sw), sw, []);
-  $("mask-result").textContent = `With the masks as set: “${alt.text}”  ·  as trained: “${run.text}”`;
-  const [kind, l, h] = ["self", run.patterns.self.length - 1, 0];
-  const [ys, xs] = axesOf(alt, kind);
-  await drawHead($("mask-plot"), alt.patterns[kind][l][h], xs, ys, `decoder self-attention L${l} H${h} with these switches`);
-  window.explorer.lastCompare = alt;
-  $("mask-plot").dataset.drawn = "1";
-}
-
 /** Plotly.js, loaded async beside the modules (index.html), so that the first screen's files are fetched
  * while it is parsed. */
 const plotlyReady = new Promise((ok, fail) => {
@@ -246,6 +235,8 @@ async function show(run) {
   fillHeadPicker(run);
   await drawHeadView(run);
   stepsTable(run);
+  masks.reset(run);  // a new sentence: the old comparison goes
+  await player.load(run);
   await drawPositions($("pos-plot"), rows2d(run.enc.enc_pos), run.srcTokens);
   await tour(run);
   const url = new URL(location.href);
@@ -281,7 +272,10 @@ async function init() {
   $("go").addEventListener("click", onTranslate);
   $("grid-kind").addEventListener("change", () => current && drawGrid($("grid"), current, $("grid-kind").value));
   $("head-pick").addEventListener("change", () => current && drawHeadView(current));
-  $("compare").addEventListener("click", () => current && compareMasks(current));
+  player = new Player($("player"), direction);
+  player.readLink(q);
+  masks = new Masks($("masks"), direction);
+  Object.assign(window.explorer, { player, masks });
   performance.mark("manifest");
   const first = await firstScreen(sel.value, $("text").value).catch(() => null);
   performance.mark("first-data");
@@ -291,5 +285,5 @@ async function init() {
   (await direction(sel.value)).graphs().then(() => { window.explorer.modelReady = performance.now(); }, () => {});
 }
 
-window.explorer = { translate, greedyIds, pieces, words, encodePieces, direction, firstScreen, ready: null, lastCompare: null };
+window.explorer = { translate, greedyIds, pieces, words, encodePieces, direction, firstScreen, ready: null };
 window.explorer.ready = init();

@@ -1,7 +1,7 @@
 // Offline use: every same-origin GET goes to the network first (through the browser's HTTP cache) and its
 // answer is kept; with no network, the kept copy answers. The page's shell is kept at install.
 const CACHE = "explorer-static-v2";
-const SHELL = ["./", "index.html", "style.css", "app.js", "engine.js", "spm.js", "words.js", "text.js", "views.js", "tour.js",
+const SHELL = ["./", "index.html", "style.css", "app.js", "engine.js", "spm.js", "words.js", "text.js", "views.js", "tour.js", "player.js", "masks.js", "figures.json",
   "vendor/ort.wasm.min.mjs", "vendor/ort-wasm-simd-threaded.mjs", "vendor/ort-wasm-simd-threaded.wasm",
   "vendor/plotly.min.js", "models/manifest.json"];
 

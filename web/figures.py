@@ -1,0 +1,32 @@
+"""Figure skeletons the page fills with its own numbers, written by the app's viz/ code at build time, so
+that a figure the app and the page share is laid out once (``figures.json`` beside the page).
+
+- ``topk_bars``: viz.steps.topk_bars for TOP_K candidates, the first chosen and drawn inside its bar, the
+  second not chosen and drawn outside: the page takes each bar's colour and text style from one of the two.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from viz.common import MAX_LABEL, STEP_ROW_TITLE
+from viz.steps import INSIDE_FROM, topk_bars
+
+FIGURES = "figures.json"
+TOP_K = 10  # the candidates a step records (web/page/engine.js TOP_K, DecodeOptions.top_k)
+TITLE = "{title}"  # replaced by the page's title (plain text, escaped there as viz.common.esc does)
+
+
+def skeletons() -> dict:
+    probs = [0.9] + [0.01] * (TOP_K - 1)
+    bars = topk_bars([f"t{i}" for i in range(TOP_K)], probs, 0, title=TITLE).to_plotly_json()
+    return {"topk_bars": {"data": bars["data"], "layout": bars["layout"]}, "inside_from": INSIDE_FROM,
+            "max_label": MAX_LABEL, "step_row_title": STEP_ROW_TITLE}
+
+
+def write_figures(out: Path) -> None:
+    (out / FIGURES).write_text(json.dumps(skeletons(), default=_plain), encoding="utf-8")
+
+
+def _plain(x):  # numpy arrays and numbers inside plotly's JSON
+    return x.tolist() if hasattr(x, "tolist") else str(x)
