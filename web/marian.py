@@ -12,6 +12,7 @@ import json
 import re
 from pathlib import Path
 
+from model import families
 from model.engine.loaded import LoadedModel
 from model.families import marian as family
 
@@ -35,6 +36,19 @@ def site_name(source) -> str:
 
 def owns(lm: LoadedModel) -> bool:
     return family.owns(lm)
+
+
+def sources(marian, built: list[dict]) -> list:
+    """The --marian sources, checked for names that clash with each other or with our directions."""
+    taken = {m["name"] for m in built}
+    for source in marian:
+        if families.detect(source) is not family:
+            raise MarianSiteError(f"{source}: not a Marian (OPUS-MT) folder, nor a Hub id")
+        name = site_name(source)
+        if name in taken:
+            raise MarianSiteError(f"{source}: the site already has a model named {name!r}")
+        taken.add(name)
+    return list(marian)
 
 
 def _json(path: Path) -> dict:
@@ -109,7 +123,8 @@ def write_tokenizer(folder: Path, target: Path) -> dict:
 
 def meta(lm: LoadedModel, source) -> dict:
     """What the page says about the model beside ours: its family, where it came from, its tokenizer."""
-    return {"family": family.LABEL, "source": str(source), "tokenizer": TOKENIZER, "licence": _licence(Path(lm.path))}
+    named = str(source) if family.looks_like_hub_id(str(source)) else site_name(source)  # no local path
+    return {"family": family.LABEL, "source": named, "tokenizer": TOKENIZER, "licence": _licence(Path(lm.path))}
 
 
 def _licence(folder: Path) -> str | None:
