@@ -157,7 +157,9 @@ export class SentencePieceUnigram {
           ? Math.fround(utf8.encode(norm.slice(at[start], at[end])).length * this.maxScore) - 0.1
           : this.score[i];
         const candidate = own + till;  // double, as C++'s conditional makes it
-        if (from[end] === -1 || candidate > score[end]) { score[end] = Math.fround(candidate); from[end] = start; id[end] = i; }
+        if (from[end] === -1 || candidate > score[end]) {
+          score[end] = Math.fround(candidate); from[end] = start; id[end] = i;
+        }
         if (end === start + 1) single = true;
       }
       if (!single) {
