@@ -78,7 +78,7 @@ export class MarianTokenizer {
   }
 
   /** ``tokenizer.decode(ids, skip_special_tokens=skipSpecial)``. Which side's SentencePiece model joins the
-   * pieces follows the installed transformers' MarianTokenizer: spec.decode_side. */
+   * pieces: spec.decode_side, as transformers 5's MarianTokenizer chooses (4.x always took the target's). */
   decode(ids, { skipSpecial = true, side = this.spec.decode_side } = {}) {
     const sp = side === "source" ? this.source : this.target;
     const tokens = this.tokens(ids.filter((i) => !(skipSpecial && this.specialIds.has(i))));
