@@ -15,6 +15,9 @@ from pathlib import Path
 
 import onnx
 
+from model.families.ours import CheckpointError
+
+from . import marian as opus
 from .compact import WEIGHTS, share_weights, store
 from .export import FLAGS, DecoderGraph, EncoderGraph, export_model
 from .figures import write_figures
@@ -83,20 +86,27 @@ def model_meta(lm, enc: EncoderGraph, dec: DecoderGraph, checkpoints: Path) -> d
             "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
 
 
-def build_direction(folder: Path, out: Path, precision: str = PRECISION) -> dict:
+def build_direction(folder: Path, out: Path, precision: str = PRECISION, checkpoints: Path | None = None) -> dict:
     """models/<name>/: encoder.onnx and decoder.onnx with their weights (stored at ``precision``) in one
-    weights.bin, each tensor once; spm.json, meta.json."""
-    from model.families.ours import load
-    lm = load(folder)
-    target = out / "models" / lm.name
+    weights.bin, each tensor once; spm.json, meta.json. An OPUS-MT folder or Hub id has its tokenizer
+    written by web/marian.py instead."""
+    from model.families import load_checkpoint
+    lm = load_checkpoint(folder)
+    name = opus.site_name(folder) if opus.owns(lm) else lm.name
+    target = out / "models" / name
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         graphs = {part: store(onnx.load(str(path)), precision) for part, path in export_model(lm.model, Path(tmp)).items()}
     (target / WEIGHTS).write_bytes(share_weights(list(graphs.values())))
     for part, graph in graphs.items():
         onnx.save(graph, str(target / f"{part}.onnx"))
-    (target / "spm.json").write_text(json.dumps(spm_spec(folder / "spm.model"), ensure_ascii=False), encoding="utf-8")
-    meta = {**model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model), folder.parent), "precision": precision}
+    if opus.owns(lm):
+        opus.write_tokenizer(Path(lm.path), target)
+    else:
+        spec = spm_spec(folder / "spm.model")
+        (target / "spm.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    meta = {**model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model), checkpoints or Path(folder).parent),
+            "name": name, "precision": precision, **(opus.meta(lm, folder) if opus.owns(lm) else {})}
     (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     if meta["example"]:
         write_first_screen(lm, target, meta)
@@ -121,21 +131,22 @@ def copy_page(out: Path, node_modules: Path) -> None:
         shutil.copyfile(node_modules / src, out / "vendor" / name)
 
 
-def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules") -> list[dict]:
+def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules", marian=()) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     copy_page(out, node_modules)
     write_figures(out)
     metas = [build_direction(folder, out) for folder in directions(checkpoints)]
     if not metas:
         raise SystemExit(f"no checkpoint with config.json and spm.model under {checkpoints}")
+    extra = [build_direction(src, out, checkpoints=checkpoints) for src in opus.sources(marian, metas)]
     langs = sorted({m["src_lang"] for m in metas})
     for lang in langs:
         (out / "models" / f"spacy_{lang}.json").write_text(
             json.dumps(tokenizer_rules(lang), ensure_ascii=False), encoding="utf-8")
     manifest = {"directions": [m["name"] for m in metas], "languages": langs,
-                "examples": {m["name"]: m["example"] for m in metas}}
+                "examples": {m["name"]: m["example"] for m in metas + extra}, "marian": [m["name"] for m in extra]}
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    return metas
+    return metas + extra
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,13 +154,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the site into this folder")
     ap.add_argument("--space", type=Path, help="write a static Hugging Face Space (README.md + the site)")
     ap.add_argument("--checkpoints", type=Path, default=ROOT.parent / "checkpoints")
+    ap.add_argument("--marian", action="append", default=[], metavar="DIR_OR_HUB_ID",
+                    help="also an OPUS-MT model: a Marian folder or a Hub id (repeatable)")
     args = ap.parse_args(argv)
     if not (args.out or args.space):
         ap.error("give --out DIR, --space DIR or both")
     for target in (args.out, args.space):
         if target is None:
             continue
-        metas = build_site(target, args.checkpoints)
+        try:
+            metas = build_site(target, args.checkpoints, marian=args.marian)
+        except (CheckpointError, opus.MarianSiteError) as e:  # a bad --marian folder or Hub id: its reason
+            raise SystemExit(f"python -m web.build: {e}") from None
         if target == args.space:
             names = ", ".join(m["name"] for m in metas)
             (target / "README.md").write_text(SPACE_README.format(directions=names), encoding="utf-8")

@@ -111,7 +111,10 @@ class DecoderGraph(nn.Module):
         P, N = past[0].size(2), tgt.size(1)
         new = torch.arange(N) + P                       # the new positions' indices
         causal = (torch.arange(P + N)[None, :] <= new[:, None])[None, None] | (use_causal_mask < 0.5)
-        seen = torch.cat([torch.ones_like(past[0][:, 0, :, 0], dtype=torch.bool), tgt != cfg.pad_id], 1)
+        real = tgt != cfg.pad_id
+        if cfg.decoder_start_id == cfg.pad_id:  # Marian starts with <pad>: that one is a real input
+            real = real | (new == 0)[None]
+        seen = torch.cat([torch.ones_like(past[0][:, 0, :, 0], dtype=torch.bool), real], 1)
         tgt_mask = seen[:, None, None, :] & causal      # as Transformer.tgt_mask, after P cached keys
         caches = [{"self": {"k": past[2 * i], "v": past[2 * i + 1]}, "cross": {}} for i in range(len(dec.layers))]
         with capture(self.model) as trace:
