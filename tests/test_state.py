@@ -7,6 +7,7 @@ from urllib.parse import parse_qsl, urlsplit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from model.engine.names import HeadRef
 from model.engine.transformer import ATTN_KINDS
 from ui.settings import MAX_BEAM, MAX_OUTPUT_TOKENS
 from ui.state import (SCALES, SUBVIEWS, UNITS, VIEWS, ModelShape, RunInputs, Selection, Toggles, from_query,
@@ -93,7 +94,7 @@ def test_one_reading_of_an_index_and_one_table_of_short_kind_names():
     bench = whatif.bench_link("a", "b", "z", "none", "cross", "decoder", "post", "1", "x", "", -2, "", "patch")
     assert (bench.layer, bench.head, bench.step) == (1, 0, 0)
     assert not hasattr(present, "KIND_SHORT")  # the labels read the engine's table itself
-    assert present.head_label("decoder.cross_attn", 1, 2) == "cross L1 H2"
+    assert str(HeadRef("decoder.cross_attn", 1, 2)) == "cross L1 H2"
     assert all(names.Kind.of(short) is kind for kind, short in names.SHORT_NAMES.items())
     assert {k: v for k, v in vars(st).items() if isinstance(v, dict) and set(v) == set(names.SHORT_KINDS)} \
         in ({}, {"SHORT_KINDS": names.SHORT_KINDS})  # no second table of its own

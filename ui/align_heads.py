@@ -17,13 +17,13 @@ import numpy as np
 from model.analysis.alignment.heads import HeadRanking, ranking_for
 from model.analysis.alignment.reference import reference_path
 from model.analysis.alignment.sentence import ValReference, sentence_ranking, val_reference
-from model.engine.names import CROSS
+from model.engine.names import CROSS, HeadRef
 from viz.align_rank import aer_grid
 
 from . import calls
 from .present import views
 from .api import _api_model
-from .present import head_label, md_escape, no_model_message
+from .present import md_escape, no_model_message
 
 TABLE_HEADERS = ["rank", "what", "layer", "head", "AER", "precision", "recall", "F1", "rows read"]
 READINGS = {"output": "at the row that predicts the word", "shift": "at the row where the word is the decoder input"}
@@ -221,7 +221,7 @@ def wire(shell) -> None:
             if row is None or row[3] in ("", None):
                 return gr.skip(), views.message_figure("This row is not a single head: pick a head's row."), \
                     *(gr.skip(),) * 3
-            label = head_label(CROSS, int(row[2]), int(row[3]))
+            label = str(HeadRef(CROSS, row[2], row[3]))
             return label, views.head_map_figure(run, label, shell.lm(run)), *shell.select_head(run, label)
         except Exception:
             log.exception("alignment row select failed")

@@ -19,7 +19,7 @@ from model.engine.beams import BeamTree
 from model.engine.config import Interventions
 from model.engine.decoding import Translation
 from model.engine.hooks import Trace
-from model.engine.names import SHORT_KINDS, SHORT_NAMES, Kind
+from model.engine.names import SHORT_NAMES, HeadRef, Kind
 from model.engine.transformer import ATTN_KINDS, CROSS, ENC_SELF
 
 # Sections and the sub-views (inner tabs) of each, in page order; "" is a section without sub-tabs.
@@ -139,6 +139,11 @@ class Selection:
                    view=view if view in VIEWS else "grid", scale=scale if scale in SCALES else "shared",
                    section=section, subview=subview if subview in SUBVIEWS[section] else SUBVIEWS[section][0])
 
+    @property
+    def head_ref(self) -> HeadRef:
+        """The head the selection points at."""
+        return HeadRef(self.kind, self.layer, self.head)
+
     def fit(self, shape: ModelShape) -> "Selection":
         """The selection with its layer and head inside ``shape`` (another model may have fewer)."""
         return replace(self, layer=min(self.layer, shape.layers(self.kind) - 1),
@@ -187,7 +192,7 @@ def to_query(inputs: RunInputs, sel: Selection) -> dict[str, str]:
     if t.pad_to:
         q["pad"] = str(t.pad_to)
     if t.heads:
-        q["ablate"] = ",".join(f"{SHORT_NAMES[k]}.{l}.{h}" for k, l, h in t.heads)
+        q["ablate"] = ",".join(HeadRef(*h).key for h in t.heads)
     if t.src:
         q["hide"] = ",".join(map(str, t.src))
     default = Selection()
@@ -249,9 +254,8 @@ def _toggles(r: _Reader, shape: ModelShape | None) -> Toggles:
     heads = []
     for item in filter(None, str(r.params.get("ablate", "")).split(",")):
         try:
-            k, l, h = item.split(".")
-            kind, l, h = SHORT_KINDS[k], int(l), int(h)
-        except (KeyError, ValueError):
+            kind, l, h = HeadRef.parse(item)
+        except ValueError:
             r.bad("ablate", f"names a head ({item[:20]!r}) not written kind.layer.head")
             continue
         if shape is not None and not (0 <= l < shape.layers(kind) and 0 <= h < shape.heads(kind)):

@@ -16,6 +16,7 @@ from model.analysis import profiles as an
 from model.analysis import readouts
 from model.engine.config import NO_INTERVENTION, Interventions
 from model.engine.decoding import mask_preview, not_padding
+from model.engine.names import HeadRef
 from model.engine.results import decoder_input, pool_words
 from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
 from model.families import catalog
@@ -32,7 +33,7 @@ from viz import steps as vs
 from viz.common import STEP_ROW_TITLE, layer_head, message_figure, step_row_labels
 
 from . import inside
-from . import KIND_LABELS, decoder_rows, md_escape, parse_heads, unspaced_caption
+from . import KIND_LABELS, decoder_rows, md_escape, unspaced_caption
 from ..state import BeamView, CompareRun, PairRun, Run, Selection, read_index
 
 FIRST = "Translate a sentence first."
@@ -388,7 +389,7 @@ def head_map_figure(run: Run | None, head_label, lm=None):
         return message_figure("Translate a sentence to see a head's map.")
     if not head_label:
         return message_figure("Pick a head (or click a cell or a row).")
-    (kind, l, h), = parse_heads([head_label])
+    kind, l, h = HeadRef.parse(head_label)
     return attention_figure(run, kind, "head", l, h, "words", lm, scale="head")
 
 

@@ -12,7 +12,7 @@ import gradio as gr
 from model.analysis import profiles as an
 from model.analysis import readouts
 from model.engine.branching import describe
-from model.engine.names import SHORT_NAMES
+from model.engine.names import SHORT_NAMES, HeadRef
 from viz import export as v_export
 from viz import profiles as v_prof
 
@@ -21,7 +21,7 @@ from . import interventions, patching, sidebyside
 from .. import align_heads, calls
 from ..present import trust, views, whatif
 from ..present.payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
-from ..present import (clean_input, describe_interventions, head_choices, head_label, is_blank,
+from ..present import (clean_input, describe_interventions, head_choices, is_blank,
                        md_escape, no_model_message)
 from ..state import ModelShape, PairRun, Selection, link_url
 from .about import about_markdown
@@ -182,7 +182,7 @@ def selected_head(shell: Shell, run, sel: Selection) -> str | None:
     if shape is None:
         return None
     sel = sel.fit(shape)
-    return head_label(sel.kind, sel.layer, sel.head)
+    return str(sel.head_ref)
 
 
 def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
@@ -245,7 +245,7 @@ def wire(shell: Shell) -> None:
     def on_row(run, evt: gr.SelectData):
         try:
             row = evt.row_value
-            label = f"{row[0]} L{int(row[1])} H{int(row[2])}"
+            label = str(HeadRef.parse(row[:3]))
             return label, views.head_map_figure(run, label, shell.lm(run)), *shell.select_head(run, label)
         except Exception:
             log.exception("head select failed")

@@ -12,6 +12,7 @@ import gradio as gr
 
 from model.engine.config import NO_INTERVENTION
 from model.engine.decoding import prepare_source
+from model.engine.names import HeadRef
 from model.engine.transformer import DEC_SELF, ENC_SELF
 
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log
@@ -19,7 +20,7 @@ from . import head_choices as sel_head_choices
 from .. import calls
 from ..present import views
 from ..present.payload import word_order_demo
-from ..present import (describe_interventions, diff_summary, head_choices, head_label, make_interventions,
+from ..present import (describe_interventions, diff_summary, head_choices, make_interventions,
                        md_escape, notice_md, parse_heads, parse_positions, src_token_choices, token_diff)
 from ..state import CompareRun, ModelShape, Run, RunInputs, Selection, Toggles
 from .translate import base_url, opts_from
@@ -152,10 +153,10 @@ def restore(shell: Shell, run, inputs: RunInputs, sel: Selection) -> dict:
     names = src_token_choices(run.tr.src_tokens)
     values = {p.pad_to: t.pad_to, p.pad_mask: t.padding, p.causal: t.causal, p.pos_enc: t.positional,
               p.ablate_heads: gr.Dropdown(choices=head_choices(shell.lm(run)),
-                                             value=[head_label(*h) for h in t.heads]),
+                                             value=[str(HeadRef(*h)) for h in t.heads]),
               p.ablate_src: gr.Dropdown(choices=names, value=[names[i] for i in t.src if i < len(names)])}
     if sel.section == "interventions":
-        values |= _compare(shell, run, t.pad_to, t.padding, t.causal, t.positional, [head_label(*h) for h in t.heads],
+        values |= _compare(shell, run, t.pad_to, t.padding, t.causal, t.positional, [str(HeadRef(*h)) for h in t.heads],
                            [i for i in t.src if i < len(names)], sel)
     return values
 
