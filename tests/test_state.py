@@ -91,7 +91,8 @@ def test_one_reading_of_an_index_and_one_table_of_short_kind_names():
     assert [st.read_index(v) for v in ("3", 2.0, -4, None, "x")] == [3, 2, 0, 0, 0]
     assert st.read_index("9", n=4) == 3 and st.read_index(None, 5, n=4) == 5
     assert Selection.of(layer="2", head=-1, step=None).layer == 2
-    bench = whatif.bench_link("a", "b", "z", "none", "cross", "decoder", "post", "1", "x", "", -2, "", "patch")
+    bench = whatif.bench_link("a", "b", "z", "none", Selection.of("cross", "1", "x").head_ref, "decoder", "post", "", -2,
+                              "", "patch")
     assert (bench.layer, bench.head, bench.step) == (1, 0, 0)
     assert not hasattr(present, "KIND_SHORT")  # the labels read the engine's table itself
     assert str(HeadRef("decoder.cross_attn", 1, 2)) == "cross L1 H2"

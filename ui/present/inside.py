@@ -8,6 +8,7 @@ import numpy as np
 from model.analysis.attribution import IG_MAX_STEPS, METHODS, Attribution
 from model.analysis.computation import Computation, Forced
 from model.engine.results import pool_words
+from model.engine.names import HeadRef
 from model.engine.transformer import ENC_SELF, Kind
 from viz import computation as vc
 from viz.common import layer_head, message_figure, step_row_labels
@@ -50,10 +51,11 @@ def default_query(kind: Kind, n: int) -> int:
     return 0
 
 
-def head_figure(run: Run | None, lm, kind: Kind, layer, head, query):
+def head_figure(run: Run | None, lm, ref: HeadRef, query):
     """Inside one head: q, K, QKᵀ/√d_k, the mask as −∞, softmax, V, αV and the head's output after W_O."""
     if run is None or lm is None:
         return message_figure(FIRST)
+    kind, layer, head = ref
     comp = computation(run, lm)
     layer = clamp(layer, comp.n_layers(kind.stack))
     head = clamp(head, lm.model.cfg.heads(kind))
@@ -79,11 +81,12 @@ def residual_figure(run: Run | None, lm, part: str, position: int | None = None)
     return vc.residual_norms(r.resid, r.attn, r.ffn, r.cross, tokens, title=title, position=position)
 
 
-def norm_weight_figure(run: Run | None, lm, kind: Kind, layer, head, units: str = "words"):
+def norm_weight_figure(run: Run | None, lm, ref: HeadRef, units: str = "words"):
     """One head's attention beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. 2020); a subword
     run's pieces pooled into words like the attention maps (keys summed, queries averaged)."""
     if run is None or lm is None:
         return message_figure(FIRST)
+    kind, layer, head = ref
     comp = computation(run, lm)
     layer = clamp(layer, comp.n_layers(kind.stack))
     head = clamp(head, lm.model.cfg.heads(kind))

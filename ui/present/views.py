@@ -76,12 +76,13 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None) -> KindView:
                     caption=caption)
 
 
-def attention_figure(run: Run | None, kind: Kind, view: str, layer, head, units: str = "words", lm=None,
-                     scale: str = "shared"):
+def attention_figure(run: Run | None, ref: HeadRef, view: str, units: str = "words", lm=None, scale: str = "shared"):
+    """``ref``'s kind in ``view`` ('grid', 'head', 'mean' or 'scores'); 'head' and 'scores' show ``ref`` itself."""
     if run is None or run.tr.trace is None:
         return message_figure(FIRST)
     if view == "scores":
-        return scores_figure(run, kind, layer, head)
+        return scores_figure(run, ref)
+    kind, layer, head = ref
     kv = kind_view(run, kind, units, lm)
     attn, q, k, valid, mask, q_title, unit = kv.attn, kv.rows, kv.keys, kv.valid, kv.mask, kv.row_title, kv.unit
     label = KIND_LABELS[kind]
@@ -108,10 +109,11 @@ def unmasked_title(kind: str, mask) -> str | None:
     return f"the same scores: {where} masks only padding, and this run has none"
 
 
-def scores_figure(run: Run | None, kind: Kind, layer, head):
+def scores_figure(run: Run | None, ref: HeadRef):
     """One head's scaled scores, the scores with the mask applied, and the softmax (tokens, not words)."""
     if run is None or run.tr.trace is None:
         return message_figure(FIRST)
+    kind, layer, head = ref
     tr = run.tr
     attn = tr.attention(kind)
     l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
@@ -215,13 +217,14 @@ def model_masks_figure(lm, src_tokens, out_tokens, iv: Interventions, title: str
     ], title=title, width_px=width_px)
 
 
-def compare_maps_figure(cmp: CompareRun | None, kind: Kind | None, layer, head, lm=None):
+def compare_maps_figure(cmp: CompareRun | None, ref: HeadRef | None, lm=None):
     """Baseline, modified and difference maps of one head; a subword ``lm`` pools pieces into words.
-    ``kind`` None: no attention map comes after the ablated heads (see :func:`ablation_map`)."""
+    ``ref`` None: no attention map comes after the ablated heads (see :func:`ablation_map`)."""
     if cmp is None:
         return message_figure("Press Compare to run the baseline and the modified model.")
-    if kind is None:
+    if ref is None:
         return message_figure(NO_MAP_AFTER)
+    kind, layer, head = ref
     run = _base_run(cmp, lm)
     base = kind_view(run, kind, "words", lm)
     mod = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)
@@ -389,13 +392,13 @@ def head_map_figure(run: Run | None, head_label, lm=None):
         return message_figure("Translate a sentence to see a head's map.")
     if not head_label:
         return message_figure("Pick a head (or click a cell or a row).")
-    kind, l, h = HeadRef.parse(head_label)
-    return attention_figure(run, kind, "head", l, h, "words", lm, scale="head")
+    return attention_figure(run, HeadRef.parse(head_label), "head", "words", lm, scale="head")
 
 
-def pair_view_figure(pair: PairRun | None, kind: Kind, layer, head):
+def pair_view_figure(pair: PairRun | None, ref: HeadRef):
     if pair is None:
         return message_figure("Enter two sentences and press Compare sentences.")
+    kind, layer, head = ref
     maps, valid, masks = [], [], []
     l = h = 0
     for label, tr in (("sentence A", pair.a), ("sentence B", pair.b)):
@@ -444,7 +447,7 @@ def _spec(section: str, subview: str, reads: str, draw=None) -> ViewSpec:
 REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
     _spec("translate", "", "", lambda run, sel, lm: watch_heads(run)),
     _spec("attention", "maps", "kind layer head units view scale",
-          lambda run, sel, lm: attention_figure(run, sel.kind, sel.view, sel.layer, sel.head, sel.units, lm,
+          lambda run, sel, lm: attention_figure(run, sel.head_ref, sel.view, sel.units, lm,
                                                 sel.scale)),
     _spec("attention", "alignment", "layer head units",
           lambda run, sel, lm, mode="head": alignment_view_figure(run, mode, sel.layer, sel.head, sel.units)),
@@ -455,9 +458,9 @@ REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
         lm, run.tr.src_tokens, run.tr.output_tokens, NO_INTERVENTION, "")),
     _spec("computation", "encodings", "", lambda run, sel, lm: inside.embedding_figure(run, lm)),
     _spec("computation", "inside", "kind layer head query",
-          lambda run, sel, lm: inside.head_figure(run, lm, sel.kind, sel.layer, sel.head, sel.query)),
+          lambda run, sel, lm: inside.head_figure(run, lm, sel.head_ref, sel.query)),
     _spec("computation", "residual", "kind layer head units",
-          lambda run, sel, lm: inside.norm_weight_figure(run, lm, sel.kind, sel.layer, sel.head, sel.units)),
+          lambda run, sel, lm: inside.norm_weight_figure(run, lm, sel.head_ref, sel.units)),
     _spec("computation", "lens", "", lambda run, sel, lm: inside.lens_figure(run, lm)),
     _spec("computation", "attribution", "units"),
     _spec("computation", "forced", "", lambda run, sel, lm: inside.forced_view(run)),
@@ -499,7 +502,7 @@ def warm_up(reg_key: str) -> None:
         for name, lm in catalog.loaded(reg).items():  # an added model loads on first use, not here
             text = EVERYDAY.get(lm.src_lang, ["a b"])[0]
             run = Run(name, calls.gpu_translate(reg_key, name, text, DecodeOptions(max_len=3)))
-            figs = [attention_figure(run, k, v, 0, 0) for k in ATTN_KINDS for v in ("grid", "head", "mean", "scores")]
+            figs = [attention_figure(run, HeadRef(k, 0, 0), v) for k in ATTN_KINDS for v in ("grid", "head", "mean", "scores")]
             figs += list(step_figures(run, 0)[2:]) + [watch_heads(run), masks_figure(
                 reg, name, run.tr.src_tokens, run.tr.output_tokens, NO_INTERVENTION, "")]
             for fig in figs:

@@ -3,7 +3,7 @@ softmax), alignment lines and rollout. The kind, layer and head are the shared s
 grid panel (here, in the watch map or in head profiles) opens that head."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
@@ -133,7 +133,7 @@ def _maps(shell: Shell, run, sel: Selection) -> list:
     n = ModelShape.of(lm).layers(sel.kind)
     layer = views.clamp(sel.layer, n)
     fig = shared(run.tr, ("attention", run.model, sel.kind, sel.view, layer, sel.head, sel.units, sel.scale),
-                 lambda: views.attention_figure(run, sel.kind, sel.view, layer, sel.head, sel.units, lm, sel.scale))
+                 lambda: views.attention_figure(run, replace(sel, layer=layer).head_ref, sel.view, sel.units, lm, sel.scale))
     return [fig, gr.Dropdown(choices=layer_choices(n), value=layer)]
 
 

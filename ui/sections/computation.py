@@ -180,8 +180,8 @@ def _one_head(shell: Shell, run: Run, sel: Selection) -> tuple:
     n = len(inside.query_labels(run, sel.kind))
     query = inside.clamp(sel.query, n, inside.default_query(sel.kind, n))
     return (gr.Dropdown(choices=inside.query_choices(run, sel.kind), value=query),
-            inside.head_figure(run, lm, sel.kind, sel.layer, sel.head, query),
-            inside.norm_weight_figure(run, lm, sel.kind, sel.layer, sel.head, sel.units))
+            inside.head_figure(run, lm, sel.head_ref, query),
+            inside.norm_weight_figure(run, lm, sel.head_ref, sel.units))
 
 
 def wire(shell: Shell) -> None:

@@ -231,7 +231,7 @@ def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, sr
         p.mod_chips: gr.HighlightedText(value=[(t, "differs" if d else "token") for t, d in zip(mw, db)],
                                            label=f"Modified: {mod.text[:300]}"),
         p.prob_plot: views.probability_figure(cmp),
-        p.cmp_plot: views.compare_maps_figure(cmp, kind, layer, head, lm),
+        p.cmp_plot: views.compare_maps_figure(cmp, None if kind is None else HeadRef(kind, layer, head), lm),
         p.masks_plot: views.masks_figure(shell.reg, run.model, mod.src_tokens, mod.output_tokens, iv,
                                             "Masks of the modified run (True = attend)"),
         p.cmp_state: cmp, **_selected(shell, run, kind, layer, head),
@@ -289,7 +289,7 @@ def wire(shell: Shell) -> None:
         try:
             if cmp is None:
                 return views.message_figure("Press Compare first.")
-            return views.compare_maps_figure(cmp, sel.kind, sel.layer, sel.head, shell.model_or_none(cmp.model))
+            return views.compare_maps_figure(cmp, sel.head_ref, shell.model_or_none(cmp.model))
         except Exception:
             log.exception("compare maps failed")
             return views.message_figure("This map could not be drawn.")

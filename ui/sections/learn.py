@@ -142,7 +142,7 @@ def _head_forms(shell: Shell, run: Run | None, sel: Selection | None):
     panels = []
     for key in keys:
         tr = calls.gpu_translate(shell.reg_key, key, run.tr.src_text, opts)
-        panels.append(learn.head_panel(learn.step_of(key), tr, sel.kind, sel.layer, sel.head))
+        panels.append(learn.head_panel(learn.step_of(key), tr, sel.head_ref))
     return head_forms_figure(panels, f"{KIND_LABELS[sel.kind]}, layer {sel.layer} head {sel.head} (counted from 0)")
 
 

@@ -154,7 +154,7 @@ def _run(shell: Shell, run, name, text_a, text_b, sel: Selection, site, scan, pa
                 views.message_figure("The patching could not be run."), gr.skip(), None)
     steps = [(f"step {i}: {t}", i) for i, t in enumerate(bench.output_tokens)]
     return (patching.summary(bench), patching.figure(bench), gr.Dropdown(choices=steps, value=bench.setup.step),
-            whatif.bench_link(text_a, text_b, site, scan, sel.kind, part, point, sel.layer, sel.head, positions,
+            whatif.bench_link(text_a, text_b, site, scan, sel.head_ref, part, point, positions,
                               step, foil, ablation, output))
 
 

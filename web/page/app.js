@@ -229,7 +229,7 @@ async function compareMasks(run) {
   $("mask-result").textContent = `With the masks as set: “${alt.text}”  ·  as trained: “${run.text}”`;
   const [kind, l, h] = ["self", run.patterns.self.length - 1, 0];
   const [ys, xs] = axesOf(alt, kind);
-  await drawHead($("mask-plot"), alt.patterns[kind][l][h], xs, ys, `decoder self-attention L${l} H${h} with these switches`);
+  await drawHead($("mask-plot"), alt.patterns[kind][l][h], xs, ys, `decoder self-attention, ${headLabel(kind, l, h)}, with these switches`);
   window.explorer.lastCompare = alt;
   $("mask-plot").dataset.drawn = "1";
 }
