@@ -93,6 +93,28 @@ def test_a_head_is_written_only_by_headref():
     assert {k: v for k, v in found.items() if v} == {}
 
 
+def selection_guards(root: Path) -> list[str]:
+    """``isinstance(…, Selection)`` outside ``Selection.held``, and index wrappers named ``clamp``, in ui/ and
+    app.py: the selection and an index each have one normaliser (``Selection.held``, ``state.read_index``)."""
+    found = []
+    for p in [*(root / "ui").rglob("*.py"), root / "app.py"]:
+        if not p.is_file():
+            continue
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        held = {i for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "held"
+                for i in range(node.lineno, node.end_lineno + 1)}
+        for node in ast.walk(tree):
+            guard = (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance"
+                     and len(node.args) == 2 and getattr(node.args[1], "id", None) == "Selection")
+            if (guard and node.lineno not in held) or (isinstance(node, ast.FunctionDef) and node.name == "clamp"):
+                found.append((str(p.relative_to(root)), node.lineno))
+    return [f"{f}:{n}" for f, n in sorted(found)]
+
+
+def test_one_normaliser_for_the_selection_and_one_for_an_index():
+    assert selection_guards(ROOT) == []
+
+
 def test_headref_reads_every_form_a_link_or_a_list_has_written():
     from model.engine.names import CROSS, DEC_SELF, HeadRef
     ref = HeadRef(CROSS, 1, 2)
@@ -127,3 +149,6 @@ def test_the_rules_catch_each_violation(tmp_path):
     assert heads_written(view) == [6] and heads_written(page) == [2, 4]  # a kind-less panel label is not a head's
     (tmp_path / "ui" / "parts.py").write_text("def x():\n    pass\n", encoding="utf-8")
     assert gradio_paths(tmp_path) == {}
+    (tmp_path / "ui" / "handler.py").write_text("def on(sel):\n    s = sel if isinstance(sel, Selection) else 0\n\n"
+                                                "def clamp(v, n):\n    return v\n", encoding="utf-8")
+    assert selection_guards(tmp_path) == ["ui/handler.py:2", "ui/handler.py:4"]

@@ -139,6 +139,12 @@ class Selection:
                    view=view if view in VIEWS else "grid", scale=scale if scale in SCALES else "shared",
                    section=section, subview=subview if subview in SUBVIEWS[section] else SUBVIEWS[section][0])
 
+    @classmethod
+    def held(cls, value) -> "Selection":
+        """The selection a handler reads from the session's state: the one normalising of it (a fresh
+        session's default where the state holds none, as an API call or a test may send)."""
+        return value if isinstance(value, cls) else cls()
+
     @property
     def head_ref(self) -> HeadRef:
         """The head the selection points at."""
@@ -156,12 +162,12 @@ class Selection:
 
 def read_index(value, default: int = 0, n: int | None = None) -> int:
     """The one reading of a layer, head, step or position from a control, a link or a call: a whole number
-    from 0 (below ``n`` where given); ``default`` where ``value`` is none."""
+    from 0 (below ``n`` where given); ``default`` where ``value`` is none (below ``n`` too)."""
     try:
         i = max(0, int(value))
     except (TypeError, ValueError):
-        return default
-    return i if n is None else min(i, max(0, n - 1))
+        i = default
+    return i if n is None else max(0, min(i, n - 1))
 
 
 def _kind(value) -> Kind | None:

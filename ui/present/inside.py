@@ -40,11 +40,6 @@ def query_choices(run: Run | None, kind: Kind) -> list[tuple[str, int]]:
     return [] if run is None else [(label, i) for i, label in enumerate(query_labels(run, kind))]
 
 
-def clamp(value, n: int, default: int = 0) -> int:
-    """state.read_index below ``n``, its default kept below ``n`` too."""
-    return read_index(value, read_index(default, 0, n), n)
-
-
 def default_query(kind: Kind, n: int) -> int:
     """The query Inside one head opens on: the first, for every kind, so that switching to decoder
     self-attention keeps a query with masked keys (every later position) and the mask step shows them."""
@@ -57,10 +52,10 @@ def head_figure(run: Run | None, lm, ref: HeadRef, query):
         return message_figure(FIRST)
     kind, layer, head = ref
     comp = computation(run, lm)
-    layer = clamp(layer, comp.n_layers(kind.stack))
-    head = clamp(head, lm.model.cfg.heads(kind))
+    layer = read_index(layer, 0, comp.n_layers(kind.stack))
+    head = read_index(head, 0, lm.model.cfg.heads(kind))
     labels = query_labels(run, kind)
-    query = clamp(query, len(labels), default_query(kind, len(labels)))
+    query = read_index(query, default_query(kind, len(labels)), len(labels))
     h = comp.head(kind, layer, head, query)
     keys = run.tr.axes(kind)[1]
     return vc.head_computation(h.query, h.keys, h.scores, h.mask, h.masked, h.pattern, h.values, h.z, h.result,
@@ -88,8 +83,8 @@ def norm_weight_figure(run: Run | None, lm, ref: HeadRef, units: str = "words"):
         return message_figure(FIRST)
     kind, layer, head = ref
     comp = computation(run, lm)
-    layer = clamp(layer, comp.n_layers(kind.stack))
-    head = clamp(head, lm.model.cfg.heads(kind))
+    layer = read_index(layer, 0, comp.n_layers(kind.stack))
+    head = read_index(head, 0, lm.model.cfg.heads(kind))
     pattern, norm = run.tr.attention(kind)[layer, head], comp.norm_weights(kind, layer)[head]
     (q, k), outputs, unit = run.tr.axes(kind), run.tr.output_tokens, "tokens"
     notes = [] if lm.model.cfg.norm_first else [POST_NORM_HEAD_NOTE]
@@ -233,7 +228,7 @@ def embedding_figure(run: Run | None, lm, part: str = "encoder", position=0):
     part = part if part in PARTS else "encoder"
     steps = computation(run, lm).embedding_steps(part)
     tokens = run.tr.src_tokens if part == "encoder" else run.tr.decoder_input_tokens
-    pos = clamp(position, len(tokens))
+    pos = read_index(position, 0, len(tokens))
     n = steps.norms()
     detail = np.stack([steps.token[pos], steps.scaled[pos], steps.pos[pos], steps.total[pos]])
     return vc.embedding_steps(tokens, n.token, n.scaled, n.pos, n.total, steps.scale,

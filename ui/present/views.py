@@ -40,10 +40,6 @@ FIRST = "Translate a sentence first."
 PE_POSITIONS = 32  # Multi30k sentences are ~13 tokens; more positions cost payload
 
 
-def clamp(value, n: int) -> int:
-    return read_index(value, 0, n)
-
-
 @dataclass(frozen=True)
 class KindView:
     """One attention kind of a run, as the maps draw it: weights L×H×Q×K, row and key labels, which query
@@ -87,7 +83,7 @@ def attention_figure(run: Run | None, ref: HeadRef, view: str, units: str = "wor
     attn, q, k, valid, mask, q_title, unit = kv.attn, kv.rows, kv.keys, kv.valid, kv.mask, kv.row_title, kv.unit
     label = KIND_LABELS[kind]
     L, H = attn.shape[:2]
-    l, h = clamp(layer, L), clamp(head, H)
+    l, h = read_index(layer, 0, L), read_index(head, 0, H)
     axes = f"rows: query {unit}, columns: key {unit}"
     words = [kv.caption.removeprefix("; ")] if kv.caption else []  # a subtitle: the title keeps one line
     if view == "head":
@@ -116,7 +112,7 @@ def scores_figure(run: Run | None, ref: HeadRef):
     kind, layer, head = ref
     tr = run.tr
     attn = tr.attention(kind)
-    l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
+    l, h = read_index(layer, 0, attn.shape[0]), read_index(head, 0, attn.shape[1])
     q, k = tr.axes(kind)
     rows, q_title = (q, None) if kind == ENC_SELF else decoder_rows(q, tr.output_tokens)
     mask = tr.mask(kind)
@@ -151,7 +147,7 @@ def step_figures(run: Run | None, t, head=None):
     if run.src_spans is not None:  # subword model: a source word's weight is the sum over its pieces
         cross_w = pool_words(cross_w[..., None, :], [[0]], run.src_spans)[..., 0, :]
         src, over = run.src_words, "the source words"
-    h = None if head in (None, "", "mean") else clamp(head, cross_w.shape[1])
+    h = None if head in (None, "", "mean") else read_index(head, 0, cross_w.shape[1])
     weights = cross_w[-1].mean(0) if h is None else cross_w[-1, h]
     what = "last layer, mean over heads" if h is None else f"last layer, head {h}"
     strip = vs.source_strip(weights, src, what=what, per_row=6, key_valid=not_padding(src),
@@ -184,7 +180,7 @@ def watch_heads(run: Run, t: int | None = None, selected: tuple[int, int] | None
     n = cross.shape[2]
     t = n if t is None else max(1, min(int(t), n))
     if selected is not None:
-        selected = (clamp(selected[0], cross.shape[0]), clamp(selected[1], cross.shape[1]))
+        selected = (read_index(selected[0], 0, cross.shape[0]), read_index(selected[1], 0, cross.shape[1]))
     title = "Cross-attention of every head as it is generated (click a panel to open it)"
     if run.by_word(units) and run.out_spans is not None:
         spans = [[i for i in span if i < t] for span in run.out_spans]
@@ -229,7 +225,7 @@ def compare_maps_figure(cmp: CompareRun | None, ref: HeadRef | None, lm=None):
     base = kind_view(run, kind, "words", lm)
     mod = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)
     L, H = base.attn.shape[:2]
-    l, h = clamp(layer, L), clamp(head, H)
+    l, h = read_index(layer, 0, L), read_index(head, 0, H)
     own = (kind, l, h) in cmp.iv.ablate_heads
     return va.comparison_maps(base.attn[l, h], mod.attn[l, h], base.rows, base.keys, query_valid=base.valid,
                               masks=(base.mask, mod.mask), query_title=base.row_title,
@@ -326,7 +322,7 @@ def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
         return message_figure(FIRST)
     tr = run.tr
     n_dec = tr.attention(CROSS).shape[0]
-    layer = None if layer_sel in (None, "", "all") else clamp(layer_sel, n_dec)
+    layer = None if layer_sel in (None, "", "all") else read_index(layer_sel, 0, n_dec)
     d = readouts.rollout_data(tr, layer)
     which = "mean over every layer and head" if layer is None else f"layer {layer}, mean over heads"
     roll, attr, src, out, dec_in = d.rollout, d.attribution, tr.src_tokens, tr.output_tokens, \
@@ -351,7 +347,7 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
     tr = run.tr
     L, H = tr.attention(CROSS).shape[:2]
     mode = mode if mode in ALIGN_MODES else "layer"
-    l, h = clamp(layer, L), clamp(head, H)
+    l, h = read_index(layer, 0, L), read_index(head, 0, H)
     w = readouts.alignment_data(tr, mode, l, h)
     what = {"head": f"cross-attention, {layer_head(l, h)}", "layer": f"cross-attention, layer {l}, mean of heads",
             "mean": "cross-attention, mean of every layer and head", "rollout": "rollout attribution"}[mode]
@@ -403,7 +399,7 @@ def pair_view_figure(pair: PairRun | None, ref: HeadRef):
     l = h = 0
     for label, tr in (("sentence A", pair.a), ("sentence B", pair.b)):
         attn = tr.attention(kind)
-        l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
+        l, h = read_index(layer, 0, attn.shape[0]), read_index(head, 0, attn.shape[1])
         q, k = tr.axes(kind)
         rows = q if kind == ENC_SELF else decoder_rows(q, tr.output_tokens)[0]
         maps.append((f"{label}: {tr.text[:60]}", attn[l, h], rows, k))

@@ -149,7 +149,7 @@ class Shell:
 
     def placed(self, sel: Selection, section, subviews) -> Selection:
         """``sel`` on ``section`` and the sub-view ``subviews`` holds for it (the states a view reads beside it)."""
-        sel = sel if isinstance(sel, Selection) else Selection()
+        sel = Selection.held(sel)
         return self.selection(sel.kind, sel.layer, sel.head, sel.step, sel.query, sel.units, sel.view, sel.scale,
                               section, subviews)
 

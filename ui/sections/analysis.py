@@ -311,7 +311,7 @@ def _wire_pair(shell: Shell) -> None:
     p = shell.analysis
 
     def on_pair(text_a, text_b, run, name, sel):
-        return _pair(shell, text_a, text_b, run, name, sel if isinstance(sel, Selection) else Selection())
+        return _pair(shell, text_a, text_b, run, name, Selection.held(sel))
 
     # the selection as one value: the state every control writes
     p.pair_btn.click(on_pair, [p.pair_a, p.pair_b, shell.run_state, shell.direction, shell.sel_state],
@@ -384,7 +384,7 @@ def _wire_export(shell: Shell) -> None:
 
     def on_figure(which, run, sel, roll, amode, bview, pstate, pstat, pair, fmt="HTML"):
         lm = shell.lm(run)
-        s = sel if isinstance(sel, Selection) else Selection()
+        s = Selection.held(sel)
         builders = {
             "attention": lambda: views.attention_figure(run, s.head_ref, s.view, s.units, lm, s.scale),
             "rollout": lambda: views.rollout_view_figure(run, roll, s.units),
@@ -423,7 +423,7 @@ def _wire_export(shell: Shell) -> None:
         if run is None or run.inputs is None:
             return ""
         inputs = replace(run.inputs, toggles=toggles_of(*toggles_))
-        sel = sel if isinstance(sel, Selection) else Selection()
+        sel = Selection.held(sel)
         return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))),
                         whatif.on_screen(sel, run, bench, attr_held, second, lens))
 

@@ -187,7 +187,7 @@ def refresh(shell: Shell, run, cmp=None) -> list:
 
 def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, sel: Selection):
     p = shell.interventions
-    sel = sel if isinstance(sel, Selection) else Selection()
+    sel = Selection.held(sel)
     kind, layer, head = sel.kind, sel.layer, sel.head
     if run is None:
         return {p.cmp_notice: "✏️ Translate a sentence first: Compare runs against the current run."}
@@ -274,7 +274,7 @@ def wire(shell: Shell) -> None:
             iv = make_interventions(pad_on, causal_on, pos_on, (), src_sel)
             fig = views.masks_figure(shell.reg, run.model, src, run.tr.output_tokens, iv,
                                      "Masks for the current settings (True = attend)")
-            kind = sel.kind if isinstance(sel, Selection) else Selection().kind
+            kind = Selection.held(sel).kind
             new_kind = follow(pad_on, causal_on, pos_on, heads_sel, int(pad_in or 0) > 0, kind, 0, 0)[0]
             return fig, STALE if cmp is not None else "", new_kind
         except Exception:
@@ -341,7 +341,7 @@ def preset_values(shell: Shell, run, text, name, sel: Selection, pad_on, causal_
     demo = word_order_demo(name, lm.src_lang if lm else "en")
     own = back is not None and run is not None and is_preset_run(shell, run) and run.model == name
     if not own:
-        sel = sel if isinstance(sel, Selection) else Selection()
+        sel = Selection.held(sel)
         back = None if run is None else PresetBack(
             run=run, text=text or "", direction=name, kind=sel.kind, layer=sel.layer, head=sel.head,
             padding=bool(pad_on), causal=bool(causal_on), positional=bool(pos_on))
@@ -364,7 +364,7 @@ def back_values(shell: Shell, back: PresetBack | None, cmp, sel: Selection | Non
     hide = {p.preset_back: None, p.back_btn: gr.Button(visible=False)}
     if back is None or shell.lm(back.run) is None:
         return hide
-    sel = replace(sel if isinstance(sel, Selection) else Selection(), kind=back.kind, layer=back.layer, head=back.head)
+    sel = replace(Selection.held(sel), kind=back.kind, layer=back.layer, head=back.head)
     sel = sel.fit(ModelShape.of(shell.lm(back.run)))
     values = lazy_values(shell, "interventions", back.run, cmp) | shell.run_values(back.run, RunContext(sel, False, base))
     return values | hide | {

@@ -138,7 +138,7 @@ def _head_forms(shell: Shell, run: Run | None, sel: Selection | None):
     if not keys:
         return message_figure("No training frames for this model.")
     opts = DecodeOptions(max_len=min(60, 2 * len(run.tr.src_tokens) + 10))
-    sel = (sel or Selection()).fit(shell.shape(run.model)) if shell.shape(run.model) else (sel or Selection())
+    sel = Selection.held(sel).fit(shell.shape(run.model)) if shell.shape(run.model) else Selection.held(sel)
     panels = []
     for key in keys:
         tr = calls.gpu_translate(shell.reg_key, key, run.tr.src_text, opts)
@@ -238,7 +238,7 @@ def _wire_compare(shell: Shell, parts: LearnParts) -> None:
         pair = compare_pair(shell, run, number)
         if pair is None:
             raise gr.Error(NO_FRAMES)
-        sel = replace(sel if isinstance(sel, Selection) else Selection(), section="analysis", subview="sidebyside")
+        sel = replace(Selection.held(sel), section="analysis", subview="sidebyside")
         second = pair[1]
         return (gr.Tabs(selected="analysis"), "analysis", gr.Tabs(selected="sidebyside"),
                 {**(held or {}), "analysis": "sidebyside"}, (*stamp_of(sbs_section.NAME, run, sel), second),

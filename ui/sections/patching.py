@@ -204,7 +204,7 @@ CLEARED = "The selection changed: press **Run patching** for the head or layer i
 
 def _on_selection(sel, shown, site, scan) -> tuple:
     """The bench's line of what it patches, and its result cleared once it no longer matches the selection."""
-    sel = sel if isinstance(sel, Selection) else Selection()
+    sel = Selection.held(sel)
     if not stale(shown, sel):
         return where(sel, site, scan), gr.skip(), gr.skip(), gr.skip()
     return where(sel, site, scan), CLEARED, views.message_figure("Run patching again."), None
