@@ -8,6 +8,7 @@ import pytest
 from model.engine.vocab import UNSPACED_NOTE, has_unspaced, is_unspaced, piece_word_spans
 from viz import attention as va
 from viz.common import FONT_FAMILY, MAX_LABEL, message_figure, short
+from model.engine.names import HeadRef
 
 ZH = ["我今天没有时间，因为我必须工作。", "政府昨天宣布了新的税收。", "两只狗在雪地里玩耍！", "一个女孩跑过马路。",
       "这个人花4.50欧元买了3个苹果。", "孩子们在吃面包，他们很累。", "大房子在河边。", "请打开门好吗？"]
@@ -99,6 +100,6 @@ def test_a_chinese_run_says_its_words_are_pieces(tmp_path, monkeypatch):
     kv = views.kind_view(run, "encoder.self_attn", "words", lm)
     assert "Chinese has no spaces" in kv.caption
     for view in ("grid", "head", "mean"):
-        title = views.attention_figure(run, "encoder.self_attn", view, 0, 0, "words", lm).layout.title
+        title = views.attention_figure(run, HeadRef("encoder.self_attn", 0, 0), view, "words", lm).layout.title
         assert "words are SentencePiece pieces" in title.subtitle.text and "Chinese" not in title.text
     assert views.kind_view(run, "encoder.self_attn", "pieces", lm).caption == ""

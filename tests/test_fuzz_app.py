@@ -31,6 +31,7 @@ from ui import calls
 from ui import state
 from ui.present import views
 from ui.sections import translate as translate_section
+from model.engine.names import HeadRef
 
 VIEWS = ("grid", "head", "mean", "scores")
 # Tags the figure builders write themselves (hover templates, the chosen top-k bar).
@@ -155,13 +156,13 @@ def test_random_unicode_through_the_app_views(registry, text, name, beam, pad, c
     head = data.draw(st.integers(0, 5), label="head")
     # a kind as a control or a link sends it becomes the engine's Kind where it enters (Selection.of)
     kind_in = state.Selection.of(data.draw(st.sampled_from(ATTN_KINDS + ("bogus", "cross", None)), label="kind")).kind
-    check_figure(views.attention_figure(run, kind_in, data.draw(st.sampled_from(VIEWS), label="view"), layer, head,
+    check_figure(views.attention_figure(run, HeadRef(kind_in, layer, head), data.draw(st.sampled_from(VIEWS), label="view"),
                                         "words", lm), "attention")
     if tr.steps:
         check_figure(views.watch_heads(run), "watch heads")
     for kind in ATTN_KINDS:
         for view in VIEWS:
-            check_figure(views.attention_figure(run, kind, view, layer, head), f"{kind}/{view}")
+            check_figure(views.attention_figure(run, HeadRef(kind, layer, head), view), f"{kind}/{view}")
     # the analysis tabs (rollout, alignment lines, beam tree), where this version of the app has them
     if True:
         check_figure(views.rollout_view_figure(run, data.draw(st.sampled_from(["all", "0", "1", "9", None]),
@@ -190,5 +191,5 @@ def test_random_unicode_through_the_app_views(registry, text, name, beam, pad, c
             check_attention(t, what)
         cmp = state.CompareRun(name, base, mod, mod_on_base, iv)
         for kind in ATTN_KINDS:
-            check_figure(views.compare_maps_figure(cmp, kind, layer, head), f"compare {kind}")
+            check_figure(views.compare_maps_figure(cmp, HeadRef(kind, layer, head)), f"compare {kind}")
         check_figure(views.masks_figure(reg, name, mod.src_tokens, mod.output_tokens, iv, "masks"), "masks")

@@ -8,6 +8,7 @@ import torch
 from model.engine.config import BOS_ID, EOS_ID, NO_INTERVENTION, PAD_ID, Interventions
 from model.engine.hooks import capture
 from model.engine.transformer import ATTN_KINDS, Kind, sinusoidal_encoding
+from model.engine.names import HeadRef
 
 SRC = torch.tensor([[BOS_ID, 4, 5, 6, 7, 8, EOS_ID]])
 PADDED = torch.cat([SRC, torch.full((1, 3), PAD_ID)], 1)
@@ -198,7 +199,8 @@ def test_ablation_map_follows_the_first_map_that_changes(tiny_lm, ablated, expec
     cmp = _ablation_compare(tiny_lm, {ablated})
     choice = views.ablation_map(cmp, tiny_lm)
     assert (choice.kind, choice.layer) == expect
-    fig = views.compare_maps_figure(cmp, choice.kind, choice.layer, choice.head, tiny_lm)
+    ref = None if choice.kind is None else HeadRef(choice.kind, choice.layer, choice.head)
+    fig = views.compare_maps_figure(cmp, ref, tiny_lm)
     diff = [t for t in fig.data if t.coloraxis == "coloraxis2"][0]
     assert np.nanmax(np.abs(np.asarray(diff.z, dtype=float))) > 1e-6  # the map shown does change
     assert f"layer {choice.layer}, head {choice.head}" in choice.why
@@ -210,13 +212,13 @@ def test_ablating_the_last_cross_head_points_to_the_probabilities(tiny_lm):
     cmp = _ablation_compare(tiny_lm, {("decoder.cross_attn", last, 0)})
     choice = views.ablation_map(cmp, tiny_lm)
     assert choice.kind is None and "probabilities" in choice.why
-    fig = views.compare_maps_figure(cmp, None, 0, 0, tiny_lm)
+    fig = views.compare_maps_figure(cmp, None, tiny_lm)
     assert "probabilities" in str(fig.layout.annotations[0].text)
 
 
 def test_an_ablated_heads_own_map_says_it_cannot_change(tiny_lm):
     from ui.present import views
     cmp = _ablation_compare(tiny_lm, {("encoder.self_attn", 0, 1)})
-    fig = views.compare_maps_figure(cmp, "encoder.self_attn", 0, 1, tiny_lm)
+    fig = views.compare_maps_figure(cmp, HeadRef("encoder.self_attn", 0, 1), tiny_lm)
     assert "cannot change" in fig.layout.title.text
-    assert "cannot change" not in views.compare_maps_figure(cmp, "encoder.self_attn", 0, 2, tiny_lm).layout.title.text
+    assert "cannot change" not in views.compare_maps_figure(cmp, HeadRef("encoder.self_attn", 0, 2), tiny_lm).layout.title.text

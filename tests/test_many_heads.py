@@ -11,6 +11,7 @@ from viz import attention as va
 from viz import profiles as vp
 from viz import steps as vs
 from viz.common import MIN_LABEL_FONT
+from model.engine.names import HeadRef
 
 L, H = 6, 8
 SRC = ["▁Der", "▁Mann", "▁läuft", "▁5", "▁km", "▁über", "▁die", "▁Brücke", "!", "▁heute", "▁früh", "</s>"]
@@ -111,7 +112,7 @@ def test_a_6x8_run_draws_every_head_in_every_view(lm48):
     tr = translate(lm48, "Der Mann läuft 5 km über die Brücke!", DecodeOptions(beam=1, max_len=10))
     run = Run.of(lm48, "de-en", tr)
     for kind in ATTN_KINDS:
-        fig = views.attention_figure(run, kind, "grid", 0, 0, "words", lm48)
+        fig = views.attention_figure(run, HeadRef(kind, 0, 0), "grid", "words", lm48)
         assert _panels(fig) == {(l, h) for l in range(L) for h in range(H)}
     mini = views.watch_heads(run)
     assert _panels(mini) == {(l, h) for l in range(L) for h in range(H)}

@@ -3,12 +3,20 @@ and the schemas the ones pydantic generates (a copy each time), so a session's c
 arguments come out the same; sessions that share the page's configs hold what Gradio's own would, and keep
 their edits to themselves; skipped outputs and answers without files come out as Gradio's own code makes them;
 a module marked absent is one that is not installed; the monitoring summary's frequency is set only where
-nobody set it. Each check runs in a fresh interpreter: what it changes lasts for the process."""
+nobody set it. Each check of a patch runs twice: patched, and with ``ATTN_GRADIO_PATCHES=0`` (Gradio as it is),
+where the page shows the same; on another Gradio version nothing is patched and one log line says so.
+Each check runs in a fresh interpreter: what it changes lasts for the process."""
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import textwrap
+
+import pytest
+
+MODES = {"patched": {}, "plain": {"ATTN_GRADIO_PATCHES": "0"}}
+mode = pytest.mark.parametrize("mode", list(MODES))
 
 SCRIPT = textwrap.dedent('''
     import inspect, json, os, sys
@@ -47,7 +55,7 @@ SCRIPT = textwrap.dedent('''
     print(json.dumps({
         "n": n, "again": overhead.remember_signatures(demo),
         "same_config": before == after and len(after) > 8,
-        "kept": all(inspect.signature(f) is f.__signature__ for f in inits),
+        "kept": all(inspect.signature(f) is getattr(f, "__signature__", None) for f in inits),
         "same_specs": specs == [inspect.getfullargspec(f.__wrapped__) for f in inits],
         "n_schemas": n_schemas, "schemas_again": overhead.remember_schemas(demo),
         "same_schemas": schemas == [m.model_json_schema() for m in models] + [
@@ -172,7 +180,10 @@ SKIPS = textwrap.dedent('''
                                        ours[3][-1][layer._id]["value"]],
                       "shown": list(shown.values()), "sample": plain(ours[0][0]), "skips": plain(ours[0][2]),
                       "value_only": plain(ours[0][3][1]), "idle": plain(ours[0][8]), "idle_dicts": plain(ours[0][9]),
-                      "changes": plain(ours[0][10])}))
+                      "changes": plain(ours[0][10]),
+                      # what each answer left in the browser (a state's callback named by its address, left out)
+                      "seen": [{b: {k: v for k, v in props.items() if k != "delete_callback"}
+                                for b, props in plain(page).items()} for page in ours[3]]}))
 ''')
 
 QUICK = textwrap.dedent('''
@@ -211,6 +222,7 @@ QUICK = textwrap.dedent('''
     now = overhead.pass_over_skips()
     ours = run(good), run(bad)
     print(json.dumps({"now": now, "same": gradios[0][0] == ours[0][0] and gradios[0][2] == ours[0][2],
+                      "seen": [ours[0][0], ours[1]],
                       "hops": [gradios[0][1], ours[0][1]], "bad": [gradios[1], ours[1]]}))
 ''')
 
@@ -242,7 +254,7 @@ WALKS = textwrap.dedent('''
     print(json.dumps({"now": now, "again": overhead.skip_fileless_walks(), "same": gradios == ours,
                       "marks": [overhead.may_hold_files(a) for a in answers] + [overhead.may_hold_files(object())],
                       "as_is": pu.add_root_url(plain, "https://space.example/", None) is plain,
-                      "rooted": ours[1][2][0]["deep"][0]["deeper"]["url"]}))
+                      "rooted": ours[1][2][0]["deep"][0]["deeper"]["url"], "seen": ours}))
 ''')
 
 MONITOR = textwrap.dedent('''
@@ -257,31 +269,42 @@ MONITOR = textwrap.dedent('''
 
 
 def _run(script: str, env: dict | None = None) -> str:
+    return _ran(script, tuple(sorted((env or {}).items())))[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _ran(script: str, env: tuple) -> tuple[str, str]:
+    """The script's last line of output and its error output, run once per environment."""
     import os
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
-    full = {k: v for k, v in os.environ.items() if k != "GRADIO_ANALYTICS_CACHE_FREQUENCY"} | (env or {})
+    skip = {"GRADIO_ANALYTICS_CACHE_FREQUENCY", "ATTN_GRADIO_PATCHES"}
+    full = {k: v for k, v in os.environ.items() if k not in skip} | dict(env)
     out = subprocess.run([sys.executable, "-c", script], cwd=root, env=full, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout.strip().splitlines()[-1]
+    return out.stdout.strip().splitlines()[-1], out.stderr
 
 
-def test_kept_signatures_and_schemas_leave_every_config_and_update_as_it_was():
+@mode
+def test_kept_signatures_and_schemas_leave_every_config_and_update_as_it_was(mode):
     import json
-    got = json.loads(_run(SCRIPT))
-    assert got["n"] >= 6 and got["again"] == 0  # each class once
-    assert got["same_config"] and got["kept"] and got["same_specs"]
+    got = json.loads(_run(SCRIPT, MODES[mode]))
+    patched = mode == "patched"
+    assert (got["n"] >= 6 if patched else got["n"] == 0) and got["again"] == 0  # each class once
+    assert got["same_config"] and got["kept"] is patched and got["same_specs"]
     assert got["update"] == {"choices": ["fr-en"], "value": "fr-en"}  # an update's own arguments, no more
-    assert got["n_schemas"] == 2 and got["schemas_again"] == 0  # the plot's and the highlighted text's models
+    # the plot's and the highlighted text's models
+    assert got["n_schemas"] == (2 if patched else 0) and got["schemas_again"] == 0
     assert got["same_schemas"] and got["schema_is_a_copy"]
     assert got["absent"] == ["bokeh_is_not_installed_here"] and got["fails_at_once"]  # json is installed
 
 
-def test_sessions_share_the_page_configs_until_one_changes_its_own():
+@mode
+def test_sessions_share_the_page_configs_until_one_changes_its_own(mode):
     import json
-    got = json.loads(_run(SHARED))
-    assert got["shared_now"] and not got["again"]
+    got = json.loads(_run(SHARED, MODES[mode]))
+    assert got["shared_now"] is (mode == "patched") and not got["again"]
     assert got["same"]  # the same configs, in the same order, as Gradio's own session state
     assert got["edited_alike"]  # the same edits leave the same configs
     assert got["a_box"] == "Zwei Katzen." and got["c_box"] == "Ein Hund."  # an edit stays in its session
@@ -292,12 +315,23 @@ def test_sessions_share_the_page_configs_until_one_changes_its_own():
     assert got["len_c"] > got["n_page"]  # the grown page's new blocks (and Gradio's form around them)
 
 
-def test_skipped_outputs_and_idle_updates_leave_the_page_as_gradio_leaves_it():
+@mode
+def test_skipped_outputs_and_idle_updates_leave_the_page_as_gradio_leaves_it(mode):
     import json
-    got = json.loads(_run(SKIPS))
-    assert got["now"] and not got["again"]
+    got = json.loads(_run(SKIPS, MODES[mode]))
+    assert got["now"] is (mode == "patched") and not got["again"]
     # after every answer the browser shows the same properties, and the session holds the same state
     assert got["same_seen"] and got["state"]
+    assert got["skips"] == [{"__type__": "update"}, {"__type__": "update"}, None, {"__type__": "update"},
+                            {"__type__": "update"}, {"__type__": "update"}]
+    assert got["sample"][0] == {"__type__": "update"} and got["sample"][3] == "**now**"
+    assert got["sample"][1]["choices"] == [["fr-en", "fr-en"]]  # a real change: an update
+    assert got["changes"][1]["choices"] == [["de-en", "de-en"], ["fr-en", "fr-en"]]
+    assert got["changes"][4]["maximum"] == 9 and got["changes"][5]["visible"] is True
+    if mode == "plain":  # Gradio's own answers, configs and all
+        assert all(got["same_answers"]) and got["configs"] == [True, True, True]
+        assert got["layer_values"] == [0, 0, 7] and got["value_only"] == {"value": "fr-en", "__type__": "update"}
+        return
     # the session's configs alike, but for a value Gradio drops when it rebuilds a component for an update of
     # other arguments (the slider's last, 7, that the browser shows), which is kept
     assert got["configs"] == [True, False, True] and got["layer_values"] == [0, 7, 7]
@@ -307,40 +341,76 @@ def test_skipped_outputs_and_idle_updates_leave_the_page_as_gradio_leaves_it():
     # the session's config (Gradio's deep links) keeps the value each output last showed: Gradio's rebuild
     # for a skip drops it
     assert got["shown"] == ["Drei.", "de-en", "from a dict"]
-    assert got["skips"] == [{"__type__": "update"}, {"__type__": "update"}, None, {"__type__": "update"},
-                            {"__type__": "update"}, {"__type__": "update"}]
-    assert got["sample"][0] == {"__type__": "update"} and got["sample"][3] == "**now**"
-    assert got["sample"][1]["choices"] == [["fr-en", "fr-en"]]  # a real change: an update
     assert got["value_only"] == "fr-en"  # gr.update(value=...) alone is a value
     # an update that sets only what the session's component already has: its value, or nothing
     assert got["idle"] == [{"__type__": "update"}, "fr-en", None, {"__type__": "update"}, 4, {"__type__": "update"}]
     assert got["idle_dicts"] == [{"__type__": "update"}, None, None, {"__type__": "update"},
                                  {"__type__": "update"}, {"__type__": "update"}]
-    assert got["changes"][1]["choices"] == [["de-en", "de-en"], ["fr-en", "fr-en"]]
-    assert got["changes"][4]["maximum"] == 9 and got["changes"][5]["visible"] is True
 
 
-def test_quick_postprocessing_stays_on_the_event_loop_and_answers_as_gradio_does():
+@mode
+def test_quick_postprocessing_stays_on_the_event_loop_and_answers_as_gradio_does(mode):
     import json
-    got = json.loads(_run(QUICK))
-    assert got["now"] and got["same"]  # the same answer and session configs as Gradio's own
-    # Gradio sends each of the 7 outputs to a worker thread; here only the JSON and the plotly figure go
+    got = json.loads(_run(QUICK, MODES[mode]))
+    assert got["now"] is (mode == "patched") and got["same"]  # the same answer and session configs as Gradio's
+    # Gradio sends each of the 7 outputs to a worker thread; patched, only the JSON and the plotly figure go
     # (a figure not yet serialised is drawn there, off the event loop)
-    assert got["hops"] == [7, 2]
+    assert got["hops"] == ([7, 2] if mode == "patched" else [7, 7])
     # a value that fails is left to Gradio, which names the output in its error
     assert got["bad"][0] == got["bad"][1] and got["bad"][0][0] == "ComponentProcessingError"
 
 
-def test_answers_without_files_skip_the_walks_and_those_with_files_are_walked_as_before():
+@mode
+def test_answers_without_files_skip_the_walks_and_those_with_files_are_walked_as_before(mode):
     import json
-    got = json.loads(_run(WALKS))
-    assert got["now"] and not got["again"]
+    got = json.loads(_run(WALKS, MODES[mode]))
+    assert got["now"] is (mode == "patched") and not got["again"]
     assert got["same"]  # moved to the cache and rooted exactly as Gradio's own walks do
     assert got["marks"] == [False, True, True, False, True]  # an object orjson cannot write: walked
-    assert got["as_is"]  # no file: the answer itself, not a copy
+    assert got["as_is"] is (mode == "patched")  # no file: the answer itself, not a copy
     assert got["rooted"] == "https://space.example//gradio_api/file=tmp/map.png"
 
 
 def test_the_monitoring_summary_is_made_rarely_unless_someone_set_how_often():
     assert _run(MONITOR) == "1000"
     assert _run(MONITOR, {"GRADIO_ANALYTICS_CACHE_FREQUENCY": "7"}) == "7"
+
+
+def test_with_the_patches_off_the_page_shows_what_the_patched_page_shows():
+    """The same events answered with and without the patches: what the browser shows after each is the same,
+    and so are the served answers and the walked files."""
+    import json
+    for script in (SKIPS, QUICK, WALKS):
+        patched, plain = (json.loads(_run(script, MODES[m])) for m in ("patched", "plain"))
+        assert patched["now"] and not plain["now"]
+        assert patched["seen"] == plain["seen"]
+
+
+OTHER_VERSION = textwrap.dedent('''
+    import inspect, json
+    import gradio as gr
+    from gradio import processing_utils as pu
+    from gradio.blocks import Blocks
+    from gradio.state_holder import SessionState
+    from ui import overhead
+
+    gr.__version__ = "5.0.0"
+    with gr.Blocks() as demo:
+        gr.Textbox("Ein Hund.")
+        gr.Plot()
+    before = [SessionState.__init__, Blocks.postprocess_data, pu.async_move_files_to_cache, pu.add_root_url]
+    overhead.pay_once(demo)
+    overhead.pay_once(demo)  # said once only
+    after = [SessionState.__init__, Blocks.postprocess_data, pu.async_move_files_to_cache, pu.add_root_url]
+    print(json.dumps({"same": before == after, "applies": overhead.patches_apply(),
+                      "signature": "__signature__" in gr.Textbox.__init__.__dict__,
+                      "schema": "model_json_schema" in gr.components.plot.PlotData.__dict__}))
+''')
+
+
+def test_on_another_gradio_version_nothing_is_patched_and_one_line_says_so():
+    import json
+    out, err = _ran(OTHER_VERSION, ())
+    assert json.loads(out) == {"same": True, "applies": False, "signature": False, "schema": False}
+    said = [line for line in err.splitlines() if "Gradio 5.0.0 is not 6.31.0" in line]
+    assert len(said) == 1, err[-2000:]

@@ -12,6 +12,7 @@ from model.analysis.computation import Computation, force  # noqa: E402
 from model.analysis.postnorm import SUBLAYERS, layer_norm64, ln_linear  # noqa: E402
 from model.families import load_checkpoint  # noqa: E402
 from tests.test_marian import EN, PROBES, build_marian  # noqa: E402
+from model.engine.names import HeadRef  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +213,7 @@ def test_one_heads_norm_view_says_it_is_the_attention_term_alone(lm, forced):
     from ui.present import inside
     from ui.state import Run, Selection
     run = Run.of(lm, "de-en", forced.translation, forced=True)
-    fig = inside.norm_weight_figure(run, lm, Selection.of("cross").kind, 1, 2, "pieces")
+    fig = inside.norm_weight_figure(run, lm, HeadRef("cross", 1, 2), "pieces")
     assert "before the residual add and the LayerNorm" in fig.layout.title.subtitle.text
     comp = Computation(forced.translation.trace, lm.model)
     z = [d.customdata for d in fig.data if d.type == "heatmap"][1]  # the raw values: the head's own term

@@ -7,6 +7,7 @@ from urllib.parse import parse_qsl, urlsplit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from model.engine.names import HeadRef
 from model.engine.transformer import ATTN_KINDS
 from ui.settings import MAX_BEAM, MAX_OUTPUT_TOKENS
 from ui.state import (SCALES, SUBVIEWS, UNITS, VIEWS, ModelShape, RunInputs, Selection, Toggles, from_query,
@@ -88,12 +89,13 @@ def test_one_reading_of_an_index_and_one_table_of_short_kind_names():
     from ui import present, state as st
     from ui.present import whatif
     assert [st.read_index(v) for v in ("3", 2.0, -4, None, "x")] == [3, 2, 0, 0, 0]
-    assert st.read_index("9", n=4) == 3 and st.read_index(None, 5, n=4) == 5
+    assert st.read_index("9", n=4) == 3 and st.read_index(None, 5, n=4) == 3  # the default below n too
     assert Selection.of(layer="2", head=-1, step=None).layer == 2
-    bench = whatif.bench_link("a", "b", "z", "none", "cross", "decoder", "post", "1", "x", "", -2, "", "patch")
+    bench = whatif.bench_link("a", "b", "z", "none", Selection.of("cross", "1", "x").head_ref, "decoder", "post", "", -2,
+                              "", "patch")
     assert (bench.layer, bench.head, bench.step) == (1, 0, 0)
     assert not hasattr(present, "KIND_SHORT")  # the labels read the engine's table itself
-    assert present.head_label("decoder.cross_attn", 1, 2) == "cross L1 H2"
+    assert str(HeadRef("decoder.cross_attn", 1, 2)) == "cross L1 H2"
     assert all(names.Kind.of(short) is kind for kind, short in names.SHORT_NAMES.items())
     assert {k: v for k, v in vars(st).items() if isinstance(v, dict) and set(v) == set(names.SHORT_KINDS)} \
         in ({}, {"SHORT_KINDS": names.SHORT_KINDS})  # no second table of its own
@@ -124,8 +126,10 @@ def test_one_normaliser_per_index():
     """Every clamp of a layer, head, step, position or frame goes through state.read_index."""
     from ui.present import inside, learn, views
     assert hand_clamps() == []
-    assert (inside.clamp("x", 4, 9), inside.clamp("2", 4), inside.clamp(-3, 4), inside.clamp(1, 0)) == (3, 2, 0, 0)
-    assert (views.clamp("7", 3), views.clamp(None, 3), views.clamp("x", 3)) == (2, 0, 0)
+    from ui.state import read_index as read  # the one normaliser: no wrapper of it beside
+    assert (read("x", 9, 4), read("2", 0, 4), read(-3, 0, 4), read(1, 0, 0)) == (3, 2, 0, 0)
+    assert (read("7", 0, 3), read(None, 0, 3), read("x", 0, 3)) == (2, 0, 0)
+    assert not hasattr(inside, "clamp") and not hasattr(views, "clamp")
     fs = learn.FrameSet.__new__(learn.FrameSet)
     object.__setattr__(fs, "keys", ("a@1", "a@2"))
     assert (fs.key_at(5), fs.key_at("x")) == ("a@2", "a@1")

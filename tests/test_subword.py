@@ -26,6 +26,7 @@ from ui.present import payload
 from model.analysis import profiles as analysis, readouts
 from ui import state
 from ui.present import views
+from model.engine.names import HeadRef
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRA = {"de": ["Ein Hund rennt über die Wiese.", "Eine Gruppe von Menschen steht vor einem Gebäude.",
@@ -192,8 +193,8 @@ def test_attention_view_reads_as_words_by_default(tmp_path, sv):
     def ticks(fig):
         return {t for ax in fig.to_dict()["layout"].values() if isinstance(ax, dict)
                 for t in ax.get("ticktext", []) or []}
-    words = views.attention_figure(run, "encoder.self_attn", "head", 0, 0, "words", lm)
-    pieces = views.attention_figure(run, "encoder.self_attn", "head", 0, 0, "pieces", lm)
+    words = views.attention_figure(run, HeadRef("encoder.self_attn", 0, 0), "head", "words", lm)
+    pieces = views.attention_figure(run, HeadRef("encoder.self_attn", 0, 0), "head", "pieces", lm)
     assert any("Feuerwehrmann" in t for t in ticks(words))
     assert not any("Feuerwehrmann" in t for t in ticks(pieces))
     def heading(fig):  # one head's units are said in its subtitle
@@ -229,7 +230,7 @@ def test_norm_weights_and_attribution_follow_the_units(tmp_path, sv):
     lm = load_checkpoint(tiny_subword_checkpoint(tmp_path / "de-en", sv))
     tr = translate(lm, "Ein Feuerwehrmann fährt.", DecodeOptions(max_len=5))
     run = state.Run.of(lm, "de-en", tr, [])
-    text = {u: json.dumps(inside.norm_weight_figure(run, lm, CROSS, 0, 1, u).to_dict(),
+    text = {u: json.dumps(inside.norm_weight_figure(run, lm, HeadRef(CROSS, 0, 1), u).to_dict(),
                           ensure_ascii=False) for u in ("words", "pieces")}
     assert "Feuerwehrmann" in text["words"] and "(words)" in text["words"]
     assert "Feuerwehrmann" not in text["pieces"] and "(tokens)" in text["pieces"]
@@ -249,7 +250,7 @@ def test_compare_and_profiles_read_as_words(tmp_path, sv):
     iv = Interventions(causal_mask=False)
     mod = translate(lm, text, DecodeOptions(max_len=5), iv=iv)
     cmp = state.CompareRun("de-en", base, mod, decoding.full_trace(lm, base.src_ids, base.output_ids, iv), iv)
-    fig = views.compare_maps_figure(cmp, "encoder.self_attn", 0, 0, lm).to_dict()
+    fig = views.compare_maps_figure(cmp, HeadRef("encoder.self_attn", 0, 0), lm).to_dict()
     assert "words" in fig["layout"]["title"]["text"] and "Feuerwehrmann" in json.dumps(fig, ensure_ascii=False)
     words = readouts.head_profiles(base, lm=lm)
     pieces = readouts.head_profiles(base)

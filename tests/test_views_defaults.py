@@ -8,6 +8,7 @@ from model.engine.decoding import DecodeOptions, translate
 from model.engine.transformer import CROSS, DEC_SELF, ENC_SELF
 from ui.present import inside, views
 from ui.state import Run
+from model.engine.names import HeadRef
 
 
 @pytest.fixture
@@ -16,17 +17,17 @@ def run(tiny_lm):
 
 
 def test_inside_one_head_opens_on_a_query_with_masked_keys(run, tiny_lm):
-    fig = inside.head_figure(run, tiny_lm, DEC_SELF, 0, 0, None)
+    fig = inside.head_figure(run, tiny_lm, HeadRef(DEC_SELF, 0, 0), None)
     assert "query 0:" in fig.layout.title.text
     assert inside.default_query(DEC_SELF, 5) == 0 and inside.default_query(CROSS, 5) == 0
 
 
 def test_an_unmasked_mask_panel_says_why_it_repeats_the_scores(run):
-    cross = views.scores_figure(run, CROSS, 0, 0)
+    cross = views.scores_figure(run, HeadRef(CROSS, 0, 0))
     names = [a.text for a in cross.layout.annotations]
     assert any("masks only padding" in n for n in names)
-    assert any("masks only padding" in n for n in (a.text for a in views.scores_figure(run, ENC_SELF, 0, 0).layout.annotations))
-    causal = [a.text for a in views.scores_figure(run, DEC_SELF, 0, 0).layout.annotations]
+    assert any("masks only padding" in n for n in (a.text for a in views.scores_figure(run, HeadRef(ENC_SELF, 0, 0)).layout.annotations))
+    causal = [a.text for a in views.scores_figure(run, HeadRef(DEC_SELF, 0, 0)).layout.annotations]
     assert not any("masks only padding" in n for n in causal) and any("−∞" in n for n in causal)
 
 

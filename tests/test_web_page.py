@@ -39,7 +39,7 @@ def test_translate_open_a_head_switch_the_mask_walk_the_tour(served, size):
     n_heads = page.evaluate("document.querySelector('#grid')._fullData.length")
     assert n_heads == 16  # 4 layers x 4 heads of cross-attention
 
-    page.select_option("#head-pick", "self:3:1")
+    page.select_option("#head-pick", "dec.3.1")  # the app's key of a head
     title = page.evaluate("document.querySelector('#head-plot')._fullLayout.title.text")
     assert title == "self layer 3 head 1"
 

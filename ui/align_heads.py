@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import gradio as gr
 import numpy as np
@@ -18,15 +17,14 @@ import numpy as np
 from model.analysis.alignment.heads import HeadRanking, ranking_for
 from model.analysis.alignment.reference import reference_path
 from model.analysis.alignment.sentence import ValReference, sentence_ranking, val_reference
-from model.engine.names import CROSS
+from model.engine.names import CROSS, HeadRef
 from viz.align_rank import aer_grid
 
 from . import calls
 from .present import views
 from .api import _api_model
-from .present import head_label, md_escape, no_model_message
+from .present import md_escape, no_model_message
 
-ALIGN_FOLDER = "alignments"
 TABLE_HEADERS = ["rank", "what", "layer", "head", "AER", "precision", "recall", "F1", "rows read"]
 READINGS = {"output": "at the row that predicts the word", "shift": "at the row where the word is the decoder input"}
 _RANKINGS: dict[tuple[str, str], HeadRanking] = {}
@@ -34,25 +32,18 @@ _LOCK = threading.Lock()
 log = logging.getLogger("attention-explorer")
 
 
-def align_dir(reg_key: str) -> Path:
-    """The alignment folder beside the loaded checkpoints, else the repository's."""
-    root = calls.REGISTRIES[reg_key].root
-    here = Path(root) / ALIGN_FOLDER if root is not None else None
-    return here if here is not None and here.is_dir() else calls.DEFAULT_ROOT / ALIGN_FOLDER
-
-
 @calls.model_call(duration=300)
 def gpu_alignment_ranking(reg_key: str, name: str) -> HeadRanking:
     """The model's ranking: the shipped file when current, else computed (the lock held per batch)."""
     lm = calls.lm_for(reg_key, name)
-    return ranking_for(lm, align_dir(reg_key), calls.DATA_DIRS, lock=calls.MODEL_LOCK)
+    return ranking_for(lm, calls.align_dir(reg_key), calls.DATA_DIRS, lock=calls.MODEL_LOCK)
 
 
 @calls.model_call(duration=60)
 def gpu_sentence_ranking(reg_key: str, name: str, index: int) -> tuple[ValReference, HeadRanking]:
     """One validation sentence's ranking (a single teacher-forced run)."""
     lm = calls.lm_for(reg_key, name)
-    folder = align_dir(reg_key)
+    folder = calls.align_dir(reg_key)
     pair = val_reference(folder, calls.DATA_DIRS, lm.src_lang, lm.tgt_lang, index)
     with calls.MODEL_LOCK:
         return pair, sentence_ranking(lm, pair, reference_path(folder, lm.src_lang, lm.tgt_lang))
@@ -230,7 +221,7 @@ def wire(shell) -> None:
             if row is None or row[3] in ("", None):
                 return gr.skip(), views.message_figure("This row is not a single head: pick a head's row."), \
                     *(gr.skip(),) * 3
-            label = head_label(CROSS, int(row[2]), int(row[3]))
+            label = str(HeadRef(CROSS, row[2], row[3]))
             return label, views.head_map_figure(run, label, shell.lm(run)), *shell.select_head(run, label)
         except Exception:
             log.exception("alignment row select failed")

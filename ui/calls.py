@@ -122,6 +122,7 @@ DEFAULT_ROOT = HERE / "checkpoints"
 # where head profiles, the alignment ranking, the reference overlay and the examples read Multi30k: only the
 # texts shipped with the app (a list, so that a test can point it elsewhere)
 DATA_DIRS = [SHIPPED_DIR]
+ALIGN_FOLDER = "alignments"
 # Model calls share one lock: the queue's concurrency group already runs them one at a time; the
 # lock covers the start-up warm-up and anything called outside the queue (hooks are registered on
 # the shared model while a capture runs).
@@ -201,6 +202,13 @@ def load_registry(root=None, device: str | None = None) -> tuple[str, Registry]:
         print(f"[attention-explorer] WARNING: no usable checkpoint under {root}; the app starts without a model",
               file=sys.stderr, flush=True)
     return key, reg
+
+
+def align_dir(reg_key: str) -> Path:
+    """The alignment folder beside the loaded checkpoints, else the repository's."""
+    root = REGISTRIES[reg_key].root
+    here = Path(root) / ALIGN_FOLDER if root is not None else None
+    return here if here is not None and here.is_dir() else DEFAULT_ROOT / ALIGN_FOLDER
 
 
 def lm_for(reg_key: str, name: str):

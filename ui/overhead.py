@@ -34,12 +34,18 @@ Gradio's costs there are the same answer computed again and again, or work it ne
   the ``/monitoring`` page: 16 ms at 300 events, 37 ms at 10,000. Gradio reads how often from
   ``GRADIO_ANALYTICS_CACHE_FREQUENCY``; unless that is set, it is made once per 1,000 events
   (``settings.summarise_monitoring_rarely``: only the settings module touches the environment).
+
+The five that replace Gradio's own code (signatures, schemas, session configs, skipped outputs, file walks) apply
+only on the Gradio version they are tested on (``settings.GRADIO_TESTED``); on another, one log line says so and
+Gradio runs as it is. ``ATTN_GRADIO_PATCHES=0`` leaves them all off.
 """
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import inspect
+import logging
 import sys
 import types
 import weakref
@@ -49,7 +55,37 @@ import orjson
 
 from . import settings
 
+log = logging.getLogger(__name__)
+_SAID: set[str] = set()
 
+
+def patches_apply() -> bool:
+    """Whether the patches of Gradio's internals apply here: switched on, and the tested Gradio version."""
+    if not settings.read().gradio_patches:
+        return False
+    import gradio
+    if gradio.__version__ != settings.GRADIO_TESTED:
+        line = (f"Gradio {gradio.__version__} is not {settings.GRADIO_TESTED}, the version ui/overhead.py is "
+                "tested on: Gradio runs as it is, without those savings")
+        if line not in _SAID:
+            _SAID.add(line)
+            log.warning(line)
+        return False
+    return True
+
+
+def _gradio_patch(nothing):
+    """A patch of Gradio's internals: it answers ``nothing`` (what it answers once already applied) and
+    changes nothing where ``patches_apply()`` says no."""
+    def wrap(patch):
+        @functools.wraps(patch)
+        def guarded(*args, **kwargs):
+            return patch(*args, **kwargs) if patches_apply() else nothing
+        return guarded
+    return wrap
+
+
+@_gradio_patch(0)
 def remember_signatures(blocks) -> int:
     """Each block class's ``__init__`` (and the function it wraps) keeps its signature; returns how many."""
     done = 0
@@ -67,6 +103,7 @@ def remember_signatures(blocks) -> int:
     return done
 
 
+@_gradio_patch(0)
 def remember_schemas(blocks) -> int:
     """Each block's data model answers ``model_json_schema()`` from a kept copy; returns how many models."""
     from pydantic import BaseModel
@@ -154,6 +191,7 @@ def _page_configs(blocks) -> dict[int, dict]:
     return kept[1]
 
 
+@_gradio_patch(False)
 def share_session_configs() -> bool:
     """New sessions start from the page's configs (``SessionConfigs``); False where already so."""
     from gradio.state_holder import SessionState
@@ -224,6 +262,7 @@ def _postprocessed(block, value, state):
     return (out.model_dump() if isinstance(out, (GradioModel, GradioRootModel)) else out,)
 
 
+@_gradio_patch(False)
 def pass_over_skips() -> bool:
     """An event's skipped outputs are answered as Gradio answers them, without rebuilding their components;
     an update that changes no argument is sent as its value (``_idle``); a value whose postprocessing is quick
@@ -292,6 +331,7 @@ def may_hold_files(data) -> bool:
         return True
 
 
+@_gradio_patch(False)
 def skip_fileless_walks() -> bool:
     """Gradio's walks for files to cache and links to root skip an answer that holds no file. False where
     already so."""

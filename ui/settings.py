@@ -55,6 +55,9 @@ class Settings:
     # H100 (bench/gpu_h100.json) and some 40 ms to copy its 300 MB of weights to the GPU, plus ZeroGPU's own
     # wait for a GPU (not measurable here): the CPU loses from about 36 M on; 40 M leaves a little margin.
     gpu_threshold_m: float = 40.0
+    # ATTN_GRADIO_PATCHES: 0 leaves Gradio's private internals as they are (ui/overhead.py); on by default, and
+    # applied only on the Gradio version they were tested on (GRADIO_TESTED)
+    gradio_patches: bool = True
     host: str = "127.0.0.1"         # GRADIO_SERVER_NAME
     port: int = 7860                # GRADIO_SERVER_PORT
 
@@ -68,6 +71,10 @@ def _int(env, name: str, default: int, least: int = 1) -> int:
 
 def _flag(env, name: str) -> bool:
     return (env.get(name) or "").strip().lower() in ("1", "t", "true", "yes", "on")
+
+
+def _off(env, name: str) -> bool:
+    return (env.get(name) or "").strip().lower() in ("0", "f", "false", "no", "off")
 
 
 def _float(env, name: str, default: float) -> float:
@@ -92,9 +99,11 @@ def read(env=None) -> Settings:
                     cache_mb=_int(env, "ATTN_CACHE_MB", 128, least=0), batch_max=_int(env, "ATTN_BATCH", 16),
                     models=_list(env, "ATTN_MODELS"), allow_any_model=_flag(env, "ATTN_ALLOW_ANY_MODEL"),
                     max_models=_int(env, "ATTN_MAX_MODELS", 2), gpu_threshold_m=_float(env, "ATTN_GPU_THRESHOLD_M", 40.0),
+                    gradio_patches=not _off(env, "ATTN_GRADIO_PATCHES"),
                     host=env.get("GRADIO_SERVER_NAME") or "127.0.0.1", port=_int(env, "GRADIO_SERVER_PORT", 7860))
 
 
+GRADIO_TESTED = "6.31.0"  # the Gradio version ui/overhead.py's patches are tested on (requirements.txt pins it)
 SUMMARY_EVERY = 1000  # events between Gradio's monitoring summaries (ui/overhead.py)
 
 

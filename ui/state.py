@@ -19,7 +19,7 @@ from model.engine.beams import BeamTree
 from model.engine.config import Interventions
 from model.engine.decoding import Translation
 from model.engine.hooks import Trace
-from model.engine.names import SHORT_KINDS, SHORT_NAMES, Kind
+from model.engine.names import SHORT_NAMES, HeadRef, Kind
 from model.engine.transformer import ATTN_KINDS, CROSS, ENC_SELF
 
 # Sections and the sub-views (inner tabs) of each, in page order; "" is a section without sub-tabs.
@@ -139,6 +139,17 @@ class Selection:
                    view=view if view in VIEWS else "grid", scale=scale if scale in SCALES else "shared",
                    section=section, subview=subview if subview in SUBVIEWS[section] else SUBVIEWS[section][0])
 
+    @classmethod
+    def held(cls, value) -> "Selection":
+        """The selection a handler reads from the session's state: the one normalising of it (a fresh
+        session's default where the state holds none, as an API call or a test may send)."""
+        return value if isinstance(value, cls) else cls()
+
+    @property
+    def head_ref(self) -> HeadRef:
+        """The head the selection points at."""
+        return HeadRef(self.kind, self.layer, self.head)
+
     def fit(self, shape: ModelShape) -> "Selection":
         """The selection with its layer and head inside ``shape`` (another model may have fewer)."""
         return replace(self, layer=min(self.layer, shape.layers(self.kind) - 1),
@@ -151,12 +162,12 @@ class Selection:
 
 def read_index(value, default: int = 0, n: int | None = None) -> int:
     """The one reading of a layer, head, step or position from a control, a link or a call: a whole number
-    from 0 (below ``n`` where given); ``default`` where ``value`` is none."""
+    from 0 (below ``n`` where given); ``default`` where ``value`` is none (below ``n`` too)."""
     try:
         i = max(0, int(value))
     except (TypeError, ValueError):
-        return default
-    return i if n is None else min(i, max(0, n - 1))
+        i = default
+    return i if n is None else max(0, min(i, n - 1))
 
 
 def _kind(value) -> Kind | None:
@@ -187,7 +198,7 @@ def to_query(inputs: RunInputs, sel: Selection) -> dict[str, str]:
     if t.pad_to:
         q["pad"] = str(t.pad_to)
     if t.heads:
-        q["ablate"] = ",".join(f"{SHORT_NAMES[k]}.{l}.{h}" for k, l, h in t.heads)
+        q["ablate"] = ",".join(HeadRef(*h).key for h in t.heads)
     if t.src:
         q["hide"] = ",".join(map(str, t.src))
     default = Selection()
@@ -249,9 +260,8 @@ def _toggles(r: _Reader, shape: ModelShape | None) -> Toggles:
     heads = []
     for item in filter(None, str(r.params.get("ablate", "")).split(",")):
         try:
-            k, l, h = item.split(".")
-            kind, l, h = SHORT_KINDS[k], int(l), int(h)
-        except (KeyError, ValueError):
+            kind, l, h = HeadRef.parse(item)
+        except ValueError:
             r.bad("ablate", f"names a head ({item[:20]!r}) not written kind.layer.head")
             continue
         if shape is not None and not (0 <= l < shape.layers(kind) and 0 <= h < shape.heads(kind)):

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from model.engine.names import ATTN_KINDS, CROSS, Kind, hook_name
+from model.engine.names import ATTN_KINDS, CROSS, HeadRef, Kind, hook_name
 from model.engine.results import decoder_input
 from model.engine.transformer import Transformer
 
@@ -98,7 +98,7 @@ class Patch:
     def describe(self) -> str:
         where = "all positions" if self.positions is None else f"positions {list(self.positions)}"
         if self.site == "z":
-            what = f"{self.kind} L{self.layer} H{self.head} (hook_z)"
+            what = f"{HeadRef(self.kind, self.layer, self.head)} (hook_z)"
         elif self.site == "attn_out":
             what = f"{self.kind} L{self.layer} output"
         elif self.site == "resid":

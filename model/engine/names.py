@@ -6,6 +6,8 @@ enters. Hook names are built only by :func:`hook_name`.
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -50,6 +52,55 @@ ATTN_KINDS = (ENC_SELF, DEC_SELF, CROSS)
 SHORT_NAMES = {ENC_SELF: "enc", DEC_SELF: "dec", CROSS: "cross"}
 SHORT_KINDS = {short: kind for kind, short in SHORT_NAMES.items()}
 _ALIASES = {"encoder": ENC_SELF, "decoder": DEC_SELF, "self": DEC_SELF, **SHORT_KINDS}
+
+
+# 'cross L1 H2' (the label), 'cross.1.2' (the key), and forms links and lists wrote before: 'cross:1:2',
+# 'enc 0 1', 'decoder.cross_attn L1 H2'
+_HEAD_TEXT = re.compile(r"^\s*([a-z_.]+?)\s*[ .:/,-]?\s*l?(\d+)\s*[ .:/,-]?\s*h?(\d+)\s*$", re.I)
+
+
+@dataclass(frozen=True, order=True)
+class HeadRef:
+    """One attention head. Its text is written only here: ``str()`` is the label every list, table, figure
+    and the browser page show ('cross L1 H2'); ``key`` the same head in a link ('cross.1.2'). ``parse``
+    reads either, the older forms, and a (kind, layer, head) triple; it unpacks as that triple."""
+    kind: Kind
+    layer: int
+    head: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", Kind.of(self.kind))
+        object.__setattr__(self, "layer", int(self.layer))
+        object.__setattr__(self, "head", int(self.head))
+
+    def __str__(self) -> str:
+        return f"{SHORT_NAMES[self.kind]} L{self.layer} H{self.head}"
+
+    @property
+    def label(self) -> str:
+        return str(self)
+
+    @property
+    def key(self) -> str:
+        return f"{SHORT_NAMES[self.kind]}.{self.layer}.{self.head}"
+
+    def __iter__(self):
+        return iter((self.kind, self.layer, self.head))
+
+    @classmethod
+    def parse(cls, value) -> "HeadRef":
+        """The head ``value`` names; ValueError, saying how to write one, otherwise."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, (list, tuple)) and len(value) == 3:
+            return cls(*value)
+        m = _HEAD_TEXT.match(str(value))
+        try:
+            if m is None:
+                raise ValueError
+            return cls(m.group(1).lower(), int(m.group(2)), int(m.group(3)))
+        except ValueError:
+            raise ValueError(f"cannot read head {str(value)[:40]!r}; write it like 'cross L1 H2'") from None
 
 
 PARTS = ("encoder", "decoder")

@@ -13,7 +13,7 @@ from model.analysis.guardrails import check_run
 from model.engine.config import Interventions
 from model.engine.decoding import Translation
 from model.engine.loaded import LoadedModel
-from model.engine.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, SHORT_NAMES, Kind
+from model.engine.names import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, HeadRef
 from model.engine.vocab import DROPPED_CATEGORIES, SPACED_CATEGORIES, SPECIALS, UNSPACED_NOTE, has_unspaced
 from model.families import catalog
 from model.families.catalog import device_label
@@ -71,33 +71,17 @@ def is_blank(text: str) -> bool:
 
 # --------------------------------------------------------------------------- heads and interventions
 
-def head_label(kind: str, layer: int, head: int) -> str:
-    return f"{SHORT_NAMES[Kind.of(kind)]} L{int(layer)} H{int(head)}"
-
-
 def head_choices(lm: LoadedModel) -> list[str]:
     """Labels of every head, e.g. 'cross L1 H2', for the ablation picker."""
     cfg = lm.model.cfg
     n = {ENC_SELF: cfg.n_encoder_layers, DEC_SELF: cfg.n_decoder_layers,
          CROSS: cfg.n_decoder_layers}
-    return [head_label(k, l, h) for k in ATTN_KINDS for l in range(n[k]) for h in range(cfg.heads(k))]
-
-
-_HEAD_RE = re.compile(r"^\s*([a-z_.]+)\s*[ :/,-]?\s*l?(\d+)\s*[ .:/,-]?\s*h?(\d+)\s*$", re.I)
+    return [str(HeadRef(k, l, h)) for k in ATTN_KINDS for l in range(n[k]) for h in range(cfg.heads(k))]
 
 
 def parse_heads(items) -> frozenset:
-    """'cross L1 H2' / 'enc 0 1' / ('decoder.cross_attn', 1, 2) -> {(kind, layer, head)}."""
-    out = set()
-    for item in items or ():
-        if isinstance(item, (list, tuple)) and len(item) == 3:
-            out.add((Kind.of(str(item[0])), int(item[1]), int(item[2])))
-            continue
-        m = _HEAD_RE.match(str(item))
-        if not m:
-            raise ValueError(f"cannot read head {item!r}; write it like 'cross L1 H2'")
-        out.add((Kind.of(m.group(1).lower()), int(m.group(2)), int(m.group(3))))
-    return frozenset(out)
+    """'cross L1 H2' / 'cross.1.2' / ('decoder.cross_attn', 1, 2) -> {(kind, layer, head)} (HeadRef.parse)."""
+    return frozenset(tuple(HeadRef.parse(item)) for item in items or ())
 
 
 def src_token_choices(src_tokens: list[str]) -> list[str]:
@@ -133,7 +117,7 @@ def describe_interventions(iv: Interventions) -> list[str]:
         out.append("causal mask off")
     if not iv.positional_encoding:
         out.append("positional encoding off")
-    out += [f"{head_label(k, l, h)} ablated" for k, l, h in sorted(iv.ablate_heads)]
+    out += [f"{HeadRef(*h)} ablated" for h in sorted(iv.ablate_heads)]
     if iv.ablate_src_tokens:
         out.append("source positions " + ", ".join(map(str, sorted(iv.ablate_src_tokens))) + " hidden")
     return out

@@ -34,8 +34,7 @@ def overlay_for(reg_key: str, run: Run | None, units: str) -> Overlay:
     """The current run's reference links, or none with the reason."""
     if run is None or not run.forced or run.inputs is None or run.inputs.reference is None:
         return Overlay((), NOT_FORCED)
-    from ..align_heads import align_dir
-    return overlay_of(calls.lm_for(reg_key, run.model), run, units, align_dir(reg_key), calls.DATA_DIRS)
+    return overlay_of(calls.lm_for(reg_key, run.model), run, units, calls.align_dir(reg_key), calls.DATA_DIRS)
 
 
 def overlay_of(lm, run: Run, units: str, folder, data_dirs) -> Overlay:

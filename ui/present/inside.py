@@ -8,6 +8,7 @@ import numpy as np
 from model.analysis.attribution import IG_MAX_STEPS, METHODS, Attribution
 from model.analysis.computation import Computation, Forced
 from model.engine.results import pool_words
+from model.engine.names import HeadRef
 from model.engine.transformer import ENC_SELF, Kind
 from viz import computation as vc
 from viz.common import layer_head, message_figure, step_row_labels
@@ -39,26 +40,22 @@ def query_choices(run: Run | None, kind: Kind) -> list[tuple[str, int]]:
     return [] if run is None else [(label, i) for i, label in enumerate(query_labels(run, kind))]
 
 
-def clamp(value, n: int, default: int = 0) -> int:
-    """state.read_index below ``n``, its default kept below ``n`` too."""
-    return read_index(value, read_index(default, 0, n), n)
-
-
 def default_query(kind: Kind, n: int) -> int:
     """The query Inside one head opens on: the first, for every kind, so that switching to decoder
     self-attention keeps a query with masked keys (every later position) and the mask step shows them."""
     return 0
 
 
-def head_figure(run: Run | None, lm, kind: Kind, layer, head, query):
+def head_figure(run: Run | None, lm, ref: HeadRef, query):
     """Inside one head: q, K, QKᵀ/√d_k, the mask as −∞, softmax, V, αV and the head's output after W_O."""
     if run is None or lm is None:
         return message_figure(FIRST)
+    kind, layer, head = ref
     comp = computation(run, lm)
-    layer = clamp(layer, comp.n_layers(kind.stack))
-    head = clamp(head, lm.model.cfg.heads(kind))
+    layer = read_index(layer, 0, comp.n_layers(kind.stack))
+    head = read_index(head, 0, lm.model.cfg.heads(kind))
     labels = query_labels(run, kind)
-    query = clamp(query, len(labels), default_query(kind, len(labels)))
+    query = read_index(query, default_query(kind, len(labels)), len(labels))
     h = comp.head(kind, layer, head, query)
     keys = run.tr.axes(kind)[1]
     return vc.head_computation(h.query, h.keys, h.scores, h.mask, h.masked, h.pattern, h.values, h.z, h.result,
@@ -79,14 +76,15 @@ def residual_figure(run: Run | None, lm, part: str, position: int | None = None)
     return vc.residual_norms(r.resid, r.attn, r.ffn, r.cross, tokens, title=title, position=position)
 
 
-def norm_weight_figure(run: Run | None, lm, kind: Kind, layer, head, units: str = "words"):
+def norm_weight_figure(run: Run | None, lm, ref: HeadRef, units: str = "words"):
     """One head's attention beside its norm-based weights ‖α·f(x)‖ (Kobayashi et al. 2020); a subword
     run's pieces pooled into words like the attention maps (keys summed, queries averaged)."""
     if run is None or lm is None:
         return message_figure(FIRST)
+    kind, layer, head = ref
     comp = computation(run, lm)
-    layer = clamp(layer, comp.n_layers(kind.stack))
-    head = clamp(head, lm.model.cfg.heads(kind))
+    layer = read_index(layer, 0, comp.n_layers(kind.stack))
+    head = read_index(head, 0, lm.model.cfg.heads(kind))
     pattern, norm = run.tr.attention(kind)[layer, head], comp.norm_weights(kind, layer)[head]
     (q, k), outputs, unit = run.tr.axes(kind), run.tr.output_tokens, "tokens"
     notes = [] if lm.model.cfg.norm_first else [POST_NORM_HEAD_NOTE]
@@ -231,7 +229,7 @@ def embedding_figure(run: Run | None, lm, part: str = "encoder", position=0, pos
     part = part if part in PARTS else "encoder"
     steps = computation(run, lm).embedding_steps(part)
     tokens = run.tr.src_tokens if part == "encoder" else run.tr.decoder_input_tokens
-    pos = clamp(position, len(tokens))
+    pos = read_index(position, 0, len(tokens))
     n = steps.norms()
     added, total, n_pos, n_total = steps.pos, steps.total, n.pos, n.total
     if not positional:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from model.analysis.dynamics import DYNAMICS, Dynamics, read_dynamics
-from model.engine.names import DEC_SELF, ENC_SELF, Kind, hook_name
+from model.engine.names import DEC_SELF, ENC_SELF, HeadRef, hook_name
 from model.engine.results import decoder_input
 from model.families import catalog
 from model.families.frames import FRAMES_DIR, FrameError, offer_frames, read_info, run_note
@@ -157,9 +157,9 @@ def frame_markdown(fs: FrameSet, index: int) -> str:
             + ("" if math.isnan(bleu) else f" · greedy validation BLEU {bleu:.1f}"))
 
 
-def head_panel(step: int, tr, kind: str, layer: int, head: int) -> HeadPanel:
+def head_panel(step: int, tr, ref: HeadRef) -> HeadPanel:
     """One frame's map of the watched head on its own translation of the sentence (teacher-forced trace)."""
-    kind = Kind.of(kind)
+    kind, layer, head = ref
     w = tr.trace[hook_name("pattern", kind, layer)][0, head].float().numpy()
     if kind == ENC_SELF:
         queries, keys = tr.src_tokens, tr.src_tokens

@@ -119,7 +119,7 @@ def markdown(reg, first: Run, second: Run) -> str:
 def grid_figure(reg, run: Run, sel: Selection, lm, which: str):
     """``run``'s per-head grid for the selection's kind, the layer and head fitted to its model."""
     fitted = sel.fit(shape_of(reg, run.model))
-    fig = views.attention_figure(run, fitted.kind, "grid", fitted.layer, fitted.head, sel.units, lm, sel.scale)
+    fig = views.attention_figure(run, fitted.head_ref, "grid", sel.units, lm, sel.scale)
     title = fig.layout.title.text or ""
     fig.update_layout(title_text=f"{which}: {run.model} · {title}" if title else f"{which}: {run.model}")
     return fig

@@ -22,7 +22,7 @@ from model.analysis.attribution import alti_matrices
 from model.analysis.computation import Computation
 from model.engine.config import NO_INTERVENTION, Interventions
 from model.engine.decoding import DecodeOptions
-from model.engine.names import CROSS, DEC_SELF, ENC_SELF
+from model.engine.names import CROSS, DEC_SELF, ENC_SELF, HeadRef
 from viz import attention as va
 from viz import masks as vm
 from viz import tour as vt
@@ -228,7 +228,7 @@ def stop_one_head(t: TourRun, choice: str | None = None) -> Stop:
     return Stop(2, TITLES[2], s, Selection(kind=ENC_SELF, layer=0, head=0, query=q, section="computation",
                                            subview="inside", units=t.units),
                 Trial("Pick another query token", _pos_choices(toks), str(q)),
-                inside.head_figure(t.run, t.lm, ENC_SELF, 0, 0, q),
+                inside.head_figure(t.run, t.lm, HeadRef(ENC_SELF, 0, 0), q),
                 [Fact("top_score", float(h.scores[top])), Fact("top_weight", float(h.pattern[top])),
                  Fact("query", q), Fact("top_key", top)])
 
@@ -390,7 +390,7 @@ def stop_cross(t: TourRun, choice: str | None = None) -> Stop:
     return Stop(6, TITLES[6], s, Selection(kind=CROSS, layer=l, head=h, view="head", section="attention",
                                            subview="maps", units=t.units),
                 Trial("Pick another head of that layer", tuple((f"head {i}", str(i)) for i in range(H)), str(h)),
-                views.attention_figure(t.run, CROSS, "head", l, h, t.units, t.lm),
+                views.attention_figure(t.run, HeadRef(CROSS, l, h), "head", t.units, t.lm),
                 [Fact("weight", w), Fact("layer", l), Fact("head", h), Fact("out", o), Fact("src", k)])
 
 

@@ -16,6 +16,7 @@ from model.analysis import profiles as an
 from model.analysis import readouts
 from model.engine.config import NO_INTERVENTION, Interventions
 from model.engine.decoding import mask_preview, not_padding
+from model.engine.names import HeadRef
 from model.engine.results import decoder_input, pool_words
 from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
 from model.families import catalog
@@ -32,15 +33,11 @@ from viz import steps as vs
 from viz.common import STEP_ROW_TITLE, layer_head, message_figure, step_row_labels
 
 from . import inside
-from . import KIND_LABELS, decoder_rows, md_escape, parse_heads, unspaced_caption
+from . import KIND_LABELS, decoder_rows, md_escape, unspaced_caption
 from ..state import BeamView, CompareRun, PairRun, Run, Selection, read_index
 
 FIRST = "Translate a sentence first."
 PE_POSITIONS = 32  # Multi30k sentences are ~13 tokens; more positions cost payload
-
-
-def clamp(value, n: int) -> int:
-    return read_index(value, 0, n)
 
 
 @dataclass(frozen=True)
@@ -75,17 +72,18 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None) -> KindView:
                     caption=caption)
 
 
-def attention_figure(run: Run | None, kind: Kind, view: str, layer, head, units: str = "words", lm=None,
-                     scale: str = "shared"):
+def attention_figure(run: Run | None, ref: HeadRef, view: str, units: str = "words", lm=None, scale: str = "shared"):
+    """``ref``'s kind in ``view`` ('grid', 'head', 'mean' or 'scores'); 'head' and 'scores' show ``ref`` itself."""
     if run is None or run.tr.trace is None:
         return message_figure(FIRST)
     if view == "scores":
-        return scores_figure(run, kind, layer, head)
+        return scores_figure(run, ref)
+    kind, layer, head = ref
     kv = kind_view(run, kind, units, lm)
     attn, q, k, valid, mask, q_title, unit = kv.attn, kv.rows, kv.keys, kv.valid, kv.mask, kv.row_title, kv.unit
     label = KIND_LABELS[kind]
     L, H = attn.shape[:2]
-    l, h = clamp(layer, L), clamp(head, H)
+    l, h = read_index(layer, 0, L), read_index(head, 0, H)
     axes = f"rows: query {unit}, columns: key {unit}"
     words = [kv.caption.removeprefix("; ")] if kv.caption else []  # a subtitle: the title keeps one line
     if view == "head":
@@ -107,13 +105,14 @@ def unmasked_title(kind: str, mask) -> str | None:
     return f"the same scores: {where} masks only padding, and this run has none"
 
 
-def scores_figure(run: Run | None, kind: Kind, layer, head):
+def scores_figure(run: Run | None, ref: HeadRef):
     """One head's scaled scores, the scores with the mask applied, and the softmax (tokens, not words)."""
     if run is None or run.tr.trace is None:
         return message_figure(FIRST)
+    kind, layer, head = ref
     tr = run.tr
     attn = tr.attention(kind)
-    l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
+    l, h = read_index(layer, 0, attn.shape[0]), read_index(head, 0, attn.shape[1])
     q, k = tr.axes(kind)
     rows, q_title = (q, None) if kind == ENC_SELF else decoder_rows(q, tr.output_tokens)
     mask = tr.mask(kind)
@@ -148,7 +147,7 @@ def step_figures(run: Run | None, t, head=None):
     if run.src_spans is not None:  # subword model: a source word's weight is the sum over its pieces
         cross_w = pool_words(cross_w[..., None, :], [[0]], run.src_spans)[..., 0, :]
         src, over = run.src_words, "the source words"
-    h = None if head in (None, "", "mean") else clamp(head, cross_w.shape[1])
+    h = None if head in (None, "", "mean") else read_index(head, 0, cross_w.shape[1])
     weights = cross_w[-1].mean(0) if h is None else cross_w[-1, h]
     what = "last layer, mean over heads" if h is None else f"last layer, head {h}"
     strip = vs.source_strip(weights, src, what=what, per_row=6, key_valid=not_padding(src),
@@ -181,7 +180,7 @@ def watch_heads(run: Run, t: int | None = None, selected: tuple[int, int] | None
     n = cross.shape[2]
     t = n if t is None else max(1, min(int(t), n))
     if selected is not None:
-        selected = (clamp(selected[0], cross.shape[0]), clamp(selected[1], cross.shape[1]))
+        selected = (read_index(selected[0], 0, cross.shape[0]), read_index(selected[1], 0, cross.shape[1]))
     title = "Cross-attention of every head as it is generated (click a panel to open it)"
     if run.by_word(units) and run.out_spans is not None:
         spans = [[i for i in span if i < t] for span in run.out_spans]
@@ -214,18 +213,19 @@ def model_masks_figure(lm, src_tokens, out_tokens, iv: Interventions, title: str
     ], title=title, width_px=width_px)
 
 
-def compare_maps_figure(cmp: CompareRun | None, kind: Kind | None, layer, head, lm=None):
+def compare_maps_figure(cmp: CompareRun | None, ref: HeadRef | None, lm=None):
     """Baseline, modified and difference maps of one head; a subword ``lm`` pools pieces into words.
-    ``kind`` None: no attention map comes after the ablated heads (see :func:`ablation_map`)."""
+    ``ref`` None: no attention map comes after the ablated heads (see :func:`ablation_map`)."""
     if cmp is None:
         return message_figure("Press Compare to run the baseline and the modified model.")
-    if kind is None:
+    if ref is None:
         return message_figure(NO_MAP_AFTER)
+    kind, layer, head = ref
     run = _base_run(cmp, lm)
     base = kind_view(run, kind, "words", lm)
     mod = kind_view(run, kind, "words", lm, trace=cmp.mod_on_base)
     L, H = base.attn.shape[:2]
-    l, h = clamp(layer, L), clamp(head, H)
+    l, h = read_index(layer, 0, L), read_index(head, 0, H)
     own = (kind, l, h) in cmp.iv.ablate_heads
     return va.comparison_maps(base.attn[l, h], mod.attn[l, h], base.rows, base.keys, query_valid=base.valid,
                               masks=(base.mask, mod.mask), query_title=base.row_title,
@@ -322,7 +322,7 @@ def rollout_view_figure(run: Run | None, layer_sel, units: str = "words"):
         return message_figure(FIRST)
     tr = run.tr
     n_dec = tr.attention(CROSS).shape[0]
-    layer = None if layer_sel in (None, "", "all") else clamp(layer_sel, n_dec)
+    layer = None if layer_sel in (None, "", "all") else read_index(layer_sel, 0, n_dec)
     d = readouts.rollout_data(tr, layer)
     which = "mean over every layer and head" if layer is None else f"layer {layer}, mean over heads"
     roll, attr, src, out, dec_in = d.rollout, d.attribution, tr.src_tokens, tr.output_tokens, \
@@ -347,7 +347,7 @@ def alignment_view_figure(run: Run | None, mode, layer, head, units: str = "word
     tr = run.tr
     L, H = tr.attention(CROSS).shape[:2]
     mode = mode if mode in ALIGN_MODES else "layer"
-    l, h = clamp(layer, L), clamp(head, H)
+    l, h = read_index(layer, 0, L), read_index(head, 0, H)
     w = readouts.alignment_data(tr, mode, l, h)
     what = {"head": f"cross-attention, {layer_head(l, h)}", "layer": f"cross-attention, layer {l}, mean of heads",
             "mean": "cross-attention, mean of every layer and head", "rollout": "rollout attribution"}[mode]
@@ -388,18 +388,18 @@ def head_map_figure(run: Run | None, head_label, lm=None):
         return message_figure("Translate a sentence to see a head's map.")
     if not head_label:
         return message_figure("Pick a head (or click a cell or a row).")
-    (kind, l, h), = parse_heads([head_label])
-    return attention_figure(run, kind, "head", l, h, "words", lm, scale="head")
+    return attention_figure(run, HeadRef.parse(head_label), "head", "words", lm, scale="head")
 
 
-def pair_view_figure(pair: PairRun | None, kind: Kind, layer, head):
+def pair_view_figure(pair: PairRun | None, ref: HeadRef):
     if pair is None:
         return message_figure("Enter two sentences and press Compare sentences.")
+    kind, layer, head = ref
     maps, valid, masks = [], [], []
     l = h = 0
     for label, tr in (("sentence A", pair.a), ("sentence B", pair.b)):
         attn = tr.attention(kind)
-        l, h = clamp(layer, attn.shape[0]), clamp(head, attn.shape[1])
+        l, h = read_index(layer, 0, attn.shape[0]), read_index(head, 0, attn.shape[1])
         q, k = tr.axes(kind)
         rows = q if kind == ENC_SELF else decoder_rows(q, tr.output_tokens)[0]
         maps.append((f"{label}: {tr.text[:60]}", attn[l, h], rows, k))
@@ -443,7 +443,7 @@ def _spec(section: str, subview: str, reads: str, draw=None) -> ViewSpec:
 REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
     _spec("translate", "", "", lambda run, sel, lm: watch_heads(run)),
     _spec("attention", "maps", "kind layer head units view scale",
-          lambda run, sel, lm: attention_figure(run, sel.kind, sel.view, sel.layer, sel.head, sel.units, lm,
+          lambda run, sel, lm: attention_figure(run, sel.head_ref, sel.view, sel.units, lm,
                                                 sel.scale)),
     _spec("attention", "alignment", "layer head units",
           lambda run, sel, lm, mode="head": alignment_view_figure(run, mode, sel.layer, sel.head, sel.units)),
@@ -454,9 +454,9 @@ REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
         lm, run.tr.src_tokens, run.tr.output_tokens, NO_INTERVENTION, "")),
     _spec("computation", "encodings", "", lambda run, sel, lm: inside.embedding_figure(run, lm)),
     _spec("computation", "inside", "kind layer head query",
-          lambda run, sel, lm: inside.head_figure(run, lm, sel.kind, sel.layer, sel.head, sel.query)),
+          lambda run, sel, lm: inside.head_figure(run, lm, sel.head_ref, sel.query)),
     _spec("computation", "residual", "kind layer head units",
-          lambda run, sel, lm: inside.norm_weight_figure(run, lm, sel.kind, sel.layer, sel.head, sel.units)),
+          lambda run, sel, lm: inside.norm_weight_figure(run, lm, sel.head_ref, sel.units)),
     _spec("computation", "lens", "", lambda run, sel, lm: inside.lens_figure(run, lm)),
     _spec("computation", "attribution", "units"),
     _spec("computation", "forced", "", lambda run, sel, lm: inside.forced_view(run)),
@@ -498,7 +498,7 @@ def warm_up(reg_key: str) -> None:
         for name, lm in catalog.loaded(reg).items():  # an added model loads on first use, not here
             text = EVERYDAY.get(lm.src_lang, ["a b"])[0]
             run = Run(name, calls.gpu_translate(reg_key, name, text, DecodeOptions(max_len=3)))
-            figs = [attention_figure(run, k, v, 0, 0) for k in ATTN_KINDS for v in ("grid", "head", "mean", "scores")]
+            figs = [attention_figure(run, HeadRef(k, 0, 0), v) for k in ATTN_KINDS for v in ("grid", "head", "mean", "scores")]
             figs += list(step_figures(run, 0)[2:]) + [watch_heads(run), masks_figure(
                 reg, name, run.tr.src_tokens, run.tr.output_tokens, NO_INTERVENTION, "")]
             for fig in figs:

@@ -7,18 +7,20 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from model.engine.names import HeadRef
+
 from .decoderlens import LensShown
 from . import md_escape
-from ..state import (CROSS, ModelShape, PatchLink, Run, Selection, WhatIf, link_url, read_index,
+from ..state import (ModelShape, PatchLink, Run, Selection, WhatIf, link_url, read_index,
                     whatif_from_query)
 
 
-def bench_link(text_a, text_b, site, scan, kind, part, point, layer, head, positions, step, foil, ablation,
+def bench_link(text_a, text_b, site, scan, ref: HeadRef, part, point, positions, step, foil, ablation,
                output="") -> PatchLink:
-    """The bench's controls (in the section's order) as the link keeps them."""
-    return PatchLink(str(text_a or ""), str(text_b or ""), site=site or "z", kind=str(kind or CROSS),
-                     part=part or "decoder", point=point or "post", layer=read_index(layer),
-                     head=read_index(head), positions=str(positions or "").strip(), scan=scan or "none",
+    """The bench's controls (in the section's order) as the link keeps them; ``ref``: the selection's head."""
+    return PatchLink(str(text_a or ""), str(text_b or ""), site=site or "z", kind=ref.kind,
+                     part=part or "decoder", point=point or "post", layer=ref.layer,
+                     head=ref.head, positions=str(positions or "").strip(), scan=scan or "none",
                      step=read_index(step),
                      output=str(output or "").strip(), foil=str(foil or "").strip(), ablation=ablation or "patch")
 

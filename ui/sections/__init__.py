@@ -10,12 +10,13 @@ from typing import Callable
 
 import gradio as gr
 
+from model.engine.names import HeadRef
 from model.families import catalog
 from model.families.ours import Registry
 from viz.common import message_figure
 
 from .. import calls
-from ..present import default_direction, md_escape, parse_heads
+from ..present import default_direction, md_escape
 from ..state import SUBVIEWS, ModelShape, Run, Selection
 from ..present.views import REGISTRY, stamp_of
 
@@ -139,7 +140,7 @@ class Shell:
         """The one selection set to the head a list or a table names ('cross L1 H2'): values for the bar's
         kind, layer (with the kind's layer choices) and head; skips when ``label`` names no head."""
         try:
-            ((kind, layer, head),) = parse_heads([label])
+            kind, layer, head = HeadRef.parse(label)
         except ValueError:
             return gr.skip(), gr.skip(), gr.skip()
         shape = self.shape(run.model if run is not None else self.default_model)
@@ -148,7 +149,7 @@ class Shell:
 
     def placed(self, sel: Selection, section, subviews) -> Selection:
         """``sel`` on ``section`` and the sub-view ``subviews`` holds for it (the states a view reads beside it)."""
-        sel = sel if isinstance(sel, Selection) else Selection()
+        sel = Selection.held(sel)
         return self.selection(sel.kind, sel.layer, sel.head, sel.step, sel.query, sel.units, sel.view, sel.scale,
                               section, subviews)
 

@@ -12,7 +12,7 @@ import gradio as gr
 from model.analysis import profiles as an
 from model.analysis import readouts
 from model.engine.branching import describe
-from model.engine.names import SHORT_NAMES
+from model.engine.names import SHORT_NAMES, HeadRef
 from viz import export as v_export
 from viz import profiles as v_prof
 
@@ -21,7 +21,7 @@ from . import interventions, patching, sidebyside
 from .. import align_heads, calls
 from ..present import trust, views, whatif
 from ..present.payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
-from ..present import (clean_input, describe_interventions, head_choices, head_label, is_blank,
+from ..present import (clean_input, describe_interventions, head_choices, is_blank,
                        md_escape, no_model_message)
 from ..state import ModelShape, PairRun, Selection, link_url
 from .about import about_markdown
@@ -182,7 +182,7 @@ def selected_head(shell: Shell, run, sel: Selection) -> str | None:
     if shape is None:
         return None
     sel = sel.fit(shape)
-    return head_label(sel.kind, sel.layer, sel.head)
+    return str(sel.head_ref)
 
 
 def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
@@ -245,7 +245,7 @@ def wire(shell: Shell) -> None:
     def on_row(run, evt: gr.SelectData):
         try:
             row = evt.row_value
-            label = f"{row[0]} L{int(row[1])} H{int(row[2])}"
+            label = str(HeadRef.parse(row[:3]))
             return label, views.head_map_figure(run, label, shell.lm(run)), *shell.select_head(run, label)
         except Exception:
             log.exception("head select failed")
@@ -284,7 +284,7 @@ def _pair(shell: Shell, text_a, text_b, run, name, sel: Selection):
         pair = PairRun(name, a, b)
         md = (f"**A:** {md_escape(a.src_text)} → {md_escape(a.text)}  \n"
               f"**B:** {md_escape(b.src_text)} → {md_escape(b.text)}")
-        return md, views.pair_view_figure(pair, sel.kind, sel.layer, sel.head), pair
+        return md, views.pair_view_figure(pair, sel.head_ref), pair
     except Exception as e:
         log.exception("pair failed")
         return (f"⚠️ The comparison failed ({md_escape(type(e).__name__)}).",
@@ -311,14 +311,14 @@ def _wire_pair(shell: Shell) -> None:
     p = shell.analysis
 
     def on_pair(text_a, text_b, run, name, sel):
-        return _pair(shell, text_a, text_b, run, name, sel if isinstance(sel, Selection) else Selection())
+        return _pair(shell, text_a, text_b, run, name, Selection.held(sel))
 
     # the selection as one value: the state every control writes
     p.pair_btn.click(on_pair, [p.pair_a, p.pair_b, shell.run_state, shell.direction, shell.sel_state],
                      [p.pair_text, p.pair_plot, p.pair_state],
                      api_name="pair_view", api_visibility="undocumented", **shell.model_event())
     # the maps follow the one selection, however it changes (the bar, a link, a panel or a profile click)
-    gr.on([shell.sel_state.change], safe(lambda pair, sel: views.pair_view_figure(pair, sel.kind, sel.layer, sel.head)
+    gr.on([shell.sel_state.change], safe(lambda pair, sel: views.pair_view_figure(pair, sel.head_ref)
                                          if isinstance(pair, PairRun) else gr.skip(), "two-sentence view"),
           [p.pair_state, shell.sel_state], p.pair_plot, api_visibility="private", **VIEW)
     results = [p.pair_text, p.pair_plot, p.pair_state, p.bench.patch_md, p.bench.patch_plot, p.bench.patch_state]
@@ -384,15 +384,15 @@ def _wire_export(shell: Shell) -> None:
 
     def on_figure(which, run, sel, roll, amode, bview, pstate, pstat, pair, fmt="HTML"):
         lm = shell.lm(run)
-        s = sel if isinstance(sel, Selection) else Selection()
+        s = Selection.held(sel)
         builders = {
-            "attention": lambda: views.attention_figure(run, s.kind, s.view, s.layer, s.head, s.units, lm, s.scale),
+            "attention": lambda: views.attention_figure(run, s.head_ref, s.view, s.units, lm, s.scale),
             "rollout": lambda: views.rollout_view_figure(run, roll, s.units),
             "alignment": lambda: views.alignment_view_figure(run, amode, s.layer, s.head, s.units),
             "beam": lambda: views.beam_view_figure(bview),
             "profiles": lambda: views.profiles_view_figure(pstate[0], pstat, pstate[1]) if pstate else
             views.message_figure("Open Head profiles first."),
-            "pair": lambda: views.pair_view_figure(pair, s.kind, s.layer, s.head),  # the one selection's head
+            "pair": lambda: views.pair_view_figure(pair, s.head_ref),  # the one selection's head
         }
         which = which if which in builders else "attention"
         fig = builders[which]()
@@ -423,7 +423,7 @@ def _wire_export(shell: Shell) -> None:
         if run is None or run.inputs is None:
             return ""
         inputs = replace(run.inputs, toggles=toggles_of(*toggles_))
-        sel = sel if isinstance(sel, Selection) else Selection()
+        sel = Selection.held(sel)
         return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))),
                         whatif.on_screen(sel, run, bench, attr_held, second, lens))
 

@@ -3,7 +3,7 @@ softmax), alignment lines and rollout. The kind, layer and head are the shared s
 grid panel (here, in the watch map or in head profiles) opens that head."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
@@ -12,7 +12,7 @@ from model.analysis import profiles as an
 from . import VIEW, Shell, layer_choices, log, sub_view, track_subtabs
 from ..present import align_overlay, views
 from ..present.shared import shared
-from ..state import ModelShape, Selection
+from ..state import ModelShape, Selection, read_index
 
 VIEW_CHOICES = [("All heads", "grid"), ("One head", "head"), ("Scores → mask → softmax", "scores"),
                 ("Mean per layer", "mean")]
@@ -131,9 +131,9 @@ def build_click_proxy(shell: Shell) -> None:
 def _maps(shell: Shell, run, sel: Selection) -> list:
     lm = shell.lm(run)
     n = ModelShape.of(lm).layers(sel.kind)
-    layer = views.clamp(sel.layer, n)
+    layer = read_index(sel.layer, 0, n)
     fig = shared(run.tr, ("attention", run.model, sel.kind, sel.view, layer, sel.head, sel.units, sel.scale),
-                 lambda: views.attention_figure(run, sel.kind, sel.view, layer, sel.head, sel.units, lm, sel.scale))
+                 lambda: views.attention_figure(run, replace(sel, layer=layer).head_ref, sel.view, sel.units, lm, sel.scale))
     return [fig, gr.Dropdown(choices=layer_choices(n), value=layer)]
 
 
@@ -171,7 +171,7 @@ def _wire_click(shell: Shell):
             picked = value if isinstance(value, dict) else {}
             if picked.get("layer") is None or picked.get("head") is None:
                 return (gr.skip(),) * 9
-            sel = sel if isinstance(sel, Selection) else Selection()
+            sel = Selection.held(sel)
             sel = Selection.of(picked.get("kind"), picked["layer"], picked["head"], units=sel.units, view="head",
                                scale=sel.scale)
             fig, layer_dd = _maps(shell, run, sel)

@@ -101,11 +101,6 @@ def _nav_outputs(nav: NavParts) -> list:
     return [nav.state, nav.label, nav.prev, nav.next]
 
 
-def _held(sel) -> Selection:
-    """The Selection state's value (a fresh session's default until a control first changes)."""
-    return sel if isinstance(sel, Selection) else Selection()
-
-
 def _nav(hist: History) -> list:
     n = len(hist.runs)
     label = f"run {hist.pos + 1} of {n}" if n else ""  # from the first run on: a link's run is "run 1 of 1"
@@ -155,7 +150,7 @@ def history_values(shell: Shell, run, hist, delta: int, sel: Selection, base: st
     values = dict(zip(_nav_outputs(shell.bar.nav), _nav(hist)))
     if shown is None or shell.lm(shown) is None or (run is not None and shown.id == run.id):
         return values
-    sel = _held(sel).fit(shell.shape(shown.model)).within(shown.n_steps)
+    sel = Selection.held(sel).fit(shell.shape(shown.model)).within(shown.n_steps)
     values |= _screen(shell, shown, sel, base, sel.step)
     inputs = shown.inputs
     if inputs is not None:
@@ -202,7 +197,7 @@ def _node_note(n) -> str:
 
 def continue_values(shell: Shell, run, inputs: RunInputs, step: int, hist, sel: Selection, base: str, note) -> dict:
     """The branch ``inputs`` decoded and made the current run, shown at ``step`` of the section on screen."""
-    sel = replace(_held(sel), step=step)
+    sel = replace(Selection.held(sel), step=step)
     values = translate_values(shell, inputs, [], RunContext(sel, False, base))
     new = values.get(shell.run_state)
     notice = values.get(shell.translate.notice, "")

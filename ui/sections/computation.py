@@ -16,7 +16,7 @@ from .. import calls
 from ..present import contrast, inside, views
 from ..present.payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
-from ..state import Run, Selection, WhatIf
+from ..state import Run, Selection, WhatIf, read_index
 from ..present.views import stamp_of
 from .translate import base_url, make_run, read_inputs
 
@@ -168,7 +168,7 @@ def lazy_io(shell: Shell) -> tuple[list, list, callable]:
 
 def refresh(shell: Shell, run: Run, sel: Selection, part) -> list:
     lm = shell.lm(run)
-    query_dd, head_fig, normw_fig = _one_head(shell, run, sel if isinstance(sel, Selection) else Selection())
+    query_dd, head_fig, normw_fig = _one_head(shell, run, Selection.held(sel))
     pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
     return [query_dd, head_fig, inside.residual_figure(run, lm, part), normw_fig, inside.lens_figure(run, lm),
             gr.Dropdown(choices=[(pair.label, i) for i, pair in enumerate(pairs)], value=None)]
@@ -178,10 +178,10 @@ def _one_head(shell: Shell, run: Run, sel: Selection) -> tuple:
     """(query choices, Inside one head, its norm-based weights) for the selection's head and query."""
     lm = shell.lm(run)
     n = len(inside.query_labels(run, sel.kind))
-    query = inside.clamp(sel.query, n, inside.default_query(sel.kind, n))
+    query = read_index(sel.query, inside.default_query(sel.kind, n), n)
     return (gr.Dropdown(choices=inside.query_choices(run, sel.kind), value=query),
-            inside.head_figure(run, lm, sel.kind, sel.layer, sel.head, query),
-            inside.norm_weight_figure(run, lm, sel.kind, sel.layer, sel.head, sel.units))
+            inside.head_figure(run, lm, sel.head_ref, query),
+            inside.norm_weight_figure(run, lm, sel.head_ref, sel.units))
 
 
 def wire(shell: Shell) -> None:
@@ -251,7 +251,7 @@ def _attribute(shell: Shell, run: Run, position, steps, held, picked: bool = Fal
     call). Opened on another run than the one held, the position starts at 0 (unless it was just ``picked``
     from this run's choices). A foil that names no target token raises ValueError."""
     same_run = isinstance(held, HeldAttribution) and held.run_id == run.id
-    position = inside.clamp(position, len(run.tr.output_ids)) if same_run or picked else 0
+    position = read_index(position, 0, len(run.tr.output_ids)) if same_run or picked else 0
     steps = max(8, min(int(steps or IG_STEPS), 256))
     lm = shell.lm(run)
     foil = resolve_foil(lm.tgt_vocab, contrast.foil_asked(foil, foil_text), lm.tgt_lang)
@@ -265,14 +265,14 @@ def _foil_choices(run, position, typed: str = "") -> tuple:
     """The foil controls for a step: its own top candidates to pick from, and no foil until one is picked
     (``typed``: the foil kept for this step, shown in the box)."""
     n = 0 if run is None else len(run.tr.output_ids)
-    return gr.Dropdown(choices=contrast.foil_choices(run, inside.clamp(position, n)), value=None), typed
+    return gr.Dropdown(choices=contrast.foil_choices(run, read_index(position, 0, n)), value=None), typed
 
 
 def _kept_foil(run: Run, position, held) -> str | None:
     """The foil held for this run and output position (a link's or one typed): a redraw keeps it."""
     if not isinstance(held, HeldAttribution) or held.run_id != run.id or held.foil is None:
         return None
-    return held.foil.asked if inside.clamp(position, len(run.tr.output_ids)) == held.position else None
+    return held.foil.asked if read_index(position, 0, len(run.tr.output_ids)) == held.position else None
 
 
 def _attribution_failed(e: Exception) -> tuple:
@@ -352,7 +352,7 @@ def _wire_attribution(shell: Shell) -> None:
         out = on_pick(run, position, steps, units, held, foil_text=foil_text)
         h = out[-1]
         piece = h.foil.piece if isinstance(h, HeldAttribution) and h.foil is not None else None
-        listed = [v for _, v in contrast.foil_choices(run, inside.clamp(position, len(run.tr.steps)))] if run else []
+        listed = [v for _, v in contrast.foil_choices(run, read_index(position, 0, len(run.tr.steps)))] if run else []
         return (*out, gr.Dropdown(value=piece if piece in listed else None))
 
     picked = p.attr.foil.input(on_foil_pick, ins + foils, [*outs, p.attr.foil_text], api_name="attribution_foil",
@@ -393,7 +393,7 @@ def _wire_forced(shell: Shell) -> None:
         except Exception as e:
             log.exception("forced decoding failed")
             return {p.forced_md: f"⚠️ Forced decoding failed ({md_escape(type(e).__name__)})."}
-        sel = sel if isinstance(sel, Selection) else Selection()
+        sel = Selection.held(sel)
         # a new run starts at step 0 on each view's own query, on this section (the sub-view shown kept)
         sel = Selection.of(sel.kind, sel.layer, sel.head, 0, None, sel.units, sel.view, sel.scale, SID,
                            sel.subview if sel.section == SID else "")

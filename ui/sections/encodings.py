@@ -8,6 +8,7 @@ import gradio as gr
 
 from . import VIEW, Shell, log
 from ..present import inside, views
+from ..state import read_index
 
 PART_CHOICES = [("Source (encoder)", "encoder"), ("Decoder input", "decoder")]
 
@@ -57,7 +58,7 @@ def _positions(run, part: str) -> list[tuple[str, int]]:
 def embedding(shell: Shell, run, part, position) -> list:
     part = part if part == "decoder" else "encoder"
     choices = _positions(run, part)
-    position = inside.clamp(position, len(choices), 1)
+    position = read_index(position, 1, len(choices))
     return [gr.Dropdown(choices=choices, value=position),
             inside.embedding_figure(run, shell.lm(run), part, position)]
 

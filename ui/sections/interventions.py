@@ -12,6 +12,7 @@ import gradio as gr
 
 from model.engine.config import NO_INTERVENTION
 from model.engine.decoding import prepare_source
+from model.engine.names import HeadRef
 from model.engine.transformer import DEC_SELF, ENC_SELF
 
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log
@@ -19,7 +20,7 @@ from . import head_choices as sel_head_choices
 from .. import calls
 from ..present import views
 from ..present.payload import word_order_demo
-from ..present import (describe_interventions, diff_summary, head_choices, head_label, make_interventions,
+from ..present import (describe_interventions, diff_summary, head_choices, make_interventions,
                        md_escape, notice_md, parse_heads, parse_positions, src_token_choices, token_diff)
 from ..state import CompareRun, ModelShape, Run, RunInputs, Selection, Toggles
 from .translate import base_url, opts_from
@@ -152,10 +153,10 @@ def restore(shell: Shell, run, inputs: RunInputs, sel: Selection) -> dict:
     names = src_token_choices(run.tr.src_tokens)
     values = {p.pad_to: t.pad_to, p.pad_mask: t.padding, p.causal: t.causal, p.pos_enc: t.positional,
               p.ablate_heads: gr.Dropdown(choices=head_choices(shell.lm(run)),
-                                             value=[head_label(*h) for h in t.heads]),
+                                             value=[str(HeadRef(*h)) for h in t.heads]),
               p.ablate_src: gr.Dropdown(choices=names, value=[names[i] for i in t.src if i < len(names)])}
     if sel.section == "interventions":
-        values |= _compare(shell, run, t.pad_to, t.padding, t.causal, t.positional, [head_label(*h) for h in t.heads],
+        values |= _compare(shell, run, t.pad_to, t.padding, t.causal, t.positional, [str(HeadRef(*h)) for h in t.heads],
                            [i for i in t.src if i < len(names)], sel)
     return values
 
@@ -186,7 +187,7 @@ def refresh(shell: Shell, run, cmp=None) -> list:
 
 def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, src_sel, sel: Selection):
     p = shell.interventions
-    sel = sel if isinstance(sel, Selection) else Selection()
+    sel = Selection.held(sel)
     kind, layer, head = sel.kind, sel.layer, sel.head
     if run is None:
         return {p.cmp_notice: "✏️ Translate a sentence first: Compare runs against the current run."}
@@ -230,7 +231,7 @@ def _compare(shell: Shell, run, pad_in, pad_on, causal_on, pos_on, heads_sel, sr
         p.mod_chips: gr.HighlightedText(value=[(t, "differs" if d else "token") for t, d in zip(mw, db)],
                                            label=f"Modified: {mod.text[:300]}"),
         p.prob_plot: views.probability_figure(cmp),
-        p.cmp_plot: views.compare_maps_figure(cmp, kind, layer, head, lm),
+        p.cmp_plot: views.compare_maps_figure(cmp, None if kind is None else HeadRef(kind, layer, head), lm),
         p.masks_plot: views.masks_figure(shell.reg, run.model, mod.src_tokens, mod.output_tokens, iv,
                                             "Masks of the modified run (True = attend)"),
         p.cmp_state: cmp, **_selected(shell, run, kind, layer, head),
@@ -273,7 +274,7 @@ def wire(shell: Shell) -> None:
             iv = make_interventions(pad_on, causal_on, pos_on, (), src_sel)
             fig = views.masks_figure(shell.reg, run.model, src, run.tr.output_tokens, iv,
                                      "Masks for the current settings (True = attend)")
-            kind = sel.kind if isinstance(sel, Selection) else Selection().kind
+            kind = Selection.held(sel).kind
             new_kind = follow(pad_on, causal_on, pos_on, heads_sel, int(pad_in or 0) > 0, kind, 0, 0)[0]
             return fig, STALE if cmp is not None else "", new_kind
         except Exception:
@@ -288,7 +289,7 @@ def wire(shell: Shell) -> None:
         try:
             if cmp is None:
                 return views.message_figure("Press Compare first.")
-            return views.compare_maps_figure(cmp, sel.kind, sel.layer, sel.head, shell.model_or_none(cmp.model))
+            return views.compare_maps_figure(cmp, sel.head_ref, shell.model_or_none(cmp.model))
         except Exception:
             log.exception("compare maps failed")
             return views.message_figure("This map could not be drawn.")
@@ -340,7 +341,7 @@ def preset_values(shell: Shell, run, text, name, sel: Selection, pad_on, causal_
     demo = word_order_demo(name, lm.src_lang if lm else "en")
     own = back is not None and run is not None and is_preset_run(shell, run) and run.model == name
     if not own:
-        sel = sel if isinstance(sel, Selection) else Selection()
+        sel = Selection.held(sel)
         back = None if run is None else PresetBack(
             run=run, text=text or "", direction=name, kind=sel.kind, layer=sel.layer, head=sel.head,
             padding=bool(pad_on), causal=bool(causal_on), positional=bool(pos_on))
@@ -363,7 +364,7 @@ def back_values(shell: Shell, back: PresetBack | None, cmp, sel: Selection | Non
     hide = {p.preset_back: None, p.back_btn: gr.Button(visible=False)}
     if back is None or shell.lm(back.run) is None:
         return hide
-    sel = replace(sel if isinstance(sel, Selection) else Selection(), kind=back.kind, layer=back.layer, head=back.head)
+    sel = replace(Selection.held(sel), kind=back.kind, layer=back.layer, head=back.head)
     sel = sel.fit(ModelShape.of(shell.lm(back.run)))
     values = lazy_values(shell, "interventions", back.run, cmp) | shell.run_values(back.run, RunContext(sel, False, base))
     return values | hide | {

@@ -152,11 +152,11 @@ def _head_forms(shell: Shell, run: Run | None, sel: Selection | None):
     if not keys:
         return message_figure("No training frames for this model.")
     opts = DecodeOptions(max_len=min(60, 2 * len(run.tr.src_tokens) + 10))
-    sel = (sel or Selection()).fit(shell.shape(run.model)) if shell.shape(run.model) else (sel or Selection())
+    sel = Selection.held(sel).fit(shell.shape(run.model)) if shell.shape(run.model) else Selection.held(sel)
     panels = []
     for key in keys:
         tr = calls.gpu_translate(shell.reg_key, key, run.tr.src_text, opts)
-        panels.append(learn.head_panel(learn.step_of(key), tr, sel.kind, sel.layer, sel.head))
+        panels.append(learn.head_panel(learn.step_of(key), tr, sel.head_ref))
     return head_forms_figure(panels, f"{KIND_LABELS[sel.kind]}, layer {sel.layer} head {sel.head} (counted from 0)")
 
 
@@ -252,7 +252,7 @@ def _wire_compare(shell: Shell, parts: LearnParts) -> None:
         pair = compare_pair(shell, run, number)
         if pair is None:
             raise gr.Error(NO_FRAMES)
-        sel = replace(sel if isinstance(sel, Selection) else Selection(), section="analysis", subview="sidebyside")
+        sel = replace(Selection.held(sel), section="analysis", subview="sidebyside")
         second = pair[1]
         return (gr.Tabs(selected="analysis"), "analysis", gr.Tabs(selected="sidebyside"),
                 {**(held or {}), "analysis": "sidebyside"}, (*stamp_of(sbs_section.NAME, run, sel), second),

@@ -154,7 +154,7 @@ def _run(shell: Shell, run, name, text_a, text_b, sel: Selection, site, scan, pa
                 views.message_figure("The patching could not be run."), gr.skip(), None)
     steps = [(f"step {i}: {t}", i) for i, t in enumerate(bench.output_tokens)]
     return (patching.summary(bench), patching.figure(bench), gr.Dropdown(choices=steps, value=bench.setup.step),
-            whatif.bench_link(text_a, text_b, site, scan, sel.kind, part, point, sel.layer, sel.head, positions,
+            whatif.bench_link(text_a, text_b, site, scan, sel.head_ref, part, point, positions,
                               step, foil, ablation, output))
 
 
@@ -204,7 +204,7 @@ CLEARED = "The selection changed: press **Run patching** for the head or layer i
 
 def _on_selection(sel, shown, site, scan) -> tuple:
     """The bench's line of what it patches, and its result cleared once it no longer matches the selection."""
-    sel = sel if isinstance(sel, Selection) else Selection()
+    sel = Selection.held(sel)
     if not stale(shown, sel):
         return where(sel, site, scan), gr.skip(), gr.skip(), gr.skip()
     return where(sel, site, scan), CLEARED, views.message_figure("Run patching again."), None

@@ -84,7 +84,7 @@ def second_run(shell: Shell, run: Run, name: str) -> Run:
 def _aer(shell: Shell, run: Run):
     """(note, figure) of the run model's AER per head on this sentence, where it has a gold alignment."""
     lm = shell.lm(run)
-    if not reference_path(align_heads.align_dir(shell.reg_key), lm.src_lang, lm.tgt_lang).is_file():
+    if not reference_path(calls.align_dir(shell.reg_key), lm.src_lang, lm.tgt_lang).is_file():
         return f"{run.model}: no gold alignment for {lm.src_lang}→{lm.tgt_lang}", None
     texts = val_texts(calls.DATA_DIRS, lm.src_lang, lm.tgt_lang)
     index = next((k for k, s in enumerate(texts[0]) if s.strip() == run.tr.src_text.strip()), None) if texts else None

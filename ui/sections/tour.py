@@ -248,8 +248,7 @@ def wire(shell: Shell, translate_event: tuple) -> None:
     p.leave.click(None, p.leave_link, None, js=LEAVE_JS)
 
     def on_leave(run, link, held, request: gr.Request):
-        values = leave_values(shell, run, link, held if isinstance(held, Selection) else Selection(),
-                              base_url(request))
+        values = leave_values(shell, run, link, Selection.held(held), base_url(request))
         outs = set(leave_outputs(shell))
         return {c: v for c, v in values.items() if c in outs}
 

@@ -309,7 +309,7 @@ def replay_event(shell: Shell):
     def on_replay(run, sel: Selection, stop, seen, request: gr.Request):
         if run is None:
             return
-        sel = sel if isinstance(sel, Selection) else Selection()
+        sel = Selection.held(sel)
         selected = outlined(sel.kind, sel.layer, sel.head)
         if tour_shown(stop, seen, _params(request)):  # the sections are hidden: the end at once, never frames
             yield _end(shell, run, selected, sel.units)
@@ -338,7 +338,7 @@ def wire(shell: Shell) -> tuple:
                      replay=True):
         run_in, notices = read_inputs(text_in, name, decoding_in, beam_in, max_len_in)
         # a new run starts at step 0, on each view's own default query
-        sel = replace(sel if isinstance(sel, Selection) else Selection(), step=0, query=None)
+        sel = replace(Selection.held(sel), step=0, query=None)
         # animated only where it is seen (replay_frames): elsewhere this event draws the end itself
         ctx = RunContext(sel, replay and sel.section == "translate", base_url(request))
         values = translate_values(shell, run_in, notices, ctx)

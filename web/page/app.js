@@ -145,13 +145,23 @@ function fillHeadPicker(run) {
   const sel = $("head-pick"), keep = sel.value;
   sel.replaceChildren();
   for (const kind of KINDS) run.patterns[kind].forEach((hs, l) => hs.forEach((_, h) => {
-    sel.append(new Option(`${kind} L${l} H${h}`, `${kind}:${l}:${h}`));
+    sel.append(new Option(headLabel(kind, l, h), headKey(kind, l, h)));
   }));
-  sel.value = keep && [...sel.options].some((o) => o.value === keep) ? keep : `cross:${run.patterns.cross.length - 1}:0`;
+  sel.value = keep && [...sel.options].some((o) => o.value === keep) ? keep : headKey("cross", run.patterns.cross.length - 1, 0);
 }
 
+// a head's label and key as the app writes them (model/engine/names.py HeadRef): 'dec L1 H2', 'dec.1.2';
+// the page's data name the decoder's self-attention "self"
+const HEAD_SHORT = { enc: "enc", self: "dec", cross: "cross" };
+const headLabel = (kind, l, h) => `${HEAD_SHORT[kind]} L${l} H${h}`;
+const headKey = (kind, l, h) => `${HEAD_SHORT[kind]}.${l}.${h}`;
+const headOf = (key) => {
+  const [short, l, h] = key.split(".");
+  return [Object.keys(HEAD_SHORT).find((k) => HEAD_SHORT[k] === short), l, h];
+};
+
 function drawHeadView(run) {
-  const [kind, l, h] = $("head-pick").value.split(":");
+  const [kind, l, h] = headOf($("head-pick").value);
   const [ys, xs] = axesOf(run, kind);
   return drawHead($("head-plot"), run.patterns[kind][+l][+h], xs, ys, `${kind} layer ${l} head ${h}`);
 }

@@ -29,7 +29,7 @@ from model.engine.data import pad_batch
 from model.engine.decoding import DecodeOptions, source_ids
 from model.engine.hooks import capture
 from model.engine.loaded import LoadedModel
-from model.engine.names import CROSS, ENC_SELF, hook_name
+from model.engine.names import CROSS, ENC_SELF, HeadRef, hook_name
 from model.engine.results import decoder_input
 from model.engine.vocab import tokenize
 from model.families import load_all
@@ -78,7 +78,7 @@ class HeadAlignment:
     @property
     def label(self) -> str:
         """'cross L1 H2' for a head (the app's head label), else a short description."""
-        return {"head": f"cross L{self.layer} H{self.head}", "layer": f"layer {self.layer} mean",
+        return {"head": str(HeadRef(CROSS, self.layer, self.head)) if self.source == "head" else "", "layer": f"layer {self.layer} mean",
                 "all": "all layers mean", "rollout": "rollout"}[self.source]
 
     def key(self) -> tuple:
