@@ -18,6 +18,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--src", required=True, help="source sentences, one per line (.gz read as gzip)")
     p.add_argument("--ref", help="reference translations, line for line with --src")
     p.add_argument("--align", help="reference word alignments (Pharaoh), line for line with --src")
+    p.add_argument("--langs", help="SRC-TGT language codes of a many-to-many model, e.g. eng_Latn-deu_Latn")
     p.add_argument("--out", required=True, help="the output folder (a rerun into it resumes)")
     p.add_argument("--shard-size", type=int, default=SHARD_SIZE, help="sentences per shard (default %(default)s)")
     p.add_argument("--workers", type=int, help="model replicas (default: one per GPU, else one per 4 cores)")
@@ -31,7 +32,7 @@ def main(argv=None) -> int:
         return 2
     try:
         rep = run_corpus(a.analysis, a.model, a.src, a.out, ref=a.ref, align=a.align, shard_size=a.shard_size,
-                         workers=a.workers)
+                         workers=a.workers, langs=a.langs)
     except CorpusError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from model.analysis.trust_signals import weights_fingerprint
 from model.families import load_checkpoint
+from model.families.m2m100 import with_languages
 from model.families.ours import CheckpointError
 
 from . import shards as sh
@@ -44,23 +45,33 @@ class Report:
     shards_skipped: int      # found finished
     shards_computed: int     # written by this run
     workers: int
-    seconds: float
+    seconds: float           # the whole run: inputs, model, Ray, shards, summary
+    compute_seconds: float   # first sentence back to last (0 when every shard was finished before)
     summary: dict
 
 
-def load_model(source):
-    """The model, loaded once on the driver before any work: a source that cannot be loaded is a message."""
+def load_model(source, langs: str | None = None, device: str = "cpu"):
+    """The model (its languages set by ``langs``, "SRC-TGT", for a many-to-many model), loaded once on the
+    driver before any work: a source that cannot be loaded is a message."""
     try:
-        return load_checkpoint(source, "cpu")
+        lm = load_checkpoint(source, device)
     except CheckpointError as e:
         raise CorpusError(f"the model cannot be loaded: {e}") from None
     except (OSError, ValueError, RuntimeError) as e:
         raise CorpusError(f"the model {source} cannot be loaded: {e}") from None
+    if not langs:
+        return lm
+    src, _, tgt = langs.partition("-")
+    try:
+        return with_languages(lm, src, tgt)
+    except (ValueError, KeyError) as e:
+        raise CorpusError(f"--langs {langs}: {e}") from None
 
 
 def identity(analysis: str, model, lm, corpus: Corpus, shard_size: int) -> dict:
     """What a run's results depend on; a rerun into the same folder must match it."""
     return {"format": sh.FORMAT, "analysis": analysis, "model": str(model), "weights": weights_fingerprint(lm),
+            "langs": f"{lm.src_lang}-{lm.tgt_lang}",
             "inputs": {k: {"sha256": v["sha256"], "lines": v["lines"]} for k, v in corpus.files.items()},
             "shard_size": shard_size}
 
@@ -74,11 +85,11 @@ class Replica:
     """One model replica of the pool: a shard's sentences in (as JSON), their rows out (as JSON)."""
 
     def __init__(self, model: str, analysis: str, device: str = "cpu", threads: int = 0,
-                 crash_marker: str | None = None):
+                 crash_marker: str | None = None, langs: str | None = None):
         import torch
         if threads:
             torch.set_num_threads(threads)
-        self.lm = load_checkpoint(model, device)
+        self.lm = load_model(model, langs, device)
         self.analysis = analysis
         self.crash_marker = crash_marker
 
@@ -125,7 +136,7 @@ def pool(workers: int | None) -> tuple[int, dict]:
 
 
 def stream(model, analysis: str, todo: list[tuple[int, list[Sentence]]], workers: int | None,
-           crash_marker: str | None):
+           crash_marker: str | None, langs: str | None = None):
     """(shard, row) pairs as the replicas hand them back, in any order; and the pool's size first."""
     import ray.data
     n, r = pool(workers)
@@ -138,7 +149,8 @@ def stream(model, analysis: str, todo: list[tuple[int, list[Sentence]]], workers
     ds = ds.map_batches(Replica, batch_size=1, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=n),
                         num_cpus=r["num_cpus"], num_gpus=r["num_gpus"],
                         fn_constructor_kwargs={"model": str(model), "analysis": analysis, "device": r["device"],
-                                               "threads": r["threads"], "crash_marker": crash_marker})
+                                               "threads": r["threads"], "crash_marker": crash_marker,
+                                               "langs": langs})
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
         for shard, row in zip(batch["shard"], batch["row"]):
             yield int(shard), json.loads(str(row))
@@ -190,13 +202,13 @@ def open_folder(out: Path, ident: dict) -> dict:
 
 def run_corpus(analysis: str, model, src, out, ref=None, align=None, shard_size: int = SHARD_SIZE,
                workers: int | None = None, write=None, interrupt_after: int | None = None,
-               crash_marker: str | None = None) -> Report:
+               crash_marker: str | None = None, langs: str | None = None) -> Report:
     """Run ``analysis`` over the corpus into ``out`` (see the module docstring). ``interrupt_after``: stop
     after writing that many shards (a stand-in for Ctrl-C); ``crash_marker``: a file path, for tests — the
     first replica to take a shard while it is absent creates it and dies."""
     t0 = time.monotonic()
     corpus = read_corpus(analysis, src, ref, align)      # every input checked before any work
-    lm = load_model(model)
+    lm = load_model(model, langs)
     out = Path(out)
     manifest = open_folder(out, identity(analysis, model, lm, corpus, shard_size))
     manifest["inputs"] = corpus.files
@@ -204,10 +216,10 @@ def run_corpus(analysis: str, model, src, out, ref=None, align=None, shard_size:
     finished = sh.finished_shards(out, manifest)
     todo = [(k, s) for k, s in enumerate(shards) if k not in finished]
     progress = Progress(len(corpus.sentences), sum(len(shards[k]) for k in finished), write)
-    workers_used = 0
+    workers_used, compute_s = 0, 0.0
     if todo:
-        workers_used = _compute(out, manifest, model, analysis, todo, workers, progress, interrupt_after,
-                                crash_marker)
+        workers_used, compute_s = _compute(out, manifest, model, analysis, todo, workers, progress,
+                                           interrupt_after, crash_marker, langs)
     rows = collect(out, len(shards), len(corpus.sentences))
     cfg = lm.model.cfg
     summary = summarise(analysis, rows, {"layers": cfg.n_decoder_layers, "heads": cfg.decoder_heads})
@@ -216,22 +228,24 @@ def run_corpus(analysis: str, model, src, out, ref=None, align=None, shard_size:
     manifest["finished"] = True
     sh.write_json(out / sh.MANIFEST, manifest)
     return Report(analysis, str(out), len(corpus.sentences), len(shards), len(finished), len(todo), workers_used,
-                  round(time.monotonic() - t0, 3), summary)
+                  round(time.monotonic() - t0, 3), round(compute_s, 3), summary)
 
 
 def _compute(out: Path, manifest: dict, model, analysis: str, todo, workers, progress: Progress,
-             interrupt_after, crash_marker) -> int:
-    """Run the shards in ``todo`` on Ray, writing each as soon as all its rows are in."""
+             interrupt_after, crash_marker, langs) -> tuple[int, float]:
+    """Run the shards in ``todo`` on Ray, writing each as soon as all its rows are in; the pool's size, and
+    the seconds from the first sentence back to the last."""
     started = start_ray()
     try:
         sizes = {k: len(s) for k, s in todo}
         pending: dict[int, dict[int, dict]] = {k: {} for k in sizes}
-        gen = stream(model, analysis, todo, workers, crash_marker)
+        gen = stream(model, analysis, todo, workers, crash_marker, langs)
         n = next(gen)
         progress.write(f"{analysis}: {len(todo)} shards to compute on {n} replica{'s' * (n > 1)}; "
                        f"{progress.done} sentences already done")
-        written = 0
+        written, first = 0, None
         for shard, row in gen:
+            first = first or time.monotonic()
             if shard not in pending or row["index"] in pending[shard]:
                 continue  # a shard run again after a replica died: its rows are kept once
             pending[shard][row["index"]] = row
@@ -246,7 +260,7 @@ def _compute(out: Path, manifest: dict, model, analysis: str, todo, workers, pro
                 if interrupt_after is not None and written >= interrupt_after and pending:
                     raise Interrupted(f"stopped after {written} shards; run the same command again to resume")
         progress.add(0, force=True)
-        return n
+        return n, time.monotonic() - (first or time.monotonic())
     finally:
         if started:
             import ray
