@@ -94,6 +94,7 @@ def marian_shaped(folder: Path, n: int, seed: int = 0) -> tuple[Path, list[str]]
 
 def measure(model, lines: list[str], workers: int, work: Path, analysis: str) -> dict:
     from model.corpus.run import run_corpus
+    work.mkdir(parents=True, exist_ok=True)
     src = work / "src.txt"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = work / f"out-{workers}"

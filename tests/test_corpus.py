@@ -115,6 +115,20 @@ def test_lens_curve_equals_decoder_lens_per_sentence(local_ray, corpus):
         assert close(point["same_as_final"], same) and close(point["chrf_final"], chrf)
 
 
+def test_a_marian_folder_runs_through_the_pool(local_ray, corpus):
+    """Any family the app serves: an OPUS-MT (Marian) folder, DecoderLens per encoder layer as in process."""
+    from tests.test_marian import DE, build_marian
+    folder = build_marian(corpus["dir"] / "opus-mt-de-en")
+    src = corpus["dir"] / "marian.de"
+    src.write_text("\n".join(DE[:4]) + "\n", encoding="utf-8")
+    rep = run_corpus("lens", folder, src, corpus["dir"] / "marian-lens", shard_size=2, workers=2,
+                     write=lambda line: None)
+    lm = load_checkpoint(folder)
+    want = [[layer.translation.text for layer in decoder_lens(lm, s).layers] for s in DE[:4]]
+    assert [r["outputs"] for r in read_rows(corpus["dir"] / "marian-lens")] == want
+    assert rep.summary["analysed"] == 4 and len(rep.summary["curve"]) == lm.model.cfg.n_encoder_layers
+
+
 def read_rows(out: Path) -> list[dict]:
     rows = [r for p in sorted((out / SHARDS).glob("*.parquet")) for r in read_shard(p)]
     return sorted(rows, key=lambda r: r["index"])
