@@ -202,3 +202,16 @@ def test_another_runs_folder_is_refused(corpus):
     (out / MANIFEST).write_text(json.dumps({"identity": {"analysis": "trust"}, "shards": {}}), encoding="utf-8")
     with pytest.raises(CorpusError, match="holds the results of another run"):
         run(corpus, "lens", "other")
+
+
+def test_progress_says_sentences_done_rate_and_time_left(monkeypatch):
+    """The rate counts from the first sentence back, so the pool's start is not read as slowness."""
+    from model.corpus import run as corpus_run
+    times = iter([0.0, 30.0, 40.0])     # made, first sentence back at 30 s, 21 done at 40 s
+    monkeypatch.setattr(corpus_run.time, "monotonic", lambda: next(times))
+    lines = []
+    p = corpus_run.Progress(100, 0, write=lines.append)
+    p.add(1)
+    p.add(20)
+    assert lines == ["1/100 sentences (1.0 %), 0.0 sentences/s, time left not yet known",
+                     "21/100 sentences (21.0 %), 2.0 sentences/s, about 40 s left"]

@@ -113,11 +113,16 @@ def start_ray() -> bool:
     import ray
     if ray.is_initialized():
         return False
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(runtime_env={"working_dir": str(ROOT), "excludes": CLUSTER_EXCLUDES}, logging_level="WARNING")
-    else:
-        ray.init(include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE, logging_level="WARNING",
-                 runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    address = os.environ.get("RAY_ADDRESS")
+    try:
+        if address:
+            ray.init(runtime_env={"working_dir": str(ROOT), "excludes": CLUSTER_EXCLUDES}, logging_level="WARNING")
+        else:
+            ray.init(include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE, logging_level="WARNING",
+                     runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    except Exception as e:  # Ray raises a bare Exception when its node does not come up
+        where = f"the Ray cluster at RAY_ADDRESS={address}" if address else "an embedded Ray on this machine"
+        raise CorpusError(f"{where} did not start: {e}") from None
     return True
 
 
@@ -157,35 +162,40 @@ def stream(model, analysis: str, todo: list[tuple[int, list[Sentence]]], workers
 
 
 class Progress:
-    """A line a person can read, at most every ``every`` seconds: sentences done, rate, time left."""
+    """A line a person can read, at most every ``every`` seconds: sentences done, rate, time left. The rate
+    is counted from the first sentence back (the pool's start and the model loads are not work)."""
 
     def __init__(self, total: int, done: int, write=None, every: float = 5.0):
-        self.total, self.done, self.start_done = total, done, done
+        self.total, self.done = total, done
         self.write = write or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.t0 = self.last = time.monotonic()
+        self.first: tuple[float, int] | None = None   # (when, sentences done) at the first sentence back
+        self.last = time.monotonic()
         self.every = every
 
     def add(self, n: int, force: bool = False) -> None:
-        self.done += n
         now = time.monotonic()
+        if self.first is None and n:
+            self.first = (now, self.done)
+        self.done += n
         if force or now - self.last >= self.every:
             self.last = now
             self.write(self.line(now))
 
     def line(self, now: float | None = None) -> str:
-        spent = max((now or time.monotonic()) - self.t0, 1e-9)
-        rate = (self.done - self.start_done) / spent
+        when, base = self.first or (now or time.monotonic(), self.done)
+        spent = (now or time.monotonic()) - when
+        rate = (self.done - base - 1) / spent if spent > 0 and self.done - base > 1 else 0.0
         left = (self.total - self.done) / rate if rate > 0 else float("inf")
         return (f"{self.done}/{self.total} sentences ({100 * self.done / self.total:.1f} %), "
-                f"{rate:.1f} sentences/s, {_duration(left)} left")
+                f"{rate:.1f} sentences/s, {_left(left)}")
 
 
-def _duration(s: float) -> str:
+def _left(s: float) -> str:
     if s == float("inf"):
-        return "time not yet known"
+        return "time left not yet known"
     s = int(round(s))
-    return f"about {s // 3600} h {s % 3600 // 60} min" if s >= 3600 else (
-        f"about {s // 60} min {s % 60} s" if s >= 60 else f"about {s} s")
+    return (f"about {s // 3600} h {s % 3600 // 60} min" if s >= 3600 else
+            f"about {s // 60} min {s % 60} s" if s >= 60 else f"about {s} s") + " left"
 
 
 def open_folder(out: Path, ident: dict) -> dict:
