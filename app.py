@@ -87,12 +87,17 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
     return demo
 
 
+# Gradio's status announcer (a screen reader's live region) says i18n("common.complete") when an event ends, a
+# key its own English table lacks, so a screen reader read the key aloud; every other locale falls back to this
+SCREEN_READER_WORDS = {"en": {"common": {"complete": "Done"}}}
+
+
 def launch_kwargs() -> dict:
     # _frontend=False skips Gradio's start-up reachability check: one HEAD request with a 3 s timeout, which a
     # loaded machine can miss and then refuses to start; the server itself is unchanged
     # app_kwargs: Gradio's front-end files compressed once and answered from memory (ui/assets.py)
     return dict(css=CSS, head=HEAD, theme=gr.themes.Soft(), show_error=False, _frontend=False,
-                app_kwargs={"middleware": assets.middleware()})
+                app_kwargs={"middleware": assets.middleware()}, i18n=gr.I18n(**SCREEN_READER_WORDS))
 
 
 def set_cpu_threads() -> None:

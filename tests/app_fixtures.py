@@ -26,6 +26,8 @@ SENTENCES = {
     "fr": ["Un homme fait du vélo dans la ville.", "Deux chiens jouent dans la neige.",
            "Une femme lit un livre dans le parc.", "Les enfants jouent sur la plage.",
            "Un homme avec un chapeau se tient devant une maison."],
+    "cs": ["Muž jede na kole městem.", "Dva psi si hrají ve sněhu.", "Žena čte knihu v parku.",
+           "Děti si hrají na pláži.", "Muž s kloboukem stojí před domem."],
 }
 
 

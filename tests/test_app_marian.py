@@ -148,4 +148,4 @@ def test_a_link_keeps_a_listed_model_and_refuses_an_unlisted_one_by_name(served)
     assert section._linked_model(shell, params) == (params, None)
     other = str(models / "opus-mt-unlisted-too")
     kept, refused = section._linked_model(shell, {"text": DE, "model": other})
-    assert kept == {"text": DE} and "is not offered here" in refused and "ATTN_ALLOW_ANY_MODEL" in refused
+    assert kept == {"text": DE} and "is not served here" in refused and "ATTN_ALLOW_ANY_MODEL" not in refused

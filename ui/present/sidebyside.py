@@ -11,7 +11,8 @@ from model.families import catalog
 from . import views
 from .learn import step_of
 from . import LANG_NAMES, md_escape
-from ..state import ModelShape, Run, Selection
+from .payload import EVERYDAY
+from ..state import ModelShape, Run, RunInputs, Selection, link_url
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,66 @@ def readers(reg, src: str, tgt: str, own: str | None = None) -> list[tuple[str, 
     return out
 
 
+HERE = Selection(section="analysis", subview="sidebyside")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _own_models(reg) -> dict:
+    """The offered models that translate one direction of their own (no snapshot, no many-to-many pair)."""
+    return {k: i for k, i in catalog.infos(reg).items()
+            if step_of(k) is None and not i.many_to_many and not i.base}
+
+
+def elsewhere(reg, run: Run) -> list[tuple[str, str]]:
+    """(sentence, relative link) for each direction where two models can stand side by side, for a run whose
+    source language no other model reads: the reverse direction (on this run's own translation) and each
+    direction with training snapshots (on an everyday sentence of its language)."""
+    out = []
+    for key, info in _own_models(reg).items():
+        if key == run.model or not readers(reg, info.src_lang, info.tgt_lang, key):
+            continue
+        snapshots = sum(1 for _, k in readers(reg, info.src_lang, info.tgt_lang, key) if step_of(k) is not None)
+        reverse = language(info.src_lang) == language(run.tr.tgt_lang) and \
+            language(info.tgt_lang) == language(run.tr.src_lang)
+        if reverse and run.tr.text.strip():
+            text, why = run.tr.text, f"the reverse direction, on this run's {language(info.src_lang)} translation"
+        elif snapshots and EVERYDAY.get(info.src_lang):
+            text, why = EVERYDAY[info.src_lang][0], f"beside its own {_plural(snapshots, 'training snapshot')}"
+        else:
+            continue
+        label = f"{language(info.src_lang)} → {language(info.tgt_lang)} ({key})"
+        out.append((f"[{md_escape(label)}]({link_url('', RunInputs(model=key, text=text), HERE)}): {why}", key))
+    return out
+
+
+def offer_markdown(reg, run: Run) -> str:
+    """Before a second model is picked: which models here read this run's source language, or, where none
+    does, that in words and the directions where two models can be compared instead."""
+    src = language(run.tr.src_lang)
+    found = candidates(reg, run)
+    if found:
+        snapshots = sum(1 for _, k in found if step_of(k) is not None)
+        among = f" ({_plural(snapshots, 'training snapshot')} of this run's model among them)" if snapshots else ""
+        return (f"{_plural(len(found), 'other model')} on this server {'reads' if len(found) == 1 else 'read'} "
+                f"{src}{among}. Pick one as the second model to translate the same sentence.")
+    said = (f"No other model on this server reads {src}, so no second model can translate this sentence. "
+            "A second model must read the same language as the run.")
+    other = elsewhere(reg, run)
+    if not other:
+        return said
+    return said + " Two models can be compared here in:\n\n" + "\n".join(f"- {line}" for line, _ in other)
+
+
 def refusal(reg, run: Run | None, second: str | None) -> str | None:
     """Why ``second`` cannot stand beside ``run`` (a whole sentence for the user), or None when it can."""
     if run is None:
         return "Translate a sentence first."
     if not second:
-        return "Pick a second model to translate the same sentence."
+        return ("Pick a second model to translate the same sentence." if candidates(reg, run) else
+                f"No other model on this server reads {language(run.tr.src_lang)}.")
     catalog.offer_pair(reg, second)  # a many-to-many model's pair is offered when first named
     info = catalog.infos(reg).get(second)
     if info is None:
@@ -125,4 +180,5 @@ def grid_figure(reg, run: Run, sel: Selection, lm, which: str):
     return fig
 
 
-__all__ = ["SecondModel", "candidates", "readers", "language", "refusal", "shape_of", "markdown", "grid_figure"]
+__all__ = ["SecondModel", "candidates", "readers", "offer_markdown", "elsewhere", "language", "refusal", "shape_of",
+           "markdown", "grid_figure"]

@@ -18,7 +18,7 @@ from model.engine.config import NO_INTERVENTION, Interventions
 from model.engine.decoding import mask_preview, not_padding
 from model.engine.names import HeadRef
 from model.engine.results import decoder_input, pool_words
-from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF, Kind
+from model.engine.transformer import ATTN_KINDS, CROSS, DEC_SELF, ENC_SELF
 from model.families import catalog
 from model.families.ours import Registry
 from viz import alignment as v_align
@@ -391,23 +391,27 @@ def head_map_figure(run: Run | None, head_label, lm=None):
     return attention_figure(run, HeadRef.parse(head_label), "head", "words", lm, scale="head")
 
 
-def pair_view_figure(pair: PairRun | None, ref: HeadRef):
+def pair_view_figure(pair: PairRun | None, ref: HeadRef, units: str = "words", lm=None):
+    """Both sentences' maps of one head on one colour scale, in words where ``units`` asks for them and the
+    model (``lm``) reads subwords, else in tokens."""
     if pair is None:
         return message_figure("Enter two sentences and press Compare sentences.")
     kind, layer, head = ref
     maps, valid, masks = [], [], []
     l = h = 0
+    unit = "tokens"
     for label, tr in (("sentence A", pair.a), ("sentence B", pair.b)):
-        attn = tr.attention(kind)
-        l, h = read_index(layer, 0, attn.shape[0]), read_index(head, 0, attn.shape[1])
-        q, k = tr.axes(kind)
-        rows = q if kind == ENC_SELF else decoder_rows(q, tr.output_tokens)[0]
-        maps.append((f"{label}: {tr.text[:60]}", attn[l, h], rows, k))
-        valid.append(tr.query_valid(kind))
-        masks.append(tr.mask(kind))
+        kv = kind_view(Run.of(lm, pair.model, tr), kind, units, lm) if lm is not None else \
+            kind_view(Run(pair.model, tr), kind, "tokens", None)
+        l, h = read_index(layer, 0, kv.attn.shape[0]), read_index(head, 0, kv.attn.shape[1])
+        maps.append((f"{label}: {tr.text[:60]}", kv.attn[l, h], kv.rows, kv.keys))
+        valid.append(kv.valid)
+        masks.append(kv.mask)
+        unit = kv.unit
     return v_pair.side_by_side(maps, query_valid=valid, masks=masks,
                                query_title=None if kind == ENC_SELF else STEP_ROW_TITLE,
-                               title=f"{KIND_LABELS[kind]}, {layer_head(l, h)}: both sentences on one colour scale")
+                               title=f"{KIND_LABELS[kind]}, {layer_head(l, h)}: both sentences on one colour scale "
+                                     f"(in {unit})")
 
 
 def hypothesis_figure(hyp, rank):

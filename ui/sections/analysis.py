@@ -284,7 +284,7 @@ def _pair(shell: Shell, text_a, text_b, run, name, sel: Selection):
         pair = PairRun(name, a, b)
         md = (f"**A:** {md_escape(a.src_text)} → {md_escape(a.text)}  \n"
               f"**B:** {md_escape(b.src_text)} → {md_escape(b.text)}")
-        return md, views.pair_view_figure(pair, sel.head_ref), pair
+        return md, views.pair_view_figure(pair, sel.head_ref, sel.units, shell.model(name)), pair
     except Exception as e:
         log.exception("pair failed")
         return (f"⚠️ The comparison failed ({md_escape(type(e).__name__)}).",
@@ -318,8 +318,12 @@ def _wire_pair(shell: Shell) -> None:
                      [p.pair_text, p.pair_plot, p.pair_state],
                      api_name="pair_view", api_visibility="undocumented", **shell.model_event())
     # the maps follow the one selection, however it changes (the bar, a link, a panel or a profile click)
-    gr.on([shell.sel_state.change], safe(lambda pair, sel: views.pair_view_figure(pair, sel.head_ref)
-                                         if isinstance(pair, PairRun) else gr.skip(), "two-sentence view"),
+    def pair_maps(pair, sel):  # in the selection's units: words need the pair's model
+        if not isinstance(pair, PairRun):
+            return gr.skip()
+        return views.pair_view_figure(pair, sel.head_ref, sel.units, shell.model_or_none(pair.model))
+
+    gr.on([shell.sel_state.change], safe(pair_maps, "two-sentence view"),
           [p.pair_state, shell.sel_state], p.pair_plot, api_visibility="private", **VIEW)
     results = [p.pair_text, p.pair_plot, p.pair_state, p.bench.patch_md, p.bench.patch_plot, p.bench.patch_state]
     # a result never outlives its inputs: editing A or B clears both results at once
@@ -392,7 +396,8 @@ def _wire_export(shell: Shell) -> None:
             "beam": lambda: views.beam_view_figure(bview),
             "profiles": lambda: views.profiles_view_figure(pstate[0], pstat, pstate[1]) if pstate else
             views.message_figure("Open Head profiles first."),
-            "pair": lambda: views.pair_view_figure(pair, s.head_ref),  # the one selection's head
+            "pair": lambda: views.pair_view_figure(pair, s.head_ref, s.units, shell.model_or_none(
+                pair.model) if isinstance(pair, PairRun) else None),  # the one selection's head, in its units
         }
         which = which if which in builders else "attention"
         fig = builders[which]()

@@ -98,7 +98,8 @@ def build(shell: Shell) -> AttentionParts:
         with gr.Tab("Alignment", id="alignment") as align_tab:
             gr.Markdown("Source tokens on the left, output tokens on the right; a line's opacity is its weight. "
                         "Hover a token to highlight its lines.", elem_classes="explain")
-            align_mode = gr.Radio(ALIGN_CHOICES, value="layer", label="Weights", elem_id="align-mode")
+            # the bar's head by default, as every other map of one head; the means are a pick away
+            align_mode = gr.Radio(ALIGN_CHOICES, value="head", label="Weights", elem_id="align-mode")
             align_plot = gr.Plot(label="Alignment lines", elem_id="align-plot", show_label=False)
         with gr.Tab("Rollout", id="rollout") as rollout_tab:
             gr.Markdown("**Attention rollout** (Abnar & Zuidema 2020): each encoder layer's head-mean attention is "

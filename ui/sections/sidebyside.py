@@ -20,6 +20,7 @@ from ..present import trust, views
 from ..present import decoderlens as lens_view
 from ..present import sidebyside as sbs
 from ..present import md_escape
+from ..present.views import stamp_of
 from ..state import Run, Selection
 from . import Shell, sub_view
 
@@ -56,8 +57,6 @@ def build(shell: Shell, tab: gr.Tab) -> SideParts:
     lm = shell.default_lm
     choices = sbs.readers(shell.reg, lm.src_lang, lm.tgt_lang, shell.default_model) if lm is not None else []
     second = gr.Dropdown(choices, value=None, label="Second model", elem_id="sbs-model")
-    # every run offers the models that read its source language (another run may read another one)
-    shell.on_run([second], lambda run, ctx: [gr.Dropdown(choices=sbs.candidates(shell.reg, run))])
     md = gr.Markdown(elem_id="sbs-md")
     with gr.Row():  # each model's signals, read against its own validation translations
         trust_a = gr.Markdown(elem_id="sbs-trust-a")
@@ -105,7 +104,7 @@ def values(shell: Shell, run: Run, sel: Selection, second) -> list:
     problem = sbs.refusal(shell.reg, run, second)
     if problem:
         msg = views.message_figure(problem)
-        said = f"⚠️ {md_escape(problem)}" if second else md_escape(problem)
+        said = f"⚠️ {md_escape(problem)}" if second or run is None else sbs.offer_markdown(shell.reg, run)
         return [said, "", "", msg, msg, "", None, None, None]
     other = second_run(shell, run, second)
     a = sbs.grid_figure(shell.reg, run, sel, shell.lm(run), "This run")
@@ -127,12 +126,40 @@ def restore(shell: Shell, parts: SideParts, run: Run, sel: Selection, second: st
             **dict(zip(parts.outputs(), values(shell, run, sel, second)))}
 
 
+def on_run(shell: Shell, run: Run) -> list:
+    """[second, stamp, the view's outputs but ``held``] when a run lands: the models that read its language
+    offered, none picked, and no comparison of an earlier run left on screen (``keep`` picks again the one
+    still offered)."""
+    return [gr.Dropdown(choices=sbs.candidates(shell.reg, run), value=None), None,
+            *values(shell, run, Selection(), None)[:-1]]
+
+
+def keep(shell: Shell, parts: SideParts, run: Run, sel: Selection, held, section, subviews) -> list:
+    """After a run: the second model shown before, picked again where it reads the new run's language, and
+    drawn at once where the view shows (else drawn when opened); [second, stamp, *outputs]."""
+    name = held.name if isinstance(held, sbs.SecondModel) else None
+    offered = sbs.candidates(shell.reg, run) if run is not None else []
+    if name not in [k for _, k in offered] or held.run_id == run.id:  # (the latter: drawn for this run already)
+        return [gr.skip()] * (2 + len(parts.outputs()))
+    picked, sel = gr.Dropdown(choices=offered, value=name), shell.placed(sel, section, subviews)
+    if (sel.section, sel.subview) != ("analysis", "sidebyside"):
+        return [picked, None, *[gr.skip()] * len(parts.outputs())]
+    return [picked, (*stamp_of(NAME, run, sel), name), *values(shell, run, sel, name)]
+
+
 def wire(shell: Shell, parts: SideParts) -> None:
     def view(run: Run, sel: Selection, second):
         return values(shell, run, sel, second)
 
-    sub_view(shell, NAME, parts.tab, parts.outputs(), [parts.second], view, model_call=True,
-             api_name="sidebyside_view")
+    sv = sub_view(shell, NAME, parts.tab, parts.outputs(), [parts.second], view, model_call=True,
+                  api_name="sidebyside_view")
+    # every run offers the models that read its source language (another run may read another one)
+    shell.on_run([parts.second, sv.stamp, *parts.outputs()[:-1]], lambda run, ctx: on_run(shell, run))
+    shell.after_run.append(lambda dep: dep.then(
+        lambda *a: keep(shell, parts, *a),
+        [shell.run_state, shell.sel_state, parts.held, shell.section, shell.subviews],
+        [parts.second, sv.stamp, *parts.outputs()], api_visibility="private", show_progress="hidden",
+        **shell.model_event()))
 
     def restorer(sh, run, sel, second):
         return restore(sh, parts, run, sel, second)

@@ -15,13 +15,13 @@ from model.families import catalog
 from model.families.ours import CheckpointError
 
 from . import VIEW, RunContext, Shell, layer_choices, lazy_values, link_notice_md, log, safe, subview_values
-from .. import calls, languages
+from .. import calls, languages, settings
 from ..present import domain, inside, trust, views, whatif
 from ..present.payload import examples_for
 from ..present.shared import shared
-from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, default_first, direction_hint,
-                       is_blank, md_escape, model_choices, no_model_message, notice_md, output_marks, run_bar,
-                       run_notices, source_marks)
+from ..present import (DOMAIN_HINT, TRY_THIS, chips, choice_label, clean_input, default_direction, default_first,
+                       direction_hint, is_blank, md_escape, model_choices, no_model_message, notice_md, output_marks,
+                       run_bar, run_notices, source_marks)
 from ..settings import DEFAULT_OUTPUT_TOKENS, MAX_BEAM, MAX_INPUT_CHARS, MAX_OUTPUT_TOKENS
 from ..state import CLOSED, ModelShape, Run, RunInputs, Selection, from_query, tour_shown
 
@@ -394,7 +394,7 @@ def _wire_thumbnails(shell: Shell) -> None:
 
 def _linked_model(shell: Shell, params: dict) -> tuple[dict, str | None]:
     """A link's model: a listed one as it is; another Hub id or folder is offered only where the owner
-    allows any model (ATTN_ALLOW_ANY_MODEL), else the link opens on the default model and says why."""
+    allows any model, else the link opens on the default model and says so in a visitor's words."""
     name = params.get("model")
     if not name or name in shell.reg.models:
         return params, None
@@ -402,12 +402,19 @@ def _linked_model(shell: Shell, params: dict) -> tuple[dict, str | None]:
         return dict(params, model=calls.request_model(shell.reg_key, str(name))), None
     except calls.NotOffered as e:
         rest = {k: v for k, v in params.items() if k != "model"}
-        return rest, f"The link's model {str(name)[:80]!r} is not offered here. {e}"
+        default = default_direction(shell.reg)
+        # where the owner lets links name any model, the reason it could not be loaded helps; else it is noise
+        why = f" ({e})" if settings.read().allow_any_model else ""
+        opened = f" The page opened {choice_label(default, shell.reg)} ({default}) instead." if default else ""
+        return rest, (f"The link asks for the model {str(name)[:80]!r}, which is not served here{why}.{opened} "
+                      f"The models served here: {', '.join(shell.reg.names)}.")
 
 
 def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, list[str]] | None:
     """What the page opens on: the link's run and selection, or the first example."""
     params, refused = _linked_model(shell, params)
+    if "model" not in params and default_direction(shell.reg):  # the default, never the first model found
+        params = dict(params, model=default_direction(shell.reg))
     shapes = shell.shapes()
     restored = from_query(params, shapes, MAX_BEAM, MAX_OUTPUT_TOKENS)
     if restored is not None and refused:
@@ -416,7 +423,7 @@ def _restore(shell: Shell, params: dict, width) -> tuple[RunInputs, Selection, l
     if restored is None and first is not None:  # no text: the first example, with the rest of the link
         linked = {k: v for k, v in params.items() if k != "text"}
         restored = from_query({"model": first[1], **linked, "text": first[0]}, shapes)
-        if linked and refused:
+        if refused:
             restored.problems.insert(0, refused)
     if restored is None:
         return None
