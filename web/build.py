@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parent
 PRECISION = "fp16"  # the stored weights' precision, chosen by bench/web_int8.py's measurement (docs/web.md)
 PAGE = ROOT / "page"
 FIRST = "first.json"  # a direction's first screen (web/first.py)
+TOUR = "tour.json"  # the tour's titles and sentence templates, from the app's presenter
+APP_URL = "http://127.0.0.1:7860/"  # where `python app.py` serves the app; --app names a deployed one
 VENDOR = {  # node_modules path -> name in the site's vendor/ folder
     "onnxruntime-web/dist/ort.wasm.min.mjs": "ort.wasm.min.mjs",
     "onnxruntime-web/dist/ort-wasm-simd-threaded.mjs": "ort-wasm-simd-threaded.mjs",
@@ -110,6 +112,14 @@ def write_first_screen(lm, target: Path, meta: dict) -> None:
     (target / FIRST).write_text(json.dumps(run, ensure_ascii=False), encoding="utf-8")
 
 
+def tour_texts() -> dict:
+    """The app's tour as the page fills it: the stops' titles, every sentence's template with its named slots
+    (ui/present/tour.py's SAY) and the words those sentences pick from."""
+    from ui.present import tour  # gradio-free: the app's own tour presenter
+    return {"titles": list(tour.TITLES), "say": tour.SAY, "residual_verbs": tour.RESIDUAL_VERBS,
+            "sublayers": list(tour.SUBLAYER_NAMES)}
+
+
 def copy_page(out: Path, node_modules: Path) -> None:
     missing = [p for p in VENDOR if not (node_modules / p).is_file()]
     if missing:
@@ -120,7 +130,7 @@ def copy_page(out: Path, node_modules: Path) -> None:
         shutil.copyfile(node_modules / src, out / "vendor" / name)
 
 
-def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules") -> list[dict]:
+def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules", app: str = APP_URL) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     copy_page(out, node_modules)
     metas = [build_direction(folder, out) for folder in directions(checkpoints)]
@@ -131,7 +141,8 @@ def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_m
         (out / "models" / f"spacy_{lang}.json").write_text(
             json.dumps(tokenizer_rules(lang), ensure_ascii=False), encoding="utf-8")
     manifest = {"directions": [m["name"] for m in metas], "languages": langs,
-                "examples": {m["name"]: m["example"] for m in metas}}
+                "examples": {m["name"]: m["example"] for m in metas}, "app": app}
+    (out / TOUR).write_text(json.dumps(tour_texts(), ensure_ascii=False), encoding="utf-8")
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return metas
 
@@ -140,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m web.build", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="write the site into this folder")
     ap.add_argument("--space", type=Path, help="write a static Hugging Face Space (README.md + the site)")
+    ap.add_argument("--app", default=APP_URL, help="the Gradio app's address, for the stops and links the page "
+                    "sends there (default: %(default)s)")
     ap.add_argument("--checkpoints", type=Path, default=ROOT.parent / "checkpoints")
     args = ap.parse_args(argv)
     if not (args.out or args.space):
@@ -147,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     for target in (args.out, args.space):
         if target is None:
             continue
-        metas = build_site(target, args.checkpoints)
+        metas = build_site(target, args.checkpoints, app=args.app)
         if target == args.space:
             names = ", ".join(m["name"] for m in metas)
             (target / "README.md").write_text(SPACE_README.format(directions=names), encoding="utf-8")
