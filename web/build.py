@@ -101,6 +101,7 @@ def build_direction(folder: Path, out: Path, precision: str = PRECISION) -> dict
     (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     if meta["example"]:
         write_first_screen(lm, target, meta)
+        write_tour(lm, target, meta["example"])
     return meta
 
 
@@ -110,6 +111,24 @@ def write_first_screen(lm, target: Path, meta: dict) -> None:
     src_ids = translate(lm, meta["example"], DecodeOptions(beam=1, record=False, trace=False)).src_ids
     run = first_screen(Graphs(target, meta), meta["example"], src_ids)
     (target / FIRST).write_text(json.dumps(run, ensure_ascii=False), encoding="utf-8")
+
+
+# the app's stops drawn for the example sentence: all but Watch it learn, whose frames the app's registry finds
+STORED_STOPS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10)
+
+
+def write_tour(lm, target: Path, text: str) -> None:
+    """models/<name>/tour.json: the app's tour of the example sentence (ui/present/tour.py), each stop's sentences
+    and its figure as the app's viz/ draws it, for the page to show beside the stops it words itself."""
+    from model.engine.decoding import DecodeOptions, translate
+    from ui.present import tour
+    from ui.state import Run, RunInputs
+    tr = translate(lm, text, DecodeOptions(max_len=RunInputs.max_len))
+    t = tour.TourRun(Run.of(lm, lm.name, tr, inputs=RunInputs(model=lm.name, text=text)), lm, "words")
+    stops = {i + 1: tour.stop(t, i) for i in STORED_STOPS}
+    stored = {"text": text, "output_ids": list(tr.output_ids), "stops": {
+        n: {"sentences": s.sentences, "figure": json.loads(s.figure.to_json())} for n, s in stops.items()}}
+    (target / TOUR).write_text(json.dumps(stored, ensure_ascii=False), encoding="utf-8")
 
 
 def tour_texts() -> dict:

@@ -185,18 +185,69 @@ function serverNote(run, number) {
   return p;
 }
 
+const storedTours = new Map();
+
+/** The app's tour of the direction's example sentence, drawn by the app's own viz/ code when the site was
+ * built (models/<name>/tour.json), if ``run`` is that sentence's run; else null. */
+async function storedTour(run) {
+  if (!storedTours.has(run.dir)) {
+    storedTours.set(run.dir, fetch(`${BASE}/models/${run.dir}/tour.json`).then((r) => (r.ok ? r.json() : null), () => null));
+  }
+  const t = await storedTours.get(run.dir);
+  return t && t.text === run.srcText && t.output_ids.join() === run.outIds.join() && !maskSwitched(run) ? t : null;
+}
+
+const maskSwitched = (run) => Object.values(run.switches ?? {}).some((on) => on === false);
+
+/** A stored figure, drawn once its stop comes into view (eleven Plotly figures at once would slow the page). */
+const figureObserver = "IntersectionObserver" in window ? new IntersectionObserver((seen) => {
+  for (const e of seen) if (e.isIntersecting) drawStoredFigure(e.target);
+}, { rootMargin: "200px" }) : null;
+
+function drawStoredFigure(el) {
+  if (el.dataset.drawn || !el.figure) return;
+  el.dataset.drawn = "pending";
+  figureObserver?.unobserve(el);
+  Plotly.react(el, el.figure.data, el.figure.layout, { responsive: true, displaylogo: false })
+    .then(() => { el.dataset.drawn = "1"; });
+}
+
+/** A stop's figure: the app's, stored at build time, for the example sentence; for another sentence, a link
+ * to the same stop in the app, which draws it. */
+function stopFigure(run, number, stored) {
+  const fig = stored?.stops[number]?.figure;
+  if (!fig) {
+    const a = Object.assign(document.createElement("a"), { textContent: "its figure for this sentence is in the app",
+      href: appLink(site.manifest.app, { ...linkState(run), tour: number }), className: "app-link" });
+    const p = Object.assign(document.createElement("p"), { className: "small figure-link" });
+    p.append(a);
+    return p;
+  }
+  const el = Object.assign(document.createElement("div"), { className: "plot tour-figure" });
+  el.figure = fig;
+  if (figureObserver) figureObserver.observe(el);
+  else queueMicrotask(() => drawStoredFigure(el));
+  return el;
+}
+
 /** The tour's stops: those that need no server computed here from this run, in the app's own sentences;
- * the others linked to the app. ``maskOff``: stop 5 tried with the look-ahead mask off. */
+ * the others linked to the app (and, for the example sentence, shown as the app stated them at build time).
+ * ``maskOff``: stop 5 tried with the look-ahead mask off. */
 async function tour(run, maskOff = null) {
   const d = await direction(run.dir);
+  const stored = await storedTour(run);
   const n = site.tour.titles.length;
   const items = tourStops(run, d, site.tour, maskOff).map((stop) => {
     const li = document.createElement("li");
     li.dataset.stop = String(stop.number);
     const head = Object.assign(document.createElement("h3"), { textContent: `Stop ${stop.number} of ${n}: ${stop.title}`, tabIndex: 0 });
     head.addEventListener("click", () => openTourStop(stop.number));
-    li.replaceChildren(head, ...(stop.server ? [serverNote(run, stop.number)] : stop.sentences.map((s) => para(s))));
+    const kept = stop.server ? stored?.stops[stop.number] : null;
+    const text = kept ? kept.sentences.map((s) => para(s, "stored")) : stop.server ? [] : stop.sentences.map((s) => para(s));
+    li.replaceChildren(head, ...text);
+    if (stop.server) li.append(serverNote(run, stop.number));
     if (stop.number === MASK_STOP && !stop.server) li.append(...maskTrial(run, stop));
+    li.append(stopFigure(run, stop.number, stop.off ? null : stored));
     if (stop.server) li.classList.add("server");
     return li;
   });
@@ -210,6 +261,8 @@ function openTourStop(number, byClick = true) {
   for (const li of $("tour").children) li.classList.toggle("open", Number(li.dataset.stop) === number);
   const li = $("tour").querySelector(`li[data-stop='${number}']`);
   if (li && !byClick) li.scrollIntoView({ block: "start" });
+  const fig = li?.querySelector(".tour-figure");
+  if (fig) drawStoredFigure(fig);
   if (current) writeLink(current);
 }
 
