@@ -5,6 +5,7 @@ same sentence in the same test; the page holds none of those sentences itself (t
 tour.json). And one link for both editions: an app link opens the same screen in the page."""
 from __future__ import annotations
 
+import base64
 import json
 import re
 from urllib.parse import parse_qs, urlencode, urlparse
@@ -189,8 +190,8 @@ def same(a, b, where: str) -> None:
         for k, v in a.items():
             same(v, (b or {}).get(k), f"{where}.{k}")
         return
-    x = np.asarray(a, dtype=object).ravel() if isinstance(a, (list, tuple, np.ndarray)) else np.asarray([a], dtype=object)
-    y = np.asarray(b, dtype=object).ravel() if isinstance(b, (list, tuple, np.ndarray)) else np.asarray([b], dtype=object)
+    flat = lambda v: np.asarray(v if isinstance(v, (list, tuple, np.ndarray)) else [v], dtype=object).ravel()  # noqa: E731
+    x, y = flat(a), flat(b)
     assert x.shape == y.shape, f"{where}: {x.shape} vs {y.shape}"
     for p, q in zip(x, y):
         if isinstance(p, (int, float, np.number)) and not isinstance(p, bool):
@@ -199,13 +200,21 @@ def same(a, b, where: str) -> None:
             assert p == q, f"{where}: {p!r} vs {q!r}"
 
 
+def plain(v):
+    """Arrays as nested lists; Plotly's typed-array form ({dtype, bdata, shape}) decoded."""
+    if isinstance(v, dict) and "bdata" in v:
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"])
+        return a.reshape([int(n) for n in str(v["shape"]).split(",")] if "shape" in v else -1).tolist()
+    return np.asarray(v).tolist() if isinstance(v, np.ndarray) else v
+
+
 def app_figure(fig) -> dict:
-    """The app's figure as the page is compared on it (arrays as lists, the typed-array form decoded)."""
+    """The app's figure as the page is compared on it."""
     j = fig.to_plotly_json()
-    plain = lambda v: np.asarray(v).tolist() if isinstance(v, np.ndarray) else v  # noqa: E731
     data = [{k: plain(t[k]) for k in TRACE_KEYS if k in t} for t in j["data"]]
     layout = j["layout"]
-    axes = {k: {a: plain(v[a]) for a in AXIS_KEYS if a in v} for k, v in layout.items() if re.fullmatch(r"[xy]axis\d*", k)}
+    axes = {k: {a: plain(v[a]) for a in AXIS_KEYS if a in v}
+            for k, v in layout.items() if re.fullmatch(r"[xy]axis\d*", k)}
     title = layout.get("title", {}).get("text") if isinstance(layout.get("title"), dict) else None
     return {"data": data, "title": title, "axes": axes}
 

@@ -149,7 +149,8 @@ def copy_page(out: Path, node_modules: Path) -> None:
         shutil.copyfile(node_modules / src, out / "vendor" / name)
 
 
-def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules", app: str = APP_URL) -> list[dict]:
+def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules",
+               app: str = APP_URL) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     copy_page(out, node_modules)
     metas = [build_direction(folder, out) for folder in directions(checkpoints)]
