@@ -95,7 +95,7 @@ def served():
 
 
 @pytest.mark.parametrize("name", DIRECTIONS)
-def test_the_tour_states_the_apps_numbers(served, name):
+def test_the_tour_states_the_apps_sentences(served, name):
     page, examples = served
     text = examples[name]
     page.select_option("#dir", name)
@@ -115,7 +115,7 @@ def test_the_tour_states_the_apps_numbers(served, name):
 
 
 @pytest.mark.parametrize("name", DIRECTIONS)
-def test_the_masks_stop_switched_off_states_the_apps_numbers(served, name, monkeypatch):
+def test_the_masks_stop_switched_off_states_the_apps_sentences(served, name, monkeypatch):
     page, examples = served
     text = examples[name]
     page.select_option("#dir", name)
