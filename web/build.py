@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parent
 PRECISION = "fp16"  # the stored weights' precision, chosen by bench/web_int8.py's measurement (docs/web.md)
 PAGE = ROOT / "page"
 FIRST = "first.json"  # a direction's first screen (web/first.py)
+TOUR = "tour.json"  # the tour's titles and sentence templates, from the app's presenter
+APP_URL = "http://127.0.0.1:7860/"  # where `python app.py` serves the app; --app names a deployed one
 VENDOR = {  # node_modules path -> name in the site's vendor/ folder
     "onnxruntime-web/dist/ort.wasm.min.mjs": "ort.wasm.min.mjs",
     "onnxruntime-web/dist/ort-wasm-simd-threaded.mjs": "ort-wasm-simd-threaded.mjs",
@@ -110,6 +112,7 @@ def build_direction(folder: Path, out: Path, precision: str = PRECISION, checkpo
     (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     if meta["example"]:
         write_first_screen(lm, target, meta)
+        write_tour(lm, target, meta["example"])
     return meta
 
 
@@ -119,6 +122,32 @@ def write_first_screen(lm, target: Path, meta: dict) -> None:
     src_ids = translate(lm, meta["example"], DecodeOptions(beam=1, record=False, trace=False)).src_ids
     run = first_screen(Graphs(target, meta), meta["example"], src_ids)
     (target / FIRST).write_text(json.dumps(run, ensure_ascii=False), encoding="utf-8")
+
+
+# the app's stops drawn for the example sentence: all but Watch it learn, whose frames the app's registry finds
+STORED_STOPS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10)
+
+
+def write_tour(lm, target: Path, text: str) -> None:
+    """models/<name>/tour.json: the app's tour of the example sentence (ui/present/tour.py), each stop's sentences
+    and its figure as the app's viz/ draws it, for the page to show beside the stops it words itself."""
+    from model.engine.decoding import DecodeOptions, translate
+    from ui.present import tour
+    from ui.state import Run, RunInputs
+    tr = translate(lm, text, DecodeOptions(max_len=RunInputs.max_len))
+    t = tour.TourRun(Run.of(lm, lm.name, tr, inputs=RunInputs(model=lm.name, text=text)), lm, "words")
+    stops = {i + 1: tour.stop(t, i) for i in STORED_STOPS}
+    stored = {"text": text, "output_ids": list(tr.output_ids), "stops": {
+        n: {"sentences": s.sentences, "figure": json.loads(s.figure.to_json())} for n, s in stops.items()}}
+    (target / TOUR).write_text(json.dumps(stored, ensure_ascii=False), encoding="utf-8")
+
+
+def tour_texts() -> dict:
+    """The app's tour as the page fills it: the stops' titles, every sentence's template with its named slots
+    (ui/present/tour.py's SAY) and the words those sentences pick from."""
+    from ui.present import tour  # gradio-free: the app's own tour presenter
+    return {"titles": list(tour.TITLES), "say": tour.SAY, "residual_verbs": tour.RESIDUAL_VERBS,
+            "sublayers": list(tour.SUBLAYER_NAMES)}
 
 
 def copy_page(out: Path, node_modules: Path) -> None:
@@ -131,7 +160,8 @@ def copy_page(out: Path, node_modules: Path) -> None:
         shutil.copyfile(node_modules / src, out / "vendor" / name)
 
 
-def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules", marian=()) -> list[dict]:
+def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules", marian=(),
+               app: str = APP_URL) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     copy_page(out, node_modules)
     write_figures(out)
@@ -144,7 +174,9 @@ def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_m
         (out / "models" / f"spacy_{lang}.json").write_text(
             json.dumps(tokenizer_rules(lang), ensure_ascii=False), encoding="utf-8")
     manifest = {"directions": [m["name"] for m in metas], "languages": langs,
-                "examples": {m["name"]: m["example"] for m in metas + extra}, "marian": [m["name"] for m in extra]}
+                "examples": {m["name"]: m["example"] for m in metas + extra}, "marian": [m["name"] for m in extra],
+                "app": app}
+    (out / TOUR).write_text(json.dumps(tour_texts(), ensure_ascii=False), encoding="utf-8")
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return metas + extra
 
@@ -153,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m web.build", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="write the site into this folder")
     ap.add_argument("--space", type=Path, help="write a static Hugging Face Space (README.md + the site)")
+    ap.add_argument("--app", default=APP_URL, help="the Gradio app's address, for the stops and links the page "
+                    "sends there (default: %(default)s)")
     ap.add_argument("--checkpoints", type=Path, default=ROOT.parent / "checkpoints")
     ap.add_argument("--marian", action="append", default=[], metavar="DIR_OR_HUB_ID",
                     help="also an OPUS-MT model: a Marian folder or a Hub id (repeatable)")
@@ -163,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         if target is None:
             continue
         try:
-            metas = build_site(target, args.checkpoints, marian=args.marian)
+            metas = build_site(target, args.checkpoints, marian=args.marian, app=args.app)
         except (CheckpointError, opus.MarianSiteError) as e:  # a bad --marian folder or Hub id: its reason
             raise SystemExit(f"python -m web.build: {e}") from None
         if target == args.space:

@@ -12,6 +12,7 @@ Layers, heads and steps are counted from 0 here as everywhere in the explorer.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -32,7 +33,7 @@ from viz.learning import Curve, curves_figure
 
 from .. import calls
 from . import inside, learn, views
-from . import direction_label, md_escape, piece_note
+from . import PIECE_NOTE, direction_label, md_escape
 from ..state import TOUR_STOPS, BeamView, Run, Selection, read_index
 
 SPECIAL = ("<bos>", "<eos>", "<pad>", "<unk>", "<s>", "</s>")
@@ -124,6 +125,100 @@ class TourRun:
         return DecodeOptions(beam=beam, max_len=max_len)
 
 
+# Every sentence of the stops the browser edition computes too, with named slots: the app fills them here,
+# the page fills the same templates (exported by web/build.py) with the numbers it computes. A slot is
+# {name} or {name:format}: md (escaped), em (an escaped token in italics), pct, or a Python number format.
+SAY = {
+    "tokens_enter": "“{src:md}” enters the encoder as {n} tokens: {shown}.",
+    "piece_note": PIECE_NOTE,
+    "tokens_lookup": "Each token looks up a row of {d} numbers in the embedding table, and the model {how}.",
+    "tokens_how_sqrt": "multiplies it by √{d} = {scale:.2f}",
+    "tokens_how": "multiplies it by {scale:.2f}",
+    "tokens_grows": "So {token:em} (position {i}) grows from length {token_norm:.2f} to {scaled_norm:.2f}.",
+    "positions_why": "Attention alone does not see order, so the model adds a position vector to each scaled "
+                     "embedding.",
+    "positions_at": "At position {i}, {token:em}'s vector (length {scaled_norm:.2f}) gets a position vector of "
+                    "length {pos_norm:.2f}; the sum, the first layer's input, has length {total_norm:.2f}.",
+    "positions_off_at": "With positional encoding switched off nothing is added: at position {i}, {token:em} enters "
+                        "the first layer as its scaled embedding alone (length {scaled_norm:.2f}).",
+    "positions_off_other": "The same word at position {j} would now enter the encoder exactly as it does here: the "
+                           "encoder sees which words there are, not their order.",
+    "positions_other": "Position {j} gets another position vector: the same word there would enter the encoder "
+                       "differently.",
+    "head_score": "Head 0 of encoder layer 0 (both counted from 0) lets {query:em} compare its query with every "
+                  "token's key: the score is q·k / √{d_k} = q·k / {sqrt_dk:.2f}.",
+    "head_range": "The highest score, {top_score:.2f}, goes to {top:em}; the lowest, {low_score:.2f}, to {low:em}.",
+    "head_softmax": "Softmax turns the scores into weights that sum to 1: {top:em} gets {top_weight:pct}.",
+    "head_output": "The head's output is the weighted mean of the values, one vector per query.",
+    "heads_side": "Encoder layer {layer} (counted from 0) runs {n} heads side by side, each on its own slice of "
+                  "{d_k} numbers with its own queries and keys.",
+    "heads_item": "head {h} on {key:em} ({weight:pct})",
+    "heads_more": ", and {n} more heads",
+    "heads_look": "Reading from {query:em}, they look at different places: {listed}{more}.",
+    "heads_join": "Their outputs are joined and mixed by one matrix (W_O) back into {d} numbers.",
+    "masks_what": "The padding mask hides the {pad:md} tokens that fill a batch to one length (this run has "
+                  "{pads}); the look-ahead mask stops the decoder from reading tokens it has not written yet.",
+    "masks_off_step": "With the look-ahead mask off, the decoder at step {step}, writing {token:em}, may read all "
+                      "{n} positions, {later} of them not written yet.",
+    "masks_off_weight": "On this output, forced, the weight on later positions, summed over every decoder layer, "
+                        "head and row, is {future:.3f}: {share:pct} of the decoder's self-attention.",
+    "masks_step": "At step {step}, writing {token:em}, the decoder reads {read} of the {n} positions; the other "
+                  "{later} are hidden.",
+    "masks_weight": "In this run the weight on later positions, summed over every decoder layer, head and row, is "
+                    "{future:.3f}.",
+    "masks_tried": "**What changed:** with the mask off, {share:pct} of the decoder's self-attention on this "
+                   "output goes to tokens after the one being written (none with it on). {decoded}",
+    "changed_same": "**What changed:** {what} the model still writes “{text:md}”.",
+    "changed_other": "**What changed:** {what} the model writes “{other:md}” instead of “{text:md}” ({same} of "
+                     "{n} tokens unchanged at their place).",
+    "masks_decoding": "Decoding that way,",
+    "residual_sum": "Each of the {L} decoder layers adds three things to a running sum, the residual stream: "
+                    "self-attention, cross-attention and a feed-forward network ({d} → {d_ff} → {d}) applied to "
+                    "each position alone.",
+    "residual_length": "At input {token:em} (position {i}) the stream's length goes from {resid_in:.2f} to "
+                       "{resid_out:.2f} after the last layer.",
+    "residual_largest": "The largest {verb} there is layer {layer}'s {what} (length {length:.2f}).",
+    "cross_what": "Each decoder layer's cross-attention lets the word being written read the encoder's output, "
+                  "the source {unit}.",
+    "cross_peak": "At the step that reads {reads:em} and writes {out:em}, head {h} of decoder layer {l} (counted "
+                  "from 0) puts {weight:pct} of its weight on {key:em}.",
+    "cross_aligner": "A head like this behaves as a word aligner; many heads do not, and the tour's map shows the "
+                     "difference.",
+    "step_scores": "At step {step} the decoder's last vector goes through one linear layer to {V:,} scores, one "
+                   "per vocabulary token, and softmax turns them into probabilities.",
+    "step_item": "{token:em} {p:pct}",
+    "step_top": "The top three: {top}.",
+    "step_beam": "Greedy decoding took {token:em} here; beam search keeps the {beams} most probable partial "
+                 "translations at every step, {n} hypotheses in all on this sentence, and picks the best whole one.",
+    "step_greedy": "Greedy decoding takes the most probable token at every step (here {token:em}); beam search "
+                   "keeps several partial translations and picks the best whole one.",
+    "whole_run": "“{src:md}” → “{text:md}”: {n_src} source tokens through {enc_layers} encoder layers, then "
+                 "{n} decoding steps (0–{last}) through {dec_layers} decoder layers of {heads} heads each.",
+    "whole_sure": "The model was surest at step {hi} ({hi_token:em}, {hi_p:pct}) and least sure at step {lo} "
+                  "({lo_token:em}, {lo_p:pct}).",
+    "whole_step": "At step {j} it wrote {token:em} with probability {p:pct}.",
+    "whole_leave": "Leave the tour to open the full explorer on this run, or type another sentence and walk it "
+                   "again.",
+}
+# the words the residual stop's last sentence uses for what a layer adds (pre-norm) or its share (post-norm)
+RESIDUAL_VERBS = {"pre": "addition", "post": "share of the normalised stream"}
+SUBLAYER_NAMES = ("self-attention", "cross-attention", "feed-forward")  # the decoder's additions, in order
+SLOT = re.compile(r"\{(\w+)(?::([^{}]*))?\}")
+
+
+def fill(template: str, /, **slots) -> str:
+    """``template`` with its slots filled; the page's tour.js fills the same way."""
+    def one(m: re.Match) -> str:
+        value, spec = slots[m[1]], m[2] or ""
+        shown = {"": str, "md": md_escape, "em": em, "pct": pct}.get(spec)
+        return shown(value) if shown else format(value, spec)
+    return SLOT.sub(one, template)
+
+
+def say(name: str, /, **slots) -> str:
+    return fill(SAY[name], **slots)
+
+
 def em(token: str) -> str:
     """A token or word in italics, escaped (``<eos>`` must stay visible)."""
     return f"*{md_escape(token.strip() or token)}*"
@@ -155,12 +250,12 @@ def stop_tokens(t: TourRun, choice: str | None = None) -> Stop:
     i = read_index(choice, t.content_src(), len(toks))
     d = t.lm.model.cfg.d_model
     scaled = math.isclose(steps.scale, math.sqrt(d), rel_tol=1e-4)
-    how = f"multiplies it by √{d} = {steps.scale:.2f}" if scaled else f"multiplies it by {steps.scale:.2f}"
+    how = say("tokens_how_sqrt" if scaled else "tokens_how", d=d, scale=steps.scale)
     shown = " ".join(md_escape(x) for x in toks[:24]) + (" …" if len(toks) > 24 else "")
-    s = [f"“{md_escape(clip(t.tr.src_text, 120))}” enters the encoder as {len(toks)} tokens: {shown}.",
-         piece_note(toks),
-         f"Each token looks up a row of {d} numbers in the embedding table, and the model {how}.",
-         f"So {em(toks[i])} (position {i}) grows from length {n.token[i]:.2f} to {n.scaled[i]:.2f}."]
+    s = [say("tokens_enter", src=clip(t.tr.src_text, 120), n=len(toks), shown=shown),
+         say("piece_note") if any(str(x).startswith("▁") for x in toks) else "",
+         say("tokens_lookup", d=d, how=how),
+         say("tokens_grows", token=toks[i], i=i, token_norm=n.token[i], scaled_norm=n.scaled[i])]
     return Stop(0, TITLES[0], [x for x in s if x], Selection(kind=ENC_SELF, section="computation",
                                                               subview="encodings", units=t.units),
                 Trial("Pick another token", _pos_choices(toks), str(i)),
@@ -176,18 +271,14 @@ def stop_positions(t: TourRun, choice: str | None = None) -> Stop:
     n, toks, off = steps.norms(), t.tr.src_tokens, choice == "off"
     i = min(t.content_src() + 1, len(toks) - 1)
     j = min(i + 1, len(toks) - 1)
-    s = ["Attention alone does not see order, so the model adds a position vector to each scaled embedding."]
+    s = [say("positions_why")]
     if off:
         total = float(n.scaled[i])
-        s += [f"With positional encoding switched off nothing is added: at position {i}, {em(toks[i])} enters the "
-              f"first layer as its scaled embedding alone (length {total:.2f}).",
-              f"The same word at position {j} would now enter the encoder exactly as it does here: the encoder sees "
-              "which words there are, not their order."]
+        s += [say("positions_off_at", i=i, token=toks[i], scaled_norm=total), say("positions_off_other", j=j)]
     else:
         total = float(n.total[i])
-        s += [f"At position {i}, {em(toks[i])}'s vector (length {n.scaled[i]:.2f}) gets a position vector of "
-              f"length {n.pos[i]:.2f}; the sum, the first layer's input, has length {total:.2f}.",
-              f"Position {j} gets another position vector: the same word there would enter the encoder differently."]
+        s += [say("positions_at", i=i, token=toks[i], scaled_norm=n.scaled[i], pos_norm=n.pos[i], total_norm=total),
+              say("positions_other", j=j)]
     return Stop(1, TITLES[1], s, Selection(kind=ENC_SELF, section="computation", subview="encodings", units=t.units),
                 Trial("Try it", (("positional encoding on", "on"), ("switch positional encoding off", "off"))),
                 inside.embedding_figure(t.run, t.lm, "encoder", i, positional=not off),
@@ -204,10 +295,9 @@ def tried_positions(t: TourRun, choice: str) -> str:
 
 def _changed(what: str, base, other) -> str:
     if other.output_tokens == base.output_tokens:
-        return f"**What changed:** {what} the model still writes “{md_escape(base.text)}”."
+        return say("changed_same", what=what, text=base.text)
     same = sum(a == b for a, b in zip(base.output_tokens, other.output_tokens))
-    return (f"**What changed:** {what} the model writes “{md_escape(other.text)}” instead of "
-            f"“{md_escape(base.text)}” ({same} of {len(base.output_tokens)} tokens unchanged at their place).")
+    return say("changed_other", what=what, other=other.text, text=base.text, same=same, n=len(base.output_tokens))
 
 
 # --------------------------------------------------------------------------- stops 3-4: attention heads
@@ -219,12 +309,10 @@ def stop_one_head(t: TourRun, choice: str | None = None) -> Stop:
     d_k = t.lm.model.cfg.d_model // t.lm.model.cfg.n_heads
     ok = np.where(h.mask)[0]
     top, low = int(ok[np.argmax(h.scores[ok])]), int(ok[np.argmin(h.scores[ok])])
-    s = [f"Head 0 of encoder layer 0 (both counted from 0) lets {em(toks[q])} compare its query with every "
-         f"token's key: the score is q·k / √{d_k} = q·k / {math.sqrt(d_k):.2f}.",
-         f"The highest score, {h.scores[top]:.2f}, goes to {em(toks[top])}; the lowest, {h.scores[low]:.2f}, "
-         f"to {em(toks[low])}.",
-         f"Softmax turns the scores into weights that sum to 1: {em(toks[top])} gets {pct(h.pattern[top])}.",
-         "The head's output is the weighted mean of the values, one vector per query."]
+    s = [say("head_score", query=toks[q], d_k=d_k, sqrt_dk=math.sqrt(d_k)),
+         say("head_range", top_score=h.scores[top], top=toks[top], low_score=h.scores[low], low=toks[low]),
+         say("head_softmax", top=toks[top], top_weight=h.pattern[top]),
+         say("head_output")]
     return Stop(2, TITLES[2], s, Selection(kind=ENC_SELF, layer=0, head=0, query=q, section="computation",
                                            subview="inside", units=t.units),
                 Trial("Pick another query token", _pos_choices(toks), str(q)),
@@ -247,12 +335,11 @@ def stop_many_heads(t: TourRun, choice: str | None = None) -> Stop:
     q = t.content_src()
     rows = _heads_of_layer(t, layer, q)
     d_k = t.lm.model.cfg.d_model // t.lm.model.cfg.n_heads
-    listed = "; ".join(f"head {h} on {em(k)} ({pct(w)})" for h, k, w in rows[:4])
-    more = f", and {len(rows) - 4} more heads" if len(rows) > 4 else ""
-    s = [f"Encoder layer {layer} (counted from 0) runs {len(rows)} heads side by side, each on its own slice of "
-         f"{d_k} numbers with its own queries and keys.",
-         f"Reading from {em(t.tr.src_tokens[q])}, they look at different places: {listed}{more}.",
-         f"Their outputs are joined and mixed by one matrix (W_O) back into {t.lm.model.cfg.d_model} numbers."]
+    listed = "; ".join(say("heads_item", h=h, key=k, weight=w) for h, k, w in rows[:4])
+    more = say("heads_more", n=len(rows) - 4) if len(rows) > 4 else ""
+    s = [say("heads_side", layer=layer, n=len(rows), d_k=d_k),
+         say("heads_look", query=t.tr.src_tokens[q], listed=listed, more=more),
+         say("heads_join", d=t.lm.model.cfg.d_model)]
     return Stop(3, TITLES[3], s, Selection(kind=ENC_SELF, layer=layer, view="grid", section="attention",
                                            subview="maps", units=t.units),
                 Trial("Pick another layer", tuple((f"layer {i}", str(i)) for i in range(n_layers)), str(layer)),
@@ -294,18 +381,14 @@ def stop_masks(t: TourRun, choice: str | None = None) -> Stop:
     step = min(max(1, n // 2), n - 1)
     future, share = later_weight(trace)
     pads = sum(1 for x in tr.src_tokens if x == "<pad>")
-    s = [f"The padding mask hides the {md_escape('<pad>')} tokens that fill a batch to one length (this run has {pads}); "
-         "the look-ahead mask stops the decoder from reading tokens it has not written yet."]
+    s = [say("masks_what", pad="<pad>", pads=pads)]
+    token = tr.output_tokens[step]
     if off:
-        s += [f"With the look-ahead mask off, the decoder at step {step}, writing {em(tr.output_tokens[step])}, may "
-              f"read all {n} positions, {n - step - 1} of them not written yet.",
-              f"On this output, forced, the weight on later positions, summed over every decoder layer, head and "
-              f"row, is {future:.3f}: {pct(share)} of the decoder's self-attention."]
+        s += [say("masks_off_step", step=step, token=token, n=n, later=n - step - 1),
+              say("masks_off_weight", future=future, share=share)]
     else:
-        s += [f"At step {step}, writing {em(tr.output_tokens[step])}, the decoder reads {step + 1} of the {n} "
-              f"positions; the other {n - step - 1} are hidden.",
-              f"In this run the weight on later positions, summed over every decoder layer, head and row, is "
-              f"{future:.3f}."]
+        s += [say("masks_step", step=step, token=token, read=step + 1, n=n, later=n - step - 1),
+              say("masks_weight", future=future)]
     iv = Interventions(causal_mask=False) if off else NO_INTERVENTION
     figure = views.model_masks_figure(t.lm, tr.src_tokens, tr.output_tokens, iv,
                                       "What each attention may read" + (", look-ahead mask off" if off else "") +
@@ -322,9 +405,8 @@ def tried_masks(t: TourRun, choice: str) -> str:
         return ""
     base, mod, forced = _mask_off(t)
     _, share = later_weight(forced)
-    return (f"**What changed:** with the mask off, {pct(share)} of the decoder's self-attention on this output "
-            "goes to tokens after the one being written (none with it on). "
-            + _changed("Decoding that way,", base, mod).removeprefix("**What changed:** "))
+    decoded = _changed(SAY["masks_decoding"], base, mod).removeprefix("**What changed:** ")
+    return say("masks_tried", share=share, decoded=decoded)
 
 
 def stop_residual(t: TourRun, choice: str | None = None) -> Stop:
@@ -332,16 +414,13 @@ def stop_residual(t: TourRun, choice: str | None = None) -> Stop:
     labels = t.tr.decoder_input_tokens
     i = read_index(choice, min(1, len(labels) - 1), len(labels))
     L = r.resid.shape[0] - 1
-    adds = [("self-attention", r.attn), ("cross-attention", r.cross), ("feed-forward", r.ffn)]
+    adds = list(zip(SUBLAYER_NAMES, (r.attn, r.cross, r.ffn)))
     best = max(((name, l, float(x[l, i])) for name, x in adds if x is not None for l in range(L)), key=lambda z: z[2])
-    verb = "share of the normalised stream" if r.post_norm else "addition"
+    verb = RESIDUAL_VERBS["post" if r.post_norm else "pre"]
     cfg = t.lm.model.cfg
-    s = [f"Each of the {L} decoder layers adds three things to a running sum, the residual stream: "
-         f"self-attention, cross-attention and a feed-forward network ({cfg.d_model} → {cfg.d_ff} → "
-         f"{cfg.d_model}) applied to each position alone.",
-         f"At input {em(labels[i])} (position {i}) the stream's length goes from {r.resid[0, i]:.2f} to "
-         f"{r.resid[-1, i]:.2f} after the last layer.",
-         f"The largest {verb} there is layer {best[1]}'s {best[0]} (length {best[2]:.2f})."]
+    s = [say("residual_sum", L=L, d=cfg.d_model, d_ff=cfg.d_ff),
+         say("residual_length", token=labels[i], i=i, resid_in=r.resid[0, i], resid_out=r.resid[-1, i]),
+         say("residual_largest", verb=verb, layer=best[1], what=best[0], length=best[2])]
     return Stop(5, TITLES[5], s, Selection(kind=DEC_SELF, step=i, section="computation", subview="residual",
                                            units=t.units),
                 Trial("Pick another decoder position", _pos_choices(labels, skip_special=False), str(i)),
@@ -382,11 +461,9 @@ def stop_cross(t: TourRun, choice: str | None = None) -> Stop:
     l, h, o, k, w = peak_cross(t, best[0], head)
     keys, outs = t.src_axis()[0], t.out_axis()[0]
     unit = "words" if t.by_word else "tokens"
-    s = [f"Each decoder layer's cross-attention lets the word being written read the encoder's output, "
-         f"the source {unit}.",
-         f"At the step that reads {em(reads(t, o))} and writes {em(outs[o])}, head {h} of decoder layer {l} "
-         f"(counted from 0) puts {pct(w)} of its weight on {em(keys[k])}.",
-         "A head like this behaves as a word aligner; many heads do not, and the tour's map shows the difference."]
+    s = [say("cross_what", unit=unit),
+         say("cross_peak", reads=reads(t, o), out=outs[o], h=h, l=l, weight=w, key=keys[k]),
+         say("cross_aligner")]
     return Stop(6, TITLES[6], s, Selection(kind=CROSS, layer=l, head=h, view="head", section="attention",
                                            subview="maps", units=t.units),
                 Trial("Pick another head of that layer", tuple((f"head {i}", str(i)) for i in range(H)), str(h)),
@@ -403,20 +480,14 @@ def decoding_step(t: TourRun) -> int:
 def stop_step(t: TourRun, choice: str | None = None) -> Stop:
     step = decoding_step(t)
     rec = t.tr.steps[step]
-    top = ", ".join(f"{em(x)} {pct(p)}" for x, p in zip(rec.topk_tokens[:3], rec.topk_probs[:3]))
-    V = t.lm.model.cfg.tgt_vocab_size
-    s = [f"At step {step} the decoder's last vector goes through one linear layer to {V:,} scores, one per "
-         "vocabulary token, and softmax turns them into probabilities.",
-         f"The top three: {top}.",
-         f"Greedy decoding takes the most probable token at every step (here {em(rec.token)}); beam search "
-         "keeps several partial translations and picks the best whole one."]
+    top = ", ".join(say("step_item", token=x, p=p) for x, p in zip(rec.topk_tokens[:3], rec.topk_probs[:3]))
+    s = [say("step_scores", step=step, V=t.lm.model.cfg.tgt_vocab_size), say("step_top", top=top),
+         say("step_greedy", token=rec.token)]
     fig = views.step_figures(t.run, step)[3]
     if choice == "beam":  # the search itself: every hypothesis the 4 beams explored
         tree = readouts.beam_tree_data(t.lm, _beam(t), BEAMS)
         fig = views.beam_view_figure(BeamView(t.run.model, _beam(t), tree, t.run.id))
-        s[-1] = (f"Greedy decoding took {em(rec.token)} here; beam search keeps the {BEAMS} most probable partial "
-                 f"translations at every step, {len(tree.nodes) - 1} hypotheses in all on this sentence, and picks "
-                 "the best whole one.")
+        s[-1] = say("step_beam", token=rec.token, beams=BEAMS, n=len(tree.nodes) - 1)
     return Stop(7, TITLES[7], s, Selection(step=step, section="generation", subview="steps", units=t.units),
                 Trial("Try it", (("greedy", "greedy"), (f"beam search, {BEAMS} beams", "beam"))), fig,
                 [Fact("top_prob", float(rec.topk_probs[0])), Fact("chosen_prob", float(rec.prob))])
@@ -598,17 +669,17 @@ def stop_whole(t: TourRun, choice: str | None = None) -> Stop:
     tr, cfg = t.tr, t.lm.model.cfg
     probs = [s.prob for s in tr.steps]
     hi, lo = int(np.argmax(probs)), int(np.argmin(probs))
-    s = [f"“{md_escape(clip(tr.src_text, 120))}” → “{md_escape(clip(tr.text, 120))}”: {len(tr.src_tokens)} source tokens "
-         f"through {cfg.n_encoder_layers} encoder layers, then {len(tr.steps)} decoding steps (0–{len(tr.steps) - 1}) "
-         f"through {cfg.n_decoder_layers} decoder layers of {cfg.n_heads} heads each.",
-         f"The model was surest at step {hi} ({em(tr.steps[hi].token)}, {pct(probs[hi])}) and least sure at step "
-         f"{lo} ({em(tr.steps[lo].token)}, {pct(probs[lo])})."]
+    s = [say("whole_run", src=clip(tr.src_text, 120), text=clip(tr.text, 120), n_src=len(tr.src_tokens),
+             enc_layers=cfg.n_encoder_layers, n=len(tr.steps), last=len(tr.steps) - 1,
+             dec_layers=cfg.n_decoder_layers, heads=cfg.n_heads),
+         say("whole_sure", hi=hi, hi_token=tr.steps[hi].token, hi_p=probs[hi], lo=lo, lo_token=tr.steps[lo].token,
+             lo_p=probs[lo])]
     facts = [Fact("max_prob", probs[hi]), Fact("min_prob", probs[lo])]
     j = read_index(choice, lo, len(probs))
     if choice not in (None, ""):
-        s.append(f"At step {j} it wrote {em(tr.steps[j].token)} with probability {pct(probs[j])}.")
+        s.append(say("whole_step", j=j, token=tr.steps[j].token, p=probs[j]))
         facts.append(Fact("step_prob", probs[j]))
-    s.append("Leave the tour to open the full explorer on this run, or type another sentence and walk it again.")
+    s.append(say("whole_leave"))
     steps = tuple((f"step {k}: {x.token}", str(k)) for k, x in enumerate(tr.steps))
     # a picked step: the heads' rows decoded up to it, as the first screen shows them while generating (none
     # picked: every row, so the list names the last step)

@@ -4,7 +4,8 @@
 import { cleanInput, Direction, isBlank } from "./engine.js";
 import { toText } from "./text.js";
 import { drawGrid, drawHead, drawPositions, axesOf, KINDS } from "./views.js";
-import { MASK_STOP, N_STOPS, tourStops } from "./tour.js";
+import { MASK_STOP, markdown, tourStops } from "./tour.js";
+import { appLink, fromQuery, pageKind, toQuery, unshown } from "./link.js";
 import { Player } from "./player.js";
 import { Masks } from "./masks.js";
 
@@ -14,6 +15,8 @@ const loaded = new Map();
 const LANG = { de: "German", en: "English", fr: "French", cs: "Czech" };
 const UNFAMILIAR_SHARE = 0.3;
 let current = null, player = null, masks = null;
+let site = null;  // the manifest (directions, examples, the app's address) and the tour's texts (tour.json)
+let openStop = null;  // the tour stop the link or a click opened (1-based)
 
 function direction(name) {
   if (!loaded.has(name)) {
@@ -141,8 +144,8 @@ function say(el, lines) {
   el.hidden = lines.length === 0;
 }
 
-function fillHeadPicker(run) {
-  const sel = $("head-pick"), keep = sel.value;
+function fillHeadPicker(run, want = null) {
+  const sel = $("head-pick"), keep = want ?? sel.value;
   sel.replaceChildren();
   for (const kind of KINDS) run.patterns[kind].forEach((hs, l) => hs.forEach((_, h) => {
     sel.append(new Option(headLabel(kind, l, h), headKey(kind, l, h)));
@@ -177,21 +180,115 @@ function stepsTable(run) {
   $("steps-body").replaceChildren(...rows);
 }
 
-/** The tour's stops: those that need no server computed here from this run, as the app's tour states them;
- * the others named, with where they run. ``maskOff``: stop 5 tried with the look-ahead mask off. */
+/** A paragraph of the tour: its Markdown drawn, and kept as written (data-md) for the tests. */
+function para(md, className = "") {
+  const p = Object.assign(document.createElement("p"), { className });
+  p.dataset.md = md;
+  p.replaceChildren(...markdown(md));
+  return p;
+}
+
+/** A stop that needs the server: said, with a link to the app on this sentence at this stop. */
+function serverNote(run, number) {
+  const a = Object.assign(document.createElement("a"), { textContent: "open this stop in the app",
+    href: appLink(site.manifest.app, { ...linkState(run), tour: number }), className: "app-link" });
+  const p = Object.assign(document.createElement("p"), { className: "server" });
+  p.append("This stop needs the server (PyTorch): ", a, ", on the same sentence.");
+  return p;
+}
+
+const storedTours = new Map();
+
+/** The app's tour of the direction's example sentence, drawn by the app's own viz/ code when the site was
+ * built (models/<name>/tour.json), if ``run`` is that sentence's run; else null. */
+async function storedTour(run) {
+  if (!storedTours.has(run.dir)) {
+    storedTours.set(run.dir, fetch(`${BASE}/models/${run.dir}/tour.json`).then((r) => (r.ok ? r.json() : null), () => null));
+  }
+  const t = await storedTours.get(run.dir);
+  return t && t.text === run.srcText && t.output_ids.join() === run.outIds.join() && !maskSwitched(run) ? t : null;
+}
+
+const maskSwitched = (run) => Object.values(run.switches ?? {}).some((on) => on === false);
+
+/** A stored figure, drawn once its stop comes into view (eleven Plotly figures at once would slow the page). */
+const figureObserver = "IntersectionObserver" in window ? new IntersectionObserver((seen) => {
+  for (const e of seen) if (e.isIntersecting) drawStoredFigure(e.target);
+}, { rootMargin: "200px" }) : null;
+
+function drawStoredFigure(el) {
+  if (el.dataset.drawn || !el.figure) return;
+  el.dataset.drawn = "pending";
+  figureObserver?.unobserve(el);
+  Plotly.react(el, el.figure.data, el.figure.layout, { responsive: true, displaylogo: false })
+    .then(() => { el.dataset.drawn = "1"; });
+}
+
+/** A stop's figure: the app's, stored at build time, for the example sentence; for another sentence, a link
+ * to the same stop in the app, which draws it. */
+function stopFigure(run, number, stored) {
+  const fig = stored?.stops[number]?.figure;
+  if (!fig) {
+    const a = Object.assign(document.createElement("a"), { textContent: "its figure for this sentence is in the app",
+      href: appLink(site.manifest.app, { ...linkState(run), tour: number }), className: "app-link" });
+    const p = Object.assign(document.createElement("p"), { className: "small figure-link" });
+    p.append(a);
+    return p;
+  }
+  const el = Object.assign(document.createElement("div"), { className: "plot tour-figure" });
+  el.figure = fig;
+  if (figureObserver) figureObserver.observe(el);
+  else queueMicrotask(() => drawStoredFigure(el));
+  return el;
+}
+
+/** The tour's stops: those that need no server computed here from this run, in the app's own sentences;
+ * the others linked to the app (and, for the example sentence, shown as the app stated them at build time).
+ * ``maskOff``: stop 5 tried with the look-ahead mask off. */
 async function tour(run, maskOff = null) {
   const d = await direction(run.dir);
-  const items = tourStops(run, d, maskOff).map((stop) => {
+  const stored = await storedTour(run);
+  const n = site.tour.titles.length;
+  const items = tourStops(run, d, site.tour, maskOff).map((stop) => {
     const li = document.createElement("li");
     li.dataset.stop = String(stop.number);
-    const head = Object.assign(document.createElement("h3"), { textContent: `Stop ${stop.number} of ${N_STOPS}: ${stop.title}` });
-    const lines = stop.server ? ["This stop needs the server: walk it in the Gradio app's tour."] : stop.sentences;
-    li.replaceChildren(head, ...lines.map((t) => Object.assign(document.createElement("p"), { textContent: t })));
+    const head = Object.assign(document.createElement("h3"), { textContent: `Stop ${stop.number} of ${n}: ${stop.title}`, tabIndex: 0 });
+    head.addEventListener("click", () => openTourStop(stop.number));
+    const kept = stop.server ? stored?.stops[stop.number] : null;
+    const text = kept ? kept.sentences.map((s) => para(s, "stored")) : stop.server ? [] : stop.sentences.map((s) => para(s));
+    li.replaceChildren(head, ...text);
+    if (stop.server) li.append(serverNote(run, stop.number));
     if (stop.number === MASK_STOP && !stop.server) li.append(...maskTrial(run, stop));
+    li.append(stopFigure(run, stop.number, stop.off ? null : stored));
     if (stop.server) li.classList.add("server");
     return li;
   });
   $("tour").replaceChildren(...items);
+  if (openStop) openTourStop(openStop, false);
+}
+
+/** Stop ``number`` marked open (and scrolled to, when a link asked for it), and kept in the link. */
+function openTourStop(number, byClick = true) {
+  openStop = number;
+  for (const li of $("tour").children) li.classList.toggle("open", Number(li.dataset.stop) === number);
+  const li = $("tour").querySelector(`li[data-stop='${number}']`);
+  if (li && !byClick) li.scrollIntoView({ block: "start" });
+  const fig = li?.querySelector(".tour-figure");
+  if (fig) drawStoredFigure(fig);
+  if (current) writeLink(current);
+}
+
+/** What the page shows, in the app's link keys (ui/state.py to_query). */
+function linkState(run) {
+  const [kind, layer, head] = $("head-pick").value.split(":");
+  return { text: run.srcText, model: run.dir, kind, layer: Number(layer), head: Number(head), tour: openStop };
+}
+
+function writeLink(run) {
+  const url = new URL(location.href);
+  url.search = toQuery(linkState(run), unshown(new URLSearchParams(location.search))).toString();
+  player?.writeLink(url);  // the step player's sampling keys
+  history.replaceState(null, "", url);
 }
 
 /** Stop 5's "Try it": a button that switches the look-ahead mask off (or back on), and what that changed. */
@@ -208,7 +305,7 @@ function maskTrial(run, stop) {
     }
   });
   const out = [btn];
-  if (stop.changed) out.push(Object.assign(document.createElement("p"), { className: "changed", textContent: stop.changed }));
+  if (stop.changed) out.push(para(stop.changed, "changed"));
   return out;
 }
 
@@ -242,17 +339,15 @@ async function show(run) {
     : `${run.outIds.length} tokens in ${run.ms.toFixed(0)} ms, in this browser`;
   await drawGrid($("grid"), run, $("grid-kind").value);
   window.explorer.firstMap ??= performance.now();  // for bench/web_load.py: navigation start -> first grid
-  fillHeadPicker(run);
+  fillHeadPicker(run, linked.head);
+  linked.head = null;
   await drawHeadView(run);
   stepsTable(run);
   masks.reset(run);  // a new sentence: the old comparison goes
   await player.load(run);
   await drawPositions($("pos-plot"), rows2d(run.enc.enc_pos), run.srcTokens);
   await tour(run);
-  const url = new URL(location.href);
-  url.searchParams.set("src", run.srcText);
-  url.searchParams.set("dir", run.dir);
-  history.replaceState(null, "", url);
+  writeLink(run);
   $("status").textContent = "✓ translated";
 }
 
@@ -267,21 +362,43 @@ async function onTranslate() {
   }
 }
 
+/** What the opening link asked for that the first run still has to show: the head (kind:layer:head). */
+const linked = { head: null };
+
+/** The link's keys the page does not show, said, with the same link to the app. */
+function sayUnshown(q, directions) {
+  const model = q.get("model") ?? q.get("dir");
+  const keys = [...(model && !directions.includes(model) ? ["model"] : []), ...unshown(q).keys()];
+  if (!keys.length) return;
+  const a = Object.assign(document.createElement("a"), { textContent: "open the same link in the app", href: appLink(site.manifest.app, q) });
+  const p = Object.assign(document.createElement("p"), { className: "notice app-only" });
+  p.append(`This link also sets ${keys.join(", ")}, which only the app shows: `, a, ".");
+  $("link-note").replaceChildren(p);
+  $("link-note").hidden = false;
+}
+
 async function init() {
   if ("serviceWorker" in navigator) navigator.serviceWorker.register("sw.js").catch(() => {});  // offline is a bonus
-  const manifest = await (await fetch(`${BASE}/models/manifest.json`)).json();
+  const [manifest, tourTexts] = await Promise.all([`${BASE}/models/manifest.json`, `${BASE}/tour.json`]
+    .map((u) => fetch(u).then((r) => r.json())));
+  site = { manifest, tour: tourTexts };
+  $("n-models").textContent = manifest.directions.map((n) => n.replace("-", " → ")).join(", ");
   const sel = $("dir");
   for (const name of manifest.directions) sel.append(new Option(name.replace("-", " → "), name));
-  const q = new URLSearchParams(location.search);
+  const q = new URLSearchParams(location.search), link = fromQuery(q, tourTexts.titles.length);
   const examples = manifest.examples ?? {};
-  sel.value = [q.get("dir"), "de-en"].find((n) => manifest.directions.includes(n)) ?? manifest.directions[0];
-  $("text").value = q.get("src") ?? examples[sel.value] ?? "";
+  sel.value = [link.model, "de-en"].find((n) => manifest.directions.includes(n)) ?? manifest.directions[0];
+  $("text").value = link.text ?? examples[sel.value] ?? "";
+  if (link.kind) linked.head = `${pageKind(link.kind)}:${link.layer}:${link.head}`;
+  if (link.kind) $("grid-kind").value = pageKind(link.kind);
+  openStop = link.tour;
+  sayUnshown(q, manifest.directions);
   sel.addEventListener("change", () => {  // another direction's untouched example becomes this one's, as in the app
     if (Object.values(examples).includes($("text").value)) $("text").value = examples[sel.value] ?? $("text").value;
   });
   $("go").addEventListener("click", onTranslate);
   $("grid-kind").addEventListener("change", () => current && drawGrid($("grid"), current, $("grid-kind").value));
-  $("head-pick").addEventListener("change", () => current && drawHeadView(current));
+  $("head-pick").addEventListener("change", () => { if (current) { drawHeadView(current); writeLink(current); } });
   player = new Player($("player"), direction);
   player.readLink(q);
   masks = new Masks($("masks"), direction);

@@ -1,19 +1,59 @@
-// The guided tour's stops that need no server, worded and computed as the app's tour (ui/tour.py) words
-// and computes them, from this run's own tensors: the same numbers to the shown digits (a test compares).
-// Stops keep the app's numbering (1 to 11); the others need the server and are named with a link.
+// The guided tour's stops that need no server, computed from this run's own tensors as the app's tour
+// (ui/present/tour.py) computes them, and worded by the app's own sentence templates: the build exports
+// them (tour.json, web/build.py) and this module only fills their named slots, as the presenter's fill does.
+// Stops keep the app's numbering (1 to 11); the others need the server and link to the app.
 
-export const N_STOPS = 11;
 const SPECIAL = new Set(["<bos>", "<eos>", "<pad>", "<unk>", "<s>", "</s>"]);
 const PIECE_SPECIALS = new Set(["<unk>", "<pad>", "<bos>", "<eos>"]);
 const WORD_START = "\u2581";
 const UNSPACED = [[0x0E00, 0x0EFF], [0x0F00, 0x0FFF], [0x1000, 0x109F], [0x1780, 0x17FF], [0x2E80, 0x2FDF],
   [0x3000, 0x30FF], [0x31F0, 0x31FF], [0x3400, 0x4DBF], [0x4E00, 0x9FFF], [0xF900, 0xFAFF], [0xFE30, 0xFE4F],
   [0xFF00, 0xFF9F], [0x20000, 0x3134F]];
-export const SERVER_STOPS = { 9: "What moved the output", 10: "Watch it learn" };
 export const MASK_STOP = 5;  // its "Try it": the look-ahead mask switched off (app.js runs the model)
 
+/** ui.present.md_escape: HTML first, then Markdown punctuation. */
+export const mdEscape = (x) => String(x).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+  .replace(/([\\`*_{}[\]()#+!|~>-])/g, "\\$1");
 const pct = (x) => `${(100 * x).toFixed(1)} %`;
-const f2 = (x) => x.toFixed(2);
+const em = (t) => `*${mdEscape(t.trim() || t)}*`;
+const FORMATS = { "": String, md: mdEscape, em, pct, ",": (x) => x.toLocaleString("en") };
+const SLOT = /\{(\w+)(?::([^{}]*))?\}/g;
+
+/** ui.present.tour.fill: a template's {name} / {name:format} slots filled. */
+export function fill(template, slots) {
+  return template.replace(SLOT, (_, name, spec = "") => {
+    const v = slots[name];
+    if (v === undefined) throw new Error(`the tour's template needs ${name}`);
+    const fixed = /^\.(\d)f$/.exec(spec);
+    return fixed ? v.toFixed(+fixed[1]) : FORMATS[spec](v);
+  });
+}
+
+/** A sentence's Markdown (escapes, *em*, **strong**, the three HTML entities) as DOM nodes. */
+export function markdown(text) {
+  const out = [], stack = [];
+  let buf = "";
+  const node = () => (stack.length ? stack.at(-1) : null);
+  const flush = () => {
+    if (!buf) return;
+    const t = document.createTextNode(buf.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&"));
+    (node() ?? { append: (n) => out.push(n) }).append(t);
+    buf = "";
+  };
+  for (let i = 0; i < text.length; i++) {
+    if (text[i] === "\\" && i + 1 < text.length) { buf += text[++i]; continue; }
+    if (text[i] !== "*") { buf += text[i]; continue; }
+    flush();
+    const tag = text[i + 1] === "*" ? "strong" : "em";
+    if (tag === "strong") i++;
+    if (node()?.tagName.toLowerCase() === tag) { const done = stack.pop(); (node() ?? { append: (n) => out.push(n) }).append(done); }
+    else stack.push(document.createElement(tag));
+  }
+  flush();
+  while (stack.length) { const done = stack.pop(); (node() ?? { append: (n) => out.push(n) }).append(done); }
+  return out;
+}
+
 const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
 const argmax = (xs) => xs.reduce((b, x, i) => (x > xs[b] ? i : b), 0);
 const argmin = (xs) => xs.reduce((b, x, i) => (x < xs[b] ? i : b), 0);
@@ -49,12 +89,14 @@ function row(t, a, h = 0) {
 }
 
 class TourRun {
-  constructor(run, d) {
-    Object.assign(this, { run, d, meta: d.meta });
+  constructor(run, d, T) {
+    Object.assign(this, { run, d, T, meta: d.meta });
     this.src = words(run.srcTokens, d.spm);
     this.out = words(run.outTokens, d.spm);
     this.i0 = Math.max(0, run.srcTokens.findIndex((t) => !SPECIAL.has(t)));  // content_src
   }
+
+  say(name, slots = {}) { return fill(this.T.say[name], slots); }
 
   embedding(i) {
     const scaled = row(this.run.enc.enc_embed, i), pos = row(this.run.enc.enc_pos, i);
@@ -83,48 +125,49 @@ class TourRun {
   }
 }
 
+const cut = (x, n) => [...x].slice(0, n).join("");  // Python's x[:n], by code point
+
 function stopTokens(t) {
-  const toks = t.run.srcTokens, i = t.i0, d = t.meta.d_model, n = t.embedding(i);
-  const scale = t.meta.token_scale;
-  const how = Math.abs(scale - Math.sqrt(d)) <= 1e-4 * Math.sqrt(d) ? `multiplies it by √${d} = ${f2(scale)}` : `multiplies it by ${f2(scale)}`;
-  const shown = toks.slice(0, 24).join(" ") + (toks.length > 24 ? " …" : "");
-  return [`“${t.run.srcText.slice(0, 120)}” enters the encoder as ${toks.length} tokens: ${shown}.`,
-    toks.some((x) => x.startsWith(WORD_START)) ? "▁ marks a piece that starts a new word; a piece without it continues the word before it." : "",
-    `Each token looks up a row of ${d} numbers in the embedding table, and the model ${how}.`,
-    `So ${toks[i]} (position ${i}) grows from length ${f2(n.token)} to ${f2(n.scaled)}.`].filter(Boolean);
+  const toks = t.run.srcTokens, i = t.i0, d = t.meta.d_model, n = t.embedding(i), scale = t.meta.token_scale;
+  const how = t.say(Math.abs(scale - Math.sqrt(d)) <= 1e-4 * Math.max(scale, Math.sqrt(d)) ? "tokens_how_sqrt" : "tokens_how", { d, scale });
+  const shown = toks.slice(0, 24).map(mdEscape).join(" ") + (toks.length > 24 ? " …" : "");
+  return [t.say("tokens_enter", { src: cut(t.run.srcText, 120), n: toks.length, shown }),
+    toks.some((x) => x.startsWith(WORD_START)) ? t.say("piece_note") : "",
+    t.say("tokens_lookup", { d, how }),
+    t.say("tokens_grows", { token: toks[i], i, token_norm: n.token, scaled_norm: n.scaled })].filter(Boolean);
 }
 
 function stopPositions(t) {
   const toks = t.run.srcTokens, i = Math.min(t.i0 + 1, toks.length - 1), j = Math.min(i + 1, toks.length - 1);
   const n = t.embedding(i);
-  return ["Attention alone does not see order, so the model adds a position vector to each scaled embedding.",
-    `At position ${i}, ${toks[i]}'s vector (length ${f2(n.scaled)}) gets a position vector of length ${f2(n.pos)}; the sum, the first layer's input, has length ${f2(n.total)}.`,
-    `Position ${j} gets another position vector: the same word there would enter the encoder differently.`];
+  return [t.say("positions_why"),
+    t.say("positions_at", { i, token: toks[i], scaled_norm: n.scaled, pos_norm: n.pos, total_norm: n.total }),
+    t.say("positions_other", { j })];
 }
 
 function stopOneHead(t) {
-  const toks = t.run.srcTokens, q = t.i0, dk = t.meta.d_model / t.meta.encoder_heads;
+  const toks = t.run.srcTokens, q = t.i0, d_k = t.meta.d_model / t.meta.encoder_heads;
   const scores = row(t.run.enc.enc_scores_0, q, 0), pattern = row(t.run.enc.enc_pattern_0, q, 0);
   const ok = t.run.srcIds.map((id, k) => (id !== t.meta.pad_id ? k : -1)).filter((k) => k >= 0);
   const top = ok[argmax(ok.map((k) => scores[k]))], low = ok[argmin(ok.map((k) => scores[k]))];
-  return [`Head 0 of encoder layer 0 (both counted from 0) lets ${toks[q]} compare its query with every token's key: the score is q·k / √${dk} = q·k / ${f2(Math.sqrt(dk))}.`,
-    `The highest score, ${f2(scores[top])}, goes to ${toks[top]}; the lowest, ${f2(scores[low])}, to ${toks[low]}.`,
-    `Softmax turns the scores into weights that sum to 1: ${toks[top]} gets ${pct(pattern[top])}.`,
-    "The head's output is the weighted mean of the values, one vector per query."];
+  return [t.say("head_score", { query: toks[q], d_k, sqrt_dk: Math.sqrt(d_k) }),
+    t.say("head_range", { top_score: scores[top], top: toks[top], low_score: scores[low], low: toks[low] }),
+    t.say("head_softmax", { top: toks[top], top_weight: pattern[top] }),
+    t.say("head_output")];
 }
 
 function stopManyHeads(t) {
-  const q = t.i0, heads = t.run.patterns.enc[0], dk = t.meta.d_model / t.meta.encoder_heads;
+  const q = t.i0, heads = t.run.patterns.enc[0], d_k = t.meta.d_model / t.meta.encoder_heads;
   const rows = heads.map((m, h) => {
     const pooled = t.src.spans.map((s) => s.reduce((a, j) => a + m[q][j], 0));
     const k = argmax(pooled);
-    return [h, t.src.labels[k], pooled[k]];
+    return { h, key: t.src.labels[k], weight: pooled[k] };
   });
-  const listed = rows.slice(0, 4).map(([h, k, w]) => `head ${h} on ${k} (${pct(w)})`).join("; ");
-  const more = rows.length > 4 ? `, and ${rows.length - 4} more heads` : "";
-  return [`Encoder layer 0 (counted from 0) runs ${rows.length} heads side by side, each on its own slice of ${dk} numbers with its own queries and keys.`,
-    `Reading from ${t.run.srcTokens[q]}, they look at different places: ${listed}${more}.`,
-    `Their outputs are joined and mixed by one matrix (W_O) back into ${t.meta.d_model} numbers.`];
+  const listed = rows.slice(0, 4).map((r) => t.say("heads_item", r)).join("; ");
+  const more = rows.length > 4 ? t.say("heads_more", { n: rows.length - 4 }) : "";
+  return [t.say("heads_side", { layer: 0, n: rows.length, d_k }),
+    t.say("heads_look", { query: t.run.srcTokens[q], listed, more }),
+    t.say("heads_join", { d: t.meta.d_model })];
 }
 
 /** ui.tour.later_weight: the decoder self-attention's weight on later positions, summed over layers, heads
@@ -140,14 +183,9 @@ function stopMasks(t, off = null) {
   const out = t.run.outTokens, n = out.length, step = Math.min(Math.max(1, Math.floor(n / 2)), n - 1);
   const { future, share } = laterWeight(off ? off.forced : t.run.patterns.self);
   const pads = t.run.srcTokens.filter((x) => x === "<pad>").length;
-  const s = [`The padding mask hides the <pad> tokens that fill a batch to one length (this run has ${pads}); the look-ahead mask stops the decoder from reading tokens it has not written yet.`];
-  if (off) {
-    s.push(`With the look-ahead mask off, the decoder at step ${step}, writing ${out[step]}, may read all ${n} positions, ${n - step - 1} of them not written yet.`,
-      `On this output, forced, the weight on later positions, summed over every decoder layer, head and row, is ${future.toFixed(3)}: ${pct(share)} of the decoder's self-attention.`);
-  } else {
-    s.push(`At step ${step}, writing ${out[step]}, the decoder reads ${step + 1} of the ${n} positions; the other ${n - step - 1} are hidden.`,
-      `In this run the weight on later positions, summed over every decoder layer, head and row, is ${future.toFixed(3)}.`);
-  }
+  const s = [t.say("masks_what", { pad: "<pad>", pads })], token = out[step];
+  if (off) s.push(t.say("masks_off_step", { step, token, n, later: n - step - 1 }), t.say("masks_off_weight", { future, share }));
+  else s.push(t.say("masks_step", { step, token, read: step + 1, n, later: n - step - 1 }), t.say("masks_weight", { future }));
   return s;
 }
 
@@ -156,10 +194,11 @@ function stopMasks(t, off = null) {
 function changedMasks(t, off) {
   const { share } = laterWeight(off.forced);
   const base = t.run.outTokens, same = base.filter((x, i) => x === off.outTokens[i]).length;
-  const decoded = base.length === off.outTokens.length && same === base.length
-    ? `Decoding that way, the model still writes “${t.run.text}”.`
-    : `Decoding that way, the model writes “${off.text}” instead of “${t.run.text}” (${same} of ${base.length} tokens unchanged at their place).`;
-  return `What changed: with the mask off, ${pct(share)} of the decoder's self-attention on this output goes to tokens after the one being written (none with it on). ${decoded}`;
+  const what = t.T.say.masks_decoding;
+  const unchanged = base.length === off.outTokens.length && same === base.length;
+  const decoded = unchanged ? t.say("changed_same", { what, text: t.run.text })
+    : t.say("changed_other", { what, other: off.text, text: t.run.text, same, n: base.length });
+  return t.say("masks_tried", { share, decoded: decoded.replace(/^\*\*What changed:\*\* /, "") });
 }
 
 /** Stop 6, from the decoder's residual norms over the whole prefix ((L, 5, T): in, self-attention, cross-
@@ -168,57 +207,53 @@ function stopResidual(t) {
   const labels = t.run.decoderInput, i = Math.min(1, labels.length - 1);
   const r = t.run.dec.dec_norms, [L, R, T] = r.dims, at = (l, k) => r.data[(l * R + k) * T + i];
   let best = null;
-  [["self-attention", 1], ["cross-attention", 2], ["feed-forward", 3]].forEach(([name, k]) => {
-    for (let l = 0; l < L; l++) if (!best || at(l, k) > best[2]) best = [name, l, at(l, k)];
+  t.T.sublayers.forEach((what, s) => {
+    for (let l = 0; l < L; l++) if (!best || at(l, s + 1) > best.length) best = { what, layer: l, length: at(l, s + 1) };
   });
-  const { d_model: d, d_ff: ff } = t.meta;
-  return [`Each of the ${L} decoder layers adds three things to a running sum, the residual stream: self-attention, cross-attention and a feed-forward network (${d} → ${ff} → ${d}) applied to each position alone.`,
-    `At input ${labels[i]} (position ${i}) the stream's length goes from ${f2(at(0, 0))} to ${f2(at(L - 1, 4))} after the last layer.`,
-    `The largest addition there is layer ${best[1]}'s ${best[0]} (length ${f2(best[2])}).`];
+  return [t.say("residual_sum", { L, d: t.meta.d_model, d_ff: t.meta.d_ff }),
+    t.say("residual_length", { token: labels[i], i, resid_in: at(0, 0), resid_out: at(L - 1, 4) }),
+    t.say("residual_largest", { verb: t.T.residual_verbs.pre, ...best })];
 }
 
 function stopCross(t) {
   const { l, h, o, k, weight } = t.peakCross();
   const reads = o > 0 ? t.out.labels[o - 1] : t.d.spm.pieces[t.meta.decoder_start_id];
-  return ["Each decoder layer's cross-attention lets the word being written read the encoder's output, the source words.",
-    `At the step that reads ${reads} and writes ${t.out.labels[o]}, head ${h} of decoder layer ${l} (counted from 0) puts ${pct(weight)} of its weight on ${t.src.labels[k]}.`,
-    "A head like this behaves as a word aligner; many heads do not, and the tour's map shows the difference."];
+  return [t.say("cross_what", { unit: "words" }),
+    t.say("cross_peak", { reads, out: t.out.labels[o], h, l, weight, key: t.src.labels[k] }),
+    t.say("cross_aligner")];
 }
 
 function stopStep(t) {
   const step = t.run.outTokens.length ? t.out.spans[t.peakCross().o][0] : 0;
   const rec = t.run.steps[step];
-  const top = rec.tokens.slice(0, 3).map((x, k) => `${x} ${pct(rec.probs[k])}`).join(", ");
-  return [`At step ${step} the decoder's last vector goes through one linear layer to ${t.meta.tgt_vocab_size.toLocaleString("en")} scores, one per vocabulary token, and softmax turns them into probabilities.`,
-    `The top three: ${top}.`,
-    `Greedy decoding takes the most probable token at every step (here ${t.run.outTokens[step]}); beam search keeps several partial translations and picks the best whole one.`];
+  const top = rec.tokens.slice(0, 3).map((token, k) => t.say("step_item", { token, p: rec.probs[k] })).join(", ");
+  return [t.say("step_scores", { step, V: t.meta.tgt_vocab_size }), t.say("step_top", { top }),
+    t.say("step_greedy", { token: t.run.outTokens[step] })];
 }
 
 function stopWhole(t) {
   const { run, meta } = t, probs = run.steps.map((s) => s.prob), n = probs.length;
   const hi = argmax(probs), lo = argmin(probs);
-  return [`“${run.srcText.slice(0, 120)}” → “${run.text.slice(0, 120)}”: ${run.srcTokens.length} source tokens through ${meta.encoder_layers} encoder layers, then ${n} decoding steps (0–${n - 1}) through ${meta.decoder_layers} decoder layers of ${meta.decoder_heads} heads each.`,
-    `The model was surest at step ${hi} (${run.outTokens[hi]}, ${pct(probs[hi])}) and least sure at step ${lo} (${run.outTokens[lo]}, ${pct(probs[lo])}).`];
+  return [t.say("whole_run", { src: cut(run.srcText, 120), text: cut(run.text, 120), n_src: run.srcTokens.length,
+    enc_layers: meta.encoder_layers, n, last: n - 1, dec_layers: meta.decoder_layers, heads: meta.decoder_heads }),
+  t.say("whole_sure", { hi, hi_token: run.outTokens[hi], hi_p: probs[hi], lo, lo_token: run.outTokens[lo], lo_p: probs[lo] }),
+  t.say("whole_leave")];
 }
 
-/** The stops the browser computes, by the app's stop number (1 to 11): [title, sentences]. */
-const STOPS = { 1: ["Tokens and embeddings", stopTokens], 2: ["Positional encoding", stopPositions],
-  3: ["One head: scores → softmax", stopOneHead], 4: ["Many heads", stopManyHeads],
-  5: ["Padding and look-ahead masks", stopMasks], 6: ["Feed-forward and the residual stream", stopResidual],
-  7: ["Cross-attention as alignment", stopCross], 8: ["One decoding step", stopStep], 11: ["The whole run", stopWhole] };
+/** The stops the browser computes, by the app's stop number (1 to 11). */
+const STOPS = { 1: stopTokens, 2: stopPositions, 3: stopOneHead, 4: stopManyHeads, 5: stopMasks, 6: stopResidual,
+  7: stopCross, 8: stopStep, 11: stopWhole };
 
-/** Every stop of the app's tour, in order: {number, title, sentences} or {number, title, server: true}.
- * ``maskOff``: stop 5 tried with the look-ahead mask off ({forced, outTokens, text}); it then says what changed.
- * Stop 6 states a pre-norm model's additions; a post-norm model's shares need the server. */
-export function tourStops(run, d, maskOff = null) {
-  const t = new TourRun(run, d);
-  return Array.from({ length: N_STOPS }, (_, k) => {
+/** Every stop of the app's tour, in order: {number, title, sentences} (Markdown) or {number, title, server:
+ * true}. ``T``: the build's tour.json. ``maskOff``: stop 5 tried with the look-ahead mask off
+ * ({forced, outTokens, text}); it then says what changed. Stop 6 states a pre-norm model's additions; a
+ * post-norm model's shares need the server. */
+export function tourStops(run, d, T, maskOff = null) {
+  const t = new TourRun(run, d, T);
+  return T.titles.map((title, k) => {
     const number = k + 1;
-    if (number === 6 && d.meta.norm_first === false) return { number, title: STOPS[6][0], server: true };
-    if (number === MASK_STOP && maskOff) {
-      return { number, title: STOPS[number][0], sentences: stopMasks(t, maskOff), changed: changedMasks(t, maskOff), off: true };
-    }
-    if (STOPS[number]) return { number, title: STOPS[number][0], sentences: STOPS[number][1](t) };
-    return { number, title: SERVER_STOPS[number], server: true };
+    if ((number === 6 && d.meta.norm_first === false) || !STOPS[number]) return { number, title, server: true };
+    if (number === MASK_STOP && maskOff) return { number, title, sentences: stopMasks(t, maskOff), changed: changedMasks(t, maskOff), off: true };
+    return { number, title, sentences: STOPS[number](t) };
   });
 }
