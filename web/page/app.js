@@ -1,7 +1,7 @@
 // The page: a typed sentence in one direction, translated in the browser, and the views drawn from it.
 // window.explorer is the same machinery for the tests and benchmarks (no second code path).
 
-import { cleanInput, Direction, isBlank } from "./engine.js";
+import { cleanInput, Direction, isBlank, onModelProgress, remembered } from "./engine.js";
 import { toText } from "./text.js";
 import { drawGrid, drawHead, drawPositions, axesOf, KINDS } from "./views.js";
 import { MASK_STOP, N_STOPS, tourStops } from "./tour.js";
@@ -13,24 +13,28 @@ const LANG = { de: "German", en: "English", fr: "French", cs: "Czech" };
 const UNFAMILIAR_SHARE = 0.3;
 let current = null;
 
+/** A direction's tokenizer and description, loaded once; a failed load is tried again on the next action. */
 function direction(name) {
-  if (!loaded.has(name)) {
-    loaded.set(name, Direction.load(BASE, name));
-    keepForOffline(name);
-  }
-  return loaded.get(name);
+  const known = loaded.has(name);
+  const d = remembered(loaded, name, () => Direction.load(BASE, name));
+  if (!known) d.then(() => keepForOffline(name)).catch(() => {});
+  return d;
 }
 
-/** Once the service worker controls the page, ask it (through the HTTP cache) for a direction's files, so
- * that the ones fetched before it took over are kept for offline use too. */
+const VENDOR = ["worker.js", "vendor/ort.wasm.min.mjs", "vendor/ort-wasm-simd-threaded.mjs", "vendor/ort-wasm-simd-threaded.wasm"];
+
+/** Once the service worker controls the page, ask it for a direction's files, so that the ones fetched
+ * before it took over are kept for offline use too (it copies them from the HTTP cache, no second download). */
 async function keepForOffline(name) {
   if (!("serviceWorker" in navigator)) return;
   await navigator.serviceWorker.ready;
   if (!navigator.serviceWorker.controller) await new Promise((ok) => navigator.serviceWorker.addEventListener("controllerchange", ok, { once: true }));
   const d = await loaded.get(name);
-  const files = ["meta.json", "spm.json", "first.json", "encoder.onnx", "decoder.onnx", "weights.bin"].map((f) => `${BASE}/models/${name}/${f}`);
-  await Promise.all([...files, `${BASE}/models/spacy_${d.meta.src_lang}.json`].map((u) => fetch(u).catch(() => null)));
-  document.body.dataset.offline = [document.body.dataset.offline, name].filter(Boolean).join(" ");
+  await d.loaded;  // once the model has loaded (its own download): every file is asked for once
+  const files = ["meta.json", "spm.json", "first.json", "encoder.onnx", "decoder.onnx", "weights.bin"].map((f) => `models/${name}/${f}`);
+  const all = await Promise.all([...VENDOR, ...files, `models/spacy_${d.meta.src_lang}.json`].map((u) =>
+    fetch(`${BASE}/${u}`).then((r) => r.ok, () => false)));
+  if (all.every(Boolean)) document.body.dataset.offline = [document.body.dataset.offline, name].filter(Boolean).join(" ");
 }
 
 /** (1, H, A, B) tensor -> H arrays of A rows of B numbers. */
@@ -232,6 +236,42 @@ const plotlyReady = new Promise((ok, fail) => {
   $("plotly").addEventListener("error", () => fail(new Error("Plotly.js did not load")), { once: true });
 });
 
+/** The status line, and the byte progress bar beside it while a model loads (hidden otherwise). */
+function status(text, bar = null) {
+  $("status").textContent = text;
+  let el = $("load-bar");
+  if (!el && bar) {
+    el = Object.assign(document.createElement("progress"), { id: "load-bar" });
+    el.setAttribute("aria-label", "Model download");
+    $("status").after(el);
+  }
+  if (!el) return;
+  el.hidden = !bar;
+  if (bar?.total) { el.max = bar.total; el.value = Math.min(bar.loaded, bar.total); } else el.removeAttribute("value");
+}
+
+const MB = (n) => (n / 1e6).toFixed(1);
+let loading = null;  // who shows the bar now (the last action that waits for a model); null: nobody
+onModelProgress(({ loaded: got, total }) => {
+  if (loading) status(`loading the model… ${MB(got)}${total ? ` of ${MB(total)}` : ""} MB`, { loaded: got, total });
+});
+
+/** The model of ``d`` loaded, with the bar shown meanwhile; then the status ``what``, unless a later action
+ * has taken the status over. */
+async function withModel(d, what) {
+  const mine = {};
+  loading = mine;
+  status("loading the model…", {});
+  try {
+    await d.graphs();
+  } finally {
+    if (loading === mine) { loading = null; status(what); }
+  }
+}
+
+/** A new task, so that a click waiting behind the drawing is answered between two figures. */
+const breathe = () => new Promise((ok) => setTimeout(ok, 0));
+
 async function show(run) {
   say($("notices"), run.notices);
   if (run.empty) return;
@@ -243,31 +283,47 @@ async function show(run) {
     : `${run.outIds.length} tokens in ${run.ms.toFixed(0)} ms, in this browser`;
   await drawGrid($("grid"), run, $("grid-kind").value);
   window.explorer.firstMap ??= performance.now();  // for bench/web_load.py: navigation start -> first grid
+  await breathe();
   fillHeadPicker(run);
   await drawHeadView(run);
+  await breathe();
   stepsTable(run);
   await drawPositions($("pos-plot"), rows2d(run.enc.enc_pos), run.srcTokens);
+  await breathe();
   await tour(run);
   const url = new URL(location.href);
   url.searchParams.set("src", run.srcText);
   url.searchParams.set("dir", run.dir);
   history.replaceState(null, "", url);
-  $("status").textContent = "✓ translated";
+  status(run.ms === null ? "✓ example shown" : "✓ translated");
 }
 
 async function onTranslate() {
-  $("status").textContent = "translating…";
   try {
-    await show(await translate($("dir").value, $("text").value));
-    if (!current || $("status").textContent !== "✓ translated") $("status").textContent = "✓ ready";
+    const name = $("dir").value, d = await direction(name);
+    await withModel(d, "translating…");
+    const run = await translate(name, $("text").value);
+    await show(run);
+    if (run.empty) status("✓ ready");
   } catch (e) {
-    say($("notices"), [`Something went wrong in the browser: ${e.message}. The page still works: try another sentence.`]);
-    $("status").textContent = "✗ failed";
+    say($("notices"), [`Something went wrong in the browser: ${e.message}. The page still works: try again.`]);
+    status("✗ failed");
+  }
+}
+
+/** After a first screen computed at build time: the model loaded in the background, so that what is typed
+ * next runs at once; the status says when it can. A failure here is only said: the next action tries again. */
+async function preload(name) {
+  try {
+    const d = await direction(name);
+    await withModel(d, "✓ ready");
+    window.explorer.modelReady = performance.now();
+  } catch (e) {
+    status(`✓ example shown (the model did not load: ${e.message}; Translate tries again)`);
   }
 }
 
 async function init() {
-  if ("serviceWorker" in navigator) navigator.serviceWorker.register("sw.js").catch(() => {});  // offline is a bonus
   const manifest = await (await fetch(`${BASE}/models/manifest.json`)).json();
   const sel = $("dir");
   for (const name of manifest.directions) sel.append(new Option(name.replace("-", " → "), name));
@@ -281,14 +337,18 @@ async function init() {
   $("go").addEventListener("click", onTranslate);
   $("grid-kind").addEventListener("change", () => current && drawGrid($("grid"), current, $("grid-kind").value));
   $("head-pick").addEventListener("change", () => current && drawHeadView(current));
-  $("compare").addEventListener("click", () => current && compareMasks(current));
+  $("compare").addEventListener("click", () => current && compareMasks(current).catch((e) => {
+    $("mask-result").textContent = `That did not work in this browser: ${e.message}. Try again.`;
+  }));
   performance.mark("manifest");
   const first = await firstScreen(sel.value, $("text").value).catch(() => null);
   performance.mark("first-data");
   if (first) await show(first);
   else await onTranslate();
-  // the model (already loaded if it ran): what is typed next runs at once
-  (await direction(sel.value)).graphs().then(() => { window.explorer.modelReady = performance.now(); }, () => {});
+  // offline use is a bonus; registered once the first screen is drawn, so its copies never compete with it
+  if ("serviceWorker" in navigator) navigator.serviceWorker.register("sw.js").catch(() => {});
+  if (first) await preload(sel.value);
+  else if (current) window.explorer.modelReady = performance.now();
 }
 
 window.explorer = { translate, greedyIds, pieces, words, encodePieces, direction, firstScreen, ready: null, lastCompare: null };
