@@ -90,7 +90,7 @@ async function translate(name, text, switches = {}) {
   const d = await direction(name);
   const { text: clean, notices: pre } = cleanInput(text);
   if (isBlank(clean)) return { dir: name, notices: [...pre, "The input is empty: type a sentence to translate."], empty: true };
-  const src = d.source(clean);
+  const src = await d.sourceOffThread(clean);
   const res = await d.greedy(src.ids, switches);
   return runOf(d, name, clean, src, res, switches, notices(d, src, pre));
 }
@@ -276,6 +276,7 @@ async function show(run) {
   say($("notices"), run.notices);
   if (run.empty) return;
   await plotlyReady;
+  await breathe();
   current = run;
   $("translation").textContent = run.text;
   $("timing").textContent = run.ms === null
@@ -299,10 +300,12 @@ async function show(run) {
 }
 
 async function onTranslate() {
+  status("translating…");
   try {
     const name = $("dir").value, d = await direction(name);
     await withModel(d, "translating…");
     const run = await translate(name, $("text").value);
+    if (!run.empty) status("drawing…");
     await show(run);
     if (run.empty) status("✓ ready");
   } catch (e) {

@@ -66,6 +66,8 @@ export class Direction {
     const d = new Direction();
     d.loaded = new Promise((ok) => { d.loadedOnce = ok; });  // the graphs' first successful load
     d.base = `${base}/models/${name}`;
+    d.site = base;
+    d.name = name;
     const [meta, spm] = await Promise.all([json(`${d.base}/meta.json`), json(`${d.base}/spm.json`)]);  // side by side
     d.meta = meta;
     d.spm = new SentencePieceBPE(spm);
@@ -97,6 +99,11 @@ export class Direction {
     const tokens = ["<bos>", ...kept, "<eos>"];
     const ids = [this.meta.bos_id, ...kept.map((p) => this.spm.id.get(p) ?? 0), this.meta.eos_id];
     return { tokens, ids, truncated: pieces.length > room };
+  }
+
+  /** ``source`` computed in the worker: a long input's words and pieces take the page's thread no time. */
+  sourceOffThread(text) {
+    return runtime.call("source", this.site, this.name, text);
   }
 
   /** The encoder's outputs: {src, out}, each tensor as {dims, data}. */

@@ -3,6 +3,7 @@
 // while a model loads, {progress: {base, loaded, total}} in bytes.
 
 import * as ort from "./vendor/ort.wasm.min.mjs";
+import { Direction, remembered } from "./engine.js";
 
 ort.env.wasm.numThreads = 1;  // no cross-origin isolation on a static host: one thread
 ort.env.wasm.wasmPaths = new URL("./vendor/", import.meta.url).href;
@@ -10,6 +11,7 @@ ort.env.wasm.wasmPaths = new URL("./vendor/", import.meta.url).href;
 const WASM = "ort-wasm-simd-threaded.wasm";  // meta.bytes names it "vendor/" + WASM
 const GRAPHS = ["encoder.onnx", "decoder.onnx", "weights.bin"];
 const sessions = new Map();  // model folder -> Promise of {encoder, decoder, meta}
+const tokenizers = new Map();  // direction -> Promise of its Direction (words and pieces, no graphs)
 let runs = Promise.resolve();  // one graph run at a time: ONNX Runtime's WASM has one thread
 
 /** A file's bytes, read as they arrive so that the page can show a progress bar. */
@@ -135,6 +137,7 @@ const OPS = {
     }
     return sessions.get(base).then(() => true);
   },
+  source: async (site, name, text) => (await remembered(tokenizers, name, () => Direction.load(site, name))).source(text),
   encode: async (base, ids, sw) => {
     const { src, out } = await encode(await model(base), ids, sw);
     return { src: plain(src), out: plainAll(out) };
@@ -155,7 +158,7 @@ function buffers(x, out = new Set()) {
 }
 
 self.onmessage = ({ data: { id, op, args } }) => {
-  const job = op === "load" ? OPS.load(...args) : (runs = runs.then(() => OPS[op](...args), () => OPS[op](...args)));
+  const job = op === "load" || op === "source" ? OPS[op](...args) : (runs = runs.then(() => OPS[op](...args), () => OPS[op](...args)));
   job.then((out) => {
     try { postMessage({ id, out }, [...buffers(out)]); } catch { postMessage({ id, out }); }  // a shared buffer: copy
   }, (e) => postMessage({ id, error: String(e?.message ?? e) }));
