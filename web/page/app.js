@@ -326,6 +326,17 @@ async function preload(name) {
   }
 }
 
+const SW_WAIT_MS = 3000;
+
+/** The service worker registered; resolves once it controls the page, or after ``ms``, or when it fails. */
+function serviceWorker(ms) {
+  if (!("serviceWorker" in navigator)) return Promise.resolve();
+  const sw = navigator.serviceWorker;
+  const controls = sw.controller ? Promise.resolve()
+    : new Promise((ok) => sw.addEventListener("controllerchange", ok, { once: true }));
+  return Promise.race([sw.register("sw.js").then(() => controls), new Promise((ok) => setTimeout(ok, ms))]).catch(() => {});
+}
+
 async function init() {
   const manifest = await (await fetch(`${BASE}/models/manifest.json`)).json();
   const sel = $("dir");
@@ -348,8 +359,10 @@ async function init() {
   performance.mark("first-data");
   if (first) await show(first);
   else await onTranslate();
-  // offline use is a bonus; registered once the first screen is drawn, so its copies never compete with it
-  if ("serviceWorker" in navigator) navigator.serviceWorker.register("sw.js").catch(() => {});
+  // offline use is a bonus; registered once the first screen is drawn, so its copies never compete with it,
+  // and before the model's worker starts, so that the model's files pass through it (downloaded once)
+  if (first) await serviceWorker(SW_WAIT_MS);
+  else serviceWorker(0);
   if (first) await preload(sel.value);
   else if (current) window.explorer.modelReady = performance.now();
 }

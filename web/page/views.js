@@ -52,14 +52,14 @@ export function drawGrid(el, run, kind) {
   return Plotly().react(el, traces, layout, { responsive: true, displaylogo: false });
 }
 
-/** One head, large, with its weights written in the cells. */
+/** One head, large, with its weights written in the cells (the axis: the width less the margins and colour bar). */
 export function drawHead(el, z, xs, ys, title) {
   const t = heat(z, xs, ys, "");
   t.showscale = true;
   t.texttemplate = xs.length * ys.length <= 400 ? "%{z:.2f}" : "";
   return Plotly().react(el, [t], {
     title: { text: title, font: { size: 14 } }, margin: { l: 90, r: 10, t: 40, b: 90 }, height: 480,
-    xaxis: { ...ticks(xs, widthOf(el) - 100), tickangle: -60 }, yaxis: { ...ticks(ys, 480 - 130), autorange: "reversed" },
+    xaxis: { ...ticks(xs, widthOf(el) - 180), tickangle: -60 }, yaxis: { ...ticks(ys, 480 - 130), autorange: "reversed" },
   }, { responsive: true, displaylogo: false });
 }
 
