@@ -54,6 +54,7 @@ class Served:
 
 def load_once(context, served: Served) -> dict:
     page = context.new_page()
+    page.set_default_timeout(600_000)  # the old page computes on its own thread: a click waits for it
     cdp = context.new_cdp_session(page)
     cdp.send("Network.enable")
     got = {"bytes": 0}

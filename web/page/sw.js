@@ -61,7 +61,9 @@ async function networkFirst(request) {
 
 self.addEventListener("install", (e) => {
   self.skipWaiting();
-  const copies = [];
+  const copies = [fetch(scope + "index.html", { cache: "force-cache" }).then(async (r) => {
+    if (r.ok) await (await caches.open(CACHE)).put(scope + "index.html", r);  // for a reload with no network
+  }).catch(() => null)];
   e.waitUntil(Promise.all(SHELL.filter((p) => p in FILES && p !== "index.html")
     .map((p) => listed(p, (k) => copies.push(k)).catch(() => null))).then(() => Promise.all(copies)));
 });

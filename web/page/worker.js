@@ -50,10 +50,15 @@ async function load(base, meta, sizes) {
   const [enc, dec, weights] = await Promise.all([...GRAPHS.map((f) => bytesOf(`${base}/${f}`, tick)), wasmBinary(tick)]);
   const opts = { executionProviders: ["wasm"], graphOptimizationLevel: "all",
     externalData: [{ path: "weights.bin", data: weights }] };
-  const encoder = await ort.InferenceSession.create(enc, opts);
-  const decoder = await ort.InferenceSession.create(dec, opts);
-  return { encoder, decoder, meta };
+  const make = creating.then(async () => ({ encoder: await ort.InferenceSession.create(enc, opts),
+    decoder: await ort.InferenceSession.create(dec, opts), meta }));
+  creating = make.catch(() => {});
+  return make;
 }
+
+// one session created at a time: ONNX Runtime mounts the external data by its file name, and every
+// direction's is "weights.bin", so two directions created at once could read each other's weights
+let creating = Promise.resolve();
 
 function model(base) {
   const m = sessions.get(base);
