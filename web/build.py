@@ -7,6 +7,7 @@ pinned ONNX Runtime Web and Plotly.js from web/node_modules (``cd web && npm ci`
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
@@ -32,6 +33,9 @@ PAGE = ROOT / "page"
 FIRST = "first.json"  # a direction's first screen (web/first.py)
 TOUR = "tour.json"  # the tour's titles and sentence templates, from the app's presenter
 APP_URL = "http://127.0.0.1:7860/"  # where `python app.py` serves the app; --app names a deployed one
+WASM = "vendor/ort-wasm-simd-threaded.wasm"
+SW_FILES = "const FILES = {};"  # the line of page/sw.js that the build fills with every file's content hash
+LFS_MB = 10  # the Hub refuses a file over 10 MB pushed without Git LFS
 VENDOR = {  # node_modules path -> name in the site's vendor/ folder
     "onnxruntime-web/dist/ort.wasm.min.mjs": "ort.wasm.min.mjs",
     "onnxruntime-web/dist/ort-wasm-simd-threaded.mjs": "ort-wasm-simd-threaded.mjs",
@@ -109,6 +113,10 @@ def build_direction(folder: Path, out: Path, precision: str = PRECISION, checkpo
         (target / "spm.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
     meta = {**model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model), checkpoints or Path(folder).parent),
             "name": name, "precision": precision, **(opus.meta(lm, folder) if opus.owns(lm) else {})}
+    # what the page downloads to run it: its progress bar's total
+    meta["bytes"] = {f: (target / f).stat().st_size for f in ("encoder.onnx", "decoder.onnx", WEIGHTS)}
+    if (out / WASM).is_file():
+        meta["bytes"][WASM] = (out / WASM).stat().st_size
     (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     if meta["example"]:
         write_first_screen(lm, target, meta)
@@ -178,7 +186,43 @@ def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_m
                 "app": app}
     (out / TOUR).write_text(json.dumps(tour_texts(), ensure_ascii=False), encoding="utf-8")
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    list_files(out)
     return metas + extra
+
+
+def content_hash(path: Path) -> str:
+    """sha-256 of a file's bytes, hex, first 16: what sw.js checks a copy against before keeping it."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def list_files(out: Path) -> dict[str, str]:
+    """Every file of the site with its content hash, written into its sw.js (which serves them cache first, so
+    a new build changes sw.js and the browser installs it)."""
+    sw = out / "sw.js"
+    files = {p.relative_to(out).as_posix(): content_hash(p) for p in sorted(out.rglob("*"))
+             if p.is_file() and p != sw and p.suffix != ".gz" and p.name not in ("README.md", ".gitattributes")}
+    text = sw.read_text(encoding="utf-8")
+    if SW_FILES not in text:
+        raise SystemExit(f"{sw} lacks the line {SW_FILES!r} that the build fills")
+    sw.write_text(text.replace(SW_FILES, f"const FILES = {json.dumps(files, indent=0)};"), encoding="utf-8")
+    return files
+
+
+LFS_KINDS = (".bin", ".onnx", ".wasm")  # the weights, the graphs and ONNX Runtime: binary, some over the limit
+
+
+def git_attributes(out: Path, limit_mb: int = LFS_MB) -> str:
+    """A Space's .gitattributes: the binary kinds, and any other file over ``limit_mb``, kept with Git LFS,
+    so that ``git push`` to the Hub takes the WASM and the weights."""
+    big = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
+                 if p.is_file() and p.suffix not in LFS_KINDS and p.stat().st_size > limit_mb * 1e6)
+    text = "".join(f"{pattern} filter=lfs diff=lfs merge=lfs -text\n" for pattern in [f"*{k}" for k in LFS_KINDS] + big)
+    (out / ".gitattributes").write_text(text, encoding="utf-8")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         if target == args.space:
             names = ", ".join(m["name"] for m in metas)
             (target / "README.md").write_text(SPACE_README.format(directions=names), encoding="utf-8")
+            git_attributes(target)
         print(f"built {target}: {', '.join(m['name'] for m in metas)}")
     return 0
 

@@ -69,9 +69,10 @@ NGINX_TYPES = ("text/html html; text/css css; application/javascript js mjs; app
 
 
 @contextmanager
-def nginx_server(folder: Path):
+def nginx_server(folder: Path, log: Path | None = None):
     """nginx serving ``folder`` as a static host does (gzip on, the right types for modules and WASM; a file's
-    precompressed ``.gz`` beside it is sent as it is, where there is one)."""
+    precompressed ``.gz`` beside it is sent as it is, where there is one). ``log``: a file that gets one line
+    per request, ``uri status bytes-sent`` (what left the server, headers included)."""
     if NGINX is None:
         raise RuntimeError("nginx is not installed (Debian: apt-get install -y nginx); .ci/run installs it")
     work = Path(tempfile.mkdtemp(prefix="web-nginx-"))
@@ -79,7 +80,7 @@ def nginx_server(folder: Path):
     temp = " ".join(f"{k}_temp_path {work / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     (work / "nginx.conf").write_text(f"""worker_processes 1; pid {work / 'nginx.pid'}; error_log {work / 'error.log'} warn;
 events {{ worker_connections 256; }}
-http {{ {temp} access_log {work / 'access.log'};
+http {{ {temp} log_format sent '$request_uri $status $bytes_sent'; access_log {log or work / 'access.log'} sent;
   types {{ {NGINX_TYPES} }}
   gzip on; gzip_static on; gzip_types application/javascript application/wasm application/json application/octet-stream text/css;
   server {{ listen 127.0.0.1:{port}; root {folder}; index index.html; }} }}

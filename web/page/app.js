@@ -1,7 +1,7 @@
 // The page: a typed sentence in one direction, translated in the browser, and the views drawn from it.
 // window.explorer is the same machinery for the tests and benchmarks (no second code path).
 
-import { cleanInput, Direction, isBlank } from "./engine.js";
+import { cleanInput, Direction, isBlank, onModelProgress, remembered } from "./engine.js";
 import { toText } from "./text.js";
 import { drawGrid, drawHead, drawPositions, axesOf, KINDS } from "./views.js";
 import { MASK_STOP, markdown, tourStops } from "./tour.js";
@@ -18,24 +18,28 @@ let current = null, player = null, masks = null;
 let site = null;  // the manifest (directions, examples, the app's address) and the tour's texts (tour.json)
 let openStop = null;  // the tour stop the link or a click opened (1-based)
 
+/** A direction's tokenizer and description, loaded once; a failed load is tried again on the next action. */
 function direction(name) {
-  if (!loaded.has(name)) {
-    loaded.set(name, Direction.load(BASE, name));
-    keepForOffline(name);
-  }
-  return loaded.get(name);
+  const known = loaded.has(name);
+  const d = remembered(loaded, name, () => Direction.load(BASE, name));
+  if (!known) d.then(() => keepForOffline(name)).catch(() => {});
+  return d;
 }
 
-/** Once the service worker controls the page, ask it (through the HTTP cache) for a direction's files, so
- * that the ones fetched before it took over are kept for offline use too. */
+const VENDOR = ["worker.js", "vendor/ort.wasm.min.mjs", "vendor/ort-wasm-simd-threaded.mjs", "vendor/ort-wasm-simd-threaded.wasm"];
+
+/** Once the service worker controls the page, ask it for a direction's files, so that the ones fetched
+ * before it took over are kept for offline use too (it copies them from the HTTP cache, no second download). */
 async function keepForOffline(name) {
   if (!("serviceWorker" in navigator)) return;
   await navigator.serviceWorker.ready;
   if (!navigator.serviceWorker.controller) await new Promise((ok) => navigator.serviceWorker.addEventListener("controllerchange", ok, { once: true }));
   const d = await loaded.get(name);
-  const files = ["meta.json", "spm.json", "first.json", "encoder.onnx", "decoder.onnx", "weights.bin"].map((f) => `${BASE}/models/${name}/${f}`);
-  await Promise.all([...files, `${BASE}/models/spacy_${d.meta.src_lang}.json`].map((u) => fetch(u).catch(() => null)));
-  document.body.dataset.offline = [document.body.dataset.offline, name].filter(Boolean).join(" ");
+  await d.loaded;  // once the model has loaded (its own download): every file is asked for once
+  const files = ["meta.json", "spm.json", "first.json", "encoder.onnx", "decoder.onnx", "weights.bin"].map((f) => `models/${name}/${f}`);
+  const all = await Promise.all([...VENDOR, ...files, `models/spacy_${d.meta.src_lang}.json`].map((u) =>
+    fetch(`${BASE}/${u}`).then((r) => r.ok, () => false)));
+  if (all.every(Boolean)) document.body.dataset.offline = [document.body.dataset.offline, name].filter(Boolean).join(" ");
 }
 
 /** (1, H, A, B) tensor -> H arrays of A rows of B numbers. */
@@ -91,7 +95,7 @@ async function translate(name, text, switches = {}) {
   const d = await direction(name);
   const { text: clean, notices: pre } = cleanInput(text);
   if (isBlank(clean)) return { dir: name, notices: [...pre, "The input is empty: type a sentence to translate."], empty: true };
-  const src = d.source(clean);
+  const src = await d.sourceOffThread(clean);
   const res = await d.greedy(src.ids, switches);
   return runOf(d, name, clean, src, res, switches, notices(d, src, pre));
 }
@@ -280,7 +284,7 @@ function openTourStop(number, byClick = true) {
 
 /** What the page shows, in the app's link keys (ui/state.py to_query). */
 function linkState(run) {
-  const [kind, layer, head] = $("head-pick").value.split(":");
+  const [kind, layer, head] = headOf($("head-pick").value);
   return { text: run.srcText, model: run.dir, kind, layer: Number(layer), head: Number(head), tour: openStop };
 }
 
@@ -328,10 +332,47 @@ const plotlyReady = new Promise((ok, fail) => {
   $("plotly").addEventListener("error", () => fail(new Error("Plotly.js did not load")), { once: true });
 });
 
+/** The status line, and the byte progress bar beside it while a model loads (hidden otherwise). */
+function status(text, bar = null) {
+  $("status").textContent = text;
+  let el = $("load-bar");
+  if (!el && bar) {
+    el = Object.assign(document.createElement("progress"), { id: "load-bar" });
+    el.setAttribute("aria-label", "Model download");
+    $("status").after(el);
+  }
+  if (!el) return;
+  el.hidden = !bar;
+  if (bar?.total) { el.max = bar.total; el.value = Math.min(bar.loaded, bar.total); } else el.removeAttribute("value");
+}
+
+const MB = (n) => (n / 1e6).toFixed(1);
+let loading = null;  // who shows the bar now (the last action that waits for a model); null: nobody
+onModelProgress(({ loaded: got, total }) => {
+  if (loading) status(`loading the model… ${MB(got)}${total ? ` of ${MB(total)}` : ""} MB`, { loaded: got, total });
+});
+
+/** The model of ``d`` loaded, with the bar shown meanwhile; then the status ``what``, unless a later action
+ * has taken the status over. */
+async function withModel(d, what) {
+  const mine = {};
+  loading = mine;
+  status("loading the model…", {});
+  try {
+    await d.graphs();
+  } finally {
+    if (loading === mine) { loading = null; status(what); }
+  }
+}
+
+/** A new task, so that a click waiting behind the drawing is answered between two figures. */
+const breathe = () => new Promise((ok) => setTimeout(ok, 0));
+
 async function show(run) {
   say($("notices"), run.notices);
   if (run.empty) return;
   await plotlyReady;
+  await breathe();
   current = run;
   $("translation").textContent = run.text;
   $("timing").textContent = run.ms === null
@@ -339,26 +380,33 @@ async function show(run) {
     : `${run.outIds.length} tokens in ${run.ms.toFixed(0)} ms, in this browser`;
   await drawGrid($("grid"), run, $("grid-kind").value);
   window.explorer.firstMap ??= performance.now();  // for bench/web_load.py: navigation start -> first grid
+  await breathe();
   fillHeadPicker(run, linked.head);
   linked.head = null;
   await drawHeadView(run);
+  await breathe();
   stepsTable(run);
   masks.reset(run);  // a new sentence: the old comparison goes
   await player.load(run);
   await drawPositions($("pos-plot"), rows2d(run.enc.enc_pos), run.srcTokens);
+  await breathe();
   await tour(run);
   writeLink(run);
-  $("status").textContent = "✓ translated";
+  status(run.ms === null ? "✓ example shown" : "✓ translated");
 }
 
 async function onTranslate() {
-  $("status").textContent = "translating…";
+  status("translating…");
   try {
-    await show(await translate($("dir").value, $("text").value));
-    if (!current || $("status").textContent !== "✓ translated") $("status").textContent = "✓ ready";
+    const name = $("dir").value, d = await direction(name);
+    await withModel(d, "translating…");
+    const run = await translate(name, $("text").value);
+    if (!run.empty) status("drawing…");
+    await show(run);
+    if (run.empty) status("✓ ready");
   } catch (e) {
-    say($("notices"), [`Something went wrong in the browser: ${e.message}. The page still works: try another sentence.`]);
-    $("status").textContent = "✗ failed";
+    say($("notices"), [`Something went wrong in the browser: ${e.message}. The page still works: try again.`]);
+    status("✗ failed");
   }
 }
 
@@ -377,8 +425,30 @@ function sayUnshown(q, directions) {
   $("link-note").hidden = false;
 }
 
+/** After a first screen computed at build time: the model loaded in the background, so that what is typed
+ * next runs at once; the status says when it can. A failure here is only said: the next action tries again. */
+async function preload(name) {
+  try {
+    const d = await direction(name);
+    await withModel(d, "✓ ready");
+    window.explorer.modelReady = performance.now();
+  } catch (e) {
+    status(`✓ example shown (the model did not load: ${e.message}; Translate tries again)`);
+  }
+}
+
+const SW_WAIT_MS = 3000;
+
+/** The service worker registered; resolves once it controls the page, or after ``ms``, or when it fails. */
+function serviceWorker(ms) {
+  if (!("serviceWorker" in navigator)) return Promise.resolve();
+  const sw = navigator.serviceWorker;
+  const controls = sw.controller ? Promise.resolve()
+    : new Promise((ok) => sw.addEventListener("controllerchange", ok, { once: true }));
+  return Promise.race([sw.register("sw.js").then(() => controls), new Promise((ok) => setTimeout(ok, ms))]).catch(() => {});
+}
+
 async function init() {
-  if ("serviceWorker" in navigator) navigator.serviceWorker.register("sw.js").catch(() => {});  // offline is a bonus
   const [manifest, tourTexts] = await Promise.all([`${BASE}/models/manifest.json`, `${BASE}/tour.json`]
     .map((u) => fetch(u).then((r) => r.json())));
   site = { manifest, tour: tourTexts };
@@ -389,7 +459,7 @@ async function init() {
   const examples = manifest.examples ?? {};
   sel.value = [link.model, "de-en"].find((n) => manifest.directions.includes(n)) ?? manifest.directions[0];
   $("text").value = link.text ?? examples[sel.value] ?? "";
-  if (link.kind) linked.head = `${pageKind(link.kind)}:${link.layer}:${link.head}`;
+  if (link.kind) linked.head = headKey(pageKind(link.kind), link.layer, link.head);
   if (link.kind) $("grid-kind").value = pageKind(link.kind);
   openStop = link.tour;
   sayUnshown(q, manifest.directions);
@@ -408,8 +478,12 @@ async function init() {
   performance.mark("first-data");
   if (first) await show(first);
   else await onTranslate();
-  // the model (already loaded if it ran): what is typed next runs at once
-  (await direction(sel.value)).graphs().then(() => { window.explorer.modelReady = performance.now(); }, () => {});
+  // offline use is a bonus; registered once the first screen is drawn, so its copies never compete with it,
+  // and before the model's worker starts, so that the model's files pass through it (downloaded once)
+  if (first) await serviceWorker(SW_WAIT_MS);
+  else serviceWorker(0);
+  if (first) await preload(sel.value);
+  else if (current) window.explorer.modelReady = performance.now();
 }
 
 window.explorer = { translate, greedyIds, pieces, words, encodePieces, direction, firstScreen, ready: null };
