@@ -112,6 +112,11 @@ export class Direction {
     return runtime.call("encode", this.base, ids, sw);
   }
 
+  /** The self-attention cache before the first step: none here (the worker's step starts from an empty one). */
+  emptyCache() {
+    return null;
+  }
+
   /** The decoder over new positions ``ys`` after ``cache`` (default: none, the whole prefix). ``fetch``:
    * the outputs wanted (ORT then skips what only the others need); all of them when null. */
   async step(ys, memory, src, sw = {}, cache = null, fetch = null) {
@@ -125,6 +130,21 @@ export class Direction {
     await this.graphs();
     return runtime.call("greedy", this.base, ids, sw, views, TOP_K);
   }
+}
+
+/** The chosen next token (the argmax among those decoding may choose) and the model's k best, with their
+ * probabilities over the whole vocabulary, as the app records them. */
+export function topK(logits, never, k) {
+  let max = -Infinity, choice = -1;
+  for (let i = 0; i < logits.length; i++) {
+    if (logits[i] > max) max = logits[i];
+    if (!never.includes(i) && (choice < 0 || logits[i] > logits[choice])) choice = i;
+  }
+  let sum = 0;
+  for (const x of logits) sum += Math.exp(x - max);
+  const ids = Array.from(logits.keys()).sort((a, b) => logits[b] - logits[a]).slice(0, k);
+  const p = (i) => Math.exp(logits[i] - max) / sum;
+  return { choice, prob: p(choice), ids, probs: ids.map(p), logits: ids.map((i) => logits[i]) };
 }
 
 /** ``map``'s promise for ``key``, made by ``make`` once; a rejected one is forgotten (made again next time). */

@@ -3,7 +3,7 @@
 // while a model loads, {progress: {base, loaded, total}} in bytes.
 
 import * as ort from "./vendor/ort.wasm.min.mjs";
-import { Direction, remembered } from "./engine.js";
+import { Direction, remembered, topK } from "./engine.js";
 
 ort.env.wasm.numThreads = 1;  // no cross-origin isolation on a static host: one thread
 ort.env.wasm.wasmPaths = new URL("./vendor/", import.meta.url).href;
@@ -95,20 +95,6 @@ function step(m, ys, memory, src, sw, cache, fetch) {
   return fetch ? m.decoder.run(feeds, fetch) : m.decoder.run(feeds);
 }
 
-/** The chosen next token (the argmax among those decoding may choose) and the model's k best, with their
- * probabilities over the whole vocabulary, as the app records them. */
-function topK(logits, never, k) {
-  let max = -Infinity, choice = -1;
-  for (let i = 0; i < logits.length; i++) {
-    if (logits[i] > max) max = logits[i];
-    if (!never.includes(i) && (choice < 0 || logits[i] > logits[choice])) choice = i;
-  }
-  let sum = 0;
-  for (const x of logits) sum += Math.exp(x - max);
-  const ids = Array.from(logits.keys()).sort((a, b) => logits[b] - logits[a]).slice(0, k);
-  const p = (i) => Math.exp(logits[i] - max) / sum;
-  return { choice, prob: p(choice), ids, probs: ids.map(p), logits: ids.map((i) => logits[i]) };
-}
 
 /** Greedy decoding, as model.engine.decoding.decoder_step: with the look-ahead mask on one new token a step
  * after the cache, with it off the whole prefix again; the whole prefix's outputs at the end if ``views``. */
