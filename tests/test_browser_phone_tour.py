@@ -162,6 +162,30 @@ def test_the_first_viewport_keeps_to_twelve_controls(browser, app, size):
     page.close()
 
 
+# the phone's first screen: what the app is, the sentence, Translate and the first map, each box inside it
+FIRST_SCREEN = {"description": "#tagline", "sentence": "#input-text textarea", "translate": "#translate-btn",
+                "map": "#watch-heads .js-plotly-plot"}
+DRAWN_JS = """() => { const gd = document.querySelector('#watch-heads .js-plotly-plot');
+  return !!(gd && gd.data && gd.data.length && gd._fullLayout); }"""
+
+# [left, top, right, bottom] of each named element's first match, or null where there is none
+BOXES_JS = """(sels) => Object.fromEntries(Object.entries(sels).map(([k, s]) => { const e = document.querySelector(s);
+  const r = e && e.getBoundingClientRect(); return [k, r ? [r.left, r.top, r.right, r.bottom] : null]; }))"""
+
+
+def test_a_phones_first_viewport_says_what_the_app_is_and_shows_a_drawn_map(browser, app):
+    page = load(new_page(browser, *PHONE), app)
+    page.wait_for_function(DRAWN_JS, timeout=WAIT)
+    page.wait_for_function(FITTED_JS.replace("#tour-plot", "#watch-heads"), arg=True, timeout=WAIT)
+    page.screenshot(path=str(ARTIFACTS / "first-viewport-390-map.png"))
+    boxes = page.evaluate(BOXES_JS, FIRST_SCREEN)
+    outside = {name: box for name, box in boxes.items()
+               if not (box and box[3] > box[1] and box[1] >= 0 and box[3] <= PHONE[1] and box[0] >= 0
+                       and box[2] <= PHONE[0] + 1)}
+    assert not outside, outside
+    page.close()
+
+
 def _value(page, sel: str) -> str:
     return page.locator(f"{sel} input").first.input_value()
 

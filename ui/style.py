@@ -72,6 +72,25 @@ CSS = """
   #tour-nav > button {flex: 1 1 0% !important;}
   #tour-heading h3 {font-size: 1.05em;}
 }
+#tagline {display: none;}
+@media (max-width: 600px) {
+  /* a phone's first screen: what the app is, the sentence, Translate and the first map; the run bar, the
+     selection and the tour's start follow the sections (an open tour hides the sections and keeps its place) */
+  #tagline {display: block; padding: 0 !important;}
+  #tagline p {margin: 0; font-size: 0.9em; color: #444;}
+  #header, #tagline {order: -2;}
+  #sections {order: -1;}
+  #sections [role=tablist] {flex-wrap: nowrap !important; overflow-x: auto; scrollbar-width: none;}
+  #sections [role=tablist] button {white-space: nowrap; flex: 0 0 auto !important;}
+  #input-text [data-testid=block-info], #direction [data-testid=block-info] {display: none;}
+  /* the sentence, the direction and Translate, then the map; decoding settings and the rest after it */
+  #translate-top, #translate-top > .column {display: contents;}
+  #translate-top ~ * {order: 4;}
+  #translate-top ~ #run-status {order: 0;}
+  #translate-top ~ #watch-row {order: 1;}
+  #decoding-box {order: 3;}
+  #watch-row > .column:has(#watch-heads) {order: -1;}
+}
 #tour-top {gap: 4px;}
 #tour-nav {flex-wrap: nowrap !important; gap: 8px;}
 /* an open list paints over the controls after it, on an opaque background (it was see-through on a phone) */

@@ -13,6 +13,7 @@ from ..present import KIND_LABELS, header_markdown
 from ..state import ModelShape, link_url
 
 KIND_CHOICES = [(label, kind) for kind, label in KIND_LABELS.items()]
+TAGLINE = "Watch a Transformer translate, head by head."
 UNIT_CHOICES = [("Words", "words"), ("Pieces (▁ starts a word)", "pieces")]
 
 
@@ -28,6 +29,8 @@ def build(shell: Shell) -> BarParts:
     n_layers = lm.model.cfg.n_decoder_layers if lm else 1
     n_heads = lm.model.cfg.max_heads if lm else 1  # one list for every kind: each view keeps to its kind's
     gr.Markdown(header_markdown(shell.reg), elem_id="header")
+    # a phone's first screen says what the app is in one line (a desktop's header says it in its summary)
+    gr.Markdown(TAGLINE, elem_id="tagline")
     with gr.Column(elem_id="run-bar-box"):
         with gr.Row(elem_id="run-bar-row"):
             shell.run_bar = gr.Markdown("**Current run** · translating the first example…", elem_id="run-bar")

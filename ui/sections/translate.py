@@ -63,7 +63,7 @@ class TranslateParts:
 
 def build(shell: Shell) -> TranslateParts:
     reg = shell.reg
-    with gr.Row():
+    with gr.Row(elem_id="translate-top"):
         with gr.Column(scale=3):
             shell.text = gr.Textbox(label="Sentence", lines=1, max_lines=4, elem_id="input-text",
                                     placeholder="Ein Mann fährt mit dem Fahrrad durch die Stadt.",
@@ -84,7 +84,7 @@ def build(shell: Shell) -> TranslateParts:
     run_status = gr.Markdown(elem_id="run-status")
     # the browser's width, read once on load: a phone opens on one head instead of the grid of all heads
     viewport = gr.Number(0, elem_id="viewport", elem_classes="proxy", show_label=False, container=False)
-    with gr.Row(equal_height=False):
+    with gr.Row(equal_height=False, elem_id="watch-row"):
         with gr.Column(scale=2, min_width=300):
             out_text = gr.Textbox(label="Translation", interactive=False, elem_id="translation", lines=2)
             # what the notices say is about this translation: read after it (and a phone shows it first)
