@@ -25,7 +25,7 @@ def translate_in_page(page, direction: str, text: str) -> None:
     page.fill("#text", text)
     page.evaluate("document.getElementById('status').textContent = ''")
     page.click("#go")
-    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
 
 
 @pytest.mark.parametrize("size", [(1440, 900), (390, 844)])

@@ -208,7 +208,7 @@ def test_masks_compared_against_the_engine(served, direction):
     page.fill("#text", "Zwei Hunde spielen im Schnee." if direction == "de-en" else "Deux chiens jouent dans la neige.")
     page.evaluate("document.getElementById('status').textContent = ''")
     page.click("#go")
-    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
     assert page.evaluate("document.getElementById('mask-plot').dataset.drawn") == ""
     assert page.inner_text("#mask-result") == "" and page.evaluate("window.explorer.masks.last") is None
     assert foreign == [] and errors == []

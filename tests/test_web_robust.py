@@ -97,7 +97,7 @@ def test_tick_labels_fit_at_both_widths(served, size):
     page.evaluate("document.getElementById('status').textContent = ''")
     page.fill("#text", "Ein Hund läuft durch den tiefen Schnee, und zwei Kinder spielen mit einem roten Ball. " * 3)
     page.click("#go")
-    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
     for sel in ("#grid", "#head-plot", "#pos-plot"):
         assert axes_fit(page, sel) == [], sel
     shown = page.evaluate("document.querySelector('#grid')._fullLayout.yaxis.ticktext.length")
@@ -126,7 +126,7 @@ def test_a_failed_load_is_tried_again_on_the_next_click(served):
         assert "Something went wrong" in page.inner_text("#notices")
         context.set_offline(False)
         page.click("#go")
-        page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
+        page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
         assert page.inner_text("#status") == "✓ translated" and word in page.inner_text("#translation"), name
         assert page.inner_text("#notices") == ""
     page.wait_for_timeout(500)

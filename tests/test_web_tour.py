@@ -102,7 +102,7 @@ def test_the_tour_states_the_apps_sentences(served, name):
     assert page.input_value("#text") == text, "the page's default is the app's first example"
     page.evaluate("document.getElementById('status').textContent = ''")
     page.click("#go")
-    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
     ours = shown_stops(page)
     assert list(ours) == list(range(1, tour.N_STOPS + 1))
     for index, sentences in app_stops(name, text).items():
@@ -122,7 +122,7 @@ def test_the_masks_stop_switched_off_states_the_apps_sentences(served, name, mon
     page.fill("#text", text)
     page.evaluate("document.getElementById('status').textContent = ''")
     page.click("#go")
-    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
     before = shown_stops(page)[MASKS + 1]
     page.click("#tour li[data-stop='5'] button")
     page.wait_for_selector("#tour li[data-stop='5'] p.changed")
@@ -229,7 +229,7 @@ def test_every_stop_draws_the_apps_figure(served, name):
     page.fill("#text", text)
     page.evaluate("document.getElementById('status').textContent = ''")
     page.click("#go")
-    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
     t = tour_run(name, text)
     for index in STORED:
         sel = f"#tour li[data-stop='{index + 1}'] .tour-figure"
