@@ -149,7 +149,7 @@ def test_an_app_link_opens_the_same_screen(served):
     page.goto(base + "?" + query)
     page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
     assert page.input_value("#dir") == name and page.input_value("#text") == examples[name]
-    assert page.input_value("#head-pick") == "enc:1:2" and page.input_value("#grid-kind") == "enc"
+    assert page.input_value("#head-pick") == "enc.1.2" and page.input_value("#grid-kind") == "enc"
     assert page.evaluate("[...document.querySelectorAll('#tour li.open')].map((li) => li.dataset.stop)") == ["3"]
     assert parse_qs(urlparse(page.url).query) == parse_qs(query), "the page writes the app's keys back"
     note = page.inner_text("#link-note")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+from model.engine.names import HeadRef
+
 
 def _f(x, digits: int = 3) -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
@@ -21,7 +23,7 @@ def _profiles(s: dict, top: int) -> list[str]:
     heads = s["heads"]
     lines = [f"{len(heads)} heads profiled; the {top} with the lowest mean entropy:"]
     for h in sorted(heads, key=lambda h: h["entropy"])[:top]:
-        lines.append(f"  {h['kind']} L{h['layer']} H{h['head']}: entropy {_f(h['entropy'])}, "
+        lines.append(f"  {HeadRef(h['kind'], h['layer'], h['head'])}: entropy {_f(h['entropy'])}, "
                      f"max weight {_f(h['max_weight'])}, mean distance {_f(h['mean_distance'])}")
     return lines
 
