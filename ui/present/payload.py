@@ -185,7 +185,7 @@ TEST_FALLBACK = {  # the first lines of Multi30k test_2016_flickr, used when the
 # words, and who does what to whom is lost. Each sentence was picked by translating candidates with the
 # shipped checkpoints, greedy, with and without positional encoding: the second output swaps the two
 # people ("The man is looking at the woman."). The head is the encoder self-attention head whose map
-# changes most (mean |Δ weight|) on that sentence. tests/test_shipped.py checks the outputs still differ.
+# changes most (mean |Δ weight|) on that sentence. tests/model/test_shipped.py checks the outputs still differ.
 @dataclass(frozen=True)
 class WordOrderDemo:
     text: str

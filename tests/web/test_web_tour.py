@@ -1,0 +1,246 @@
+"""The page's in-browser tour against the app's: for the default sentence of every shipped direction (the
+app's first example, the page's default), each stop the page computes states the very sentences (the same
+Markdown, numbers to the shown digits) that ui/present/tour.py (the Gradio tour's presenter) states for the
+same sentence in the same test; the page holds none of those sentences itself (they come from the build's
+tour.json). And one link for both editions: an app link opens the same screen in the page."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import numpy as np
+import pytest
+
+from model.engine.config import Interventions
+from model.engine.decoding import DecodeOptions, full_trace, translate
+from model.families.ours import find_checkpoints, load
+from tests.browser_fixtures import check_chromium, chromium, new_page
+from tests.web.test_web_fixtures import ROOT, guard, open_site, site, static_server
+from model.engine.names import ENC_SELF
+from ui import state
+from ui.present import tour
+from web.build import APP_URL
+from web.serve import WEB
+
+DIRECTIONS = tuple(p.name for p in find_checkpoints(ROOT / "checkpoints"))
+IN_BROWSER = (0, 1, 2, 3, 4, 5, 6, 7, 10)  # the app's stop indices the page computes (its stops 1-8, 11)
+MASKS = 4  # the masks stop's index: its "Try it" switches the look-ahead mask off
+MOVED = 8  # What moved the output: ALTI+ needs the server; the example sentence's is stored at build time
+STORED = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10)  # the stops whose figure the build stores (web/build.py STORED_STOPS)
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def numbers(text: str) -> list[str]:
+    """Every number as shown, in order (markdown's escapes dropped)."""
+    return NUMBER.findall(text.replace("\\", ""))
+
+
+def tour_run(name: str, text: str) -> tour.TourRun:
+    """The Gradio tour's run of ``text`` (greedy, as the app's Translate runs it)."""
+    lm = load(ROOT / "checkpoints" / name)
+    tr = translate(lm, text, DecodeOptions(max_len=100))
+    run = state.Run.of(lm, name, tr, inputs=state.RunInputs(model=name, text=text, max_len=100))
+    return tour.TourRun(run, lm, "words")
+
+
+def app_stops(name: str, text: str) -> dict[int, list[str]]:
+    """The Gradio tour's sentences for ``text``, by stop index."""
+    t = tour_run(name, text)
+    return {i: tour.stop(t, i).sentences for i in IN_BROWSER}
+
+
+def app_mask_off(name: str, text: str, monkeypatch) -> tuple[list[str], str]:
+    """The masks stop with the look-ahead mask off, and what that changed, as the app's tour states them (its
+    one model call, the compare, made here by the engine the same way)."""
+    t = tour_run(name, text)
+    iv, opts = Interventions(causal_mask=False), t.opts()
+    base = translate(t.lm, text, opts)
+    mod = translate(t.lm, text, opts, iv)
+    monkeypatch.setattr(tour, "_mask_off", lambda _: (base, mod, full_trace(t.lm, base.src_ids, base.output_ids, iv)))
+    return tour.stop(t, MASKS, "off").sentences, tour.tried(t, MASKS, "off")
+
+
+def shown_stops(page) -> dict[int, list[str]]:
+    """Each stop's sentences as the page wrote them (Markdown, data-md)."""
+    return dict(page.evaluate("[...document.querySelectorAll('#tour li')].map((li) => [Number(li.dataset.stop),"
+                              " [...li.querySelectorAll('p[data-md]')].map((p) => p.dataset.md)])"))
+
+
+def literal_parts(template: str) -> list[str]:
+    """The words of a template between its slots, where long enough to be a sentence's own."""
+    return [p.strip() for p in tour.SLOT.split(template)[::3] if len(p.strip()) >= 12]
+
+
+def test_no_tour_sentence_is_written_in_the_pages_javascript():
+    scripts = {p.name: p.read_text(encoding="utf-8") for p in (WEB / "page").glob("*.js")}
+    parts = {part for template in tour.SAY.values() for part in literal_parts(template)}
+    assert len(parts) > 30, "the tour's templates hold its sentences"
+    found = [(part, name) for part in sorted(parts) for name, code in scripts.items() if part in code]
+    assert not found, f"the page writes the tour's own words: {found[:3]}"
+
+
+@pytest.fixture(scope="module")
+def served():
+    check_chromium()
+    folder = site()
+    examples = json.loads((folder / "models" / "manifest.json").read_text())["examples"]
+    with static_server(folder) as base, chromium() as browser:
+        page = new_page(browser)
+        foreign = guard(page, base)
+        open_site(page, base + "/index.html")
+        yield page, examples
+        assert foreign == [], foreign
+
+
+@pytest.mark.parametrize("name", DIRECTIONS)
+def test_the_tour_states_the_apps_sentences(served, name):
+    page, examples = served
+    text = examples[name]
+    page.select_option("#dir", name)
+    assert page.input_value("#text") == text, "the page's default is the app's first example"
+    page.evaluate("document.getElementById('status').textContent = ''")
+    page.click("#go")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
+    ours = shown_stops(page)
+    assert list(ours) == list(range(1, tour.N_STOPS + 1))
+    for index, sentences in app_stops(name, text).items():
+        assert len(numbers(" ".join(sentences))) >= 3, f"stop {index + 1} states numbers"
+        assert ours[index + 1] == sentences, f"{name} stop {index + 1}"
+    for n in set(range(1, tour.N_STOPS + 1)) - {i + 1 for i in IN_BROWSER}:
+        assert "needs the server" in page.inner_text(f"#tour li[data-stop='{n}']")
+        link = urlparse(page.get_attribute(f"#tour li[data-stop='{n}'] a", "href"))
+        assert parse_qs(link.query).items() >= {"text": [text], "model": [name], "tour": [str(n)]}.items(), link
+
+
+@pytest.mark.parametrize("name", DIRECTIONS)
+def test_the_masks_stop_switched_off_states_the_apps_sentences(served, name, monkeypatch):
+    page, examples = served
+    text = examples[name]
+    page.select_option("#dir", name)
+    page.fill("#text", text)
+    page.evaluate("document.getElementById('status').textContent = ''")
+    page.click("#go")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
+    before = shown_stops(page)[MASKS + 1]
+    page.click("#tour li[data-stop='5'] button")
+    page.wait_for_selector("#tour li[data-stop='5'] p.changed")
+    after = shown_stops(page)[MASKS + 1]
+    sentences, changed = app_mask_off(name, text, monkeypatch)
+    assert after[:-1] != before and "look-ahead mask off" in after[1]
+    assert after[:-1] == sentences
+    assert after[-1] == changed
+    page.click("#tour li[data-stop='5'] button")  # and back: the stop as the run has it
+    page.wait_for_function("!document.querySelector(\"#tour li[data-stop='5'] p.changed\")")
+    assert shown_stops(page)[MASKS + 1] == before
+
+
+def test_an_app_link_opens_the_same_screen(served):
+    """The app's link (ui/state.py link_url) for a sentence, a direction, a head and a tour stop opens them in
+    the page, which writes the same keys back; a key only the app shows is named, with the same link to the app."""
+    page, examples = served
+    name = sorted(examples)[-1]
+    inputs = state.RunInputs(model=name, text=examples[name])
+    link = state.link_url("http://app.example/", inputs, state.Selection(kind=ENC_SELF, layer=1, head=2))
+    query = urlparse(link).query + "&" + urlencode({"tour": 3, "beam": 4})
+    base = page.url.split("?")[0]
+    page.evaluate("document.getElementById('status').textContent = ''")
+    page.goto(base + "?" + query)
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
+    assert page.input_value("#dir") == name and page.input_value("#text") == examples[name]
+    assert page.input_value("#head-pick") == "enc.1.2" and page.input_value("#grid-kind") == "enc"
+    assert page.evaluate("[...document.querySelectorAll('#tour li.open')].map((li) => li.dataset.stop)") == ["3"]
+    assert parse_qs(urlparse(page.url).query) == parse_qs(query), "the page writes the app's keys back"
+    note = page.inner_text("#link-note")
+    assert "beam" in note and "app" in note
+    app = urlparse(page.get_attribute("#link-note a", "href"))
+    assert app.geturl().startswith(APP_URL) and parse_qs(app.query) == parse_qs(query)
+
+
+def test_the_pages_old_link_still_opens(served):
+    page, examples = served
+    name = sorted(examples)[0]
+    base = page.url.split("?")[0]
+    page.evaluate("document.getElementById('status').textContent = ''")
+    page.goto(base + "?" + urlencode({"src": "Zwei Hunde.", "dir": name}))
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
+    assert page.input_value("#dir") == name and page.input_value("#text") == "Zwei Hunde."
+    written = parse_qs(urlparse(page.url).query)
+    assert written["text"] == ["Zwei Hunde."] and written["model"] == [name], written
+    assert not {"src", "dir"} & written.keys(), "the page writes the app's keys"
+
+
+FIGURE_TOL = 1e-4
+# what a figure is compared on: each trace's kind, name and data; the layout's titles and axes' labels
+TRACE_KEYS = ("type", "name", "x", "y", "z", "text", "customdata", "orientation")
+AXIS_KEYS = ("title", "ticktext", "tickvals")  # not autorange or range: Plotly rewrites those as it lays out
+
+PAGE_FIGURE = """(el) => {
+  const plain = (v) => (ArrayBuffer.isView(v) ? Array.from(v) : Array.isArray(v) ? v.map(plain) : v);
+  const axes = Object.fromEntries(Object.entries(el.layout).filter(([k]) => /^[xy]axis\\d*$/.test(k)));
+  return { data: el._fullData.map((t) => Object.fromEntries(Object.entries(t).map(([k, v]) => [k, plain(v)]))),
+    title: el.layout.title?.text ?? null, axes };
+}"""
+
+
+def same(a, b, where: str) -> None:
+    """Equal, numbers within FIGURE_TOL (arrays of any depth); ``where`` names the place in the message."""
+    if isinstance(a, dict):
+        for k, v in a.items():
+            same(v, (b or {}).get(k), f"{where}.{k}")
+        return
+    flat = lambda v: np.asarray(v if isinstance(v, (list, tuple, np.ndarray)) else [v], dtype=object).ravel()  # noqa: E731
+    x, y = flat(a), flat(b)
+    assert x.shape == y.shape, f"{where}: {x.shape} vs {y.shape}"
+    for p, q in zip(x, y):
+        if isinstance(p, (int, float, np.number)) and not isinstance(p, bool):
+            assert isinstance(q, (int, float)) and abs(float(p) - float(q)) <= FIGURE_TOL, f"{where}: {p} vs {q}"
+        else:
+            assert p == q, f"{where}: {p!r} vs {q!r}"
+
+
+def plain(v):
+    """Arrays as nested lists; Plotly's typed-array form ({dtype, bdata, shape}) decoded."""
+    if isinstance(v, dict) and "bdata" in v:
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"])
+        return a.reshape([int(n) for n in str(v["shape"]).split(",")] if "shape" in v else -1).tolist()
+    return np.asarray(v).tolist() if isinstance(v, np.ndarray) else v
+
+
+def app_figure(fig) -> dict:
+    """The app's figure as the page is compared on it."""
+    j = fig.to_plotly_json()
+    data = [{k: plain(t[k]) for k in TRACE_KEYS if k in t} for t in j["data"]]
+    layout = j["layout"]
+    axes = {k: {a: plain(v[a]) for a in AXIS_KEYS if a in v}
+            for k, v in layout.items() if re.fullmatch(r"[xy]axis\d*", k)}
+    title = layout.get("title", {}).get("text") if isinstance(layout.get("title"), dict) else None
+    return {"data": data, "title": title, "axes": axes}
+
+
+@pytest.mark.parametrize("name", DIRECTIONS)
+def test_every_stop_draws_the_apps_figure(served, name):
+    """For the example sentence each stop draws the figure the app's presenter draws for it in this test (the
+    same traces, data within 1e-4, titles and axes), and stops 9's sentences are the app's too."""
+    page, examples = served
+    text = examples[name]
+    page.select_option("#dir", name)
+    page.fill("#text", text)
+    page.evaluate("document.getElementById('status').textContent = ''")
+    page.click("#go")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
+    t = tour_run(name, text)
+    for index in STORED:
+        sel = f"#tour li[data-stop='{index + 1}'] .tour-figure"
+        page.click(f"#tour li[data-stop='{index + 1}'] h3")
+        page.wait_for_function(f"document.querySelector(\"{sel}\")?.dataset.drawn === '1'")
+        ours = page.eval_on_selector(sel, PAGE_FIGURE)
+        want = tour.stop(t, index).figure
+        theirs = app_figure(want)
+        assert len(ours["data"]) == len(theirs["data"]), f"stop {index + 1}: traces"
+        same(theirs["title"], ours["title"], f"{name} stop {index + 1} title")
+        for k, trace in enumerate(theirs["data"]):
+            same(trace, ours["data"][k], f"{name} stop {index + 1} trace {k}")
+        same(theirs["axes"], ours["axes"], f"{name} stop {index + 1} axes")
+    assert shown_stops(page)[MOVED + 1] == tour.stop(t, MOVED).sentences
