@@ -62,7 +62,9 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         learn.follow_runs(shell, learn_parts)  # before any section takes the list of what a run refreshes
         _lazy(shell)
         clear_link_notice(shell)
-        for _, _, section in SECTIONS[1:]:
+        # Analysis first: its Two models view refreshes on every run, and the forced run (Computation) and the
+        # preset (Masks) take the list of what a run refreshes as they are wired
+        for section in sorted((s for _, _, s in SECTIONS[1:]), key=lambda s: s is not analysis):
             section.wire(shell)
         translate_event = translate.wire(shell)  # last: a new run refreshes every section
         interventions.wire_preset(shell, translate_event)

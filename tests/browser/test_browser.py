@@ -181,8 +181,9 @@ def test_script_in_input_is_inert(page):
 
 
 def test_phone_sections_reachable_and_attention_on_one_head(page):
-    """390x844: every section's tab is on screen (the strip wraps, no overflow menu), and Attention opens
-    on one head rather than the grid of all heads."""
+    """390x844: every section's tab can be brought on screen (the strip is one row that scrolls sideways, so
+    that the first screen keeps its map; no overflow menu), and Attention opens on one head rather than the
+    grid of all heads."""
     pg = new_page(page.browser_, 390, 844)
     pg.goto(page.url_base)
     _wait_done(pg)
@@ -190,6 +191,7 @@ def test_phone_sections_reachable_and_attention_on_one_head(page):
     assert pg.locator("#translation textarea").input_value().strip()
     for name in SECTIONS:
         tab = pg.get_by_role("tab", name=name, exact=True)
+        tab.scroll_into_view_if_needed()  # a swipe along the strip
         assert tab.is_visible(), name
         box = tab.bounding_box()
         assert 0 <= box["x"] and box["x"] + box["width"] <= 390, name

@@ -81,7 +81,8 @@ def test_a_link_without_text_still_names_its_bad_parameters(browser, app_url):
     pg = _open(browser, app_url, model="zz", layer="99", head="-1", section="bogus")
     _text_has(pg, "#link-notice", "link's")
     notice = pg.locator("#link-notice").inner_text()
-    for key in ("model", "layer", "head", "section"):
+    assert "The link asks for the model 'zz'" in notice, notice  # said in a visitor's words
+    for key in ("layer", "head", "section"):
         assert f"link's {key}" in notice, notice
     pg.close()
 

@@ -181,7 +181,8 @@ def test_a_bad_link_parameter_is_named(page, browser, app_url):
     other.goto(app_url + "?text=Zwei+Hunde.&model=zz&layer=99&head=-1&section=bogus")
     _wait_done(other)
     notice = other.locator("#link-notice").inner_text()
-    for key in ("model", "layer", "head", "section"):
+    assert notice.count("The link asks for the model 'zz'") == 1, notice  # said in a visitor's words
+    for key in ("layer", "head", "section"):
         assert f"link's {key}" in notice and notice.count(f"link's {key}") == 1, notice
     assert "link's" not in other.locator("#notice").inner_text()   # said once, not again as the run's notice
     other.close()

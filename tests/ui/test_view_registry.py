@@ -24,8 +24,11 @@ class Recording:
     def __init__(self, sel: Selection):
         self._sel, self.read = sel, set()
 
+    # a property of the selection reads the fields it is made of
+    MADE_OF = {"head_ref": ("kind", "layer", "head")}
+
     def __getattr__(self, name):
-        self.read.add(name)
+        self.read.update(self.MADE_OF.get(name, (name,)))
         return getattr(self._sel, name)
 
 

@@ -443,8 +443,9 @@ def peak_cross(t: TourRun, layer: int | None = None, head: int | None = None) ->
     w[:, :, [i for i, o in enumerate(outs) if o in SPECIAL]] = -1
     w[..., [j for j, k in enumerate(keys) if k in SPECIAL]] = -1
     if layer is None or head is None:  # the sharpest head: the largest mean over outputs of its peak weight
-        sharp = np.where(w.max(-1) >= 0, w.max(-1), np.nan)
-        layer, head = np.unravel_index(int(np.nanargmax(np.nanmean(sharp, -1))), sharp.shape[:2])
+        sharp = np.where(w.max(-1) >= 0, w.max(-1), 0.0)
+        counted = np.maximum((w.max(-1) >= 0).sum(-1), 1)  # no content unit written (an empty run): head 0
+        layer, head = np.unravel_index(int(np.argmax(sharp.sum(-1) / counted)), sharp.shape[:2])
     o, k = np.unravel_index(int(np.argmax(w[layer, head])), w.shape[2:])
     return int(layer), int(head), int(o), int(k), float(w[layer, head, o, k])
 
