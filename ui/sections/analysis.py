@@ -263,6 +263,7 @@ def wire(shell: Shell) -> None:
     _wire_pair(shell)
     patching.wire(shell)
     _wire_export(shell)
+    _wire_link(shell)
 
 
 PAIR_EDITED = "A or B changed since: press **Compare sentences** (or **Run patching**) for these two."
@@ -415,6 +416,11 @@ def _wire_export(shell: Shell) -> None:
                                 p.pair_state, p.fig_format], p.fig_file, api_name="export_figure",
                     api_visibility="undocumented", concurrency_limit=4)
 
+
+
+def _wire_link(shell: Shell) -> None:
+    """The link box: made on demand, and kept up with the screen."""
+    p = shell.analysis
     toggles = interventions.compare_io(shell)[0]
 
     def on_link(run, bench, attr_held, *rest):
