@@ -94,6 +94,15 @@ def served():
         assert foreign == [], foreign
 
 
+def _translate(page, name: str, text: str) -> None:
+    """``text`` typed in direction ``name`` and translated in the page, as a person does."""
+    page.select_option("#dir", name)
+    page.fill("#text", text)
+    page.evaluate("document.getElementById('status').textContent = ''")
+    page.click("#go")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
+
+
 @pytest.mark.parametrize("name", DIRECTIONS)
 def test_the_tour_states_the_apps_sentences(served, name):
     page, examples = served
@@ -118,11 +127,7 @@ def test_the_tour_states_the_apps_sentences(served, name):
 def test_the_masks_stop_switched_off_states_the_apps_sentences(served, name, monkeypatch):
     page, examples = served
     text = examples[name]
-    page.select_option("#dir", name)
-    page.fill("#text", text)
-    page.evaluate("document.getElementById('status').textContent = ''")
-    page.click("#go")
-    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
+    _translate(page, name, text)
     before = shown_stops(page)[MASKS + 1]
     page.click("#tour li[data-stop='5'] button")
     page.wait_for_selector("#tour li[data-stop='5'] p.changed")
@@ -225,11 +230,7 @@ def test_every_stop_draws_the_apps_figure(served, name):
     same traces, data within 1e-4, titles and axes), and stops 9's sentences are the app's too."""
     page, examples = served
     text = examples[name]
-    page.select_option("#dir", name)
-    page.fill("#text", text)
-    page.evaluate("document.getElementById('status').textContent = ''")
-    page.click("#go")
-    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
+    _translate(page, name, text)
     t = tour_run(name, text)
     for index in STORED:
         sel = f"#tour li[data-stop='{index + 1}'] .tour-figure"
