@@ -5,6 +5,7 @@ Screenshots are saved to test-artifacts/ (or $ARTIFACTS_DIR) as evidence of what
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,22 @@ def click_head_panel(page, plot_sel: str, fx: float, fy: float) -> None:
           return r.width > 0 && r.height > 0 ? [r.x + r.width * fx, r.y + r.height * fy] : null;
         }""", arg=[plot_sel, fx, fy], timeout=WAIT).json_value()
     page.mouse.click(*point)
+
+
+def pick(page, sel: str, label: str) -> None:
+    """Type into a dropdown, click the option that starts with the typed words, and wait until it shows.
+    Pressing Enter instead would take whichever option was first while a loaded machine still filtered."""
+    box = page.locator(f"{sel} input").first
+    box.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Backspace")
+    page.keyboard.type(label)
+    words = re.compile("^[\\s✓]*" + re.escape(label) + "(\\s|$)")
+    page.locator(f"{sel} [data-testid=dropdown-option]").filter(has_text=words).first.click(timeout=WAIT)
+    # a single choice shows in the box; a multiselect's shows as a token beside it
+    page.wait_for_function("([s, v]) => document.querySelector(s + ' input').value.startsWith(v)"
+                           " || [...document.querySelectorAll(s + ' .token')].some(t => t.innerText.includes(v))",
+                           arg=[sel, label], timeout=WAIT)
 
 
 def pick_kind(page, label: str) -> None:

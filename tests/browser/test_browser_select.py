@@ -9,7 +9,8 @@ from urllib.parse import urlencode
 import pytest
 
 from tests.app_fixtures import served
-from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, load, new_page, pick_kind
+from tests.browser_fixtures import (ARTIFACTS, WAIT, check_chromium, chromium, load, new_page, pick,
+                                    pick_kind)
 from tests.browser.test_browser import _plot, _wait_done
 
 pytestmark = pytest.mark.browser
@@ -87,14 +88,6 @@ def test_a_link_without_text_still_names_its_bad_parameters(browser, app_url):
     pg.close()
 
 
-def _pick(page, sel: str, label: str):
-    page.locator(f"{sel} input").first.click()
-    page.keyboard.press("Control+A")
-    page.keyboard.press("Backspace")
-    page.keyboard.type(label)
-    page.wait_for_timeout(300)
-    page.keyboard.press("Enter")
-    page.keyboard.press("Escape")
 
 
 def _title_has(page, sel: str, text: str, timeout: int = 180_000):
@@ -105,12 +98,12 @@ def _title_has(page, sel: str, text: str, timeout: int = 180_000):
 def test_the_head_chosen_in_the_bar_is_the_head_every_view_shows(page):
     """Masks' comparison, Two sentences and a single patch show the bar's head, and follow it."""
     pick_kind(page, "Decoder cross-attention")
-    _pick(page, "#attn-layer", "layer 1")
-    _pick(page, "#attn-head", "head 2")
+    pick(page, "#attn-layer", "layer 1")
+    pick(page, "#attn-head", "head 2")
     _tab(page, "Masks & interventions")
     page.locator("#compare-btn").click()
     _title_has(page, "#cmp-maps", "Decoder cross-attention, layer 1, head 2")
-    _pick(page, "#attn-head", "head 3")
+    pick(page, "#attn-head", "head 3")
     _title_has(page, "#cmp-maps", "layer 1, head 3")
 
     _tab(page, "Analysis & export")
@@ -125,7 +118,7 @@ def test_the_head_chosen_in_the_bar_is_the_head_every_view_shows(page):
     assert "Patched:" in page.locator("#patch-md").inner_text()
     page.screenshot(path=str(ARTIFACTS / "one-selection-patch.png"), full_page=False)
     # the bar moves: the maps follow, and the patch of another head is cleared rather than left up
-    _pick(page, "#attn-head", "head 0")
+    pick(page, "#attn-head", "head 0")
     _title_has(page, "#pair-plot", "layer 1, head 0")
     _text_has(page, "#patch-md", "The selection changed")
     _text_has(page, "#patch-sel", "layer 1, head 0")
@@ -134,17 +127,17 @@ def test_the_head_chosen_in_the_bar_is_the_head_every_view_shows(page):
 def test_head_profiles_picker_follows_the_bar_and_moves_it(page):
     """Head profiles' "Open a head's map" opens on the bar's head, follows the bar, and a pick there moves it."""
     pick_kind(page, "Decoder cross-attention")
-    _pick(page, "#attn-layer", "layer 1")
-    _pick(page, "#attn-head", "head 1")
+    pick(page, "#attn-layer", "layer 1")
+    pick(page, "#attn-head", "head 1")
     _tab(page, "Analysis & export")
     _title_has(page, "#prof-head-plot", "layer 1, head 1")
     assert page.locator("#prof-pick input").first.input_value() == "cross L1 H1"
-    _pick(page, "#prof-pick", "cross L0 H3")
+    pick(page, "#prof-pick", "cross L0 H3")
     _title_has(page, "#prof-head-plot", "layer 0 (first), head 3")
     page.wait_for_function("() => document.querySelector('#attn-head input').value.startsWith('head 3')",
                            timeout=WAIT)
     assert page.locator("#attn-layer input").first.input_value().startswith("layer 0")
-    _pick(page, "#attn-head", "head 0")   # the bar moves back: the profile's map and picker follow
+    pick(page, "#attn-head", "head 0")   # the bar moves back: the profile's map and picker follow
     _title_has(page, "#prof-head-plot", "layer 0 (first), head 0 (first)")
     page.wait_for_function("() => document.querySelector('#prof-pick input').value === 'cross L0 H0'", timeout=WAIT)
     page.screenshot(path=str(ARTIFACTS / "profiles-follow-the-bar.png"), full_page=False)

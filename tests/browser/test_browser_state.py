@@ -12,7 +12,7 @@ import pytest
 
 from tests.app_fixtures import served
 from tests.browser_fixtures import (ARTIFACTS, WAIT, check_chromium, chromium, click_head_panel, load, new_page,
-                                    scroll_to)
+                                    pick, scroll_to)
 from tests.browser.test_browser import _plot, _status, _translate, _wait_done
 from viz.common import layer_head
 
@@ -82,14 +82,6 @@ def _options(page, sel: str) -> list[str]:
     return [t.replace("✓", "").strip() for t in texts]
 
 
-def _pick(page, sel: str, label: str):
-    page.locator(f"{sel} input").first.click()
-    page.keyboard.press("Control+A")
-    page.keyboard.press("Backspace")
-    page.keyboard.type(label)
-    page.wait_for_timeout(300)
-    page.keyboard.press("Enter")
-    page.keyboard.press("Escape")
 
 
 def test_a_new_run_refreshes_alignment_and_rollout(page):
@@ -138,7 +130,7 @@ def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
     assert "layer 2 (last)" in _options(page, "#attn-layer")
     _tab(page, "Masks & interventions")
     assert "cross L2 H3" in _options(page, "#tog-heads")
-    _pick(page, "#tog-heads", "cross L2 H3")
+    pick(page, "#tog-heads", "cross L2 H3")
     page.locator("#compare-btn").click()
     page.wait_for_function("() => (document.querySelector('#cmp-notice')||{}).innerText?.includes('cross L2 H3')",
                            timeout=WAIT)
@@ -146,7 +138,7 @@ def test_a_deeper_models_last_layer_can_be_ablated_and_opened(page):
     page.wait_for_function("() => (document.querySelector('#prof-md')||{}).innerText?.includes('en-de')",
                            timeout=WAIT)  # the profiles of the run's model are in
     assert "enc L2 H0" in _options(page, "#prof-pick")
-    _pick(page, "#prof-pick", "enc L2 H0")
+    pick(page, "#prof-pick", "enc L2 H0")
     page.wait_for_function("() => document.querySelector('#prof-head-plot .js-plotly-plot')?.layout.title.text"
                            ".includes('layer 2, head 0')", timeout=WAIT)
     _tab(page, "Two sentences")  # its maps read the one selection: the bar offers the deeper model's layers
@@ -296,7 +288,7 @@ def test_the_link_box_follows_runs_and_toggles(page):
                            arg="Eine+Frau", timeout=WAIT)
     page.wait_for_timeout(500)  # the follow-up after the run has landed
     assert link()["causal"] == "off" and link()["text"] == B
-    _pick(page, "#attn-head", "head 2")  # a selection change: the one Selection state, then the link
+    pick(page, "#attn-head", "head 2")  # a selection change: the one Selection state, then the link
     page.wait_for_function("() => (document.querySelector('#link-box input')||{}).value?.includes('head=2')",
                            timeout=WAIT)
     assert link()["causal"] == "off" and link()["text"] == B
