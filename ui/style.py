@@ -71,6 +71,12 @@ CSS = """
     padding: 2px 0 6px 0; border-bottom: 1px solid var(--border-color-primary);}
   #tour-nav > button {flex: 1 1 0% !important;}
   #tour-heading h3 {font-size: 1.05em;}
+  /* a slider's number box keeps its tap height: the box around it was 24 px tall and cut it */
+  .tab-like-container:has(input[type=number]) {height: auto !important; overflow: visible !important;}
+  /* the step slider takes the row; its buttons share the row under it */
+  #step-row {flex-wrap: wrap !important;}
+  #step-row > #step-slider, #step-row > .form:has(#step-slider) {flex: 1 1 100% !important; min-width: 100% !important;}
+  #step-row > button {flex: 1 1 0% !important; min-width: 0 !important;}
 }
 #tagline {display: none;}
 @media (max-width: 600px) {

@@ -294,3 +294,28 @@ def test_on_a_phone_the_grid_of_every_head_has_labels_that_can_be_read(browser, 
     assert box <= PHONE[0]
     page.screenshot(path=str(ARTIFACTS / "phone-attention-grid.png"), full_page=True)
     page.close()
+
+
+# number boxes (a slider's step or frame) cut by a box around them that hides what overflows, as "id: px cut"
+CUT_NUMBERS_JS = """() => [...document.querySelectorAll('input[type=number]')].filter(e => e.offsetParent)
+  .flatMap(e => { const r = e.getBoundingClientRect(), out = [];
+    for (let a = e.parentElement; a; a = a.parentElement) {
+      if (getComputedStyle(a).overflow === 'visible') continue;
+      const c = a.getBoundingClientRect(), cut = Math.max(c.top - r.top, r.bottom - c.bottom, c.left - r.left,
+                                                          r.right - c.right);
+      if (cut > 1) out.push((e.closest('[id]')?.id || 'number') + ': ' + Math.round(cut)); }
+    return out; })"""
+
+
+@pytest.mark.parametrize("size", [(1440, 900), PHONE], ids=["1440", "390"])
+@pytest.mark.parametrize("section, box", [("Generation", "#step-slider"), ("Watch it learn", "#frame-scrub")])
+def test_the_step_and_frame_boxes_show_whole(browser, app, size, section, box):
+    """The Generation step's number box and the Watch it learn frame's are not cut by the box around them."""
+    page = load(new_page(browser, *size), app)
+    page.get_by_role("tab", name=section, exact=True).first.click()
+    page.locator(f"{box} input[type=number]").first.wait_for(state="visible", timeout=WAIT)
+    page.locator(box).first.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / f"number-box-{box[1:]}-{size[0]}.png"))
+    cut = page.evaluate(CUT_NUMBERS_JS)
+    assert not cut, cut
+    page.close()

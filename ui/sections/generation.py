@@ -51,7 +51,7 @@ class GenerationParts:
 def build(shell: Shell) -> GenerationParts:
     with gr.Tabs(overflow_behavior="wrap", elem_id="gen-tabs") as tabs:
         with gr.Tab("Step by step", id="steps") as steps_tab:
-            with gr.Row():
+            with gr.Row(elem_id="step-row"):
                 shell.step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="step-slider", scale=4)
                 prev_btn = gr.Button("◀ back", elem_id="step-prev", scale=0, min_width=70)
                 play_btn = gr.Button("▶ Play", elem_id="step-play", scale=0, min_width=80)

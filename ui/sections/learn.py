@@ -33,7 +33,8 @@ from . import sidebyside as sbs_section
 
 TOY_GROUP = "toy"   # the toy trainer's own concurrency group: it never queues behind or ahead of translations
 DEFAULT_TEXT = "\n".join(f"{s} ||| {t}" for s, t in DEFAULT_PAIRS)
-NO_FRAMES = "This run's model has no training frames. Frames ship beside a checkpoint (checkpoints/<pair>/frames)."
+NO_FRAMES = ("This run's model has no training frames. Frames ship beside a checkpoint, in "
+             "`checkpoints/PAIR/frames/` (de-en has them).")
 
 
 @dataclass
