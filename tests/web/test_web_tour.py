@@ -17,7 +17,7 @@ import pytest
 from model.engine.config import Interventions
 from model.engine.decoding import DecodeOptions, full_trace, translate
 from model.families.ours import find_checkpoints, load
-from tests.browser_fixtures import check_chromium, chromium, new_page
+from tests.browser_fixtures import ARTIFACTS, check_chromium, chromium, new_page
 from tests.web.test_web_fixtures import ROOT, guard, open_site, site, static_server
 from model.engine.names import ENC_SELF
 from ui import state
@@ -302,3 +302,33 @@ def test_try_it_changes_the_figure_as_the_apps_does(served, name, monkeypatch):
     ours = stop_figure(page, MASKS + 1)
     assert ours["data"] != before["data"] and ours["title"] != before["title"]
     assert_same_figure(ours, tour.masks_figure(t, True), f"{name} stop {MASKS + 1} off")
+
+
+TYPED = {"de-en": "Zwei Kinder spielen im Garten mit einem roten Ball.", "en-fr": "A dog runs on the beach."}
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (390, 844)])
+@pytest.mark.parametrize("name", sorted(TYPED))
+def test_a_typed_sentence_gets_a_figure_at_every_stop(served, name, size):
+    """A sentence the student types: the stops the page fills draw their figure from the page's own run (the
+    app's figure for that sentence, stop 6's compared here); every other stop says its figure needs the server
+    and links to the same stop on the same sentence in the app. Screenshots at both widths."""
+    page, _ = served
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    _translate(page, name, TYPED[name])
+    t = tour_run(name, TYPED[name])
+    for number in range(1, tour.N_STOPS + 1):
+        item = f"#tour li[data-stop='{number}']"
+        if number in FILLED:
+            ours = stop_figure(page, number)
+            assert ours["filled"] == "page" and ours["data"], f"stop {number}"
+            if number == 6:
+                assert_same_figure(ours, tour.stop(t, 5).figure, f"{name} stop 6, typed")
+            continue
+        assert page.locator(f"{item} .tour-figure").count() == 0, f"stop {number}: no stored figure of another sentence"
+        links = [urlparse(a) for a in page.eval_on_selector_all(f"{item} a.app-link", "(as) => as.map((a) => a.href)")]
+        assert any(parse_qs(a.query).items() >= {"text": [TYPED[name]], "model": [name], "tour": [str(number)]}.items()
+                   for a in links), f"stop {number}: {links}"
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), "no sideways scroll"
+    page.click("#tour li[data-stop='1'] h3")
+    page.locator("#tour").screenshot(path=str(ARTIFACTS / f"web-tour-typed-{name}-{size[0]}.png"))
