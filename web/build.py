@@ -134,19 +134,28 @@ def write_first_screen(lm, target: Path, meta: dict) -> None:
 
 # the app's stops drawn for the example sentence: all but Watch it learn, whose frames the app's registry finds
 STORED_STOPS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10)
+PICK_SKELETONS = ((1, "off"),)
+MASKS = 4  # the masks stop: its "off" figure drawn without the model call its text makes  # positional encoding switched off: the figure says so in its title
 
 
 def write_tour(lm, target: Path, text: str) -> None:
-    """models/<name>/tour.json: the app's tour of the example sentence (ui/present/tour.py), each stop's sentences
-    and its figure as the app's viz/ draws it, for the page to show beside the stops it words itself."""
+    """models/<name>/tour.json: the app's tour of the example sentence (ui/present/tour.py), each stop's sentences,
+    its "Try it" and its figure as the app's viz/ draws it: the skeleton the page fills for any sentence
+    (page/stops.js), and, for this sentence, the figures the page cannot compute."""
     from model.engine.decoding import DecodeOptions, translate
     from ui.present import tour
     from ui.state import Run, RunInputs
     tr = translate(lm, text, DecodeOptions(max_len=RunInputs.max_len))
     t = tour.TourRun(Run.of(lm, lm.name, tr, inputs=RunInputs(model=lm.name, text=text)), lm, "words")
     stops = {i + 1: tour.stop(t, i) for i in STORED_STOPS}
-    stored = {"text": text, "output_ids": list(tr.output_ids), "stops": {
-        n: {"sentences": s.sentences, "figure": json.loads(s.figure.to_json())} for n, s in stops.items()}}
+    figure = lambda s: json.loads(s.figure.to_json())  # noqa: E731
+    stored = {"text": text, "output_ids": list(tr.output_ids), "plot_px": tour.TOUR_PLOT_PX, "stops": {
+        n: {"sentences": s.sentences, "figure": figure(s),
+            "trial": {"label": s.trial.label, "choices": s.trial.choices, "value": s.trial.default}}
+        for n, s in stops.items()}}
+    for i, pick in PICK_SKELETONS:  # a pick whose figure has another title: its own skeleton
+        stored["stops"][i + 1]["picks"] = {pick: figure(tour.stop(t, i, pick))}
+    stored["stops"][MASKS + 1]["picks"] = {"off": json.loads(tour.masks_figure(t, True).to_json())}
     (target / TOUR).write_text(json.dumps(stored, ensure_ascii=False), encoding="utf-8")
 
 

@@ -172,6 +172,9 @@ SAY = {
     "changed_other": "**What changed:** {what} the model writes “{other:md}” instead of “{text:md}” ({same} of "
                      "{n} tokens unchanged at their place).",
     "masks_decoding": "Decoding that way,",
+    "positions_without": "Without positional encoding",
+    "tried_pick": "**What changed:** the stop now shows {now:md} instead of {was:md}; its text and figure are "
+                  "redrawn for it.",
     "residual_sum": "Each of the {L} decoder layers adds three things to a running sum, the residual stream: "
                     "self-attention, cross-attention and a feed-forward network ({d} → {d_ff} → {d}) applied to "
                     "each position alone.",
@@ -290,7 +293,7 @@ def tried_positions(t: TourRun, choice: str) -> str:
         return ""
     other = calls.gpu_translate(t.reg_key, t.run.model, t.tr.src_text, t.opts(),
                                 Interventions(positional_encoding=False))
-    return _changed("Without positional encoding", t.tr, other)
+    return _changed(SAY["positions_without"], t.tr, other)
 
 
 def _changed(what: str, base, other) -> str:
@@ -389,15 +392,19 @@ def stop_masks(t: TourRun, choice: str | None = None) -> Stop:
     else:
         s += [say("masks_step", step=step, token=token, read=step + 1, n=n, later=n - step - 1),
               say("masks_weight", future=future)]
-    iv = Interventions(causal_mask=False) if off else NO_INTERVENTION
-    figure = views.model_masks_figure(t.lm, tr.src_tokens, tr.output_tokens, iv,
-                                      "What each attention may read" + (", look-ahead mask off" if off else "") +
-                                      f" ({vm.BLOCKED_NAME}: hidden by a mask, {vm.ATTEND_NAME}: read)",
-                                      width_px=TOUR_PLOT_PX)
     return Stop(4, TITLES[4], s, Selection(kind=DEC_SELF, step=step, section="interventions", units=t.units),
                 Trial("Try it", (("both masks on", "on"), ("switch the look-ahead mask off", "off")),
                       "off" if off else None),
-                figure, [Fact("future_weight", future), Fact("future_share", share), Fact("pads", pads)])
+                masks_figure(t, off), [Fact("future_weight", future), Fact("future_share", share), Fact("pads", pads)])
+
+
+def masks_figure(t: TourRun, off: bool):
+    """What each attention may read on this run, with the look-ahead mask on or ``off`` (no model call)."""
+    iv = Interventions(causal_mask=False) if off else NO_INTERVENTION
+    return views.model_masks_figure(t.lm, t.tr.src_tokens, t.tr.output_tokens, iv,
+                                    "What each attention may read" + (", look-ahead mask off" if off else "") +
+                                    f" ({vm.BLOCKED_NAME}: hidden by a mask, {vm.ATTEND_NAME}: read)",
+                                    width_px=TOUR_PLOT_PX)
 
 
 def tried_masks(t: TourRun, choice: str) -> str:
@@ -717,8 +724,7 @@ def tried(t: TourRun, index: int, choice: str) -> str:
         return ""
     if index == LEARN:
         return _tried_frame(t, default, labels, choice)
-    return (f"**What changed:** the stop now shows {md_escape(labels[choice])} instead of "
-            f"{md_escape(labels[default.trial.default])}; its text and figure are redrawn for it.")
+    return say("tried_pick", now=labels[choice], was=labels[default.trial.default])
 
 
 def _tried_frame(t: TourRun, default: Stop, labels: dict, choice: str) -> str:

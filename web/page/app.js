@@ -4,7 +4,8 @@
 import { cleanInput, Direction, isBlank, onModelProgress, remembered } from "./engine.js";
 import { toText } from "./text.js";
 import { drawGrid, drawHead, drawPositions, axesOf, KINDS } from "./views.js";
-import { MASK_STOP, markdown, tourStops } from "./tour.js";
+import { MASK_STOP, changed, decodingStep, fill, markdown, tourStops } from "./tour.js";
+import { POS_STOP, STEP_STOP, stopFigure, trialOf } from "./stops.js";
 import { appLink, fromQuery, pageKind, toQuery, unshown } from "./link.js";
 import { Player } from "./player.js";
 import { Masks } from "./masks.js";
@@ -192,30 +193,33 @@ function para(md, className = "") {
   return p;
 }
 
-/** A stop that needs the server: said, with a link to the app on this sentence at this stop. */
-function serverNote(run, number) {
+/** A stop (or its figure, ``what``) that needs the server: said, with a link to the app on this sentence at
+ * this stop (and its pick). */
+function serverNote(run, number, what = "This stop needs the server (PyTorch): ", pick = null) {
   const a = Object.assign(document.createElement("a"), { textContent: "open this stop in the app",
-    href: appLink(site.manifest.app, { ...linkState(run), tour: number }), className: "app-link" });
+    href: appLink(site.manifest.app, { ...linkState(run), tour: number, tpick: pick }), className: "app-link" });
   const p = Object.assign(document.createElement("p"), { className: "server" });
-  p.append("This stop needs the server (PyTorch): ", a, ", on the same sentence.");
+  p.append(what, a, ", on the same sentence.");
   return p;
 }
 
 const storedTours = new Map();
 
-/** The app's tour of the direction's example sentence, drawn by the app's own viz/ code when the site was
- * built (models/<name>/tour.json), if ``run`` is that sentence's run; else null. */
+/** The app's tour of the direction's example sentence, drawn by its own viz/ code when the site was built
+ * (models/<name>/tour.json): each stop's figure is the skeleton the page fills for any sentence, and, for that
+ * sentence alone (``example``), what the page cannot compute. */
 async function storedTour(run) {
   if (!storedTours.has(run.dir)) {
     storedTours.set(run.dir, fetch(`${BASE}/models/${run.dir}/tour.json`).then((r) => (r.ok ? r.json() : null), () => null));
   }
   const t = await storedTours.get(run.dir);
-  return t && t.text === run.srcText && t.output_ids.join() === run.outIds.join() && !maskSwitched(run) ? t : null;
+  if (!t) return null;
+  return { ...t, example: t.text === run.srcText && t.output_ids.join() === run.outIds.join() && !maskSwitched(run) };
 }
 
 const maskSwitched = (run) => Object.values(run.switches ?? {}).some((on) => on === false);
 
-/** A stored figure, drawn once its stop comes into view (eleven Plotly figures at once would slow the page). */
+/** A figure, drawn once its stop comes into view (eleven Plotly figures at once would slow the page). */
 const figureObserver = "IntersectionObserver" in window ? new IntersectionObserver((seen) => {
   for (const e of seen) if (e.isIntersecting) drawStoredFigure(e.target);
 }, { rootMargin: "200px" }) : null;
@@ -228,22 +232,58 @@ function drawStoredFigure(el) {
     .then(() => { el.dataset.drawn = "1"; });
 }
 
-/** A stop's figure: the app's, stored at build time, for the example sentence; for another sentence, a link
- * to the same stop in the app, which draws it. */
-function stopFigure(run, number, stored) {
-  const fig = stored?.stops[number]?.figure;
-  if (!fig) {
-    const a = Object.assign(document.createElement("a"), { textContent: "its figure for this sentence is in the app",
-      href: appLink(site.manifest.app, { ...linkState(run), tour: number }), className: "app-link" });
-    const p = Object.assign(document.createElement("p"), { className: "small figure-link" });
-    p.append(a);
-    return p;
-  }
+/** A stop's figure: the app's skeleton filled with this run's numbers (stops.js); where the page cannot
+ * compute it, the app's own figure for the example sentence, else said, with a link to the app. */
+async function figureOf(run, d, stop, stored, pick) {
+  const kept = stored?.stops[stop.number], skeleton = kept?.picks?.[stop.off ? "off" : pick] ?? kept?.figure;
+  const at = stop.number === STEP_STOP ? decodingStep(run, d, site.tour) : null;
+  const what = stop.number === STEP_STOP && pick !== "beam" ? at : stop.off ? "off" : pick;
+  let fig = await stopFigure(stop.number, run, d, skeleton, what, stored?.plot_px).catch((e) => { console.warn(e); return null; });
+  if (!fig && stored?.example && !stop.off && pick === undefined) fig = kept?.figure ?? null;  // the app's, as stored
+  if (!fig) return serverNote(run, stop.number, "Its figure for this sentence needs the server: ", pick);
   const el = Object.assign(document.createElement("div"), { className: "plot tour-figure" });
   el.figure = fig;
+  el.dataset.filled = fig === kept?.figure ? "stored" : "page";
   if (figureObserver) figureObserver.observe(el);
   else queueMicrotask(() => drawStoredFigure(el));
   return el;
+}
+
+let tourPicks = { run: null, picks: {}, changed: {} };  // each stop's "Try it" pick on the run shown
+const picksOf = (run) => (tourPicks.run === run ? tourPicks : (tourPicks = { run, picks: {}, changed: {} }));
+
+/** A stop's "Try it": the app's choices (stops.js trialOf); a pick redraws the stop's text and figure. */
+function trialControl(run, stop, stored, maskOff) {
+  const { picks } = picksOf(run);
+  const trial = trialOf(stop.number, run, stored?.stops[stop.number], picks[stop.number], stored?.example);
+  if (!trial || stop.number === MASK_STOP) return [];
+  const defaultTrial = trialOf(stop.number, run, stored?.stops[stop.number], undefined, stored?.example);
+  const sel = Object.assign(document.createElement("select"), { className: "try-pick" });
+  sel.setAttribute("aria-label", trial.label);
+  for (const [label, value] of trial.choices) sel.append(new Option(label, value));
+  sel.value = trial.value;
+  sel.addEventListener("change", async () => {
+    picks[stop.number] = sel.value;
+    picksOf(run).changed[stop.number] = await tried(run, stop.number, sel.value, defaultTrial).catch((e) => `That did not work in this browser: ${e.message}.`);
+    await tour(run, maskOff);
+  });
+  const label = Object.assign(document.createElement("label"), { className: "try", textContent: `${trial.label} ` });
+  label.append(sel);
+  return [label];
+}
+
+/** What a pick changed, as the app's tour says it: stop 2 without positional encoding decodes again; another
+ * pick names what the stop shows instead of what (ui.present.tour.tried). */
+async function tried(run, number, pick, trial) {
+  const d = await direction(run.dir);
+  if (number === POS_STOP) {
+    if (pick !== "off") return "";
+    const other = await d.greedy(run.srcIds, { pos: false }, false);
+    const outTokens = other.ids.map((i) => d.spm.pieces[i]);
+    return changed(run, d, site.tour, site.tour.say.positions_without, { outTokens, text: toText(outTokens, d.spm, d.meta.tgt_lang) });
+  }
+  const label = (v) => trial.choices.find(([, value]) => value === v)?.[0];
+  return pick === trial.value || !label(pick) ? "" : fill(site.tour.say.tried_pick, { now: label(pick), was: label(trial.value) });
 }
 
 /** The tour's stops: those that need no server computed here from this run, in the app's own sentences;
@@ -252,21 +292,24 @@ function stopFigure(run, number, stored) {
 async function tour(run, maskOff = null) {
   const d = await direction(run.dir);
   const stored = await storedTour(run);
-  const n = site.tour.titles.length;
-  const items = tourStops(run, d, site.tour, maskOff).map((stop) => {
+  const n = site.tour.titles.length, { picks, changed: said } = picksOf(run);
+  const items = await Promise.all(tourStops(run, d, site.tour, maskOff, picks).map(async (stop) => {
     const li = document.createElement("li");
     li.dataset.stop = String(stop.number);
+    li.dataset.pick = picks[stop.number] ?? "";  // what the stop is drawn for (its "Try it" pick; "": the default)
     const head = Object.assign(document.createElement("h3"), { textContent: `Stop ${stop.number} of ${n}: ${stop.title}`, tabIndex: 0 });
     head.addEventListener("click", () => openTourStop(stop.number));
-    const kept = stop.server ? stored?.stops[stop.number] : null;
+    const kept = stop.server && stored?.example ? stored.stops[stop.number] : null;
     const text = kept ? kept.sentences.map((s) => para(s, "stored")) : stop.server ? [] : stop.sentences.map((s) => para(s));
     li.replaceChildren(head, ...text);
     if (stop.server) li.append(serverNote(run, stop.number));
     if (stop.number === MASK_STOP && !stop.server) li.append(...maskTrial(run, stop));
-    li.append(stopFigure(run, stop.number, stop.off ? null : stored));
+    li.append(...trialControl(run, stop, stored, maskOff));
+    if (said[stop.number]) li.append(para(said[stop.number], "changed"));
+    li.append(await figureOf(run, d, stop, stored, picks[stop.number]));
     if (stop.server) li.classList.add("server");
     return li;
-  });
+  }));
   $("tour").replaceChildren(...items);
   if (openStop) openTourStop(openStop, false);
 }

@@ -35,6 +35,7 @@ export function toQuery(s, extra = new URLSearchParams()) {
   if (s.layer) q.set("layer", String(s.layer));
   if (s.head) q.set("head", String(s.head));
   if (s.tour) q.set("tour", String(s.tour));
+  if (s.tpick) q.set("tpick", String(s.tpick));  // the tour stop's "Try it" pick
   for (const [k, v] of extra) q.set(k, v);
   return q;
 }

@@ -125,10 +125,13 @@ class TourRun {
   }
 }
 
+/** ui.state.read_index: a picked index as a number in 0..n-1, else ``fallback``. */
+const pickIndex = (pick, fallback, n) => (pick !== undefined && pick !== null && /^\d+$/.test(String(pick)) ? Math.min(+pick, n - 1) : fallback);
+
 const cut = (x, n) => [...x].slice(0, n).join("");  // Python's x[:n], by code point
 
-function stopTokens(t) {
-  const toks = t.run.srcTokens, i = t.i0, d = t.meta.d_model, n = t.embedding(i), scale = t.meta.token_scale;
+function stopTokens(t, pick) {
+  const toks = t.run.srcTokens, i = pickIndex(pick, t.i0, toks.length), d = t.meta.d_model, n = t.embedding(i), scale = t.meta.token_scale;
   const how = t.say(Math.abs(scale - Math.sqrt(d)) <= 1e-4 * Math.max(scale, Math.sqrt(d)) ? "tokens_how_sqrt" : "tokens_how", { d, scale });
   const shown = toks.slice(0, 24).map(mdEscape).join(" ") + (toks.length > 24 ? " …" : "");
   return [t.say("tokens_enter", { src: cut(t.run.srcText, 120), n: toks.length, shown }),
@@ -137,9 +140,13 @@ function stopTokens(t) {
     t.say("tokens_grows", { token: toks[i], i, token_norm: n.token, scaled_norm: n.scaled })].filter(Boolean);
 }
 
-function stopPositions(t) {
+function stopPositions(t, pick) {
   const toks = t.run.srcTokens, i = Math.min(t.i0 + 1, toks.length - 1), j = Math.min(i + 1, toks.length - 1);
   const n = t.embedding(i);
+  if (pick === "off") {
+    return [t.say("positions_why"), t.say("positions_off_at", { i, token: toks[i], scaled_norm: n.scaled }),
+      t.say("positions_off_other", { j })];
+  }
   return [t.say("positions_why"),
     t.say("positions_at", { i, token: toks[i], scaled_norm: n.scaled, pos_norm: n.pos, total_norm: n.total }),
     t.say("positions_other", { j })];
@@ -201,10 +208,18 @@ function changedMasks(t, off) {
   return t.say("masks_tried", { share, decoded: decoded.replace(/^\*\*What changed:\*\* /, "") });
 }
 
+/** ui.tour._changed: what ``what`` (a template's words) changed in the output ({outTokens, text} of the other run). */
+export function changed(run, d, T, what, other) {
+  const t = new TourRun(run, d, T), base = run.outTokens;
+  const same = base.filter((x, i) => x === other.outTokens[i]).length;
+  if (base.length === other.outTokens.length && same === base.length) return t.say("changed_same", { what, text: run.text });
+  return t.say("changed_other", { what, other: other.text, text: run.text, same, n: base.length });
+}
+
 /** Stop 6, from the decoder's residual norms over the whole prefix ((L, 5, T): in, self-attention, cross-
  * attention and FFN additions, out), at the first position after the start token. */
-function stopResidual(t) {
-  const labels = t.run.decoderInput, i = Math.min(1, labels.length - 1);
+function stopResidual(t, pick) {
+  const labels = t.run.decoderInput, i = pickIndex(pick, Math.min(1, labels.length - 1), labels.length);
   const r = t.run.dec.dec_norms, [L, R, T] = r.dims, at = (l, k) => r.data[(l * R + k) * T + i];
   let best = null;
   t.T.sublayers.forEach((what, s) => {
@@ -221,6 +236,12 @@ function stopCross(t) {
   return [t.say("cross_what", { unit: "words" }),
     t.say("cross_peak", { reads, out: t.out.labels[o], h, l, weight, key: t.src.labels[k] }),
     t.say("cross_aligner")];
+}
+
+/** The step stops 8 and 9 look at: the first step of the output word stop 7 found (ui.tour.decoding_step). */
+export function decodingStep(run, d, T) {
+  const t = new TourRun(run, d, T);
+  return run.outTokens.length ? t.out.spans[t.peakCross().o][0] : 0;
 }
 
 function stopStep(t) {
@@ -246,14 +267,14 @@ const STOPS = { 1: stopTokens, 2: stopPositions, 3: stopOneHead, 4: stopManyHead
 
 /** Every stop of the app's tour, in order: {number, title, sentences} (Markdown) or {number, title, server:
  * true}. ``T``: the build's tour.json. ``maskOff``: stop 5 tried with the look-ahead mask off
- * ({forced, outTokens, text}); it then says what changed. Stop 6 states a pre-norm model's additions; a
+ * ({forced, outTokens, text}); it then says what changed. ``picks``: each stop's "Try it" pick, by number. Stop 6 states a pre-norm model's additions; a
  * post-norm model's shares need the server. */
-export function tourStops(run, d, T, maskOff = null) {
+export function tourStops(run, d, T, maskOff = null, picks = {}) {
   const t = new TourRun(run, d, T);
   return T.titles.map((title, k) => {
     const number = k + 1;
     if ((number === 6 && d.meta.norm_first === false) || !STOPS[number]) return { number, title, server: true };
     if (number === MASK_STOP && maskOff) return { number, title, sentences: stopMasks(t, maskOff), changed: changedMasks(t, maskOff), off: true };
-    return { number, title, sentences: STOPS[number](t) };
+    return { number, title, sentences: STOPS[number](t, picks[number]) };
   });
 }

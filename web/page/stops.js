@@ -1,0 +1,244 @@
+// The tour stops' figures for any sentence: the app's figure for the direction's example sentence, drawn by
+// its viz/ code when the site was built (models/<name>/tour.json), is the skeleton (layout, colours, titles,
+// axis words); this module fills it with the numbers this page computed for the sentence on screen, as the
+// viz/ function it came from fills it (each filler names that function).
+
+import { FIGURES, esc, tokenLabels } from "./player.js";
+
+const SIG = 4;  // viz.computation.SIG: significant digits a figure keeps
+const MAX_TICK_LABELS = 24, MIN_LABEL_FONT = 10;  // viz.common's
+const SPECIAL = new Set(["<bos>", "<eos>", "<pad>", "<unk>", "<s>", "</s>"]);
+const wide = (ch) => /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\u3000-\u303f\uff01-\uff60]/u.test(ch);
+
+/** viz.computation.rounded: float32 of ``x`` rounded to SIG significant digits. */
+export function rounded(x) {
+  if (!Number.isFinite(x) || x === 0) return Number.isFinite(x) ? x : null;
+  const scale = 10 ** (SIG - 1 - Math.floor(Math.log10(Math.abs(x))));
+  return Math.fround(Math.round(x * scale) / scale);
+}
+
+/** viz.common.short: cut to ``n`` display columns with "…". */
+export function short(s, n) {
+  s = String(s);
+  let w = 0;
+  for (const ch of s) w += wide(ch) ? 2 : 1;
+  if (w <= n) return s;
+  let out = "";
+  w = 0;
+  for (const ch of s) { w += wide(ch) ? 2 : 1; if (w > n - 1) break; out += ch; }
+  return `${out}…`;
+}
+
+/** viz.common.step_row_labels: "input→produced" for each decoder row. */
+export const stepRowLabels = (inputs, outputs) => inputs.map((a, i) => `${short(a, 12)}→${short(outputs[i], 12)}`);
+
+const labelFontSize = (n) => (n <= 12 ? 12 : MIN_LABEL_FONT);
+
+/** viz.common.token_axis. */
+function tokenAxis(tokens, maxLabel, { fontSize = null, angle = null, number = true } = {}) {
+  const labels = number ? tokenLabels(tokens, maxLabel) : tokens.map((t) => (String(t).trim() ? esc(short(t, maxLabel)) : "␣"));
+  const axis = { tickmode: "array", tickvals: labels.map((_, i) => i), ticktext: labels, showticklabels: true,
+    showgrid: false, zeroline: false, ticks: "" };
+  if (fontSize) axis.tickfont = { size: fontSize };
+  if (angle !== null) axis.tickangle = angle;
+  return axis;
+}
+
+/** viz.common.thin_axes: a long token axis keeps every tick (hover) and a twin shows every k-th label. */
+function thinAxes(layout, data) {
+  let kMax = 1;
+  for (const key of Object.keys(layout).filter((k) => /^[xy]axis\d*$/.test(k))) {
+    const ax = layout[key], vals = ax.tickvals, text = ax.ticktext;
+    if (ax.showticklabels === false || !vals || !text || "overlaying" in ax) continue;
+    const k = Math.max(1, Math.ceil(vals.length / MAX_TICK_LABELS));
+    if (k <= 1) continue;
+    kMax = Math.max(kMax, k);
+    const letter = key[0], ref = letter + key.slice(5);
+    const keep = vals.map((_, i) => i).filter((i) => i % k === 0);
+    const twin = Object.fromEntries(Object.entries(ax).filter(([kk]) => !["domain", "tickvals", "ticktext"].includes(kk)));
+    Object.assign(twin, { overlaying: ref, matches: ref, tickvals: keep.map((i) => vals[i]), ticktext: keep.map((i) => text[i]),
+      showticklabels: true, tickfont: { size: Math.max(MIN_LABEL_FONT, ax.tickfont?.size ?? 0) } });
+    ax.showticklabels = false;
+    delete ax.title;
+    const used = Object.keys(layout).filter((k2) => k2.startsWith(`${letter}axis`)).map((k2) => Number(k2.slice(5)) || 1);
+    const number = Math.max(1, ...used) + 1;
+    layout[`${letter}axis${number}`] = twin;
+    const other = letter === "x" ? "y" : "x";
+    data.push({ type: "scatter", x: [], y: [], hoverinfo: "skip", showlegend: false, [`${letter}axis`]: `${letter}${number}`,
+      [`${other}axis`]: ax.anchor ?? other });
+  }
+  return kMax;
+}
+
+/** A skeleton's copy with the twins of an earlier thinning (and their empty traces) taken out. */
+function fresh(skeleton) {
+  const fig = structuredClone(skeleton);
+  for (const [k, ax] of Object.entries(fig.layout)) if (/^[xy]axis\d*$/.test(k) && ax.overlaying) delete fig.layout[k];
+  fig.data = fig.data.filter((t) => !(t.type === "scatter" && t.hoverinfo === "skip" && !t.x?.length));
+  for (const ax of Object.values(fig.layout)) if (ax && typeof ax === "object" && "tickvals" in ax) ax.showticklabels = ax.showticklabels ?? true;
+  return fig;
+}
+
+/** An array's shape, plain or in Plotly's typed form ({dtype, bdata, shape: "4, 16"}). */
+const shape = (a) => (Array.isArray(a) ? [a.length, a[0]?.length] : String(a.shape).split(",").map(Number));
+
+const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+
+/** (1, A, B) tensor row ``a``. */
+function row(t, a) {
+  const B = t.dims.at(-1);
+  return Array.from(t.data.subarray(a * B, (a + 1) * B));
+}
+
+/** Stops 1 and 2 (viz.computation.embedding_steps, as ui.present.inside.embedding_figure calls it): each
+ * position's four L2 norms and one position's first 16 dimensions; ``positional`` false: nothing added. */
+function embeddingSteps(sk, run, meta, position, positional = true, maxLabel) {
+  const fig = fresh(sk), toks = run.srcTokens, T = toks.length, s = meta.token_scale;
+  const scaled = toks.map((_, i) => row(run.enc.enc_embed, i));
+  const pos = toks.map((_, i) => (positional ? row(run.enc.enc_pos, i) : scaled[i].map(() => 0)));
+  const token = scaled.map((v) => v.map((x) => x / s)), total = scaled.map((v, i) => v.map((x, k) => x + pos[i][k]));
+  [token, scaled, pos, total].forEach((vs, k) => Object.assign(fig.data[k], { x: toks.map((_, i) => i), y: vs.map((v) => rounded(norm(v))) }));
+  const nDims = shape(fig.data[4].z)[1];
+  const z = [token, scaled, pos, total].map((vs) => vs[position].slice(0, nDims).map(rounded));
+  const m = Math.max(...z.flat().map(Math.abs)) || 1e-6;
+  Object.assign(fig.data[4], { z, zmin: -m, zmax: m });
+  const fs = labelFontSize(T);
+  fig.layout.xaxis = { ...tokenAxis(toks, maxLabel, { fontSize: fs, angle: T > 8 ? -60 : null }), anchor: "y" };
+  fig.layout.margin.b = 50 + 30;
+  const label = tokenLabels(toks, maxLabel)[position];
+  const ann = fig.layout.annotations?.[0];
+  if (ann) ann.text = ann.text.replace(/\d+ \(.*\)$/, `${position} (${label})`);
+  thin(fig);
+  return fig;
+}
+
+/** Stop 6 (viz.computation.residual_norms, as ui.present.inside.residual_figure calls it for the decoder):
+ * at ``position``, the stream's norm between layers and what each sublayer adds; beside it, every position. */
+function residualNorms(sk, run, position, maxLabel) {
+  const fig = fresh(sk), r = run.dec.dec_norms, [L, R, T] = r.dims, at = (l, k, i) => r.data[(l * R + k) * T + i];
+  const resid = [Array.from({ length: T }, (_, i) => at(0, 0, i)), ...Array.from({ length: L }, (_, l) => Array.from({ length: T }, (_, i) => at(l, R - 1, i)))];
+  const tokens = stepRowLabels(run.decoderInput, run.outTokens);
+  fig.data[0].y = resid.map((x) => rounded(x[position]));
+  [1, 2, 3].forEach((k) => { fig.data[k].y = Array.from({ length: L }, (_, l) => rounded(at(l, k, position))); });
+  const z = resid.map((x) => x.map(rounded));
+  Object.assign(fig.data[4], { z, zmax: Math.max(...z.flat()) || 1 });
+  const x2 = fig.layout.xaxis2;
+  fig.layout.xaxis2 = { ...tokenAxis(tokens, maxLabel, { fontSize: labelFontSize(T), angle: T > 8 ? -60 : null }), domain: x2.domain, anchor: "y2" };
+  fig.layout.margin.b = T > 8 ? 140 : 110;
+  if (fig.layout.shapes?.[0]) Object.assign(fig.layout.shapes[0], { x0: position - 0.5, x1: position + 0.5 });
+  const ann = fig.layout.annotations?.[0];
+  if (ann) ann.text = ann.text.replace(/\d+ \(.*\)$/, esc(`${position} (${tokens[position]})`));
+  thin(fig);
+  return fig;
+}
+
+/** Stop 8 (viz.steps.topk_bars, as ui.present.views.step_figures draws a step): the step's candidates, each
+ * bar styled as figures.json's chosen (first) or other (second) bar, inside or outside (web/figures.py). */
+function topkBars(sk, styles, run, step, maxLabel, insideFrom) {
+  const fig = fresh(sk), st = styles.data[0], t = fig.data[0];
+  let s = run.steps[step];
+  if (!s.ids.includes(s.choice)) s = { ...s, ids: [...s.ids, s.choice], probs: [...s.probs, s.prob], tokens: [...s.tokens, run.outTokens[step]] };
+  const chosen = s.ids.indexOf(s.choice), inside = s.probs.map((p) => p >= insideFrom);
+  const pick = (arr, first) => (first ? arr[0] : arr[1]);
+  Object.assign(t, { x: s.probs.map(Math.fround), y: s.ids.map((_, i) => i),
+    text: s.probs.map((p, i) => `${(100 * p).toFixed(1)}%${i === chosen ? st.text[0].replace(/^[\d.]+%/, "") : ""}`),
+    textposition: inside.map((x) => pick(st.textposition, x)) });
+  t.marker = { ...t.marker, color: s.ids.map((_, i) => pick(st.marker.color, i === chosen)) };
+  t.textfont = { ...t.textfont, color: inside.map((x) => pick(st.textfont.color, x)) };
+  const labels = tokenLabels(s.tokens, maxLabel);
+  Object.assign(fig.layout.yaxis, { tickvals: labels.map((_, i) => i), ticktext: labels.map((l, i) => (i === chosen ? `<b>${l}</b>` : l)) });
+  fig.layout.title.text = fig.layout.title.text.replace(/\d+$/, String(step));
+  fig.layout.height = 90 + 26 * Math.max(s.ids.length, 3);
+  return fig;
+}
+
+/** viz.common.wrap_words. */
+function wrapWords(text, width) {
+  const lines = [];
+  let line = "";
+  for (const word of String(text).split(/\s+/).filter(Boolean)) {
+    if (line && line.length + 1 + word.length > width) { lines.push(line); line = word; } else line = `${line} ${word}`.trim();
+  }
+  return [...lines, line];
+}
+
+/** Stop 5 (viz.masks.mask_panels, as ui.present.views.model_masks_figure draws the masks the model builds):
+ * the padding, look-ahead, combined and cross-attention masks of this run, the look-ahead one ``off`` or on. */
+function maskPanels(sk, run, meta, off, widthPx, maxLabel) {
+  const fig = fresh(sk), src = run.srcTokens, decIn = run.decoderInput, T = decIn.length;
+  const rows = stepRowLabels(decIn, run.outTokens), seen = run.srcIds.map((id) => id !== meta.pad_id);
+  const decSeen = decIn.map((x, i) => x !== "<pad>" || i === 0);
+  const causal = rows.map((_, a) => decIn.map((_, b) => (off || b <= a ? 1 : 0)));
+  const panels = [[seen.map(() => seen.map(Number)), src, src], [causal, rows, decIn],
+    [causal.map((r) => r.map((x, b) => x & decSeen[b])), rows, decIn], [rows.map(() => seen.map(Number)), rows, src]];
+  const longest = Math.max(...panels.map(([, q, k]) => Math.max(q.length, k.length)));
+  const fs = Math.max(6, labelFontSize(longest) - 2);
+  const shown = panels.map((p, i) => i === 0 || p[1].join("\u0000") !== panels[i - 1][1].join("\u0000"));
+  const gaps = panels.map((p, i) => (shown[i] ? (0.6 * fs * Math.max(...p[1].map((t) => [...String(t)].length), 1) + 8) / widthPx : 0.015));
+  const w = Math.max(0.05, (0.92 - 0.02 - gaps.reduce((a, b) => a + b, 0)) / panels.length);
+  let x = 0.02, extra = 0;
+  panels.forEach(([z, q, k], i) => {
+    x += gaps[i];
+    const xd = [x, Math.min(1, x + w)], ax = i ? String(i + 1) : "";
+    x += w;
+    fig.data[i].z = z;
+    fig.layout[`xaxis${ax}`] = { ...tokenAxis(k, maxLabel, { fontSize: fs, angle: -90 }), domain: xd, anchor: `y${ax}` };
+    fig.layout[`yaxis${ax}`] = { ...tokenAxis(q, maxLabel, { fontSize: fs }), showticklabels: shown[i], domain: [0, 0.88], anchor: `x${ax}`, autorange: "reversed" };
+    const ann = fig.layout.annotations[i], name = ann.text.split("<br>").join(" ");
+    ann.text = wrapWords(name, Math.max(6, Math.floor(((xd[1] - xd[0]) * widthPx) / (0.6 * 11)))).join("<br>");
+    ann.x = (xd[0] + xd[1]) / 2;
+    extra = Math.max(extra, 14 * (ann.text.split("<br>").length - 1));
+  });
+  fig.layout.height = 170 + extra + Math.min(420, Math.max(220, 18 * longest));
+  fig.layout.margin.t = (fig.layout.title ? 70 : 40) + extra;
+  return fig;
+}
+
+function thin(fig) {
+  const k = thinAxes(fig.layout, fig.data);
+  const sub = fig.layout.title?.subtitle;
+  if (k > 1 && sub && !sub.text.includes("label shown")) sub.text += ` · every ${({ 2: "2nd", 3: "3rd" })[k] ?? `${k}th`} label shown (hover names every token)`;
+}
+
+/** The stops whose figure this page fills (the others: the app's, stored for the example sentence). */
+export const FILLED = new Set([1, 2, 5, 6, 8]);
+export const POS_STOP = 2, STEP_STOP = 8;  // positional encoding (its pick: "off"), one decoding step
+
+/** The content token the app's tour starts on (TourRun.content_src). */
+export const contentSrc = (run) => Math.max(0, run.srcTokens.findIndex((t) => !SPECIAL.has(t)));
+
+const posChoices = (labels, skipSpecial = true) => {
+  const all = labels.map((t, i) => [`${i}: ${t}`, String(i)]);
+  const kept = skipSpecial ? all.filter(([, v]) => !SPECIAL.has(labels[+v])) : all;
+  return kept.length ? kept : all;
+};
+
+/** The app's trial at stop ``number`` for this run ({label, choices [[label, value]], value}); ``stored``: the
+ * stop as the build stored it for the example sentence (its label and fixed choices). Null: no trial here. */
+export function trialOf(number, run, stored, pick, example) {
+  const trial = stored?.trial;
+  if (!trial) return null;
+  let choices = trial.choices, value = pick;
+  if (number === 1 || number === 3) { choices = posChoices(run.srcTokens); value ??= String(contentSrc(run)); }
+  if (number === 11) { choices = run.outTokens.map((x, k) => [`step ${k}: ${x}`, String(k)]); value ??= String(choices.length - 1); }
+  if (number === 9 && !example) return null;  // its pick names the word ALTI+ found: the server's
+  if (number === 6) { choices = posChoices(run.decoderInput, false); value ??= String(Math.min(1, run.decoderInput.length - 1)); }
+  value ??= choices[0][1];
+  return { label: trial.label, choices, value };
+}
+
+/** Stop ``number``'s figure for ``run``, the skeleton filled (null: the page does not compute this one). */
+export async function stopFigure(number, run, d, skeleton, pick, plotPx) {
+  if (!FILLED.has(number) || !skeleton) return null;
+  if (number === 6 && d.meta.norm_first === false) return null;  // post-norm shares need the server
+  const f = await FIGURES, maxLabel = f.max_label;
+  if (number === 1) return embeddingSteps(skeleton, run, d.meta, +(pick ?? contentSrc(run)), true, maxLabel);
+  if (number === 2) {
+    const i = Math.min(contentSrc(run) + 1, run.srcTokens.length - 1);
+    return embeddingSteps(skeleton, run, d.meta, i, pick !== "off", maxLabel);
+  }
+  if (number === 5) return maskPanels(skeleton, run, d.meta, pick === "off", plotPx, maxLabel);
+  if (number === 6) return residualNorms(skeleton, run, +(pick ?? Math.min(1, run.decoderInput.length - 1)), maxLabel);
+  if (number === 8) return topkBars(skeleton, f.topk_bars, run, +pick, maxLabel, f.inside_from);
+  return null;
+}
