@@ -15,6 +15,11 @@ source, English target; vocab.json filled up to 58,101 entries). Then:
 - one sentence (12 words) in ONNX Runtime, Python, one thread (web/runtime.py, as the page runs the graphs):
   the encoder with every output, 14 cached greedy steps, then the whole prefix with every head's outputs.
   A Python stand-in for the page's figure, which needs a browser.
+- page (``--only page`` runs this part alone): ``python -m web.build --out SITE --marian DIR`` (precision by the
+  greedy-token rule) beside one of ours, served by nginx to Chromium; the model picked, a 12-word sentence
+  typed and Enter pressed: the bytes nginx sent and the seconds until the model was loaded and until the
+  page said "✓ translated", cold, then after a reload (warm: the service worker's copies); and the page's
+  own time for the translation with every head (ONNX Runtime Web, one thread).
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from web.serve import ROOT, lines
 
 from .marian import HF_CONFIG
 
+TWELVE = "Ein Mann in einem blauen Hemd steht auf einer Leiter am Fenster."  # 12 words
 SENTENCE = "Ein Mann in einem blauen Hemd steht auf einer Leiter und putzt ein großes Fenster."  # 15 words
 LONG = ("Ein Hund läuft über die Wiese. " * 70)[:2000]
 NODE = r"""
@@ -140,18 +146,104 @@ def one_sentence(site: Path, folder: Path, steps: int = 14, reps: int = 3) -> di
             "session_load_s": round(load, 2), "seconds": round(best, 3)}
 
 
+def build_page_site(folder: Path, tmp: Path, precision: str = "auto") -> tuple[Path, float]:
+    """python -m web.build --out SITE --marian FOLDER beside our en-de; (site, seconds)."""
+    import shutil
+    import sys
+    ckpt = tmp / "checkpoints"
+    (ckpt / "en-de").mkdir(parents=True)
+    for f in ("config.json", "spm.model", "model.safetensors", "vocab.json"):
+        (ckpt / "en-de" / f).symlink_to(ROOT / "checkpoints" / "en-de" / f)
+    (ckpt / "multi30k").symlink_to(ROOT / "checkpoints" / "multi30k")
+    site = Path(tempfile.mkdtemp(prefix="bench-marian-site-"))  # readable by nginx's worker
+    os.chmod(site, 0o755)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "web.build", "--out", str(site), "--checkpoints", str(ckpt),
+                    "--marian", str(folder), "--marian-precision", precision], cwd=ROOT, check=True)
+    seconds = time.perf_counter() - t
+    shutil.rmtree(ckpt)
+    return site, seconds
+
+
+# the status line as it changes, with the page's clock (as the page's robustness test watches it)
+WATCH_STATUS = """window.__status = []; document.addEventListener('DOMContentLoaded', () => {
+  new MutationObserver(() => window.__status.push({ t: performance.now(),
+    text: document.getElementById('status').textContent })).observe(document.getElementById('status'),
+    { subtree: true, childList: true, characterData: true });
+});"""
+
+
+def _visit(page, log: Path, name: str) -> dict:
+    """The model picked, TWELVE typed, Enter: bytes sent, seconds to the model loaded and to "✓ translated"."""
+    before = log.read_text().splitlines()
+    page.evaluate("window.__status.length = 0")
+    page.select_option("#dir", name)
+    page.fill("#text", TWELVE)
+    t0 = page.evaluate("performance.now()")
+    page.press("#text", "Enter")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓ translated')")
+    seen = page.evaluate("window.__status")
+    last = max(i for i, s in enumerate(seen) if s["text"].startswith("loading"))
+    loaded = seen[last + 1]["t"]  # the status after the last byte: the sessions are made, it translates
+    done = next(s["t"] for s in seen if s["text"].startswith("✓ translated"))
+    sent = log.read_text().splitlines()[len(before):]
+    ms = page.inner_text("#timing")
+    return {"bytes_sent": sum(int(ln.split()[2]) for ln in sent), "requests": len(sent),
+            "model_loaded_s": round((loaded - t0) / 1000, 2), "translated_s": round((done - t0) / 1000, 2),
+            "page_translate_ms": float(ms.split(" in ")[1].split(" ms")[0]), "timing_line": ms,
+            "output_tokens": int(ms.split()[0])}
+
+
+def page(folder: Path, tmp: Path, precision: str = "auto") -> dict:
+    """Cold and warm visits of the page with the OPUS-MT model (see the module's docstring)."""
+    import shutil
+
+    from web.serve import chromium, nginx_server, open_site
+    site, build_s = build_page_site(folder, tmp, precision)
+    name = folder.name
+    meta = json.loads((site / "models" / name / "meta.json").read_text())
+    log = tmp / "sent.log"
+    found = {"build_s": round(build_s, 1), "precision": meta["precision"], "precision_check": meta.get("precision_check"),
+             "model_bytes": sum(n for f, n in meta["bytes"].items() if not f.startswith("vendor/")),
+             "largest_file_bytes": max(p.stat().st_size for p in site.rglob("*") if p.is_file() and "vendor" not in p.parts),
+             "weight_files": len(meta["weights"]), "words": len(TWELVE.split())}
+    try:
+        with nginx_server(site, log=log) as base, chromium() as browser:
+            context = browser.new_context(viewport={"width": 1440, "height": 900})
+            context.add_init_script(WATCH_STATUS)
+            pg = context.new_page()
+            pg.set_default_timeout(900_000)
+            open_site(pg, base + "/index.html")
+            pg.wait_for_function("window.explorer.modelReady !== undefined")
+            found["cold"] = _visit(pg, log, name)
+            pg.wait_for_function(f"(document.body.dataset.offline || '').split(' ').includes('{name}')")
+            pg.goto(base + "/index.html")  # a second visit (a reload would reopen the link, which preloads it)
+            pg.wait_for_function("window.explorer.modelReady !== undefined")
+            found["warm"] = _visit(pg, log, name)
+            context.close()
+    finally:
+        shutil.rmtree(site, True)
+    return found
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.web_marian", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(__file__).with_suffix(".json"))
+    ap.add_argument("--only", choices=("page",), help="run only this part; the file's other figures are kept")
+    ap.add_argument("--precision", choices=("auto", "fp16", "int8"), default="auto",
+                    help="the page part's --marian-precision (auto measures the rule: 50 sentences twice)")
     args = ap.parse_args(argv)
+    figures = json.loads(args.out.read_text()) if args.only and args.out.is_file() else {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         folder = base_folder(tmp / "hf" / "opus-mt-de-en")
-        figures = {"export": export(folder, tmp / "site")}
-        site = tmp / "site" / "fp16" / "models" / "opus-mt-de-en"
-        figures["tokenizer"] = tokenizer(site, tmp)
-        figures["one_sentence_ort_python"] = one_sentence(site, folder)
-    figures["load"] = os.getloadavg()
+        if not args.only:
+            figures["export"] = export(folder, tmp / "site")
+            site = tmp / "site" / "fp16" / "models" / "opus-mt-de-en"
+            figures["tokenizer"] = tokenizer(site, tmp)
+            figures["one_sentence_ort_python"] = one_sentence(site, folder)
+            figures["load"] = os.getloadavg()
+        figures["page"] = {**page(folder, tmp, args.precision), "load": os.getloadavg()}
     print(json.dumps(figures, indent=1))
     args.out.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
     return 0

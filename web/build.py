@@ -93,17 +93,23 @@ def model_meta(lm, enc: EncoderGraph, dec: DecoderGraph, checkpoints: Path) -> d
 
 
 def build_direction(folder: Path, out: Path, precision: str = PRECISION, checkpoints: Path | None = None) -> dict:
-    """models/<name>/: encoder.onnx and decoder.onnx with their weights (stored at ``precision``) in one
-    weights.bin, each tensor once; spm.json, meta.json. An OPUS-MT folder or Hub id has its tokenizer
-    written by web/marian.py instead."""
+    """models/<name>/: encoder.onnx and decoder.onnx with their weights (stored at ``precision``; "auto": the
+    smaller that keeps the greedy-token rule, web/marian.py) in one weights.bin, each tensor once, split into
+    parts under the Hub's limit when larger; spm.json, meta.json. An OPUS-MT folder or Hub id has its
+    tokenizer written by web/marian.py instead."""
     from model.families import load_checkpoint
     lm = load_checkpoint(folder)
     name = opus.site_name(folder) if opus.owns(lm) else lm.name
     target = out / "models" / name
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        graphs = {part: store(onnx.load(str(path)), precision) for part, path in export_model(lm.model, Path(tmp)).items()}
-    (target / WEIGHTS).write_bytes(share_weights(list(graphs.values())))
+        fp32 = {part: onnx.load(str(path)) for part, path in export_model(lm.model, Path(tmp)).items()}
+    meta = model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model), checkpoints or Path(folder).parent)
+    check = None
+    if precision == "auto":
+        precision, check = opus.choose_precision(lm, fp32, meta)
+    graphs = {part: store(graph, precision) for part, graph in fp32.items()}
+    weights = write_weights(target, share_weights(list(graphs.values())))
     for part, graph in graphs.items():
         onnx.save(graph, str(target / f"{part}.onnx"))
     if opus.owns(lm):
@@ -111,10 +117,10 @@ def build_direction(folder: Path, out: Path, precision: str = PRECISION, checkpo
     else:
         spec = spm_spec(folder / "spm.model")
         (target / "spm.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    meta = {**model_meta(lm, EncoderGraph(lm.model), DecoderGraph(lm.model), checkpoints or Path(folder).parent),
-            "name": name, "precision": precision, **(opus.meta(lm, folder) if opus.owns(lm) else {})}
+    meta = {**meta, "name": name, "precision": precision, "weights": weights,
+            **({"precision_check": check} if check else {}), **(opus.meta(lm, folder) if opus.owns(lm) else {})}
     # what the page downloads to run it: its progress bar's total
-    meta["bytes"] = {f: (target / f).stat().st_size for f in ("encoder.onnx", "decoder.onnx", WEIGHTS)}
+    meta["bytes"] = {f: (target / f).stat().st_size for f in ("encoder.onnx", "decoder.onnx", *weights)}
     if (out / WASM).is_file():
         meta["bytes"][WASM] = (out / WASM).stat().st_size
     (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
@@ -122,6 +128,23 @@ def build_direction(folder: Path, out: Path, precision: str = PRECISION, checkpo
         write_first_screen(lm, target, meta)
         write_tour(lm, target, meta["example"])
     return meta
+
+
+PART_BYTES = 9 * 2**20  # a weights file's largest part: under the Hub's 10 MB a file (LFS_MB)
+
+
+def write_weights(target: Path, blob: bytes) -> list[str]:
+    """The weights as weights.bin, or, when larger than PART_BYTES, as weights-00.bin, weights-01.bin, ...
+    which the page (worker.js) and web/runtime.py join in order. Returns the files' names."""
+    for old in target.glob("weights*.bin"):
+        old.unlink()
+    if len(blob) <= PART_BYTES:
+        (target / WEIGHTS).write_bytes(blob)
+        return [WEIGHTS]
+    names = [f"weights-{i:02d}.bin" for i in range(-(-len(blob) // PART_BYTES))]
+    for i, part in enumerate(names):
+        (target / part).write_bytes(blob[i * PART_BYTES:(i + 1) * PART_BYTES])
+    return names
 
 
 def write_first_screen(lm, target: Path, meta: dict) -> None:
@@ -178,21 +201,21 @@ def copy_page(out: Path, node_modules: Path) -> None:
 
 
 def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules", marian=(),
-               app: str = APP_URL) -> list[dict]:
+               app: str = APP_URL, marian_precision: str = "auto") -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     copy_page(out, node_modules)
     write_figures(out)
     metas = [build_direction(folder, out) for folder in directions(checkpoints)]
     if not metas:
         raise SystemExit(f"no checkpoint with config.json and spm.model under {checkpoints}")
-    extra = [build_direction(src, out, checkpoints=checkpoints) for src in opus.sources(marian, metas)]
+    extra = [build_direction(src, out, marian_precision, checkpoints) for src in opus.sources(marian, metas)]
     langs = sorted({m["src_lang"] for m in metas})
     for lang in langs:
         (out / "models" / f"spacy_{lang}.json").write_text(
             json.dumps(tokenizer_rules(lang), ensure_ascii=False), encoding="utf-8")
     manifest = {"directions": [m["name"] for m in metas], "languages": langs,
                 "examples": {m["name"]: m["example"] for m in metas + extra}, "marian": [m["name"] for m in extra],
-                "app": app}
+                "about": {m["name"]: opus.about(m) for m in extra}, "app": app}
     (out / TOUR).write_text(json.dumps(tour_texts(), ensure_ascii=False), encoding="utf-8")
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     list_files(out)
@@ -243,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoints", type=Path, default=ROOT.parent / "checkpoints")
     ap.add_argument("--marian", action="append", default=[], metavar="DIR_OR_HUB_ID",
                     help="also an OPUS-MT model: a Marian folder or a Hub id (repeatable)")
+    ap.add_argument("--marian-precision", choices=("auto", "fp16", "int8"), default="auto",
+                    help="the OPUS-MT models' stored weights; auto: the smaller that keeps >= 98 %% of greedy "
+                    "outputs identical to the engine's (default: %(default)s)")
     args = ap.parse_args(argv)
     if not (args.out or args.space):
         ap.error("give --out DIR, --space DIR or both")
@@ -250,12 +276,14 @@ def main(argv: list[str] | None = None) -> int:
         if target is None:
             continue
         try:
-            metas = build_site(target, args.checkpoints, marian=args.marian, app=args.app)
+            metas = build_site(target, args.checkpoints, marian=args.marian, app=args.app,
+                               marian_precision=args.marian_precision)
         except (CheckpointError, opus.MarianSiteError) as e:  # a bad --marian folder or Hub id: its reason
             raise SystemExit(f"python -m web.build: {e}") from None
         if target == args.space:
             names = ", ".join(m["name"] for m in metas)
-            (target / "README.md").write_text(SPACE_README.format(directions=names), encoding="utf-8")
+            readme = SPACE_README.format(directions=names) + opus.space_note([m for m in metas if "family" in m])
+            (target / "README.md").write_text(readme, encoding="utf-8")
             git_attributes(target)
         print(f"built {target}: {', '.join(m['name'] for m in metas)}")
     return 0

@@ -10,15 +10,23 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tempfile
 from pathlib import Path
+
+import onnx
 
 from model import families
 from model.engine.loaded import LoadedModel
 from model.families import marian as family
 
+from .compact import share_weights, store
+from .runtime import Graphs
 from .sentencepiece_spec import unigram_spec
 
 TOKENIZER = "tokenizer.json"
+PRECISIONS = ("int8", "fp16")  # the smaller first: the first that keeps the rule is stored
+RULE = 0.98  # the share of sentences whose greedy tokens must stay identical to the engine's (as for ours)
+SAMPLE = 50  # validation sentences the rule is measured on
 SPECIAL_DEFAULTS = {"unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>"}  # MarianTokenizer's
 
 
@@ -134,3 +142,65 @@ def _licence(folder: Path) -> str | None:
         return None
     m = re.search(r"^license:\s*(\S+)", card.read_text(encoding="utf-8", errors="replace"), re.M)
     return m.group(1) if m else None
+
+
+def _sample(lm: LoadedModel, n: int) -> list[str]:
+    """The first ``n`` validation sentences of the model's source language, where Multi30k has it."""
+    from .serve import DATA, lines
+    return lines("val", lm.src_lang)[:n] if (DATA / f"val.{lm.src_lang}.gz").is_file() else []
+
+
+def _identical(lm: LoadedModel, fp32: dict, meta: dict, precision: str, sources: list, refs: list) -> int:
+    """How many of ``sources`` the graphs stored at ``precision`` decode to the engine's greedy ids."""
+    with tempfile.TemporaryDirectory() as tmp:
+        graphs = {part: store(_copy(g), precision) for part, g in fp32.items()}
+        (Path(tmp) / "weights.bin").write_bytes(share_weights(list(graphs.values())))
+        for part, graph in graphs.items():
+            onnx.save(graph, str(Path(tmp) / f"{part}.onnx"))
+        run = Graphs(Path(tmp), meta)
+        return sum(run.greedy(ids, budget) == ref for (ids, budget), ref in zip(sources, refs))
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+def choose_precision(lm: LoadedModel, fp32: dict, meta: dict, n: int = SAMPLE) -> tuple[str, dict]:
+    """(precision, what was measured): the smaller of int8 and fp16 whose graphs decode at least RULE of
+    ``n`` validation sentences to the very greedy ids of the engine (fp32), the rule our own models' precision
+    was chosen by (bench/web_int8.py). With no sentences in the source language: fp16, which loses nothing."""
+    import torch
+
+    from model.engine.decoding import DecodeOptions, greedy_batch, source_ids
+    texts = _sample(lm, n)
+    if not texts:
+        return "fp16", {"sentences": 0, "note": f"no validation sentences in {lm.src_lang!r}: fp16 kept"}
+    sources = [source_ids(lm, t, DecodeOptions(beam=1))[2:] for t in texts]
+    with torch.inference_mode():
+        refs = [greedy_batch(lm.model, torch.tensor([ids]), budget)[0] for ids, budget in sources]
+    check = {"sentences": len(texts), "rule": RULE}
+    for precision in PRECISIONS:
+        check[precision] = _identical(lm, fp32, meta, precision, sources, refs)
+        if check[precision] >= RULE * len(texts):
+            return precision, check
+    return "fp16", check  # neither keeps the rule: the closer one
+
+
+def about(meta: dict) -> dict:
+    """What the page says of the model before it is chosen: its family, origin, licence and download."""
+    return {"family": meta["family"], "source": meta["source"], "licence": meta["licence"],
+            "hub": family.looks_like_hub_id(meta["source"]), "precision": meta["precision"],
+            "src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"], "parameters": meta["parameters"],
+            "bytes": sum(n for f, n in meta["bytes"].items() if not f.startswith("vendor/"))}
+
+
+def space_note(metas: list[dict]) -> str:
+    """The Space README's lines on its OPUS-MT models: where each comes from and under which licence."""
+    if not metas:
+        return ""
+    unknown = "not stated in its model card: see the model's page"
+    rows = [f"- `{m['name']}`: OPUS-MT (Marian), from `{m['source']}`, licence "
+            f"{m['licence'] or unknown}; weights in {m['precision']}" for m in metas]
+    return "\nOPUS-MT models, converted by the project's engine (every head exported):\n" + "\n".join(rows) + "\n"

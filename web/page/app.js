@@ -1,7 +1,7 @@
 // The page: a typed sentence in one direction, translated in the browser, and the views drawn from it.
 // window.explorer is the same machinery for the tests and benchmarks (no second code path).
 
-import { cleanInput, Direction, isBlank, onModelProgress, remembered } from "./engine.js";
+import { cleanInput, isBlank, onModelProgress, remembered } from "./engine.js";
 import { toText } from "./text.js";
 import { drawGrid, drawHead, drawPositions, axesOf, KINDS } from "./views.js";
 import { MASK_STOP, changed, decodingStep, fill, markdown, tourStops } from "./tour.js";
@@ -9,6 +9,7 @@ import { POS_STOP, STEP_STOP, stopFigure, trialOf } from "./stops.js";
 import { appLink, fromQuery, pageKind, toQuery, unshown } from "./link.js";
 import { Player } from "./player.js";
 import { Masks } from "./masks.js";
+import { aboutModel, modelFiles, offerModels, openDirection } from "./models.js";
 
 const BASE = new URL(".", import.meta.url).href.replace(/\/$/, "");
 const $ = (id) => document.getElementById(id);
@@ -22,7 +23,7 @@ let openStop = null;  // the tour stop the link or a click opened (1-based)
 /** A direction's tokenizer and description, loaded once; a failed load is tried again on the next action. */
 function direction(name) {
   const known = loaded.has(name);
-  const d = remembered(loaded, name, () => Direction.load(BASE, name));
+  const d = remembered(loaded, name, () => openDirection(BASE, name, site?.manifest));
   if (!known) d.then(() => keepForOffline(name)).catch(() => {});
   return d;
 }
@@ -37,8 +38,7 @@ async function keepForOffline(name) {
   if (!navigator.serviceWorker.controller) await new Promise((ok) => navigator.serviceWorker.addEventListener("controllerchange", ok, { once: true }));
   const d = await loaded.get(name);
   await d.loaded;  // once the model has loaded (its own download): every file is asked for once
-  const files = ["meta.json", "spm.json", "first.json", "encoder.onnx", "decoder.onnx", "weights.bin"].map((f) => `models/${name}/${f}`);
-  const all = await Promise.all([...VENDOR, ...files, `models/spacy_${d.meta.src_lang}.json`].map((u) =>
+  const all = await Promise.all([...VENDOR, ...modelFiles(d)].map((u) =>
     fetch(`${BASE}/${u}`).then((r) => r.ok, () => false)));
   if (all.every(Boolean)) document.body.dataset.offline = [document.body.dataset.offline, name].filter(Boolean).join(" ");
 }
@@ -498,18 +498,25 @@ async function init() {
   $("n-models").textContent = manifest.directions.map((n) => n.replace("-", " → ")).join(", ");
   const sel = $("dir");
   for (const name of manifest.directions) sel.append(new Option(name.replace("-", " → "), name));
+  offerModels(sel, manifest);
   const q = new URLSearchParams(location.search), link = fromQuery(q, tourTexts.titles.length);
   const examples = manifest.examples ?? {};
-  sel.value = [link.model, "de-en"].find((n) => manifest.directions.includes(n)) ?? manifest.directions[0];
+  const offered = [...manifest.directions, ...(manifest.marian ?? [])];
+  sel.value = [link.model, "de-en"].find((n) => offered.includes(n)) ?? manifest.directions[0];
+  aboutModel($("model-about"), manifest, sel.value);
   $("text").value = link.text ?? examples[sel.value] ?? "";
   if (link.kind) linked.head = headKey(pageKind(link.kind), link.layer, link.head);
   if (link.kind) $("grid-kind").value = pageKind(link.kind);
   openStop = link.tour;
-  sayUnshown(q, manifest.directions);
+  sayUnshown(q, offered);
   sel.addEventListener("change", () => {  // another direction's untouched example becomes this one's, as in the app
     if (Object.values(examples).includes($("text").value)) $("text").value = examples[sel.value] ?? $("text").value;
+    aboutModel($("model-about"), manifest, sel.value);
   });
   $("go").addEventListener("click", onTranslate);
+  $("text").addEventListener("keydown", (e) => {  // Enter translates; Shift+Enter starts a new line
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); onTranslate(); }
+  });
   $("grid-kind").addEventListener("change", () => current && drawGrid($("grid"), current, $("grid-kind").value));
   $("head-pick").addEventListener("change", () => { if (current) { drawHeadView(current); writeLink(current); } });
   player = new Player($("player"), direction);

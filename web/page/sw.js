@@ -6,7 +6,7 @@
 const FILES = {};  // path relative to this file -> content hash (sha-256, hex, first 16); the build fills it
 const CACHE = "explorer-files";
 const SHELL = ["index.html", "style.css", "app.js", "engine.js", "spm.js", "words.js", "text.js", "views.js", "tour.js",
-  "player.js", "masks.js", "link.js", "figures.json", "tour.json", "vendor/plotly.min.js", "models/manifest.json"];  // the first screen's; models and ONNX Runtime come when used
+  "player.js", "masks.js", "stops.js", "link.js", "models.js", "marian.js", "unigram.js", "figures.json", "tour.json", "vendor/plotly.min.js", "models/manifest.json"];  // the first screen's; models and ONNX Runtime come when used
 const scope = new URL("./", self.location.href).href;
 const pending = new Map();  // cache key -> Promise of the kept response (two asks, one download)
 

@@ -76,6 +76,7 @@ export function detokenize(words, lang) {
 }
 
 export function toText(pieces, spm, lang) {
+  if (spm.toText) return spm.toText(pieces);  // a tokenizer that writes its own text (OPUS-MT's: models.js)
   const words = [];
   for (const w of joinWords(pieces, spm)) {
     if (SPECIALS.has(w) && w !== "<unk>") continue;

@@ -9,19 +9,22 @@ ort.env.wasm.numThreads = 1;  // no cross-origin isolation on a static host: one
 ort.env.wasm.wasmPaths = new URL("./vendor/", import.meta.url).href;
 
 const WASM = "ort-wasm-simd-threaded.wasm";  // meta.bytes names it "vendor/" + WASM
-const GRAPHS = ["encoder.onnx", "decoder.onnx", "weights.bin"];
+const GRAPHS = ["encoder.onnx", "decoder.onnx"];  // then the weights: weights.bin, or its parts (meta.weights)
 const sessions = new Map();  // model folder -> Promise of {encoder, decoder, meta}
 const tokenizers = new Map();  // direction -> Promise of its Direction (words and pieces, no graphs)
 let runs = Promise.resolve();  // one graph run at a time: ONNX Runtime's WASM has one thread
 
-/** A file's bytes, read as they arrive so that the page can show a progress bar. */
+/** A file's bytes, read as they arrive so that the page can show a progress bar. A failed or cut download
+ * says which file and why. */
 async function bytesOf(url, tick) {
-  const r = await fetch(url);
-  if (!r.ok) throw new Error(`${url.split("/").slice(-2).join("/")}: ${r.status}`);
+  const file = url.split("/").slice(-2).join("/");
+  const failed = (why) => new Error(`the download of ${file} failed (${why})`);
+  const r = await fetch(url).catch(() => { throw failed("no connection"); });
+  if (!r.ok) throw failed(`HTTP ${r.status}`);
   const parts = [];
   let n = 0;
   for (const reader = r.body.getReader(); ;) {
-    const { done, value } = await reader.read();
+    const { done, value } = await reader.read().catch(() => { throw failed(`cut off after ${n} bytes`); });
     if (done) break;
     parts.push(value);
     n += value.length;
@@ -45,15 +48,25 @@ function wasmBinary(tick) {
  * each file's bytes as the build wrote them in meta.json (the progress bar's total). */
 async function load(base, meta, sizes) {
   let loaded = 0;
-  const total = GRAPHS.reduce((s, f) => s + (sizes[f] ?? 0), ort.env.wasm.wasmBinary || wasm ? 0 : sizes[`vendor/${WASM}`] ?? 0);
+  const files = [...GRAPHS, ...(meta.weights ?? ["weights.bin"])];
+  const total = files.reduce((s, f) => s + (sizes[f] ?? 0), ort.env.wasm.wasmBinary || wasm ? 0 : sizes[`vendor/${WASM}`] ?? 0);
   const tick = (n) => { loaded += n; postMessage({ progress: { base, loaded, total } }); };
-  const [enc, dec, weights] = await Promise.all([...GRAPHS.map((f) => bytesOf(`${base}/${f}`, tick)), wasmBinary(tick)]);
+  const [enc, dec, ...parts] = await Promise.all([...files.map((f) => bytesOf(`${base}/${f}`, tick)), wasmBinary(tick)]);
+  const weights = joined(parts.slice(0, files.length - GRAPHS.length));
   const opts = { executionProviders: ["wasm"], graphOptimizationLevel: "all",
     externalData: [{ path: "weights.bin", data: weights }] };
   const make = creating.then(async () => ({ encoder: await ort.InferenceSession.create(enc, opts),
     decoder: await ort.InferenceSession.create(dec, opts), meta }));
   creating = make.catch(() => {});
   return make;
+}
+
+/** The weights' parts (the build splits a large weights.bin under the host's limit a file), in order. */
+function joined(parts) {
+  if (parts.length === 1) return parts[0];
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  parts.reduce((at, p) => (out.set(p, at), at + p.length), 0);
+  return out;
 }
 
 // one session created at a time: ONNX Runtime mounts the external data by its file name, and every
