@@ -16,7 +16,7 @@ from model.engine.names import SHORT_NAMES, HeadRef
 from viz import export as v_export
 from viz import profiles as v_prof
 
-from . import VIEW, Shell, log, safe, sub_view, track_subtabs
+from . import VIEW, Shell, log, mount_views, place_views, safe, sub_view, track_subtabs
 from . import interventions, patching, sidebyside
 from .. import align_heads, calls
 from ..present import trust, views, whatif
@@ -160,6 +160,7 @@ def build(shell: Shell) -> AnalysisParts:
             gr.Markdown(about_markdown(shell.reg), elem_id="about")
         with gr.Tab("Two models", id="sidebyside") as _t:
             sbs = sidebyside.build(shell, _t)  # a registered view: sub_view keeps its sub-tab
+        place_views(shell, "analysis")  # a view that lays itself out (one file) gets its tab here
     shell.subtabs["analysis"] = tabs
     shell.on_run([prof_pick], lambda run, ctx: _choices(shell, run))
     return AnalysisParts(prof_tab=prof_tab, prof_scope=prof_scope, prof_n=prof_n, prof_stat=prof_stat,
@@ -212,6 +213,7 @@ def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
 def wire(shell: Shell) -> None:
     p = shell.analysis
     sidebyside.wire(shell, p.sbs)
+    mount_views(shell, "analysis")
     prof_out = [p.prof_md, p.prof_heat, p.prof_table, p.prof_state]
     prof_in = [shell.run_state, shell.direction, p.prof_scope, p.prof_n, p.prof_stat]
 
