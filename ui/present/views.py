@@ -512,14 +512,15 @@ REGISTRY: dict[str, View] = {s.name: s for s in (
     view("computation", "residual", "kind layer head units",
          lambda run, sel, env: inside.norm_weight_figure(run, env.lm, sel.head_ref, sel.units)),
     view("computation", "lens", "", lambda run, sel, env: inside.lens_figure(run, env.lm)),
-    view("computation", "attribution", "units", model_call=True),
-    view("computation", "forced", "", lambda run, sel, env: list(inside.forced_view(run))),
+    view("computation", "attribution", "units", model_call=True, api_name="attribution_view"),
+    view("computation", "forced", "", lambda run, sel, env: list(inside.forced_view(run)),
+         api_name="forced_result_view"),
     view("computation", "decoderlens", "", model_call=True, api_name="decoderlens_view"),  # a call per layer
-    view("analysis", "profiles", "kind layer head"),  # its picker opens the selected head
+    view("analysis", "profiles", "kind layer head", model_call=True, api_name="head_profiles"),  # its picker: that head
     view("analysis", "pair", ""),
     view("analysis", "export", ""),
     view("analysis", "about", ""),
-    view("analysis", "sidebyside", "kind layer head units scale", model_call=True),  # a second model's run
+    view("analysis", "sidebyside", "kind layer head units scale", model_call=True, api_name="sidebyside_view"),  # a second model's run
     view("learn", "", ""),    # its curves follow the run (a refresher); the head-forming map is on demand
 )}
 

@@ -183,8 +183,7 @@ class Shell:
                 out = r.fn(run, ctx)
             except Exception:
                 log.error("a view failed to refresh: %s", traceback.format_exc())
-                out = [message_figure("This view could not be drawn.") if isinstance(c, gr.Plot) else gr.skip()
-                       for c in r.outputs]
+                out = failed(r.outputs)
             values.update(zip(r.outputs, out))
         return values
 
@@ -207,15 +206,20 @@ def link_notice_md(problems: list[str]) -> str:
     return "\n\n".join(f"⚠️ {md_escape(p)}" for p in problems)
 
 
+def error_figure(what: str = "view"):
+    """The one figure a view shows in place of a stack trace."""
+    return message_figure(f"This {what} could not be drawn.")
+
+
 def safe(fn, what: str, n_out: int = 1):
-    """A view handler that answers with a message figure instead of a stack trace."""
+    """A handler outside ``mount`` (a section's own control) that answers with the error figure (and leaves
+    its other outputs) instead of a stack trace."""
     def wrapped(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except Exception:
             log.error("%s failed: %s", what, traceback.format_exc())
-            msg = message_figure(f"The {what} could not be drawn.")
-            return msg if n_out == 1 else (msg, *[gr.skip()] * (n_out - 1))
+            return error_figure(what) if n_out == 1 else (error_figure(what), *[gr.skip()] * (n_out - 1))
     wrapped.__name__ = getattr(fn, "__name__", what)
     return wrapped
 
@@ -256,8 +260,7 @@ def lazy_section(shell: Shell, sid: str, tab, outputs: list, inputs: list, fn: C
             return (sid, run.id, *fn(run, *extra))
         except Exception:
             log.error("section %s failed: %s", sid, traceback.format_exc())
-            return (sid, seen, *[message_figure("This view could not be drawn.") if isinstance(c, gr.Plot)
-                                 else gr.skip() for c in outputs])
+            return (sid, seen, *failed(outputs))
 
     tab.select(on_open, [shell.run_state, stamp, *inputs], [shell.section, stamp, *outputs],
                api_name=f"open_{sid}", api_visibility="undocumented", **VIEW)
@@ -289,8 +292,7 @@ Mounted = SubView
 
 def failed(outputs: list, what: str = "view") -> list:
     """The one answer of a view that raised: the error figure in each plot, the rest left as they are."""
-    return [message_figure(f"This {what} could not be drawn.") if isinstance(c, gr.Plot) else gr.skip()
-            for c in outputs]
+    return [error_figure(what) if isinstance(c, gr.Plot) else gr.skip() for c in outputs]
 
 
 def _listed(out) -> list:
