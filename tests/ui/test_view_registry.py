@@ -115,7 +115,7 @@ def test_forced_decoding_is_drawn_from_the_run_it_shows(tiny_lm):
 
 
 def test_attribution_and_forced_decoding_are_registered_sub_views(tmp_path, monkeypatch):
-    """Both are wired through ``sub_view``: they carry a stamp and are drawn when opened, like Alignment."""
+    """Both are put on the page by ``mount``: they carry a stamp and are drawn when opened, like Alignment."""
     import gradio as gr
 
     import app
