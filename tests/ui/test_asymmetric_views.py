@@ -20,7 +20,7 @@ from model.analysis.patching import PatchSetup, head_scan  # noqa: E402
 from tests.model.test_marian import build_marian  # noqa: E402
 from ui.present import head_choices  # noqa: E402
 from ui.state import ModelShape, Run, Selection  # noqa: E402
-from ui.present.views import REGISTRY  # noqa: E402
+from ui.present.views import REGISTRY, Env  # noqa: E402
 from viz.common import layer_head  # noqa: E402
 
 DE = "Zwei Hunde spielen im Schnee!"
@@ -58,7 +58,7 @@ def test_every_view_draws_every_kinds_last_layer_and_head(name, lm, run):
     for kind in ATTN_KINDS:
         layer, head = lm.model.cfg.layers(kind) - 1, lm.model.cfg.heads(kind) - 1
         sel = Selection(kind=kind, layer=layer, head=head, step=1, query=0, view="head")
-        out = REGISTRY[name].draw(run, sel, lm)
+        out = REGISTRY[name].draw(run, sel, Env(lm))
         figs = out if isinstance(out, (list, tuple)) else [out]
         assert figs and all(f is not None for f in figs)
         title = str(figs[0].layout.title.text) if hasattr(figs[0], "layout") else ""

@@ -170,7 +170,7 @@ def test_every_view_draws_a_frame_and_the_toy(which, framed_run):
     from model.families.frames import list_frames, load_frame
     from model.families.toy import DEFAULT_PAIRS, ToySettings, train_toy
     from ui.state import Selection
-    from ui.present.views import REGISTRY
+    from ui.present.views import REGISTRY, Env
     if which == "frame":
         lm, text = load_frame(list_frames(framed_run.frames)[2].path, framed_run.ckpt), TEXT
     else:
@@ -178,7 +178,7 @@ def test_every_view_draws_a_frame_and_the_toy(which, framed_run):
     run = Run.of(lm, lm.name, translate(lm, text, DecodeOptions(max_len=12)))
     for name, spec in REGISTRY.items():
         for view in ("grid", "head") if spec.draw is not None else ():
-            out = spec.draw(run, Selection(view=view), lm)
+            out = spec.draw(run, Selection(view=view), Env(lm))
             assert out is not None, name
 
 

@@ -19,7 +19,7 @@ from model.engine.names import ATTN_KINDS, hook_name  # noqa: E402
 from tests.model.test_m2m100 import build_m2m100  # noqa: E402
 from tests.model.test_marian import EN, PROBES  # noqa: E402
 from ui.state import Run, Selection  # noqa: E402
-from ui.present.views import REGISTRY  # noqa: E402
+from ui.present.views import REGISTRY, Env  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -69,5 +69,5 @@ def test_every_view_draws(name, lm, run):
     for kind in ATTN_KINDS:
         sel = Selection(kind=kind, layer=lm.model.cfg.layers(kind) - 1, head=lm.model.cfg.heads(kind) - 1, step=1,
                         query=0, view="head")
-        out = REGISTRY[name].draw(run, sel, lm)
+        out = REGISTRY[name].draw(run, sel, Env(lm))
         assert all(f is not None for f in (out if isinstance(out, (list, tuple)) else [out]))

@@ -11,7 +11,7 @@ import pytest
 from model.engine.decoding import DecodeOptions, translate
 from model.engine.transformer import CROSS, ENC_SELF
 from ui.state import SUBVIEWS, Run, Selection
-from ui.present.views import REGISTRY, stamp_of
+from ui.present.views import REGISTRY, Env, stamp_of
 
 BASE = Selection(kind=CROSS, layer=0, head=0, step=0, query=0, units="words", view="head", scale="shared")
 OTHER = dict(kind=ENC_SELF, layer=1, head=1, step=1, query=1, units="pieces", view="mean", scale="head",
@@ -54,7 +54,7 @@ def test_a_view_reads_only_what_it_declares(name, run, tiny_lm):
     """Views drawn with a model call (draw None) are covered by their stamps below."""
     spec = REGISTRY[name]
     rec = Recording(BASE)
-    spec.draw(run, rec, tiny_lm)
+    spec.draw(run, rec, Env(tiny_lm))
     assert rec.read <= spec.reads, rec.read - spec.reads
 
 
@@ -72,11 +72,11 @@ def test_a_changed_field_or_run_marks_the_view_stale(name, run, tiny_lm):
 @pytest.mark.parametrize("name", sorted(n for n, s in REGISTRY.items() if s.draw is not None and s.reads))
 def test_a_changed_field_changes_what_is_drawn(name, run, tiny_lm):
     spec = REGISTRY[name]
-    before = _json(spec.draw(run, BASE, tiny_lm))
+    before = _json(spec.draw(run, BASE, Env(tiny_lm)))
     for f in sorted(spec.reads):
         if f == "units" and run.src_spans is None:
             continue  # a word-level model's words are its tokens: the stamp alone marks the change
-        after = _json(spec.draw(run, replace(BASE, **{f: OTHER[f]}), tiny_lm))
+        after = _json(spec.draw(run, replace(BASE, **{f: OTHER[f]}), Env(tiny_lm)))
         assert after != before, f
 
 
@@ -106,16 +106,16 @@ def test_forced_decoding_is_drawn_from_the_run_it_shows(tiny_lm):
     forced = force(tiny_lm, "haus katze hund", "katze hund")
     fr = Run.of(tiny_lm, "de-en", forced.translation, forced=True, forced_detail=forced,
                 inputs=RunInputs("de-en", "haus katze hund", reference="katze hund"))
-    md, fig = spec.draw(fr, BASE, tiny_lm)
+    md, fig = spec.draw(fr, BASE, Env(tiny_lm))
     assert f"{forced.perplexity:.2f}" in md and "perplexity" in fig.layout.title.text
     later = Run.of(tiny_lm, "de-en", translate(tiny_lm, "katze hund", DecodeOptions(max_len=6)))
-    md, fig = spec.draw(later, BASE, tiny_lm)
+    md, fig = spec.draw(later, BASE, Env(tiny_lm))
     assert "was decoded" in md and "perplexity" not in _json(fig)
     assert stamp_of(spec.name, later, BASE) != stamp_of(spec.name, fr, BASE)
 
 
 def test_attribution_and_forced_decoding_are_registered_sub_views(tmp_path, monkeypatch):
-    """Both are wired through ``sub_view``: they carry a stamp and are drawn when opened, like Alignment."""
+    """Both are put on the page by ``mount``: they carry a stamp and are drawn when opened, like Alignment."""
     import gradio as gr
 
     import app

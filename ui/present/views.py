@@ -33,6 +33,7 @@ from viz import steps as vs
 from viz.common import STEP_ROW_TITLE, layer_head, message_figure, step_row_labels
 
 from . import inside
+from .align_overlay import overlay_for
 from . import KIND_LABELS, decoder_rows, md_escape, unspaced_caption
 from ..state import BeamView, CompareRun, PairRun, Run, Selection, read_index
 
@@ -426,52 +427,111 @@ def hypothesis_figure(hyp, rank):
 # --------------------------------------------------------------------------- the registry of views
 
 @dataclass(frozen=True)
-class ViewSpec:
-    """One view of the screen: where it is (section, sub-view), the Selection fields it reads, and how it
-    is drawn from (run, selection, model). ``draw`` is None where drawing needs a model call (the UI makes
-    it); such a view is still marked stale by its stamp."""
+class Env:
+    """What a view draws with beside the run and the selection: the run's model (None without one) and the
+    app's registry key (for a view that reads files beside the checkpoints)."""
+    lm: object = None
+    reg_key: str = ""
+
+
+@dataclass(frozen=True)
+class Control:
+    """A view's own control, declared without Gradio (``mount`` builds it where the section does not hand
+    it one): a "radio", "dropdown" or "slider" with its choices (or (low, high) for a slider)."""
+    name: str
+    widget: str
+    value: object = None
+    choices: tuple = ()
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Out:
+    """One of a view's outputs, declared without Gradio: a "plot" or a "markdown", in ``draw``'s order."""
+    widget: str = "plot"
+    elem_id: str | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class View:
+    """One view of the screen, defined once: where it is (section, sub-view), the Selection fields it
+    reads, its own controls (by name: ``draw`` takes them as keywords), and ``draw(run, sel, env, **own)``,
+    which returns its output, or a list of them in order. ``model_call``: drawing it runs the model (the
+    model's concurrency group). ``api_name``: where the API serves it. ``outputs`` declared (with ``label``,
+    the tab's name): ``mount`` lays the view out itself; empty: its section lays it out and hands them.
+    ``draw`` None: a view its section draws (a model call the section makes), still stamped."""
     section: str
     subview: str
     reads: frozenset
     draw: Callable | None = None
+    controls: tuple = ()   # names, or Control declarations where mount builds them
+    model_call: bool = False
+    api_name: str | None = None
+    outputs: tuple = ()    # Out declarations where mount builds them
+    label: str = ""
 
     @property
     def name(self) -> str:
         return f"{self.section}/{self.subview}" if self.subview else self.section
 
+    @property
+    def control_names(self) -> tuple:
+        return tuple(c.name if isinstance(c, Control) else c for c in self.controls)
 
-def _spec(section: str, subview: str, reads: str, draw=None) -> ViewSpec:
-    return ViewSpec(section, subview, frozenset(reads.split()), draw)
+
+ViewSpec = View  # the name tests and older code know
 
 
-REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
-    _spec("translate", "", "", lambda run, sel, lm: watch_heads(run)),
-    _spec("attention", "maps", "kind layer head units view scale",
-          lambda run, sel, lm: attention_figure(run, sel.head_ref, sel.view, sel.units, lm,
-                                                sel.scale)),
-    _spec("attention", "alignment", "layer head units",
-          lambda run, sel, lm, mode="head": alignment_view_figure(run, mode, sel.layer, sel.head, sel.units)),
-    _spec("attention", "rollout", "units", lambda run, sel, lm, layer="all": rollout_view_figure(run, layer, sel.units)),
-    _spec("generation", "steps", "step", lambda run, sel, lm: list(step_figures(run, sel.step)[2:])),
-    _spec("generation", "beam-tree", ""),
-    _spec("interventions", "", "", lambda run, sel, lm: model_masks_figure(
-        lm, run.tr.src_tokens, run.tr.output_tokens, NO_INTERVENTION, "")),
-    _spec("computation", "encodings", "", lambda run, sel, lm: inside.embedding_figure(run, lm)),
-    _spec("computation", "inside", "kind layer head query",
-          lambda run, sel, lm: inside.head_figure(run, lm, sel.head_ref, sel.query)),
-    _spec("computation", "residual", "kind layer head units",
-          lambda run, sel, lm: inside.norm_weight_figure(run, lm, sel.head_ref, sel.units)),
-    _spec("computation", "lens", "", lambda run, sel, lm: inside.lens_figure(run, lm)),
-    _spec("computation", "attribution", "units"),
-    _spec("computation", "forced", "", lambda run, sel, lm: inside.forced_view(run)),
-    _spec("computation", "decoderlens", ""),  # a model call per encoder layer: drawn by its section
-    _spec("analysis", "profiles", "kind layer head"),  # its picker opens the selected head
-    _spec("analysis", "pair", ""),
-    _spec("analysis", "export", ""),
-    _spec("analysis", "about", ""),
-    _spec("analysis", "sidebyside", "kind layer head units scale"),  # a second model's run: drawn by its section
-    _spec("learn", "", ""),    # its curves follow the run (a refresher); the head-forming map is on demand
+def view(section: str, subview: str, reads: str = "", draw=None, **kw) -> View:
+    """A View with its fields read as one space-separated string ("kind layer head")."""
+    return View(section, subview, frozenset(reads.split()), draw, **kw)
+
+
+_spec = view
+
+
+def _alignment(run, sel, env, mode="head"):
+    return alignment_view_figure(run, mode, sel.layer, sel.head, sel.units, overlay_for(env.reg_key, run, sel.units))
+
+
+REGISTRY: dict[str, View] = {s.name: s for s in (
+    view("translate", "", "", lambda run, sel, env: watch_heads(run)),
+    view("attention", "maps", "kind layer head units view scale",
+         lambda run, sel, env: attention_figure(run, sel.head_ref, sel.view, sel.units, env.lm, sel.scale)),
+    view("attention", "alignment", "layer head units", _alignment, controls=("mode",), api_name="alignment_view"),
+    view("attention", "rollout", "units", lambda run, sel, env, layer="all": rollout_view_figure(run, layer, sel.units),
+         controls=("layer",), api_name="rollout_view"),
+    view("generation", "steps", "step", lambda run, sel, env: list(step_figures(run, sel.step)[2:])),
+    view("generation", "beam-tree", "", model_call=True, api_name="beam_tree"),
+    view("interventions", "", "", lambda run, sel, env: model_masks_figure(
+        env.lm, run.tr.src_tokens, run.tr.output_tokens, NO_INTERVENTION, "")),
+    view("computation", "encodings", "", lambda run, sel, env: inside.embedding_figure(run, env.lm)),
+    view("computation", "inside", "kind layer head query",
+         lambda run, sel, env: inside.head_figure(run, env.lm, sel.head_ref, sel.query)),
+    view("computation", "residual", "kind layer head units",
+         lambda run, sel, env: inside.norm_weight_figure(run, env.lm, sel.head_ref, sel.units)),
+    view("computation", "lens", "", lambda run, sel, env: inside.lens_figure(run, env.lm)),
+    view("computation", "attribution", "units", model_call=True, api_name="attribution_view"),
+    view("computation", "forced", "", lambda run, sel, env: list(inside.forced_view(run)),
+         api_name="forced_result_view"),
+    view("computation", "decoderlens", "", model_call=True, api_name="decoderlens_view"),  # a call per layer
+    view("analysis", "profiles", "kind layer head", model_call=True, api_name="head_profiles"),  # its picker: that head
+    view("analysis", "pair", ""),
+    view("analysis", "export", ""),
+    view("analysis", "about", ""),
+    view("analysis", "sidebyside", "kind layer head units scale", model_call=True, api_name="sidebyside_view"),  # a second model's run
+    view("learn", "", ""),    # its curves follow the run (a refresher); the head-forming map is on demand
 )}
+
+
+def register(v: View) -> View:
+    """``v`` in the registry (a view added in a file of its own); its sub-view joins its section's list."""
+    from ..state import SUBVIEWS
+    REGISTRY[v.name] = v
+    if v.subview not in SUBVIEWS.setdefault(v.section, ("",)):
+        SUBVIEWS[v.section] = (*SUBVIEWS[v.section], v.subview)
+    return v
 
 
 def stamp_of(name: str, run: Run | None, sel: Selection) -> tuple:
@@ -484,7 +544,8 @@ def stamp_of(name: str, run: Run | None, sel: Selection) -> tuple:
 __all__ = ["attention_figure", "scores_figure", "step_figures", "watch_strip", "watch_heads", "masks_figure",
            "compare_maps_figure", "probability_figure", "positional_figures", "rollout_view_figure",
            "alignment_view_figure", "beam_view_figure", "profiles_view_figure", "head_map_figure",
-           "pair_view_figure", "hypothesis_figure", "NO_INTERVENTION", "REGISTRY", "ViewSpec", "stamp_of"]
+           "pair_view_figure", "hypothesis_figure", "NO_INTERVENTION", "REGISTRY", "View", "ViewSpec", "Env", "Control",
+           "Out", "view", "register", "stamp_of"]
 
 
 def warm_up(reg_key: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import gradio as gr
@@ -18,7 +18,7 @@ from viz.common import message_figure
 from .. import calls
 from ..present import default_direction, md_escape
 from ..state import SUBVIEWS, ModelShape, Run, Selection
-from ..present.views import REGISTRY, stamp_of
+from ..present.views import REGISTRY, Control, Env, View, stamp_of
 
 log = logging.getLogger("attention-explorer")
 MODEL_GROUP = "model"  # every event that runs the model shares this concurrency group
@@ -71,7 +71,8 @@ class Shell:
     subviews: gr.State | None = None
     sel_state: gr.State | None = None  # the Selection itself, held once (``track_selection`` writes it)
     refreshers: list[Refresher] = field(default_factory=list)
-    lazy_views: list = field(default_factory=list)  # SubView
+    lazy_views: list = field(default_factory=list)  # SubView: every mounted view
+    laid_out: dict = field(default_factory=dict)  # view name -> (tab, outputs, controls) that ``place`` built
     # each section's components as its build returns them: one typed dataclass per section and sub-view
     # (typed by name only: the section modules import this one)
     bar: "object | None" = None            # bar.BarParts
@@ -182,8 +183,7 @@ class Shell:
                 out = r.fn(run, ctx)
             except Exception:
                 log.error("a view failed to refresh: %s", traceback.format_exc())
-                out = [message_figure("This view could not be drawn.") if isinstance(c, gr.Plot) else gr.skip()
-                       for c in r.outputs]
+                out = failed(r.outputs)
             values.update(zip(r.outputs, out))
         return values
 
@@ -206,15 +206,20 @@ def link_notice_md(problems: list[str]) -> str:
     return "\n\n".join(f"⚠️ {md_escape(p)}" for p in problems)
 
 
+def error_figure(what: str = "view"):
+    """The one figure a view shows in place of a stack trace."""
+    return message_figure(f"This {what} could not be drawn.")
+
+
 def safe(fn, what: str, n_out: int = 1):
-    """A view handler that answers with a message figure instead of a stack trace."""
+    """A handler outside ``mount`` (a section's own control) that answers with the error figure (and leaves
+    its other outputs) instead of a stack trace."""
     def wrapped(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except Exception:
             log.error("%s failed: %s", what, traceback.format_exc())
-            msg = message_figure(f"The {what} could not be drawn.")
-            return msg if n_out == 1 else (msg, *[gr.skip()] * (n_out - 1))
+            return error_figure(what) if n_out == 1 else (error_figure(what), *[gr.skip()] * (n_out - 1))
     wrapped.__name__ = getattr(fn, "__name__", what)
     return wrapped
 
@@ -255,8 +260,7 @@ def lazy_section(shell: Shell, sid: str, tab, outputs: list, inputs: list, fn: C
             return (sid, run.id, *fn(run, *extra))
         except Exception:
             log.error("section %s failed: %s", sid, traceback.format_exc())
-            return (sid, seen, *[message_figure("This view could not be drawn.") if isinstance(c, gr.Plot)
-                                 else gr.skip() for c in outputs])
+            return (sid, seen, *failed(outputs))
 
     tab.select(on_open, [shell.run_state, stamp, *inputs], [shell.section, stamp, *outputs],
                api_name=f"open_{sid}", api_visibility="undocumented", **VIEW)
@@ -273,61 +277,137 @@ def lazy_values(shell: Shell, sid: str, run, *extra) -> dict:
 
 @dataclass
 class SubView:
-    """A registered view (``views.REGISTRY``) drawn when it is visible and stale: its outputs, the extra
-    inputs (its own controls) ``fn(run, selection, *extra)`` reads, and a stamp of what it shows."""
+    """A view on the page (``mount`` made it): its outputs, its own controls (``inputs``), how it is drawn
+    (``fn(run, selection, *own)`` -> one value per output), a stamp of what it shows, and its definition."""
     name: str
     outputs: list
     inputs: list
     fn: Callable
     stamp: gr.State
+    view: View | None = None
 
 
-def _failed(outputs: list) -> list:
-    return [message_figure("This view could not be drawn.") if isinstance(c, gr.Plot) else gr.skip() for c in outputs]
+Mounted = SubView
+
+
+def failed(outputs: list, what: str = "view") -> list:
+    """The one answer of a view that raised: the error figure in each plot, the rest left as they are."""
+    return [error_figure(what) if isinstance(c, gr.Plot) else gr.skip() for c in outputs]
+
+
+def _listed(out) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _drawer(shell: Shell, view: View) -> Callable:
+    """``view.draw`` as a handler calls it: (run, sel, *own values) -> a list, one value per output."""
+    names = view.control_names
+
+    def fn(run, sel, *own):
+        return _listed(view.draw(run, sel, Env(shell.lm(run), shell.reg_key), **dict(zip(names, own))))
+    return fn
+
+
+def place(shell: Shell, view: View | str) -> None:
+    """Lay out a view that declares its outputs: its tab (inside the section's sub-tabs, where this is
+    called), its own controls and its outputs, kept for ``mount``."""
+    view = REGISTRY[view] if isinstance(view, str) else view
+    with gr.Tab(view.label or view.subview, id=view.subview) as tab:
+        controls = [_control(c) for c in view.controls]
+        outputs = [gr.Plot(label=o.label or None, elem_id=o.elem_id, show_label=False) if o.widget == "plot"
+                   else gr.Markdown(elem_id=o.elem_id) for o in view.outputs]
+    shell.laid_out[view.name] = (tab, outputs, controls)
+
+
+def _control(c: Control):
+    kw = dict(value=c.value, label=c.label or c.name, elem_id=None)
+    if c.widget == "radio":
+        return gr.Radio(list(c.choices), **kw)
+    if c.widget == "slider":
+        return gr.Slider(*c.choices, step=1, **kw)
+    return gr.Dropdown(list(c.choices), **kw)
+
+
+def place_views(shell: Shell, section: str) -> None:
+    """Every registered view of ``section`` that lays itself out (a view added in a file of its own)."""
+    for v in REGISTRY.values():
+        if v.section == section and v.outputs and v.name not in shell.laid_out:
+            place(shell, v)
+
+
+def mount_views(shell: Shell, section: str) -> None:
+    """Mount what ``place_views`` laid out in ``section``."""
+    for v in REGISTRY.values():
+        if v.section == section and v.outputs and v.name in shell.laid_out:
+            mount(shell, v)
+
+
+def mount(shell: Shell, view: View | str, tab=None, outputs: list | None = None, controls: list | None = None,
+          draw: Callable | None = None, own_events: bool = True) -> SubView:
+    """Put ``view`` on the page. It is drawn when it is visible and what it shows (its stamp: the run, the
+    fields it reads, its own controls' values) is not current: when its tab or its section opens, when a
+    field it reads changes while it shows, and (always) when one of its own controls changes (unless
+    ``own_events`` is False: the section wires them itself). Hidden, it keeps its stamp and waits to be
+    opened. An exception draws the one error figure; a link restores it (``subview_values``); it is served
+    on the API under ``view.api_name``. ``tab``, ``outputs`` and ``controls`` are the section's layout (else
+    what ``place`` built); ``draw(run, sel, *own)`` replaces the definition's where the section draws it."""
+    view = REGISTRY[view] if isinstance(view, str) else view
+    if outputs is None:
+        tab, outputs, controls = shell.laid_out[view.name]
+    controls = list(controls or [])
+    sv = SubView(view.name, list(outputs), controls, draw or _drawer(shell, view), gr.State(None), view)
+    shell.lazy_views.append(sv)
+    opts = dict(shell.model_event(), show_progress="hidden") if view.model_call else VIEW
+    ins = [shell.run_state, shell.sel_state, sv.stamp, shell.section, shell.subviews, *controls]
+    outs = [shell.subviews, sv.stamp, *sv.outputs]
+    handler = _mounted_handler(shell, sv)
+    tab.select(lambda *a: handler(*a, opened="tab"), ins, outs, api_name=view.api_name,
+               api_visibility="undocumented" if view.api_name else "private", **opts)
+    shell.section_tabs[view.section].select(lambda *a: handler(*a, opened="section"), ins, outs,
+                                              api_visibility="private", **opts)
+    fields = [f for f in sorted(view.reads) if f not in ("section", "subview")]
+    if fields:
+        shell.on_pick(fields, handler, outs, ins[2:], api_visibility="private", **opts)
+    if controls and own_events:
+        gr.on([c.input for c in controls], lambda *a: handler(*a, force=True), ins, outs, api_visibility="private",
+              **opts)
+    return sv
+
+
+def _mounted_handler(shell: Shell, sv: SubView) -> Callable:
+    view = sv.view
+
+    def draw(run, sel, seen, section, held, *own, opened: bool | str = False, force: bool = False):
+        subviews = dict(held or {})
+        if opened:  # this tab (or its section) was just opened: it is the visible one
+            subviews.setdefault(view.section, view.subview)
+            subviews[view.section] = view.subview if opened == "tab" else subviews[view.section]
+        sel = shell.placed(sel, view.section if opened else section, subviews)
+        visible = (sel.section, sel.subview) == (view.section, view.subview)
+        now = _stamp(sv, run, sel, own)
+        held = subviews if opened else gr.skip()  # only an opening changes which sub-tab shows
+        if run is None or not visible or (seen == now and not force):
+            return (held, seen, *[gr.skip()] * len(sv.outputs))
+        try:
+            return (held, now, *sv.fn(run, sel, *own))
+        except Exception:
+            log.error("view %s failed: %s", sv.name, traceback.format_exc())
+            return (held, seen, *failed(sv.outputs))
+    return draw
+
+
+def _stamp(sv: SubView, run, sel: Selection, own) -> tuple:
+    """What the view shows: the run, the fields it reads, and its own controls' plain values."""
+    return (*stamp_of(sv.name, run, sel), *(v for v in own if isinstance(v, (str, int, float, bool))))
 
 
 def sub_view(shell: Shell, name: str, tab, outputs: list, inputs: list, fn: Callable, model_call: bool = False,
              api_name: str | None = None, own_events: bool = True) -> SubView:
-    """View ``name`` recomputes when it is visible and what it shows is not the current run and selection:
-    when its tab or its section opens, when a field it reads changes while it shows, and (always) when
-    one of its own controls changes (unless ``own_events`` is False: the section wires them itself).
-    Hidden, it keeps its stamp and waits to be opened."""
+    """``mount`` with the section's own layout and drawing (the older call; ``model_call`` and ``api_name``
+    override the definition's)."""
     spec = REGISTRY[name]
-    sv = SubView(name, list(outputs), list(inputs), fn, gr.State(None))
-    shell.lazy_views.append(sv)
-    opts = dict(shell.model_event(), show_progress="hidden") if model_call else VIEW
-
-    def draw(run, sel, seen, section, held, *extra, opened: bool = False, force: bool = False):
-        subviews = dict(held or {})
-        if opened:  # this tab (or its section) was just opened: it is the visible one
-            subviews.setdefault(spec.section, spec.subview)
-            subviews[spec.section] = spec.subview if opened == "tab" else subviews[spec.section]
-        sel = shell.placed(sel, spec.section if opened else section, subviews)
-        visible = (sel.section, sel.subview) == (spec.section, spec.subview)
-        # what it shows: the run, the fields it reads, and its own controls' plain values
-        now = (*stamp_of(name, run, sel), *(v for v in extra if isinstance(v, (str, int, float, bool))))
-        held = subviews if opened else gr.skip()  # only an opening changes which sub-tab shows
-        if run is None or not visible or (seen == now and not force):
-            return (held, seen, *[gr.skip()] * len(outputs))
-        try:
-            return (held, now, *fn(run, sel, *extra))
-        except Exception:
-            log.error("view %s failed: %s", name, traceback.format_exc())
-            return (held, seen, *_failed(outputs))
-
-    extra = [sv.stamp, shell.section, shell.subviews, *inputs]
-    ins, outs = [shell.run_state, shell.sel_state, *extra], [shell.subviews, sv.stamp, *outputs]
-    tab.select(lambda *a: draw(*a, opened="tab"), ins, outs, api_name=api_name,
-               api_visibility="undocumented" if api_name else "private", **opts)
-    shell.section_tabs[spec.section].select(lambda *a: draw(*a, opened="section"), ins, outs,
-                                              api_visibility="private", **opts)
-    fields = [f for f in sorted(spec.reads) if f not in ("section", "subview")]
-    if fields:
-        shell.on_pick(fields, draw, outs, extra, api_visibility="private", **opts)
-    if inputs and own_events:
-        gr.on([c.input for c in inputs], lambda *a: draw(*a, force=True), ins, outs, api_visibility="private",
-              **opts)
-    return sv
+    spec = replace(spec, model_call=model_call or spec.model_call, api_name=api_name or spec.api_name)
+    return mount(shell, spec, tab, outputs, inputs, fn, own_events)
 
 
 def track_selection(shell: Shell) -> None:
@@ -349,12 +429,11 @@ def track_subtabs(shell: Shell, section: str, tabs: dict) -> None:
 
 
 def subview_values(shell: Shell, run: Run, sel: Selection) -> dict:
-    """The stamp and values of the registered view ``sel`` shows (for a link that lands on it)."""
+    """The stamp and values of the mounted view ``sel`` shows (for a link that lands on it)."""
     values = {}
     for sv in shell.lazy_views:
-        spec = REGISTRY[sv.name]
+        spec = sv.view or REGISTRY[sv.name]
         if (spec.section, spec.subview) == (sel.section, sel.subview):
-            extra = [c.value for c in sv.inputs]
-            now = (*stamp_of(sv.name, run, sel), *(v for v in extra if isinstance(v, (str, int, float, bool))))
-            values.update(zip([sv.stamp, *sv.outputs], [now, *sv.fn(run, sel, *extra)]))
+            own = [c.value for c in sv.inputs]
+            values.update(zip([sv.stamp, *sv.outputs], [_stamp(sv, run, sel, own), *sv.fn(run, sel, *own)]))
     return values

@@ -16,7 +16,7 @@ from model.engine.names import SHORT_NAMES, HeadRef
 from viz import export as v_export
 from viz import profiles as v_prof
 
-from . import VIEW, Shell, log, safe, sub_view, track_subtabs
+from . import VIEW, Shell, log, mount, mount_views, place_views, safe, track_subtabs
 from . import interventions, patching, sidebyside
 from .. import align_heads, calls
 from ..present import trust, views, whatif
@@ -159,7 +159,8 @@ def build(shell: Shell) -> AnalysisParts:
             sub_tabs["about"] = _t
             gr.Markdown(about_markdown(shell.reg), elem_id="about")
         with gr.Tab("Two models", id="sidebyside") as _t:
-            sbs = sidebyside.build(shell, _t)  # a registered view: sub_view keeps its sub-tab
+            sbs = sidebyside.build(shell, _t)  # a mounted view: mount keeps its sub-tab
+        place_views(shell, "analysis")  # a view that lays itself out (one file) gets its tab here
     shell.subtabs["analysis"] = tabs
     shell.on_run([prof_pick], lambda run, ctx: _choices(shell, run))
     return AnalysisParts(prof_tab=prof_tab, prof_scope=prof_scope, prof_n=prof_n, prof_stat=prof_stat,
@@ -212,6 +213,7 @@ def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
 def wire(shell: Shell) -> None:
     p = shell.analysis
     sidebyside.wire(shell, p.sbs)
+    mount_views(shell, "analysis")
     prof_out = [p.prof_md, p.prof_heat, p.prof_table, p.prof_state]
     prof_in = [shell.run_state, shell.direction, p.prof_scope, p.prof_n, p.prof_stat]
 
@@ -233,9 +235,8 @@ def wire(shell: Shell) -> None:
         pick = selected_head(shell, run, sel)
         return [*on_profiles(run, name, scope, n, stat), pick, views.head_map_figure(run, pick, shell.lm(run))]
 
-    sub_view(shell, "analysis/profiles", p.prof_tab, [*prof_out, p.prof_pick, p.prof_head_plot],
-             [shell.direction, p.prof_scope, p.prof_n, p.prof_stat], open_profiles,
-             model_call=True, api_name="head_profiles", own_events=False)
+    mount(shell, "analysis/profiles", p.prof_tab, [*prof_out, p.prof_pick, p.prof_head_plot],
+          [shell.direction, p.prof_scope, p.prof_n, p.prof_stat], draw=open_profiles, own_events=False)
     gr.on([p.prof_scope.input, p.prof_n.input], on_profiles, prof_in, prof_out, api_visibility="private",
           **shell.model_event())
     p.prof_stat.input(safe(lambda st, s: views.profiles_view_figure(st[0], s, st[1]) if st else

@@ -9,8 +9,8 @@ import gradio as gr
 
 from model.analysis import profiles as an
 
-from . import VIEW, Shell, layer_choices, log, sub_view, track_subtabs
-from ..present import align_overlay, views
+from . import VIEW, Shell, layer_choices, log, mount, track_subtabs
+from ..present import views
 from ..present.shared import shared
 from ..state import ModelShape, Selection, read_index
 
@@ -154,12 +154,8 @@ def wire(shell: Shell) -> None:
                   api_name="attention_view", api_visibility="undocumented", **VIEW)
     shell.attention.head_click_event = _wire_click(shell)
     track_subtabs(shell, "attention", {"maps": p.maps_tab})
-    sub_view(shell, "attention/alignment", p.align_tab, [p.align_plot], [p.align_mode],
-             lambda run, sel, mode: [views.alignment_view_figure(
-                 run, mode, sel.layer, sel.head, sel.units, align_overlay.overlay_for(shell.reg_key, run, sel.units))],
-             api_name="alignment_view")
-    sub_view(shell, "attention/rollout", p.rollout_tab, [p.rollout_plot], [p.rollout_layer],
-             lambda run, sel, layer: [views.rollout_view_figure(run, layer, sel.units)], api_name="rollout_view")
+    mount(shell, "attention/alignment", p.align_tab, [p.align_plot], [p.align_mode])
+    mount(shell, "attention/rollout", p.rollout_tab, [p.rollout_plot], [p.rollout_layer])
 
 
 def _wire_click(shell: Shell):

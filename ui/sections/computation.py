@@ -11,7 +11,7 @@ import gradio as gr
 from model.analysis.attribution import IG_START, METHODS
 from model.analysis.contrast import resolve_foil
 
-from . import VIEW, RunContext, Shell, branch, decoderlens, encodings, log, sub_view, track_subtabs
+from . import VIEW, RunContext, Shell, branch, decoderlens, encodings, log, mount, safe, track_subtabs
 from .. import calls
 from ..present import contrast, inside, views
 from ..present.payload import reference_pairs
@@ -186,26 +186,16 @@ def _one_head(shell: Shell, run: Run, sel: Selection) -> tuple:
 
 def wire(shell: Shell) -> None:
     p = shell.computation
-    # Attribution and Forced decoding are registered views: ``sub_view`` keeps their sub-tab itself
+    # Attribution and Forced decoding are mounted views: ``mount`` keeps their sub-tab itself
     track_subtabs(shell, SID, {k: t for k, t in p.sub_tabs.items() if k not in ("attribution", "forced")})
     decoderlens.wire(shell, shell.computation.lens)
     encodings.wire(shell)
     _wire_head(shell)
     resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731
-    p.resid_part.input(_safe(resid, "residual stream"), [shell.run_state, p.resid_part], p.resid_plot,
+    p.resid_part.input(safe(resid, "residual stream"), [shell.run_state, p.resid_part], p.resid_plot,
                        api_name="residual_view", api_visibility="undocumented", **VIEW)
     _wire_attribution(shell)
     _wire_forced(shell)
-
-
-def _safe(fn, what):
-    def wrapped(*args):
-        try:
-            return fn(*args)
-        except Exception:
-            log.exception("%s failed", what)
-            return views.message_figure(f"The {what} could not be drawn.")
-    return wrapped
 
 
 def _wire_head(shell: Shell) -> None:
@@ -321,10 +311,9 @@ def _wire_attribution(shell: Shell) -> None:
         return [gr.Dropdown(choices=inside.position_choices(run), value=h.position),
                 *_attribution_values(run, h.attr, sel.units), h, *_foil_choices(run, h.position, kept or "")]
 
-    sub_view(shell, "computation/attribution", p.attr.tab,
-             [p.attr.pos, p.attr.md, p.attr.plot, p.attr.table, p.attr.state, *foils],
-             [p.attr.pos, p.attr.steps, p.attr.state], view, model_call=True, api_name="attribution_view",
-             own_events=False)
+    mount(shell, "computation/attribution", p.attr.tab,
+          [p.attr.pos, p.attr.md, p.attr.plot, p.attr.table, p.attr.state, *foils],
+          [p.attr.pos, p.attr.steps, p.attr.state], draw=view, own_events=False)
 
     def on_pick(run, position, steps, units, held, foil=None, foil_text=None):
         if run is None:
@@ -375,8 +364,7 @@ def _wire_forced(shell: Shell) -> None:
     p.ref_example.input(on_example, [shell.direction, p.ref_example], [shell.text, p.ref_text],
                         api_visibility="private", queue=False, show_progress="hidden")
     # a registered view: a later run (or a hidden tab) never leaves a previous forced run on it
-    sv = sub_view(shell, "computation/forced", p.forced_tab, [p.forced_md, p.forced_plot], [],
-                  lambda run, sel: inside.forced_view(run), api_name="forced_result_view")
+    sv = mount(shell, "computation/forced", p.forced_tab, [p.forced_md, p.forced_plot])
     lz = shell.lazy[SID]
     outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, sv.stamp, *sv.outputs, *shell.run_outputs(),
                *branch.nav_outputs(shell)]

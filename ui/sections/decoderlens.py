@@ -12,7 +12,7 @@ from .. import calls
 from ..present import decoderlens as lens_view
 from ..state import Run, Selection, read_index
 from ..present.views import stamp_of
-from . import Shell, sub_view
+from . import Shell, mount
 
 NAME = "computation/decoderlens"
 
@@ -67,8 +67,7 @@ def wire(shell: Shell, parts: LensParts) -> None:
     def view(run: Run, sel: Selection, layer):
         return values(shell, run, layer)
 
-    sv = sub_view(shell, NAME, parts.tab, parts.outputs(), [parts.layer], view, model_call=True,
-                  api_name="decoderlens_view")
+    sv = mount(shell, NAME, parts.tab, parts.outputs(), [parts.layer], draw=view)
 
     def restorer(sh: Shell, run: Run, sel: Selection, layer: int) -> dict:
         """What a link naming a layer sets on load: the view drawn at that layer, and the stamp the view

@@ -9,7 +9,7 @@ import gradio as gr
 from model.analysis import readouts
 from viz import beam as v_beam
 
-from . import VIEW, Shell, branch, log, sub_view, track_subtabs
+from . import VIEW, Shell, branch, log, mount, track_subtabs
 from .. import calls
 from ..present import views
 from ..present import md_escape
@@ -205,9 +205,8 @@ def wire(shell: Shell) -> None:
     beam_outs = [p.beam_md, p.beam_plot, p.beam_table, p.beam_pick, p.beam_state]
     beam_in = [shell.run_state, p.beam_state, p.beam_size]
     track_subtabs(shell, "generation", {"steps": p.steps_tab})
-    sub_view(shell, "generation/beam-tree", p.beam_tab, beam_outs, [p.beam_state, p.beam_size],
-             lambda run, sel, old, size: _beam_outputs(shell, run, old, size), model_call=True, api_name="beam_tree",
-             own_events=False)
+    mount(shell, "generation/beam-tree", p.beam_tab, beam_outs, [p.beam_state, p.beam_size],
+          draw=lambda run, sel, old, size: _beam_outputs(shell, run, old, size), own_events=False)
     p.beam_btn.click(lambda r, o, s: _beam_outputs(shell, r, o, s, True), beam_in, beam_outs,
                      api_visibility="private", **shell.model_event())
 

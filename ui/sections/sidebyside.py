@@ -22,7 +22,7 @@ from ..present import sidebyside as sbs
 from ..present import md_escape
 from ..present.views import stamp_of
 from ..state import Run, Selection
-from . import Shell, sub_view
+from . import Shell, mount
 
 NAME = "analysis/sidebyside"
 
@@ -151,8 +151,7 @@ def wire(shell: Shell, parts: SideParts) -> None:
     def view(run: Run, sel: Selection, second):
         return values(shell, run, sel, second)
 
-    sv = sub_view(shell, NAME, parts.tab, parts.outputs(), [parts.second], view, model_call=True,
-                  api_name="sidebyside_view")
+    sv = mount(shell, NAME, parts.tab, parts.outputs(), [parts.second], draw=view)
     # every run offers the models that read its source language (another run may read another one)
     shell.on_run([parts.second, sv.stamp, *parts.outputs()[:-1]], lambda run, ctx: on_run(shell, run))
     shell.after_run.append(lambda dep: dep.then(

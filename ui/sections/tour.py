@@ -15,7 +15,7 @@ from ..present import md_escape, model_choices, tour
 from ..state import CLOSED, ModelShape, Selection, from_query, link_url, tour_pick, tour_stop, tour_url
 from ..present.shared import SharedFigure, shared_view
 from ..present.views import REGISTRY
-from . import VIEW, RunContext, Shell, lazy_values, log, subview_values
+from . import VIEW, RunContext, Shell, error_figure, lazy_values, log, subview_values
 from .translate import base_url, replay_event
 
 RELOAD = "reload:"  # the leave link's mark where the stop shows another model (a training frame): a new page
@@ -204,7 +204,7 @@ def _safe_draw(shell: Shell, run, index, units, request, pick: str | None = None
         log.exception("tour stop %s failed", index)
         msg = "This stop could not be drawn for this run."
         return [gr.Column(visible=True), gr.Tabs(visible="hidden"), gr.Button(visible=False), index,
-                f"### Stop {int(index) + 1} of {tour.N_STOPS}", msg, gr.skip(), "", message_figure(msg),
+                f"### Stop {int(index) + 1} of {tour.N_STOPS}", msg, gr.skip(), "", error_figure("stop"),
                 gr.skip(), gr.skip(), gr.skip(), gr.skip(), *_nav(int(index))]
 
 
