@@ -470,6 +470,7 @@ REGISTRY: dict[str, ViewSpec] = {s.name: s for s in (
     _spec("analysis", "export", ""),
     _spec("analysis", "about", ""),
     _spec("analysis", "sidebyside", "kind layer head units scale"),  # a second model's run: drawn by its section
+    _spec("analysis", "corpus", ""),  # a corpus output folder's results: drawn by its section, not from the run
     _spec("learn", "", ""),    # its curves follow the run (a refresher); the head-forming map is on demand
 )}
 

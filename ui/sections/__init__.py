@@ -81,6 +81,7 @@ class Shell:
     interventions: "object | None" = None  # interventions.InterventionsParts
     computation: "object | None" = None    # computation.ComputationParts
     analysis: "object | None" = None       # analysis.AnalysisParts
+    corpus: "object | None" = None         # corpus.CorpusParts (Analysis › Corpus)
     tour: "object | None" = None           # tour.TourParts
     section_tabs: dict = field(default_factory=dict)  # section id -> its gr.Tab
     subtabs: dict = field(default_factory=dict)       # section id -> its gr.Tabs of sub-views
