@@ -180,6 +180,11 @@ def _load(demo, query: dict) -> dict:
 LINK = {"text": "Zwei Hunde spielen im Schnee.", "model": "de-en", "section": "analysis", "subview": "corpus"}
 
 
+def test_the_page_load_may_set_everything_the_corpus_restorer_sets(demo):
+    _, outputs = demo.shell.translate.load_event
+    assert set(demo.shell.restorers["corpus"].outputs) <= set(outputs)
+
+
 def test_a_link_restores_the_corpus_and_the_link_keeps_it(demo, made):
     v = _load(demo, LINK | {"corpus": "runs-alignment"})
     assert "alignment heads" in v["corpus-md"] and "9 analysed, 1 skipped" in v["corpus-md"]

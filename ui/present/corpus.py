@@ -122,7 +122,8 @@ def open_output(text: str, root: Path) -> CorpusOutput:
 
 def heading(out: CorpusOutput) -> str:
     s = out.summary
-    return (f"**{ANALYSIS_NAMES[out.analysis]}** of {md_escape(out.model)} over {s.get('sentences', 0)} "
+    model = Path(out.model).name if Path(out.model).is_absolute() else out.model  # not the server's own paths
+    return (f"**{ANALYSIS_NAMES[out.analysis]}** of {md_escape(model)} over {s.get('sentences', 0)} "
             f"sentences ({s.get('analysed', 0)} analysed, {s.get('skipped', 0)} skipped), from "
             f"{md_escape(out.name)} ({out.n_shards} shards).")
 

@@ -214,6 +214,7 @@ def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
 def wire(shell: Shell) -> None:
     p = shell.analysis
     sidebyside.wire(shell, p.sbs)
+    corpus.wire(shell)
     prof_out = [p.prof_md, p.prof_heat, p.prof_table, p.prof_state]
     prof_in = [shell.run_state, shell.direction, p.prof_scope, p.prof_n, p.prof_stat]
 

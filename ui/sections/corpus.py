@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from model.analysis import profiles as an
-from model.engine.names import HeadRef
+from model.engine.names import SHORT_NAMES, HeadRef
 from model.families import catalog
 from viz import profiles as v_prof
 from viz.common import message_figure
@@ -29,7 +29,8 @@ TABLE_HEADERS = {"profiles": ["kind", "layer", "head", *an.STATS],
                  "alignment": ["rank", "source", "AER", "reading", "precision", "recall", "F1"],
                  "trust": cp.TRUST_HEADERS, "lens": ["encoder layer", "chrF vs own output", "share identical",
                                                      "chrF vs reference"]}
-# a click on a head of the corpus's figures: the head into the hidden box, then its button pressed
+# a click on a head of the corpus's figures: the head kept on the page, then the hidden button pressed (whose
+# event reads it: READ_CLICK_JS); installed once, on page load
 CLICK_JS = """() => {
   if (window.__corpusHook) return [];
   const hook = () => document.querySelectorAll('#corpus-plot .js-plotly-plot').forEach(gd => {
@@ -109,7 +110,8 @@ def values(folder: str, stat: str) -> list:
     try:
         out = cp.open_output(folder, root())
     except cp.CorpusOpenError as e:
-        return [f"⚠️ {md_escape(str(e))}", gr.Dropdown(visible=False), message_figure(str(e)),
+        said = md_escape(str(e)) if not str(folder or "").strip() else f"⚠️ {md_escape(str(e))}"  # empty: a prompt
+        return [said, gr.Dropdown(visible=False), message_figure(str(e)),
                 gr.Dataframe(value=None), gr.Dropdown(visible=False),
                 gr.Button(visible=False), "", None]
     stat = stat if stat in an.STATS else "entropy"
@@ -124,7 +126,8 @@ def values(folder: str, stat: str) -> list:
 def _figure_and_table(out: cp.CorpusOutput, stat: str):
     if out.analysis == "profiles":
         rows = cp.profile_rows(out)
-        table = [[r.kind, r.layer, r.head, *(round(r.stat(s), 4) for s in an.STATS)] for r in rows]
+        table = [[SHORT_NAMES.get(r.kind, r.kind), r.layer, r.head, *(round(r.stat(s), 4) for s in an.STATS)]
+                 for r in rows]
         return cp.profiles_figure(out, stat), table
     if out.analysis == "alignment":
         return cp.ranking_figure(out), cp.ranking_table(out)
@@ -177,7 +180,9 @@ def _split(label: str):
     return kind, int(layer), int(head)
 
 
-def wire(shell: Shell, translate_event: tuple) -> None:
+def wire(shell: Shell) -> None:
+    """The view, its Open and its restorer: wired with its section, before the page load's outputs are listed
+    (a link's load sets them). The heads are wired after the translate event (``wire_heads``)."""
     p: CorpusParts = shell.corpus
 
     def view(run: Run, sel: Selection, folder, stat):
@@ -191,16 +196,13 @@ def wire(shell: Shell, translate_event: tuple) -> None:
         """Drawn at once, with the stamp the view itself would write (opening the tab again does not redraw)."""
         return [(*stamp_of(NAME, run, sel), folder, stat), *values(folder, stat)]
 
-    opened = gr.on([p.open_btn.click, p.folder.submit, p.stat.input], on_open,
+    gr.on([p.open_btn.click, p.folder.submit, p.stat.input], on_open,
                    [shell.run_state, shell.sel_state, p.folder, p.stat], stamped, api_name="open_corpus",
                    api_visibility="undocumented", **VIEW)
-    opened.then(None, None, None, js=CLICK_JS, api_visibility="private")
-    p.tab.select(None, None, None, js=CLICK_JS, api_visibility="private")
-    _wire_heads(shell, translate_event)
     _restorer(shell, sv)
 
 
-def _wire_heads(shell: Shell, translate_event: tuple) -> None:
+def wire_heads(shell: Shell, translate_event: tuple) -> None:
     """A click on a head, or a pick and its button: the controls set, the sentence translated, the replay."""
     p: CorpusParts = shell.corpus
     fn, t_inputs, t_outputs = translate_event
@@ -240,4 +242,4 @@ def _restorer(shell: Shell, sv) -> None:
     shell.restorers["corpus"] = restorer
 
 
-__all__ = ["CorpusParts", "build", "wire", "values", "open_head"]
+__all__ = ["CorpusParts", "build", "wire", "wire_heads", "values", "open_head"]
