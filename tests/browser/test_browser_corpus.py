@@ -102,7 +102,7 @@ def test_on_a_phone_a_link_opens_the_ranking_and_a_picked_head_opens(app):
         page.locator("#corpus-go").click()
         _opened_on_a_corpus_sentence(page, before)
         title = page.evaluate("() => document.querySelector('#attn-plot .js-plotly-plot')?.layout?.title?.text")
-        assert "Cross-attention" in title and "layer 1" in title and "head 0" in title, title
+        assert "Decoder cross-attention" in title and "layer 1" in title and "head 0" in title, title
         link = page.locator("#link-box textarea, #link-box input").first.input_value()
         assert "corpus=runs-alignment" in link, link
         page.screenshot(path=str(ARTIFACTS / "corpus-phone-opened.png"), full_page=False)

@@ -88,7 +88,7 @@ def build(shell: Shell, tab: gr.Tab) -> CorpusParts:
     md = gr.Markdown(elem_id="corpus-md")
     stat = gr.Dropdown(STAT_CHOICES, value="entropy", label="Statistic", elem_id="corpus-stat", visible=False)
     plot = gr.Plot(label="Corpus", elem_id="corpus-plot", show_label=False)
-    table = gr.Dataframe(label="Over the corpus", interactive=False, elem_id="corpus-table")
+    table = gr.Dataframe(label="Over the corpus", interactive=False, elem_id="corpus-table", visible=False)
     with gr.Row():
         pick = gr.Dropdown([], label="Open a head on a sentence of the corpus", elem_id="corpus-pick", scale=3,
                            visible=False)
@@ -112,13 +112,13 @@ def values(folder: str, stat: str) -> list:
     except cp.CorpusOpenError as e:
         said = md_escape(str(e)) if not str(folder or "").strip() else f"⚠️ {md_escape(str(e))}"  # empty: a prompt
         return [said, gr.Dropdown(visible=False), message_figure(str(e)),
-                gr.Dataframe(value=None), gr.Dropdown(visible=False),
+                gr.Dataframe(value=None, visible=False), gr.Dropdown(visible=False),
                 gr.Button(visible=False), "", None]
     stat = stat if stat in an.STATS else "entropy"
     figure, table = _figure_and_table(out, stat)
     heads = cp.head_choices(out)
     return [cp.heading(out), gr.Dropdown(choices=STAT_CHOICES, value=stat, visible=out.analysis == "profiles"), figure,
-            gr.Dataframe(value=table, headers=TABLE_HEADERS[out.analysis]),
+            gr.Dataframe(value=table, headers=TABLE_HEADERS[out.analysis], visible=True),
             gr.Dropdown(choices=heads, value=heads[0] if heads else None, visible=bool(heads)),
             gr.Button(visible=bool(heads)), _extra_md(out), out.name]
 
