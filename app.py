@@ -22,7 +22,7 @@ from ui.api import make_api, make_continue_api
 from ui.style import CSS, HEAD
 from ui.sections import Shell, bar, build_link_notice, clear_link_notice, lazy_section
 from ui.sections import analysis, attention, branch, computation, generation, interventions, translate
-from ui.sections import learn, tour
+from ui.sections import corpus, learn, tour
 from ui.present.views import warm_up
 
 SECTIONS = [("Translate & watch", "translate", translate), ("Attention", "attention", attention),
@@ -69,6 +69,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         translate_event = translate.wire(shell)  # last: a new run refreshes every section
         interventions.wire_preset(shell, translate_event)
         tour.wire(shell, translate_event)
+        corpus.wire_heads(shell, translate_event)  # a head opened from a corpus translates its sentence
         branch.wire(shell)  # continue from here, and the run history
         learn.wire(shell, learn_parts, translate_event)
         translate.wire_load(shell, demo)
@@ -79,6 +80,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         gr.api(api_models, api_name="models")
         gr.api(make_continue_api(reg_key), api_name="continue_from", **shell.model_event())
         demo.load(None, None, None, js=attention.CLICK_JS)
+        demo.load(None, None, None, js=corpus.CLICK_JS)
     overhead.pay_once(demo)  # Gradio's per-visitor costs that do not depend on the visitor
     demo.queue(default_concurrency_limit=1,
                max_size=max(1, int(max_queue or env.queue_size)))

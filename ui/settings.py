@@ -58,6 +58,9 @@ class Settings:
     # ATTN_GRADIO_PATCHES: 0 leaves Gradio's private internals as they are (ui/overhead.py); on by default, and
     # applied only on the Gradio version they were tested on (GRADIO_TESTED)
     gradio_patches: bool = True
+    # ATTN_CORPUS_ROOT: the folder whose corpus outputs (python -m model.corpus) the app may open ("" = the
+    # working folder); a visitor can name no folder outside it
+    corpus_root: str = ""
     host: str = "127.0.0.1"         # GRADIO_SERVER_NAME
     port: int = 7860                # GRADIO_SERVER_PORT
 
@@ -99,7 +102,7 @@ def read(env=None) -> Settings:
                     cache_mb=_int(env, "ATTN_CACHE_MB", 128, least=0), batch_max=_int(env, "ATTN_BATCH", 16),
                     models=_list(env, "ATTN_MODELS"), allow_any_model=_flag(env, "ATTN_ALLOW_ANY_MODEL"),
                     max_models=_int(env, "ATTN_MAX_MODELS", 2), gpu_threshold_m=_float(env, "ATTN_GPU_THRESHOLD_M", 40.0),
-                    gradio_patches=not _off(env, "ATTN_GRADIO_PATCHES"),
+                    gradio_patches=not _off(env, "ATTN_GRADIO_PATCHES"), corpus_root=env.get("ATTN_CORPUS_ROOT", ""),
                     host=env.get("GRADIO_SERVER_NAME") or "127.0.0.1", port=_int(env, "GRADIO_SERVER_PORT", 7860))
 
 

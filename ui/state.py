@@ -27,7 +27,7 @@ SUBVIEWS: dict[str, tuple[str, ...]] = {
     "translate": ("",), "attention": ("maps", "alignment", "rollout"), "generation": ("steps", "beam-tree"),
     "interventions": ("",), "computation": ("encodings", "inside", "residual", "lens", "attribution", "forced",
                                                        "decoderlens"),
-    "analysis": ("profiles", "pair", "export", "about", "sidebyside"), "learn": ("",)}
+    "analysis": ("profiles", "pair", "export", "about", "sidebyside", "corpus"), "learn": ("",)}
 SECTIONS = tuple(SUBVIEWS)
 VIEWS = ("grid", "head", "scores", "mean")
 SCALES = ("shared", "head")
@@ -368,7 +368,8 @@ MAX_LINK_TEXT = 400
 _PATCH_KEYS = {"pa": "text_a", "pb": "text_b", "psite": "site", "pkind": "kind", "ppart": "part", "ppoint": "point",
                "player": "layer", "phead": "head", "ppos": "positions", "pscan": "scan", "pstep": "step",
                "pout": "output", "pfoil": "foil", "pwith": "ablation"}
-WHATIF_KEYS = (*_PATCH_KEYS, "apos", "foil", "model2", "dlayer")
+WHATIF_KEYS = (*_PATCH_KEYS, "apos", "foil", "model2", "dlayer", "corpus")
+MAX_CORPUS_PATH = 500
 
 
 @dataclass(frozen=True)
@@ -400,6 +401,7 @@ class WhatIf:
     foil: str | None = None
     second: str | None = None  # Analysis › Two models: the model beside the run's
     lens_layer: int | None = None  # Computation › DecoderLens: the encoder layer its cross-attention reads
+    corpus: str | None = None  # Analysis › Corpus: the output folder open there (relative to the corpus root)
 
     @property
     def empty(self) -> bool:
@@ -422,6 +424,8 @@ def whatif_query(w: WhatIf) -> dict[str, str]:
         q["model2"] = w.second
     if w.lens_layer is not None:
         q["dlayer"] = str(w.lens_layer)
+    if w.corpus:
+        q["corpus"] = w.corpus
     return q
 
 
@@ -461,8 +465,9 @@ def whatif_from_query(params, shape: ModelShape | None = None) -> tuple[WhatIf, 
     second = str(r.params.get("model2") or "").strip()[:200] or None
     n_enc = shape.n_encoder_layers if shape else 64
     dlayer = r.int("dlayer", -1, 0, n_enc - 1) if "dlayer" in r.params else -1
+    corpus = str(r.params.get("corpus") or "").strip()[:MAX_CORPUS_PATH] or None
     return WhatIf(patch=patch, attr_pos=None if apos < 0 else apos, foil=foil, second=second,
-                  lens_layer=None if dlayer < 0 else dlayer), r.problems
+                  lens_layer=None if dlayer < 0 else dlayer, corpus=corpus), r.problems
 
 
 # --------------------------------------------------------------------------- runs

@@ -81,10 +81,10 @@ def test_a_link_restores_the_chosen_layer_and_the_link_on_screen_names_it(demo):
     link = next(f for f in demo.fns.values() if f.api_name == "make_link").fn
     toggles = (0, True, True, True, [], [])
     shown = lens_view.LensShown(run.id, 2)
-    assert _query(link(run, None, None, *toggles, LENS, None, shown, "http://h/"))["dlayer"] == "2"
-    assert "dlayer" not in _query(link(run, None, None, *toggles, Selection(), None, shown, "http://h/"))
+    assert _query(link(run, None, None, *toggles, LENS, None, shown, None, "http://h/"))["dlayer"] == "2"
+    assert "dlayer" not in _query(link(run, None, None, *toggles, Selection(), None, shown, None, "http://h/"))
     other = lens_view.LensShown("another-run", 2)
-    assert "dlayer" not in _query(link(run, None, None, *toggles, LENS, None, other, "http://h/"))
+    assert "dlayer" not in _query(link(run, None, None, *toggles, LENS, None, other, None, "http://h/"))
 
 
 def test_a_link_with_a_layer_the_model_lacks_says_so_and_shows_layer_0(demo):

@@ -162,7 +162,7 @@ def test_the_link_on_screen_and_the_export_carry_the_bench_and_the_foil(demo):
     on = {s: Selection(section=s.split("/")[0], subview=s.split("/")[-1]) for s in ("analysis/pair",
                                                                                   "computation/attribution")}
     def at(sel, r=run):  # the link button's inputs: no second model, no DecoderLens layer, the page's address last
-        return link(r, bench, held, *toggles, sel, None, None, "http://h/")
+        return link(r, bench, held, *toggles, sel, None, None, None, "http://h/")  # no second model, lens, corpus
     on_pair = at(on["analysis/pair"])
     assert whatif_from_query(_query(on_pair), SHAPES["de-en"]) == (WhatIf(bench), [])
     on_attr = at(on["computation/attribution"])

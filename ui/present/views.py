@@ -521,6 +521,7 @@ REGISTRY: dict[str, View] = {s.name: s for s in (
     view("analysis", "export", ""),
     view("analysis", "about", ""),
     view("analysis", "sidebyside", "kind layer head units scale", model_call=True, api_name="sidebyside_view"),  # a second model's run
+    view("analysis", "corpus", "", api_name="corpus_view"),  # a corpus output folder's results: drawn by its section, not from the run
     view("learn", "", ""),    # its curves follow the run (a refresher); the head-forming map is on demand
 )}
 

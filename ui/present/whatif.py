@@ -42,19 +42,22 @@ def _lens_shown(run: Run | None, lens) -> int | None:
     return lens.layer if run is not None and isinstance(lens, LensShown) and lens.run_id == run.id else None
 
 
-def on_screen(sel: Selection, run: Run | None, bench: PatchLink | None, held, second=None, lens=None) -> WhatIf:
+def on_screen(sel: Selection, run: Run | None, bench: PatchLink | None, held, second=None, lens=None,
+              corpus: str | None = None) -> WhatIf:
     """What the link to this screen adds: the bench where Two sentences shows, the attribution's
     output token and foil where Attribution shows, the second model where Two models shows, the encoder
-    layer where DecoderLens shows."""
+    layer where DecoderLens shows; and the corpus folder open in Analysis › Corpus wherever the screen is
+    (a head opened from it leads to other sections, and the link comes back to the corpus)."""
     where = (sel.section, sel.subview)
     patch = bench if where == ("analysis", "pair") else None
     other = _second_shown(run, second) if where == ("analysis", "sidebyside") else None
     layer = _lens_shown(run, lens) if where == ("computation", "decoderlens") else None
     c = _attribution_shown(run, held) if where == ("computation", "attribution") else None
+    corpus = corpus or None
     if c is None:
-        return WhatIf(patch=patch, second=other, lens_layer=layer)
+        return WhatIf(patch=patch, second=other, lens_layer=layer, corpus=corpus)
     return WhatIf(patch=patch, attr_pos=c.attribution.position, foil=None if c.foil is None else c.foil.asked,
-                  second=other, lens_layer=layer)
+                  second=other, lens_layer=layer, corpus=corpus)
 
 
 def export_settings(run: Run, bench: PatchLink | None, held, second=None) -> dict:
@@ -82,7 +85,7 @@ def load_outputs(shell) -> list:
     return [a.pair_a, a.pair_b, b.patch_site, b.patch_scan, b.patch_part, b.patch_point, b.patch_sel, b.patch_pos,
             b.patch_step, b.patch_foil, b.patch_ablation, b.patch_output, b.patch_md, b.patch_plot, b.patch_state,
             b.patch_model, c.attr.pos, c.attr.foil, c.attr.foil_text, c.attr.md, c.attr.plot, c.attr.table,
-            c.attr.state, *(x for name in ("sidebyside", "decoderlens")
+            c.attr.state, *(x for name in ("sidebyside", "decoderlens", "corpus")
                             for x in getattr(shell.restorers.get(name), "outputs", []))]
 
 
@@ -101,6 +104,9 @@ def restore(shell, run: Run, params: dict, sel: Selection) -> tuple[dict, list[s
     shows_lens = (sel.section, sel.subview) == ("computation", "decoderlens")  # elsewhere the layer is not drawn
     if w.lens_layer is not None and shows_lens and restore_lens is not None:
         values |= restore_lens(shell, run, sel, w.lens_layer)
+    restore_corpus = shell.restorers.get("corpus")
+    if w.corpus and restore_corpus is not None:
+        values |= restore_corpus(shell, run, sel, w.corpus)
     return values, problems
 
 
@@ -113,10 +119,12 @@ def link_after_load(shell, run: Run, sel: Selection, base_url: str, values: dict
     second = second if _second_shown(run, second) else None
     lens = next((v for v in values.values() if isinstance(v, LensShown)), None)
     lens = lens if _lens_shown(run, lens) is not None else None
-    if run.inputs is None or (bench is None and held is None and second is None and lens is None):
+    parts = getattr(shell, "corpus", None)
+    corpus = values.get(parts.held) if parts is not None else None
+    if run.inputs is None or (bench is None and held is None and second is None and lens is None and not corpus):
         return None
     return link_url(base_url, run.inputs, sel.fit(ModelShape.of(shell.lm(run))),
-                    on_screen(sel, run, bench, held, second, lens))
+                    on_screen(sel, run, bench, held, second, lens, corpus))
 
 
 def notice(problems: list[str]) -> str:

@@ -82,6 +82,7 @@ class Shell:
     interventions: "object | None" = None  # interventions.InterventionsParts
     computation: "object | None" = None    # computation.ComputationParts
     analysis: "object | None" = None       # analysis.AnalysisParts
+    corpus: "object | None" = None         # corpus.CorpusParts (Analysis › Corpus)
     tour: "object | None" = None           # tour.TourParts
     section_tabs: dict = field(default_factory=dict)  # section id -> its gr.Tab
     subtabs: dict = field(default_factory=dict)       # section id -> its gr.Tabs of sub-views
@@ -399,15 +400,6 @@ def _mounted_handler(shell: Shell, sv: SubView) -> Callable:
 def _stamp(sv: SubView, run, sel: Selection, own) -> tuple:
     """What the view shows: the run, the fields it reads, and its own controls' plain values."""
     return (*stamp_of(sv.name, run, sel), *(v for v in own if isinstance(v, (str, int, float, bool))))
-
-
-def sub_view(shell: Shell, name: str, tab, outputs: list, inputs: list, fn: Callable, model_call: bool = False,
-             api_name: str | None = None, own_events: bool = True) -> SubView:
-    """``mount`` with the section's own layout and drawing (the older call; ``model_call`` and ``api_name``
-    override the definition's)."""
-    spec = REGISTRY[name]
-    spec = replace(spec, model_call=model_call or spec.model_call, api_name=api_name or spec.api_name)
-    return mount(shell, spec, tab, outputs, inputs, fn, own_events)
 
 
 def track_selection(shell: Shell) -> None:

@@ -17,7 +17,7 @@ from viz import export as v_export
 from viz import profiles as v_prof
 
 from . import VIEW, Shell, log, mount, mount_views, place_views, safe, track_subtabs
-from . import interventions, patching, sidebyside
+from . import corpus, interventions, patching, sidebyside
 from .. import align_heads, calls
 from ..present import trust, views, whatif
 from ..present.payload import PAIR_DEFAULTS, pair_texts, validation_sentences, write_export
@@ -160,6 +160,8 @@ def build(shell: Shell) -> AnalysisParts:
             gr.Markdown(about_markdown(shell.reg), elem_id="about")
         with gr.Tab("Two models", id="sidebyside") as _t:
             sbs = sidebyside.build(shell, _t)  # a mounted view: mount keeps its sub-tab
+        with gr.Tab("Corpus", id="corpus") as _t:
+            shell.corpus = corpus.build(shell, _t)  # a mounted view: mount keeps its sub-tab
         place_views(shell, "analysis")  # a view that lays itself out (one file) gets its tab here
     shell.subtabs["analysis"] = tabs
     shell.on_run([prof_pick], lambda run, ctx: _choices(shell, run))
@@ -213,6 +215,7 @@ def _profiles(shell: Shell, run, name, scope, n, stat, progress=None):
 def wire(shell: Shell) -> None:
     p = shell.analysis
     sidebyside.wire(shell, p.sbs)
+    corpus.wire(shell)
     mount_views(shell, "analysis")
     prof_out = [p.prof_md, p.prof_heat, p.prof_table, p.prof_state]
     prof_in = [shell.run_state, shell.direction, p.prof_scope, p.prof_n, p.prof_stat]
@@ -431,17 +434,17 @@ def _wire_link(shell: Shell) -> None:
         in place of the link box's value: it must be the last input and not a State, whose value gradio
         takes from the session, not from the page)."""
         k = len(toggles)
-        toggles_, (sel, second, lens, base) = rest[:k], rest[k:k + 4]
+        toggles_, (sel, second, lens, folder, base) = rest[:k], rest[k:k + 5]
         if run is None or run.inputs is None:
             return ""
         inputs = replace(run.inputs, toggles=toggles_of(*toggles_))
         sel = Selection.held(sel)
         return link_url(str(base or "/"), inputs, sel.fit(ModelShape.of(shell.lm(run))),
-                        whatif.on_screen(sel, run, bench, attr_held, second, lens))
+                        whatif.on_screen(sel, run, bench, attr_held, second, lens, folder))
 
     link_box = shell.bar.link_box
     link_in = [shell.run_state, p.bench.patch_state, shell.computation.attr.state, *toggles, shell.sel_state,
-               p.sbs.held, shell.computation.lens.held, link_box]
+               p.sbs.held, shell.computation.lens.held, shell.corpus.held, link_box]
     for dep in shell.link_events:  # a bench run or a foil changes what the link to this screen names
         dep.then(on_link, link_in, link_box, js=LINK_JS, api_visibility="private", queue=False)
     shell.bar.link_btn.click(on_link, link_in, link_box, js=LINK_JS, api_name="make_link",
@@ -449,6 +452,6 @@ def _wire_link(shell: Shell) -> None:
         None, link_box, None, js=COPY_JS, api_visibility="private")
     # the box follows the screen: every new run (each sets a fresh run status), toggle and selection change
     gr.on([shell.translate.run_status.change, *(c.change for c in toggles), shell.sel_state.change,
-           p.sbs.held.change, shell.computation.lens.held.change], on_link,
+           p.sbs.held.change, shell.computation.lens.held.change, shell.corpus.held.change], on_link,
           link_in, link_box, js=LINK_JS, api_name="follow_link", api_visibility="undocumented", queue=False,
           show_progress="hidden", trigger_mode="always_last")
