@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 import gradio as gr
