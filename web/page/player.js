@@ -127,19 +127,22 @@ export function esc(t) {
 
 const wide = (ch) => /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\u3000-\u303f\uff01-\uff60]/u.test(ch);
 
-/** viz.common.token_labels: escaped, cut to ``n`` display columns (a wide character counts two), a blank
- * token shown as ␣, and a token that occurs twice numbered with its position as a subscript. */
+/** viz.common.short: cut to ``n`` display columns (a wide character counts two) with "…". */
+export function short(s, n) {
+  s = String(s);
+  let w = 0;
+  for (const ch of s) w += wide(ch) ? 2 : 1;
+  if (w <= n) return s;
+  let out = "";
+  w = 0;
+  for (const ch of s) { w += wide(ch) ? 2 : 1; if (w > n - 1) break; out += ch; }
+  return `${out}…`;
+}
+
+/** viz.common.token_labels: escaped, cut to ``n`` display columns, a blank token shown as ␣, and a token
+ * that occurs twice numbered with its position as a subscript. */
 export function tokenLabels(tokens, n) {
-  const cut = (s) => {
-    let w = 0;
-    for (const ch of s) w += wide(ch) ? 2 : 1;
-    if (w <= n) return s;
-    let out = "";
-    w = 0;
-    for (const ch of s) { w += wide(ch) ? 2 : 1; if (w > n - 1) break; out += ch; }
-    return `${out}…`;
-  };
-  const labels = tokens.map((t) => (String(t).trim() ? esc(cut(String(t))) : "␣"));
+  const labels = tokens.map((t) => (String(t).trim() ? esc(short(t, n)) : "␣"));
   const count = new Map();
   labels.forEach((l) => count.set(l, (count.get(l) ?? 0) + 1));
   const sub = (i) => String(i).replace(/\d/g, (d) => "₀₁₂₃₄₅₆₇₈₉"[d]);

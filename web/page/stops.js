@@ -3,30 +3,17 @@
 // axis words); this module fills it with the numbers this page computed for the sentence on screen, as the
 // viz/ function it came from fills it (each filler names that function).
 
-import { FIGURES, esc, tokenLabels } from "./player.js";
+import { FIGURES, esc, short, tokenLabels } from "./player.js";
 
 const SIG = 4;  // viz.computation.SIG: significant digits a figure keeps
 const MAX_TICK_LABELS = 24, MIN_LABEL_FONT = 10;  // viz.common's
 const SPECIAL = new Set(["<bos>", "<eos>", "<pad>", "<unk>", "<s>", "</s>"]);
-const wide = (ch) => /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\u3000-\u303f\uff01-\uff60]/u.test(ch);
 
 /** viz.computation.rounded: float32 of ``x`` rounded to SIG significant digits. */
 export function rounded(x) {
   if (!Number.isFinite(x) || x === 0) return Number.isFinite(x) ? x : null;
   const scale = 10 ** (SIG - 1 - Math.floor(Math.log10(Math.abs(x))));
   return Math.fround(Math.round(x * scale) / scale);
-}
-
-/** viz.common.short: cut to ``n`` display columns with "…". */
-export function short(s, n) {
-  s = String(s);
-  let w = 0;
-  for (const ch of s) w += wide(ch) ? 2 : 1;
-  if (w <= n) return s;
-  let out = "";
-  w = 0;
-  for (const ch of s) { w += wide(ch) ? 2 : 1; if (w > n - 1) break; out += ch; }
-  return `${out}…`;
 }
 
 /** viz.common.step_row_labels: "input→produced" for each decoder row. */
