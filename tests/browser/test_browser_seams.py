@@ -13,7 +13,7 @@ import pytest
 
 from tests.browser_fixtures import ARTIFACTS, WAIT, load, new_page, pick as _pick, pick_kind
 # the same app (de-en and en-de tiny checkpoints) and browser, one per module
-from tests.browser.test_browser_select import _tab, app_url, browser  # noqa: F401
+from tests.browser.test_browser_select import _tab, app_url  # noqa: F401
 from viz.common import layer_head
 
 pytestmark = pytest.mark.browser

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 import pytest
 
 from tests.app_fixtures import served
-from tests.browser_fixtures import (ARTIFACTS, WAIT, check_chromium, chromium, load, new_page, pick,
+from tests.browser_fixtures import (ARTIFACTS, WAIT, check_chromium, load, new_page, pick,
                                     pick_kind)
 from tests.browser.test_browser import _plot, _wait_done
 
@@ -24,17 +24,6 @@ def app_url(tmp_path_factory):
         yield url
 
 
-@pytest.fixture(scope="module")
-def browser(app_url):
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser, app_url):
-    pg = load(new_page(browser), app_url)
-    yield pg
-    pg.close()
 
 
 def _open(browser, app_url, **query):

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from tests.app_fixtures import served
-from tests.browser_fixtures import (ARTIFACTS, WAIT, check_chromium, chromium, click_head_panel, load, new_page,
+from tests.browser_fixtures import (ARTIFACTS, WAIT, check_chromium, click_head_panel, new_page,
                                     pick, scroll_to)
 from tests.browser.test_browser import _plot, _status, _translate, _wait_done
 from viz.common import layer_head
@@ -27,18 +27,6 @@ def app_url(tmp_path_factory):
         yield url
 
 
-@pytest.fixture(scope="module")
-def browser(app_url):
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser, app_url):
-    """A fresh page for each test: its first run is the first example, translated on load."""
-    pg = load(new_page(browser), app_url)
-    yield pg
-    pg.close()
 
 
 def _tab(page, name):
