@@ -337,8 +337,14 @@ def finite_absmax(z: np.ndarray, default: float = 1e-6) -> float:
     return float(m) if m > 0 else default
 
 
+PLOT_ROOM = 120  # px a fixed-height figure keeps between its margins; Plotly refuses to draw below ~64
+
+
 def _with_font(layout: dict) -> dict:
     layout.setdefault("font", {}).setdefault("family", FONT_FAMILY)
+    margin, height = layout.get("margin") or {}, layout.get("height")
+    if height is not None:  # tall titles and tick labels may take the plot's height (Plotly: "axis scaling")
+        layout["height"] = max(int(height), margin.get("t", 100) + margin.get("b", 80) + PLOT_ROOM)
     return layout
 
 

@@ -2,9 +2,8 @@
 of 8 heads, as a distilled student might be), opened by a link that names it: every section draws.
 (That each kind shows its own heads is checked without a browser in tests/ui/test_asymmetric_views.py.)
 
-Plotly logs "Something went wrong with axis scaling" once the Attention tab opens on this model (not on
-a symmetric one): a console message, not a wrong figure; it is not traced yet, so it is the one console
-message let through here."""
+No console message is let through: a one-step decoder's grid once left its plot 50 px between the margins,
+and Plotly stopped drawing ("Something went wrong with axis scaling"), on a busy machine for good."""
 from __future__ import annotations
 
 import pytest
@@ -44,5 +43,5 @@ def test_every_section_draws(page):
             _plot(page, PLOTS[name])
         assert "could not be drawn" not in page.locator("body").inner_text(), name
     assert _status(page).strip().startswith("✓")
-    assert not [e for e in page.errors if "axis scaling" not in e], page.errors[:5]
+    assert not page.errors, page.errors[:5]
 
