@@ -8,6 +8,8 @@ import pytest
 from tests.app_fixtures import make_checkpoint
 from ui.sections import Shell
 
+CROSS = "decoder.cross_attn"
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
@@ -71,3 +73,17 @@ def test_a_panel_click_builds_the_selection_before_the_thumbnails_read_it(demo):
     after = [fn for fn in demo.fns.values() if fn.trigger_after == built[0]._id]
     assert after and all(shell.sel_state in fn.inputs for fn in after)
     assert any(shell.translate.watch_heads in fn.outputs for fn in after)
+
+
+def test_the_maps_answer_leaves_the_layer_box_alone_unless_the_kind_has_fewer_layers(demo):
+    """A pick of the kind draws the maps; its answer must not restate the layer box's value, or a layer
+    picked while it was drawn comes back as the older one. Only a layer the kind lacks is brought inside."""
+    from ui.state import Selection
+    fns = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
+    values = fns["translate_stream"]("Zwei Hunde spielen.", "de-en", "greedy", 1, 8, Selection.of(CROSS))
+    run = next(v for v in values.values() if type(v).__name__ == "Run")
+    _, box = fns["attention_view"](run, Selection.of(CROSS, 1, 0))
+    assert "value" not in box.constructor_args, box.constructor_args  # the choices only
+    assert [v for _, v in box.choices] == [0, 1]
+    _, box = fns["attention_view"](run, Selection.of(CROSS, 5, 0))  # past the last layer: brought inside
+    assert box.constructor_args["value"] == 1

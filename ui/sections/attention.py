@@ -129,12 +129,16 @@ def build_click_proxy(shell: Shell) -> None:
         button=gr.Button("open head", elem_id="head-click-btn", elem_classes="proxy"))
 
 
-def _maps(shell: Shell, run, sel: Selection) -> list:
+def _maps(shell: Shell, run, sel: Selection, set_layer: bool = True) -> list:
+    """[the maps, the layer box]. ``set_layer`` False: the box's value is sent only where the kind has
+    fewer layers (a reply that restated it would undo a layer picked while this one was drawn)."""
     lm = shell.lm(run)
     n = ModelShape.of(lm).layers(sel.kind)
     layer = read_index(sel.layer, 0, n)
     fig = shared(run.tr, ("attention", run.model, sel.kind, sel.view, layer, sel.head, sel.units, sel.scale),
                  lambda: views.attention_figure(run, replace(sel, layer=layer).head_ref, sel.view, sel.units, lm, sel.scale))
+    if not set_layer and layer == sel.layer:
+        return [fig, gr.Dropdown(choices=layer_choices(n))]
     return [fig, gr.Dropdown(choices=layer_choices(n), value=layer)]
 
 
@@ -145,7 +149,7 @@ def wire(shell: Shell) -> None:
         try:
             if run is None:
                 return views.message_figure(views.FIRST), gr.skip()
-            return tuple(_maps(shell, run, sel))
+            return tuple(_maps(shell, run, sel, set_layer=False))
         except Exception:
             log.exception("attention view failed")
             return views.message_figure("This view could not be drawn."), gr.skip()
