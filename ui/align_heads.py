@@ -212,7 +212,7 @@ def wire(shell) -> None:
         except Exception as e:
             log.exception("alignment ranking failed")
             return (f"⚠️ The alignment ranking failed ({md_escape(type(e).__name__)}).",
-                    views.message_figure("The alignment ranking could not be drawn."), None)
+                    views.error_figure("alignment ranking"), None)
 
     def on_row(run, evt: gr.SelectData):
         """A head's row opens its map of the current run in the head-map panel above."""
@@ -225,7 +225,7 @@ def wire(shell) -> None:
             return label, views.head_map_figure(run, label, shell.lm(run)), *shell.select_head(run, label)
         except Exception:
             log.exception("alignment row select failed")
-            return gr.skip(), views.message_figure("This head's map could not be drawn."), *(gr.skip(),) * 3
+            return gr.skip(), views.error_figure("head's map"), *(gr.skip(),) * 3
 
     p.button.click(on_rank, [shell.run_state, shell.direction, p.sentence], [p.md, p.heat, p.table],
                    api_visibility="private", **shell.model_event())

@@ -73,6 +73,11 @@ def kind_view(run: Run, kind: str, units: str, lm, trace=None) -> KindView:
                     caption=caption)
 
 
+
+def error_figure(what: str = "view"):
+    """The one figure a view shows in place of a stack trace: "This {what} could not be drawn."."""
+    return message_figure(f"This {what} could not be drawn.")
+
 def attention_figure(run: Run | None, ref: HeadRef, view: str, units: str = "words", lm=None, scale: str = "shared"):
     """``ref``'s kind in ``view`` ('grid', 'head', 'mean' or 'scores'); 'head' and 'scores' show ``ref`` itself."""
     if run is None or run.tr.trace is None:

@@ -13,12 +13,11 @@ import gradio as gr
 from model.engine.names import HeadRef
 from model.families import catalog
 from model.families.ours import Registry
-from viz.common import message_figure
 
 from .. import calls
 from ..present import default_direction, md_escape
 from ..state import SUBVIEWS, ModelShape, Run, Selection
-from ..present.views import REGISTRY, Control, Env, View, stamp_of
+from ..present.views import REGISTRY, Control, Env, View, error_figure, stamp_of
 
 log = logging.getLogger("attention-explorer")
 MODEL_GROUP = "model"  # every event that runs the model shares this concurrency group
@@ -205,11 +204,6 @@ def clear_link_notice(shell: Shell) -> None:
 
 def link_notice_md(problems: list[str]) -> str:
     return "\n\n".join(f"⚠️ {md_escape(p)}" for p in problems)
-
-
-def error_figure(what: str = "view"):
-    """The one figure a view shows in place of a stack trace."""
-    return message_figure(f"This {what} could not be drawn.")
 
 
 def safe(fn, what: str, n_out: int = 1):

@@ -16,7 +16,7 @@ from model.engine.names import SHORT_NAMES, HeadRef
 from viz import export as v_export
 from viz import profiles as v_prof
 
-from . import VIEW, Shell, log, mount, mount_views, place_views, safe, track_subtabs
+from . import VIEW, Shell, error_figure, log, mount, mount_views, place_views, safe, track_subtabs
 from . import corpus, interventions, patching, sidebyside
 from .. import align_heads, calls
 from ..present import trust, views, whatif
@@ -227,7 +227,7 @@ def wire(shell: Shell) -> None:
         except Exception as e:
             log.exception("head profiles failed")
             return (f"⚠️ The head profiles failed ({md_escape(type(e).__name__)}).",
-                    views.message_figure("The head profiles could not be drawn."), gr.skip(), gr.skip())
+                    error_figure("head-profile view"), gr.skip(), gr.skip())
 
     head_map = safe(lambda r, lab: views.head_map_figure(r, lab, shell.lm(r)), "head map")
     track_subtabs(shell, "analysis", {v: t for v, t in p.sub_tabs.items() if v != "profiles"})
@@ -253,7 +253,7 @@ def wire(shell: Shell) -> None:
             return label, views.head_map_figure(run, label, shell.lm(run)), *shell.select_head(run, label)
         except Exception:
             log.exception("head select failed")
-            return gr.skip(), views.message_figure("This head's map could not be drawn."), *(gr.skip(),) * 3
+            return gr.skip(), error_figure("head's map"), *(gr.skip(),) * 3
 
     # a row or a picked head sets the one selection too: every view that shows one head then shows it
     bar = [shell.kind, shell.layer, shell.head]
@@ -293,7 +293,7 @@ def _pair(shell: Shell, text_a, text_b, run, name, sel: Selection):
     except Exception as e:
         log.exception("pair failed")
         return (f"⚠️ The comparison failed ({md_escape(type(e).__name__)}).",
-                views.message_figure("The two sentences could not be drawn."), gr.skip())
+                error_figure("comparison of two sentences"), gr.skip())
 
 
 def follow_direction(run, text_a, text_b, pair, bench_model) -> tuple:

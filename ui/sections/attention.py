@@ -9,7 +9,7 @@ import gradio as gr
 
 from model.analysis import profiles as an
 
-from . import VIEW, Shell, layer_choices, log, mount, track_subtabs
+from . import VIEW, Shell, error_figure, layer_choices, log, mount, track_subtabs
 from ..present import views
 from ..present.shared import shared
 from ..state import ModelShape, Selection, read_index
@@ -152,7 +152,7 @@ def wire(shell: Shell) -> None:
             return tuple(_maps(shell, run, sel, set_layer=False))
         except Exception:
             log.exception("attention view failed")
-            return views.message_figure("This view could not be drawn."), gr.skip()
+            return error_figure("view"), gr.skip()
 
     shell.on_pick(("kind", "view", "layer", "head", "units", "scale"), on_attention, [p.attn_plot, shell.layer],
                   api_name="attention_view", api_visibility="undocumented", **VIEW)
