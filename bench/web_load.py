@@ -1,6 +1,6 @@
 """The static page's load and translate costs in Chromium, served by nginx (gzip) from this machine.
 
-    python -m bench.web_load [--loads 3] [--site DIR] [--old DIR]
+    python -m bench.web_load [--loads 3] [--site DIR] [--old DIR] [--isolated] [--out FILE]
 
 - bytes to the first map: what Chromium received off the wire for the page's own requests (DevTools'
   encodedDataLength, headers and compressed bodies) until the first grid of heads is drawn, cold (a fresh
@@ -11,13 +11,15 @@
 - time to the first map: navigation start to the grid drawn (performance.now() when it is drawn), cold and
   warm. The first screen is the example sentence's run computed when the site was built (web/first.py); the
   model then loads in the background, and "model ready" is when it has (a typed sentence runs at once);
-- translate: a 12-word sentence, greedy with every head captured at the last step, WASM, one thread (the
-  page's own timing, median of 5 after one warm-up);
+- translate: a 12-word sentence, greedy with every head captured at the last step, WASM on one thread (the
+  isolated page's on "threads"), the page's own timing, median of 5 after one warm-up;
 - a 2,000-character sentence typed and translated through the page's button: the longest main-thread task
   (the Long Tasks API) from the click until the status says it is done, and that wall time.
 
 ``--old DIR``: another build of the page (today's, say) measured in the same run, its loads interleaved with
-the new one's, on its own server. Writes bench/web_load.json with the machine's load.
+the new one's, on its own server. ``--isolated``: the same build served a second time with the cross-origin
+isolation headers a static Space's README sets, measured in the same run (ONNX Runtime then runs on threads).
+Writes bench/web_load.json (or ``--out``) with the machine's load.
 """
 from __future__ import annotations
 
@@ -39,10 +41,10 @@ LONG = ("Ein Hund läuft durch den Schnee und ein Mann sieht ihm zu. " * 40)[:20
 class Served:
     """One site on its own nginx, with the log of what the server sent."""
 
-    def __init__(self, stack: ExitStack, folder: Path, name: str):
+    def __init__(self, stack: ExitStack, folder: Path, name: str, isolated: bool = False):
         self.name, self.log = name, Path(tempfile.mkdtemp(prefix="web-load-")) / "sent.log"
         self.log.touch()
-        self.base = stack.enter_context(nginx_server(folder, log=self.log))
+        self.base = stack.enter_context(nginx_server(folder, log=self.log, isolated=isolated))
 
     def sent(self, since: int) -> tuple[int, int, int]:
         """(bytes, requests, log size) of the lines written after byte ``since`` of the log."""
@@ -69,6 +71,9 @@ def load_once(context, served: Served) -> dict:
     sent, requests, _ = served.sent(start)
     return {"page": page, "ms": round(ms), "bytes": bytes_, "ready_ms": round(page.evaluate("window.explorer.modelReady")),
             "ready_bytes": got["bytes"], "server_bytes": sent, "server_requests": requests}
+
+
+THREADS = "(async () => (await window.explorer.translate('de-en', 'Ein Hund.')).threads)()"
 
 
 def translate_ms(page) -> float:
@@ -103,7 +108,8 @@ def measure(browser, served: Served, long: bool) -> dict:
     row = {"cold_ms": cold["ms"], "cold_bytes": cold["bytes"], "warm_ms": warm["ms"], "warm_bytes": warm["bytes"],
            "cold_ready_ms": cold["ready_ms"], "cold_ready_bytes": cold["ready_bytes"], "warm_ready_ms": warm["ready_ms"],
            "cold_server_bytes": cold["server_bytes"], "warm_server_bytes": warm["server_bytes"],
-           "warm_server_requests": warm["server_requests"], "translate_ms": translate_ms(warm["page"])}
+           "warm_server_requests": warm["server_requests"], "translate_ms": translate_ms(warm["page"]),
+           "threads": warm["page"].evaluate(THREADS)}
     if long:
         row.update(long_input(warm["page"]))
     context.close()
@@ -116,10 +122,14 @@ def main(argv=None) -> int:
     ap.add_argument("--site", type=Path, default=None)
     ap.add_argument("--old", type=Path, default=None, help="another build of the page, measured in the same run")
     ap.add_argument("--no-long", action="store_true", help="skip the 2,000-character translation")
+    ap.add_argument("--isolated", action="store_true", help="the build also served with the isolation headers")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "web_load.json")
     args = ap.parse_args(argv)
-    rows: dict[str, list] = {"new": [], "old": []} if args.old else {"new": []}
     with ExitStack() as stack:
-        sites = [Served(stack, args.site or site(), "new")] + ([Served(stack, args.old, "old")] if args.old else [])
+        folder = args.site or site()
+        sites = [Served(stack, folder, "new")] + ([Served(stack, args.old, "old")] if args.old else []) + (
+            [Served(stack, folder, "isolated", isolated=True)] if args.isolated else [])
+        rows: dict[str, list] = {s.name: [] for s in sites}
         browser = stack.enter_context(chromium())
         for i in range(args.loads):
             for served in sites if i % 2 == 0 else sites[::-1]:  # interleaved: neither always goes first
@@ -128,7 +138,7 @@ def main(argv=None) -> int:
     med = {name: {k: statistics.median(r[k] for r in rs if k in r) for k in rs[0]} for name, rs in rows.items()}
     out = {"rows": rows, "median": med, "sentence": SENTENCE, "long_chars": len(LONG), "load_average": os.getloadavg()}
     print("median:", json.dumps(med, indent=1))
-    (ROOT / "bench" / "web_load.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    args.out.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     return 0
 
 

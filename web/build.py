@@ -51,6 +51,10 @@ sdk: static
 app_file: index.html
 pinned: false
 license: mit
+custom_headers:
+  cross-origin-embedder-policy: require-corp
+  cross-origin-opener-policy: same-origin
+  cross-origin-resource-policy: cross-origin
 ---
 
 Our small translation Transformers ({directions}) running in the visitor's browser with ONNX Runtime Web:

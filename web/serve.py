@@ -68,11 +68,18 @@ NGINX_TYPES = ("text/html html; text/css css; application/javascript js mjs; app
                "application/json json; application/octet-stream onnx; text/markdown md;")
 
 
+# what web.build's SPACE_README asks the Hub to send (custom_headers)
+ISOLATION = ("add_header Cross-Origin-Opener-Policy same-origin always; "
+             "add_header Cross-Origin-Embedder-Policy require-corp always; "
+             "add_header Cross-Origin-Resource-Policy cross-origin always;")
+
+
 @contextmanager
-def nginx_server(folder: Path, log: Path | None = None):
+def nginx_server(folder: Path, log: Path | None = None, isolated: bool = False):
     """nginx serving ``folder`` as a static host does (gzip on, the right types for modules and WASM; a file's
     precompressed ``.gz`` beside it is sent as it is, where there is one). ``log``: a file that gets one line
-    per request, ``uri status bytes-sent`` (what left the server, headers included)."""
+    per request, ``uri status bytes-sent`` (what left the server, headers included). ``isolated``: with the
+    cross-origin isolation headers a static Space's README sets (the page then runs the model on threads)."""
     if NGINX is None:
         raise RuntimeError("nginx is not installed (Debian: apt-get install -y nginx); .ci/run installs it")
     work = Path(tempfile.mkdtemp(prefix="web-nginx-"))
@@ -83,7 +90,7 @@ events {{ worker_connections 256; }}
 http {{ {temp} log_format sent '$request_uri $status $bytes_sent'; access_log {log or work / 'access.log'} sent;
   types {{ {NGINX_TYPES} }}
   gzip on; gzip_static on; gzip_types application/javascript application/wasm application/json application/octet-stream text/css;
-  server {{ listen 127.0.0.1:{port}; root {folder}; index index.html; }} }}
+  server {{ listen 127.0.0.1:{port}; root {folder}; index index.html; {ISOLATION if isolated else ""} }} }}
 """)
     try:
         with _serving([NGINX, "-c", str(work / "nginx.conf"), "-p", str(work), "-g", "daemon off;"], port) as base:

@@ -107,7 +107,7 @@ function runOf(d, name, text, src, res, switches, notes) {
     dir: name, srcText: text, srcTokens: src.tokens, srcIds: src.ids, outIds: res.ids, outTokens,
     decoderInput: ["<bos>", ...outTokens.slice(0, -1)], text: toText(outTokens, d.spm, d.meta.tgt_lang),
     patterns: patterns(d, res), steps: res.steps.map((s) => ({ ...s, tokens: s.ids.map((i) => d.spm.pieces[i]) })),
-    enc: res.enc, dec: res.dec, switches, notices: notes, ms: res.ms,
+    enc: res.enc, dec: res.dec, switches, notices: notes, ms: res.ms, threads: res.threads,
   };
 }
 
@@ -420,7 +420,7 @@ async function show(run) {
   $("translation").textContent = run.text;
   $("timing").textContent = run.ms === null
     ? `${run.outIds.length} tokens, computed by the same model when this page was built; a sentence you type runs in this browser`
-    : `${run.outIds.length} tokens in ${run.ms.toFixed(0)} ms, in this browser`;
+    : `${run.outIds.length} tokens in ${run.ms.toFixed(0)} ms, in this browser (${run.threads > 1 ? `${run.threads} threads` : "one thread"})`;
   await drawGrid($("grid"), run, $("grid-kind").value);
   window.explorer.firstMap ??= performance.now();  // for bench/web_load.py: navigation start -> first grid
   await breathe();

@@ -10,6 +10,10 @@ const SHELL = ["index.html", "style.css", "app.js", "engine.js", "spm.js", "word
 const scope = new URL("./", self.location.href).href;
 const pending = new Map();  // cache key -> Promise of the kept response (two asks, one download)
 
+// what a kept copy keeps of the response's headers: its type, and the isolation headers without which an
+// isolated page may not start a worker from it (ONNX Runtime's threads)
+const KEPT = ["content-type", "cross-origin-embedder-policy", "cross-origin-opener-policy", "cross-origin-resource-policy"];
+const keptHeaders = (h) => Object.fromEntries(KEPT.filter((k) => h.has(k)).map((k) => [k, h.get(k)]));
 const keyOf = (path) => `${scope}${path}?v=${FILES[path]}`;
 const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
 
@@ -29,7 +33,7 @@ async function listed(path, keep = () => {}) {
   let send;
   const kept = new Promise((ok) => { send = ok; }).then(async (r) => {
     const body = await r.arrayBuffer();
-    const out = new Response(body, { headers: { "content-type": r.headers.get("content-type") ?? "" } });
+    const out = new Response(body, { headers: keptHeaders(r.headers) });
     if (await contentHash(body) === FILES[path]) await cache.put(key, out.clone());
     return out;  // a stale copy from the HTTP cache is not kept: the next ask downloads the file
   });

@@ -5,14 +5,17 @@
 import * as ort from "./vendor/ort.wasm.min.mjs";
 import { Direction, remembered, topK } from "./engine.js";
 
-ort.env.wasm.numThreads = 1;  // no cross-origin isolation on a static host: one thread
+// Threads share memory, which a browser allows only a cross-origin isolated page (the Space's README sets
+// the headers); elsewhere one thread. More than 4 gains little on graphs this small.
+const THREADS = self.crossOriginIsolated ? Math.max(1, Math.min(4, navigator.hardwareConcurrency || 1)) : 1;
+ort.env.wasm.numThreads = THREADS;
 ort.env.wasm.wasmPaths = new URL("./vendor/", import.meta.url).href;
 
 const WASM = "ort-wasm-simd-threaded.wasm";  // meta.bytes names it "vendor/" + WASM
 const GRAPHS = ["encoder.onnx", "decoder.onnx"];  // then the weights: weights.bin, or its parts (meta.weights)
 const sessions = new Map();  // model folder -> Promise of {encoder, decoder, meta}
 const tokenizers = new Map();  // direction -> Promise of its Direction (words and pieces, no graphs)
-let runs = Promise.resolve();  // one graph run at a time: ONNX Runtime's WASM has one thread
+let runs = Promise.resolve();  // one graph run at a time: a session runs one call at once
 
 /** A file's bytes, read as they arrive so that the page can show a progress bar. A failed or cut download
  * says which file and why. */
@@ -129,7 +132,7 @@ async function greedy(m, ids, sw, views, k) {
     if (s.choice === meta.eos_id) break;
   }
   const dec = views ? plainAll(await step(m, ys.slice(0, -1), enc.memory, src, sw, null, null)) : null;
-  return { ids: ys.slice(1), steps, enc: plainAll(enc), dec, ms: performance.now() - t0 };
+  return { ids: ys.slice(1), steps, enc: plainAll(enc), dec, ms: performance.now() - t0, threads: THREADS };
 }
 
 const OPS = {
