@@ -30,7 +30,7 @@ IN_BROWSER = (0, 1, 2, 3, 4, 5, 6, 7, 10)  # the app's stop indices the page com
 MASKS = 4  # the masks stop's index: its "Try it" switches the look-ahead mask off
 MOVED = 8  # What moved the output: ALTI+ needs the server; the example sentence's is stored at build time
 STORED = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10)  # the stops whose figure the build stores (web/build.py STORED_STOPS)
-FILLED = {1, 2, 5, 6, 8}  # the stops whose figure the page fills from its own run (page/stops.js FILLED)
+FILLED = {1, 2, 4, 5, 6, 7, 8, 11}  # the stops whose figure the page fills from its own run (page/stops.js FILLED)
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -273,6 +273,13 @@ def try_it(page, number: int, value: str) -> None:
     page.wait_for_selector(f"#tour li[data-stop='{number}'][data-pick='{value}'] .tour-figure")
 
 
+def other_picks(t: tour.TourRun) -> tuple[tuple[int, str], ...]:
+    """A pick other than the default at the stops whose pick is a layer, a head or a step: the last encoder
+    layer (stop 4), the head after the sharpest cross-attention head (stop 7), the first step (stop 11)."""
+    cfg = t.lm.model.cfg
+    return ((3, str(cfg.n_encoder_layers - 1)), (6, str((tour.peak_cross(t)[1] + 1) % cfg.n_heads)), (10, "0"))
+
+
 @pytest.mark.parametrize("name", DIRECTIONS)
 def test_try_it_changes_the_figure_as_the_apps_does(served, name, monkeypatch):
     """Each filled stop's "Try it" offers the app's choices; a pick redraws the stop's sentences and figure as
@@ -283,7 +290,7 @@ def test_try_it_changes_the_figure_as_the_apps_does(served, name, monkeypatch):
     t = tour_run(name, text)
     monkeypatch.setattr(tour.calls, "gpu_translate", lambda _k, _m, src, opts, iv: translate(t.lm, src, opts, iv))
     last_word = max(i for i, x in enumerate(t.tr.src_tokens) if x not in tour.SPECIAL)
-    for index, pick in ((0, str(last_word)), (1, "off"), (5, str(len(t.tr.decoder_input_tokens) - 1))):
+    for index, pick in ((0, str(last_word)), (1, "off"), (5, str(len(t.tr.decoder_input_tokens) - 1)), *other_picks(t)):
         number, app = index + 1, tour.stop(t, index, pick)
         before = stop_figure(page, number)
         options = page.eval_on_selector_all(f"#tour li[data-stop='{number}'] select.try-pick option",
@@ -304,6 +311,7 @@ def test_try_it_changes_the_figure_as_the_apps_does(served, name, monkeypatch):
     assert_same_figure(ours, tour.masks_figure(t, True), f"{name} stop {MASKS + 1} off")
 
 
+TYPED_COMPARED = {4, 6, 7, 11}  # the typed sentence's figures compared with the app's here
 TYPED = {"de-en": "Zwei Kinder spielen im Garten mit einem roten Ball.", "en-fr": "A dog runs on the beach."}
 
 
@@ -311,7 +319,7 @@ TYPED = {"de-en": "Zwei Kinder spielen im Garten mit einem roten Ball.", "en-fr"
 @pytest.mark.parametrize("name", sorted(TYPED))
 def test_a_typed_sentence_gets_a_figure_at_every_stop(served, name, size):
     """A sentence the student types: the stops the page fills draw their figure from the page's own run (the
-    app's figure for that sentence, stop 6's compared here); every other stop says its figure needs the server
+    app's figure for that sentence, those of TYPED_COMPARED compared here); every other stop says its figure needs the server
     and links to the same stop on the same sentence in the app. Screenshots at both widths."""
     page, _ = served
     page.set_viewport_size({"width": size[0], "height": size[1]})
@@ -322,8 +330,8 @@ def test_a_typed_sentence_gets_a_figure_at_every_stop(served, name, size):
         if number in FILLED:
             ours = stop_figure(page, number)
             assert ours["filled"] == "page" and ours["data"], f"stop {number}"
-            if number == 6:
-                assert_same_figure(ours, tour.stop(t, 5).figure, f"{name} stop 6, typed")
+            if number in TYPED_COMPARED:
+                assert_same_figure(ours, tour.stop(t, number - 1).figure, f"{name} stop {number}, typed")
             continue
         assert page.locator(f"{item} .tour-figure").count() == 0, f"stop {number}: no stored figure of another sentence"
         links = [urlparse(a) for a in page.eval_on_selector_all(f"{item} a.app-link", "(as) => as.map((a) => a.href)")]

@@ -255,9 +255,9 @@ const picksOf = (run) => (tourPicks.run === run ? tourPicks : (tourPicks = { run
 /** A stop's "Try it": the app's choices (stops.js trialOf); a pick redraws the stop's text and figure. */
 function trialControl(run, stop, stored, maskOff) {
   const { picks } = picksOf(run);
-  const trial = trialOf(stop.number, run, stored?.stops[stop.number], picks[stop.number], stored?.example);
+  const trial = trialOf(stop.number, run, stored?.stops[stop.number], picks[stop.number], stored?.example, stop.value);
   if (!trial || stop.number === MASK_STOP) return [];
-  const defaultTrial = trialOf(stop.number, run, stored?.stops[stop.number], undefined, stored?.example);
+  const defaultTrial = trialOf(stop.number, run, stored?.stops[stop.number], undefined, stored?.example, stop.value);
   const sel = Object.assign(document.createElement("select"), { className: "try-pick" });
   sel.setAttribute("aria-label", trial.label);
   for (const [label, value] of trial.choices) sel.append(new Option(label, value));
