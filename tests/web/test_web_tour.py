@@ -30,7 +30,7 @@ IN_BROWSER = (0, 1, 2, 3, 4, 5, 6, 7, 10)  # the app's stop indices the page com
 MASKS = 4  # the masks stop's index: its "Try it" switches the look-ahead mask off
 MOVED = 8  # What moved the output: ALTI+ needs the server; the example sentence's is stored at build time
 STORED = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10)  # the stops whose figure the build stores (web/build.py STORED_STOPS)
-FILLED = {1, 2, 4, 5, 6, 7, 8, 11}  # the stops whose figure the page fills from its own run (page/stops.js FILLED)
+FILLED = {1, 2, 3, 4, 5, 6, 7, 8, 11}  # the stops whose figure the page fills from its own run (page/stops.js FILLED)
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -274,10 +274,13 @@ def try_it(page, number: int, value: str) -> None:
 
 
 def other_picks(t: tour.TourRun) -> tuple[tuple[int, str], ...]:
-    """A pick other than the default at the stops whose pick is a layer, a head or a step: the last encoder
-    layer (stop 4), the head after the sharpest cross-attention head (stop 7), the first step (stop 11)."""
+    """A pick other than the default at the stops whose pick is a query, a layer, a head or a step: the last
+    source word (stop 3), the last encoder layer (stop 4), the head after the sharpest cross-attention head
+    (stop 7), the first step (stop 11)."""
     cfg = t.lm.model.cfg
-    return ((3, str(cfg.n_encoder_layers - 1)), (6, str((tour.peak_cross(t)[1] + 1) % cfg.n_heads)), (10, "0"))
+    last_word = max(i for i, x in enumerate(t.tr.src_tokens) if x not in tour.SPECIAL)
+    return ((2, str(last_word)), (3, str(cfg.n_encoder_layers - 1)),
+            (6, str((tour.peak_cross(t)[1] + 1) % cfg.n_heads)), (10, "0"))
 
 
 @pytest.mark.parametrize("name", DIRECTIONS)
@@ -311,7 +314,7 @@ def test_try_it_changes_the_figure_as_the_apps_does(served, name, monkeypatch):
     assert_same_figure(ours, tour.masks_figure(t, True), f"{name} stop {MASKS + 1} off")
 
 
-TYPED_COMPARED = {4, 6, 7, 11}  # the typed sentence's figures compared with the app's here
+TYPED_COMPARED = {3, 4, 6, 7, 11}  # the typed sentence's figures compared with the app's here
 TYPED = {"de-en": "Zwei Kinder spielen im Garten mit einem roten Ball.", "en-fr": "A dog runs on the beach."}
 
 

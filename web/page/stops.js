@@ -319,8 +319,66 @@ function headsMini(sk, run, d, pick, f) {
   return fig;
 }
 
+// ---------------------------------------------------------------- one head, one query
+
+const STRIP_PX = 28, TITLE_PX = 26, DIM_LABELS_PX = 22, ALPHA_TEXT_MAX = 16, KEY_ROW_LABEL = 12;  // viz.computation's
+const absMax = (xs, dflt = 1e-6) => { const m = Math.max(...xs.filter(Number.isFinite).map(Math.abs)); return m > 0 ? m : dflt; };
+
+/** (1, H, A, B) tensor: head ``h``'s A rows. */
+const headRows = (t, h) => { const [, , A, B] = t.dims; return Array.from({ length: A }, (_, a) => Array.from(t.data.subarray((h * A + a) * B, (h * A + a + 1) * B))); };
+
+/** viz.computation._column_domains: the panels' y domains, stacked per column under their titles; the height. */
+function columnDomains(panels, keysPx) {
+  const tops = [], heights = [], used = {}, above = {};
+  for (const { col, keys, showX } of panels) {
+    tops.push((used[col] ?? 0) + TITLE_PX + (above[col] ? DIM_LABELS_PX : 0));
+    heights.push(keys ? keysPx : STRIP_PX);
+    used[col] = tops.at(-1) + heights.at(-1);
+    above[col] = showX;
+  }
+  const total = Math.max(...Object.values(used));
+  return { doms: tops.map((t, i) => [1 - (t + heights[i]) / total, 1 - t / total]), total };
+}
+
+/** Stop 3 (viz.computation.head_computation, as ui.present.inside.head_figure draws export.TOUR_HEAD): one
+ * query's q, the keys, the scores, the mask, α, the values, z = αV and the head's output after W_O. */
+function headComputation(sk, run, query, maxLabel) {
+  const fig = fresh(sk), toks = run.srcTokens, Tk = toks.length, head = 0;
+  const names = Object.keys(run.enc), v = names.find((n) => n.startsWith("enc_v_")), res = names.find((n) => n.startsWith("enc_result_"));
+  const q = headRows(run.enc.enc_q_0, head)[query], K = headRows(run.enc.enc_k_0, head), V = headRows(run.enc[v], head);
+  const scores = headRows(run.enc.enc_scores_0, head)[query], alpha = headRows(run.enc.enc_pattern_0, head)[query];
+  const z = q.map((_, c) => alpha.reduce((a, w, j) => a + w * V[j][c], 0));
+  const out = row(run.enc[res], query);
+  const qk = absMax([...q, ...K.flat()]), vz = absMax([...V.flat(), ...z]), sLo = absMax(scores);
+  const r = (m) => m.map((x) => x.map(rounded));
+  const panels = [[[q], qk, 0, false, false], [K, qk, 0, true, true], [[scores], sLo, 0, false, false], [[scores], sLo, 0, false, false],
+    [[alpha], 1, 0, false, true], [V, vz, 1, true, true], [[z], vz, 1, false, false], [[out], absMax(out), 1, false, true]]
+    .map(([m, top, col, keys, showX]) => ({ m, top, col, keys, showX }));
+  fig.data = fig.data.filter(isHeatmap);  // one sentence: no key hidden
+  panels.forEach((p, i) => Object.assign(fig.data[i], { z: r(p.m), zmax: p.top, zmin: i === 4 ? 0 : -p.top }));
+  if (Tk <= ALPHA_TEXT_MAX) {
+    const text = [alpha.map((x) => rounded(x)).map((x) => (x >= 0.995 ? "1" : x.toFixed(2).replace(/^0/, "")))];
+    Object.assign(fig.data[4], { text, texttemplate: "%{text}", textfont: fig.data[4].textfont ?? { size: 9 } });
+  } else { delete fig.data[4].text; delete fig.data[4].texttemplate; }
+  const { doms, total } = columnDomains(panels, Math.max(60, Math.min(420, 18 * Tk)));
+  const fs = labelFontSize(Tk), keyAxis = (n, show, extra = {}) => ({ ...tokenAxis(toks.map((t) => short(t, n)), maxLabel, { fontSize: fs, ...extra }), showticklabels: show });
+  panels.forEach((p, i) => {
+    const ax = i ? String(i + 1) : "", xa = fig.layout[`xaxis${ax}`], ya = fig.layout[`yaxis${ax}`];
+    if ([2, 3, 4].includes(i)) fig.layout[`xaxis${ax}`] = { ...keyAxis(maxLabel, p.showX, { angle: -60 }), domain: xa.domain, anchor: xa.anchor, ...(xa.matches ? { matches: xa.matches } : {}) };
+    else fig.layout[`xaxis${ax}`] = { ...xa, showticklabels: p.showX };
+    fig.layout[`yaxis${ax}`] = p.keys ? { ...keyAxis(KEY_ROW_LABEL, true), autorange: "reversed", domain: doms[i], anchor: ya.anchor } : { ...ya, domain: doms[i] };
+    fig.layout.annotations[i].y = doms[i][1];
+  });
+  const label = `${query}: ${toks[query]}`;
+  fig.layout.title.text = fig.layout.title.text.replace(/query \d+: .*$/, esc(`query ${label}`));
+  fig.layout.annotations[0].text = fig.layout.annotations[0].text.replace(/ of “.*”$/, String(toks[query]) ? ` of “${esc(short(toks[query], maxLabel))}”` : "");
+  fig.layout.height = total + 60 + 90;
+  thin(fig);
+  return fig;
+}
+
 /** The stops whose figure this page fills (the others: the app's, stored for the example sentence). */
-export const FILLED = new Set([1, 2, 4, 5, 6, 7, 8, 11]);
+export const FILLED = new Set([1, 2, 3, 4, 5, 6, 7, 8, 11]);
 export const POS_STOP = 2, STEP_STOP = 8;  // positional encoding (its pick: "off"), one decoding step
 
 /** The content token the app's tour starts on (TourRun.content_src). */
@@ -360,6 +418,7 @@ export async function stopFigure(number, run, d, skeleton, pick, plotPx) {
   if (number === 5) return maskPanels(skeleton, run, d.meta, pick === "off", plotPx, maxLabel);
   if (number === 6) return residualNorms(skeleton, run, +(pick ?? Math.min(1, run.decoderInput.length - 1)), maxLabel);
   if (number === 8) return topkBars(skeleton, f.topk_bars, run, +pick, maxLabel, f.inside_from);
+  if (number === 3) return headComputation(skeleton, run, +(pick ?? contentSrc(run)), maxLabel);
   if (number === 4) return layerHeads(skeleton, run, d, plotPx, maxLabel);
   if (number === 7) return crossHeadFigure(skeleton, run, d, pick, f);
   if (number === 11) return headsMini(skeleton, run, d, pick, f);
