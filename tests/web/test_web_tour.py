@@ -273,6 +273,22 @@ def try_it(page, number: int, value: str) -> None:
     page.wait_for_selector(f"#tour li[data-stop='{number}'][data-pick='{value}'] .tour-figure")
 
 
+def assert_pick_is_the_apps(page, t: tour.TourRun, index: int, pick: str, name: str) -> None:
+    """Stop ``index + 1``'s "Try it" offers the app's choices; picking ``pick`` changes the page's figure into the
+    app's figure for that pick, and its sentences into the app's (with what changed, where the app says it)."""
+    number, app = index + 1, tour.stop(t, index, pick)
+    before = stop_figure(page, number)
+    options = page.eval_on_selector_all(f"#tour li[data-stop='{number}'] select.try-pick option",
+                                        "(os) => os.map((o) => [o.textContent, o.value])")
+    assert [tuple(o) for o in options] == [tuple(c) for c in app.trial.choices], f"stop {number}: the app's choices"
+    try_it(page, number, pick)
+    ours = stop_figure(page, number)
+    assert ours["data"] != before["data"], f"stop {number}: the pick changes the figure"
+    assert_same_figure(ours, app.figure, f"{name} stop {number} {pick}")
+    want = app.sentences + [x for x in [tour.tried(t, index, pick)] if x]
+    assert shown_stops(page)[number] == want, f"stop {number} {pick}"
+
+
 def other_picks(t: tour.TourRun) -> tuple[tuple[int, str], ...]:
     """A pick other than the default at the stops whose pick is a query, a layer, a head or a step: the last
     source word (stop 3), the last encoder layer (stop 4), the head after the sharpest cross-attention head
@@ -294,18 +310,7 @@ def test_try_it_changes_the_figure_as_the_apps_does(served, name, monkeypatch):
     monkeypatch.setattr(tour.calls, "gpu_translate", lambda _k, _m, src, opts, iv: translate(t.lm, src, opts, iv))
     last_word = max(i for i, x in enumerate(t.tr.src_tokens) if x not in tour.SPECIAL)
     for index, pick in ((0, str(last_word)), (1, "off"), (5, str(len(t.tr.decoder_input_tokens) - 1)), *other_picks(t)):
-        number, app = index + 1, tour.stop(t, index, pick)
-        before = stop_figure(page, number)
-        options = page.eval_on_selector_all(f"#tour li[data-stop='{number}'] select.try-pick option",
-                                            "(os) => os.map((o) => [o.textContent, o.value])")
-        assert [tuple(o) for o in options] == [tuple(c) for c in app.trial.choices], f"stop {number}: the app's choices"
-        try_it(page, number, pick)
-        ours = stop_figure(page, number)
-        assert ours["data"] != before["data"], f"stop {number}: the pick changes the figure"
-        assert_same_figure(ours, app.figure, f"{name} stop {number} {pick}")
-        sentences = shown_stops(page)[number]
-        want = app.sentences + [x for x in [tour.tried(t, index, pick)] if x]
-        assert sentences == want, f"stop {number} {pick}"
+        assert_pick_is_the_apps(page, t, index, pick, name)
     before = stop_figure(page, MASKS + 1)  # the masks stop's own button: the look-ahead mask off
     page.click(f"#tour li[data-stop='{MASKS + 1}'] button")
     page.wait_for_selector(f"#tour li[data-stop='{MASKS + 1}'] p.changed")
@@ -347,3 +352,16 @@ def test_a_typed_sentence_gets_a_figure_at_every_stop(served, name, size):
             path=str(ARTIFACTS / f"web-tour-typed-{name}-stop{number}-{size[0]}.png"))
     page.click("#tour li[data-stop='1'] h3")
     page.locator("#tour").screenshot(path=str(ARTIFACTS / f"web-tour-typed-{name}-{size[0]}.png"))
+
+
+@pytest.mark.parametrize("name", sorted(TYPED))
+def test_try_it_on_a_typed_sentence_is_the_apps(served, name):
+    """On a typed sentence too, the stops whose pick is a query, a layer, a head or a step offer the app's
+    choices, and a pick draws the app's figure and sentences for it from the page's own run."""
+    page, _ = served
+    page.set_viewport_size({"width": 1440, "height": 900})
+    _translate(page, name, TYPED[name])
+    t = tour_run(name, TYPED[name])
+    for index, pick in other_picks(t):
+        assert_pick_is_the_apps(page, t, index, pick, f"{name}, typed")
+        assert page.get_attribute(f"#tour li[data-stop='{index + 1}'] .tour-figure", "data-filled") == "page"
