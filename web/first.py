@@ -11,11 +11,11 @@ import base64
 
 import numpy as np
 
-from .export import TOUR_RESULT, TOUR_V
 from .runtime import Graphs
 
-# the tour's tensors beside the patterns: stops 1-2 (embeddings), 3 (one head's scores, q, K, V and output)
-TOUR_TENSORS = ("enc_embed", "enc_pos", "enc_scores_0", "enc_q_0", "enc_k_0", TOUR_V, TOUR_RESULT)
+# the tour's tensors beside the patterns: stops 1-2 (embeddings), 3's sentences (one head's scores); its
+# figure's q, K, V and output are left to the page, which runs the encoder when a pick redraws it
+TOUR_TENSORS = ("enc_embed", "enc_pos", "enc_scores_0")
 
 TOP_K = 10  # page/engine.js TOP_K
 

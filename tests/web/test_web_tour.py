@@ -365,3 +365,18 @@ def test_try_it_on_a_typed_sentence_is_the_apps(served, name):
     for index, pick in other_picks(t):
         assert_pick_is_the_apps(page, t, index, pick, f"{name}, typed")
         assert page.get_attribute(f"#tour li[data-stop='{index + 1}'] .tour-figure", "data-filled") == "page"
+
+
+def test_a_pick_on_the_first_screen_draws_the_apps_figure(served):
+    """The first screen (the example's run, stored at build time without stop 3's q, K and V) shows the app's
+    stored figure at stop 3; a query picked there runs the encoder in the page and draws the app's figure."""
+    page, examples = served
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(page.url.split("?")[0])
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
+    name = page.input_value("#dir")
+    t = tour_run(name, examples[name])
+    assert stop_figure(page, 3)["filled"] == "stored"
+    last_word = max(i for i, x in enumerate(t.tr.src_tokens) if x not in tour.SPECIAL)
+    assert_pick_is_the_apps(page, t, 2, str(last_word), f"{name}, first screen")
+    assert page.get_attribute("#tour li[data-stop='3'] .tour-figure", "data-filled") == "page"

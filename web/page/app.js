@@ -204,6 +204,7 @@ function serverNote(run, number, what = "This stop needs the server (PyTorch): "
 }
 
 const storedTours = new Map();
+const ONE_HEAD_STOP = 3;
 
 /** The app's tour of the direction's example sentence, drawn by its own viz/ code when the site was built
  * (models/<name>/tour.json): each stop's figure is the skeleton the page fills for any sentence, and, for that
@@ -238,7 +239,11 @@ async function figureOf(run, d, stop, stored, pick) {
   const kept = stored?.stops[stop.number], skeleton = kept?.picks?.[stop.off ? "off" : pick] ?? kept?.figure;
   const at = stop.number === STEP_STOP ? decodingStep(run, d, site.tour) : null;
   const what = stop.number === STEP_STOP && pick !== "beam" ? at : stop.off ? "off" : pick;
-  let fig = await stopFigure(stop.number, run, d, skeleton, what, stored?.plot_px).catch((e) => { console.warn(e); return null; });
+  // a first screen stores no tensors of stop 3's figure (web/first.py): its stored figure, or a pick's run here
+  const lean = stop.number === ONE_HEAD_STOP && !run.enc.enc_q_0;
+  if (lean && pick !== undefined) await d.encode(run.srcIds, run.switches).then(({ out }) => Object.assign(run.enc, out), (e) => console.warn(e));
+  let fig = lean && pick === undefined ? null
+    : await stopFigure(stop.number, run, d, skeleton, what, stored?.plot_px).catch((e) => { console.warn(e); return null; });
   if (!fig && stored?.example && !stop.off && pick === undefined) fig = kept?.figure ?? null;  // the app's, as stored
   if (!fig) return serverNote(run, stop.number, "Its figure for this sentence needs the server: ", pick);
   const el = Object.assign(document.createElement("div"), { className: "plot tour-figure" });
