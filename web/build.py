@@ -167,6 +167,14 @@ def pick_skeletons(lm) -> tuple[tuple[int, str], ...]:
     return ((1, "off"),) + layers  # positional encoding switched off: the figure says so in its title
 
 
+def numbers_left_out(fig: dict) -> dict:
+    """A skeleton only ever filled (never shown as stored): its heatmaps' weights left out, the page writes its own."""
+    for trace in fig["data"]:
+        if trace.get("type") == "heatmap":
+            trace["z"] = []
+    return fig
+
+
 def write_tour(lm, target: Path, text: str) -> None:
     """models/<name>/tour.json: the app's tour of the example sentence (ui/present/tour.py), each stop's sentences,
     its "Try it" and its figure as the app's viz/ draws it: the skeleton the page fills for any sentence
@@ -183,7 +191,8 @@ def write_tour(lm, target: Path, text: str) -> None:
             "trial": {"label": s.trial.label, "choices": s.trial.choices, "value": s.trial.default}}
         for n, s in stops.items()}}
     for i, pick in pick_skeletons(lm):  # a pick whose figure has another title: its own skeleton
-        stored["stops"][i + 1].setdefault("picks", {})[pick] = figure(tour.stop(t, i, pick))
+        fig = figure(tour.stop(t, i, pick))
+        stored["stops"][i + 1].setdefault("picks", {})[pick] = numbers_left_out(fig) if i == MANY_HEADS else fig
     stored["stops"][MASKS + 1]["picks"] = {"off": json.loads(tour.masks_figure(t, True).to_json())}
     (target / TOUR).write_text(json.dumps(stored, ensure_ascii=False), encoding="utf-8")
 

@@ -9,8 +9,8 @@ const WORD_START = "\u2581";
 const UNSPACED = [[0x0E00, 0x0EFF], [0x0F00, 0x0FFF], [0x1000, 0x109F], [0x1780, 0x17FF], [0x2E80, 0x2FDF],
   [0x3000, 0x30FF], [0x31F0, 0x31FF], [0x3400, 0x4DBF], [0x4E00, 0x9FFF], [0xF900, 0xFAFF], [0xFE30, 0xFE4F],
   [0xFF00, 0xFF9F], [0x20000, 0x3134F]];
-export const MASK_STOP = 5;
-const CROSS_STOP = 7;  // its "Try it" picks a head of the sharpest head's layer, that head first  // its "Try it": the look-ahead mask switched off (app.js runs the model)
+export const MASK_STOP = 5;  // its "Try it": the look-ahead mask switched off (app.js runs the model)
+const CROSS_STOP = 7;  // its "Try it" picks a head of the sharpest head's layer, that head first
 
 /** ui.present.md_escape: HTML first, then Markdown punctuation. */
 export const mdEscape = (x) => String(x).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
