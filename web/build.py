@@ -161,8 +161,22 @@ def write_first_screen(lm, target: Path, meta: dict) -> None:
 
 # the app's stops drawn for the example sentence: all but Watch it learn, whose frames the app's registry finds
 STORED_STOPS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10)
-PICK_SKELETONS = ((1, "off"),)
-MASKS = 4  # the masks stop: its "off" figure drawn without the model call its text makes  # positional encoding switched off: the figure says so in its title
+MASKS = 4  # the masks stop: its "off" figure drawn without the model call its text makes
+MANY_HEADS = 3  # its pick is a layer: each layer's figure has its own title and hovers
+
+
+def pick_skeletons(lm) -> tuple[tuple[int, str], ...]:
+    """(stop index, pick) of the picks whose figure has another title than the stop's own: their skeletons."""
+    layers = tuple((MANY_HEADS, str(layer)) for layer in range(1, lm.model.cfg.n_encoder_layers))
+    return ((1, "off"),) + layers  # positional encoding switched off: the figure says so in its title
+
+
+def numbers_left_out(fig: dict) -> dict:
+    """A skeleton only ever filled (never shown as stored): its heatmaps' weights left out, the page writes its own."""
+    for trace in fig["data"]:
+        if trace.get("type") == "heatmap":
+            trace["z"] = []
+    return fig
 
 
 def write_tour(lm, target: Path, text: str) -> None:
@@ -180,8 +194,9 @@ def write_tour(lm, target: Path, text: str) -> None:
         n: {"sentences": s.sentences, "figure": figure(s),
             "trial": {"label": s.trial.label, "choices": s.trial.choices, "value": s.trial.default}}
         for n, s in stops.items()}}
-    for i, pick in PICK_SKELETONS:  # a pick whose figure has another title: its own skeleton
-        stored["stops"][i + 1]["picks"] = {pick: figure(tour.stop(t, i, pick))}
+    for i, pick in pick_skeletons(lm):  # a pick whose figure has another title: its own skeleton
+        fig = figure(tour.stop(t, i, pick))
+        stored["stops"][i + 1].setdefault("picks", {})[pick] = numbers_left_out(fig) if i == MANY_HEADS else fig
     stored["stops"][MASKS + 1]["picks"] = {"off": json.loads(tour.masks_figure(t, True).to_json())}
     (target / TOUR).write_text(json.dumps(stored, ensure_ascii=False), encoding="utf-8")
 

@@ -1,6 +1,7 @@
 """The shipped models as two ONNX graphs each, traced through the engine's own modules.
 
-- the encoder: source ids -> memory, with every head's pattern (and the scores, q and K the tour reads);
+- the encoder: source ids -> memory, with every head's pattern (and the scores, q and K the tour reads, and
+  for the tour's one head, TOUR_HEAD, its values and its output after W_O);
 - the decoder over new target positions after a cache of past self-attention keys and values: prefix ids
   and the cache -> the next token's logits, the cache grown by the new positions, and every self- and
   cross-attention pattern of the new positions. One graph serves both ways the engine decodes
@@ -26,6 +27,8 @@ from model.engine.names import CROSS, DEC_SELF, ENC_SELF, hook_name
 
 OPSET = 17
 FLAGS = ("use_padding_mask", "use_causal_mask", "use_pos")
+TOUR_HEAD = (0, 0)  # the encoder head the tour's "One head" stop opens (ui/present/tour.py stop_one_head)
+TOUR_V, TOUR_RESULT = "enc_v_{}".format(TOUR_HEAD[0]), "enc_result_{}_{}".format(*TOUR_HEAD)
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,8 @@ class EncoderGraph(nn.Module):
         self.model = model
         self.attn = attention_outputs("enc", ENC_SELF, model.cfg.n_encoder_layers)
         self.names = GraphNames(("src", "use_padding_mask", "use_pos"),
-                                ("memory", "enc_embed", "enc_pos", "enc_norms", *(n for n, _ in self.attn)))
+                                ("memory", "enc_embed", "enc_pos", "enc_norms", *(n for n, _ in self.attn),
+                                 TOUR_V, TOUR_RESULT))
 
     def forward(self, src, use_padding_mask, use_pos):
         enc, cfg = self.model.encoder, self.model.cfg
@@ -81,7 +85,17 @@ class EncoderGraph(nn.Module):
                 x = layer(x, mask)
             memory = enc.norm(x)
         return (memory, trace[hook_name("embed", "encoder")], trace[hook_name("pos", "encoder")],
-                _norms(trace, "encoder", cfg.n_encoder_layers), *(trace[h] for _, h in self.attn))
+                _norms(trace, "encoder", cfg.n_encoder_layers), *(trace[h] for _, h in self.attn),
+                *self._tour_head(trace))
+
+    def _tour_head(self, trace) -> tuple[torch.Tensor, torch.Tensor]:
+        """TOUR_HEAD's values (1, H, S, d_k) of its layer, and its output after its slice of W_O (1, S, D), as
+        Computation.head reads them."""
+        layer, head = TOUR_HEAD
+        attn = self.model.encoder.layers[layer].self_attn
+        z = trace[hook_name("z", ENC_SELF, layer)][:, head]                     # (1, S, d_k)
+        w = attn.w_o.weight.view(-1, attn.n_heads, attn.d_k)[:, head]           # (D, d_k)
+        return trace[hook_name("v", ENC_SELF, layer)], z @ w.T
 
 
 def past_names(n_layers: int) -> list[str]:
@@ -142,7 +156,7 @@ def export_graph(graph: nn.Module, args: tuple, path: Path, axes: dict) -> None:
 def axes_for(graph) -> dict[str, dict[int, str]]:
     """Which axes vary: S (source length) and T (decoder prefix length) wherever they appear."""
     axes = {"src": {1: "S"}, "tgt": {1: "T"}, "memory": {1: "S"}, "enc_embed": {1: "S"}, "enc_pos": {1: "S"},
-            "enc_norms": {2: "S"}, "dec_embed": {1: "T"}, "dec_pos": {1: "T"}, "dec_norms": {2: "T"}}
+            "enc_norms": {2: "S"}, TOUR_V: {2: "S"}, TOUR_RESULT: {1: "S"}, "dec_embed": {1: "T"}, "dec_pos": {1: "T"}, "dec_norms": {2: "T"}}
     for name, _ in graph.attn:  # T: the new positions; K: every self-attention key (cached and new)
         head, point = name.split("_")[:2]
         if point in ("pattern", "scores"):

@@ -13,6 +13,10 @@ import numpy as np
 
 from .runtime import Graphs
 
+# the tour's tensors beside the patterns: stops 1-2 (embeddings), 3's sentences (one head's scores); its
+# figure's q, K, V and output are left to the page, which runs the encoder when a pick redraws it
+TOUR_TENSORS = ("enc_embed", "enc_pos", "enc_scores_0")
+
 TOP_K = 10  # page/engine.js TOP_K
 
 
@@ -37,7 +41,7 @@ def tensor(a: np.ndarray) -> dict:
 
 def read_by_page(name: str) -> bool:
     """The graph outputs the page's views and tour read (patterns, the tour's tensors), not the cache."""
-    return name.endswith("_norms") or name in ("enc_embed", "enc_pos", "enc_scores_0") or "_pattern_" in name
+    return name.endswith("_norms") or name in TOUR_TENSORS or "_pattern_" in name
 
 
 def first_screen(graphs: Graphs, text: str, src_ids: list[int]) -> dict:

@@ -30,7 +30,7 @@ IN_BROWSER = (0, 1, 2, 3, 4, 5, 6, 7, 10)  # the app's stop indices the page com
 MASKS = 4  # the masks stop's index: its "Try it" switches the look-ahead mask off
 MOVED = 8  # What moved the output: ALTI+ needs the server; the example sentence's is stored at build time
 STORED = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10)  # the stops whose figure the build stores (web/build.py STORED_STOPS)
-FILLED = {1, 2, 5, 6, 8}  # the stops whose figure the page fills from its own run (page/stops.js FILLED)
+FILLED = {1, 2, 3, 4, 5, 6, 7, 8, 11}  # the stops whose figure the page fills from its own run (page/stops.js FILLED)
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -273,6 +273,32 @@ def try_it(page, number: int, value: str) -> None:
     page.wait_for_selector(f"#tour li[data-stop='{number}'][data-pick='{value}'] .tour-figure")
 
 
+def assert_pick_is_the_apps(page, t: tour.TourRun, index: int, pick: str, name: str) -> None:
+    """Stop ``index + 1``'s "Try it" offers the app's choices; picking ``pick`` changes the page's figure into the
+    app's figure for that pick, and its sentences into the app's (with what changed, where the app says it)."""
+    number, app = index + 1, tour.stop(t, index, pick)
+    before = stop_figure(page, number)
+    options = page.eval_on_selector_all(f"#tour li[data-stop='{number}'] select.try-pick option",
+                                        "(os) => os.map((o) => [o.textContent, o.value])")
+    assert [tuple(o) for o in options] == [tuple(c) for c in app.trial.choices], f"stop {number}: the app's choices"
+    try_it(page, number, pick)
+    ours = stop_figure(page, number)
+    assert ours["data"] != before["data"], f"stop {number}: the pick changes the figure"
+    assert_same_figure(ours, app.figure, f"{name} stop {number} {pick}")
+    want = app.sentences + [x for x in [tour.tried(t, index, pick)] if x]
+    assert shown_stops(page)[number] == want, f"stop {number} {pick}"
+
+
+def other_picks(t: tour.TourRun) -> tuple[tuple[int, str], ...]:
+    """A pick other than the default at the stops whose pick is a query, a layer, a head or a step: the last
+    source word (stop 3), the last encoder layer (stop 4), the head after the sharpest cross-attention head
+    (stop 7), the first step (stop 11)."""
+    cfg = t.lm.model.cfg
+    last_word = max(i for i, x in enumerate(t.tr.src_tokens) if x not in tour.SPECIAL)
+    return ((2, str(last_word)), (3, str(cfg.n_encoder_layers - 1)),
+            (6, str((tour.peak_cross(t)[1] + 1) % cfg.n_heads)), (10, "0"))
+
+
 @pytest.mark.parametrize("name", DIRECTIONS)
 def test_try_it_changes_the_figure_as_the_apps_does(served, name, monkeypatch):
     """Each filled stop's "Try it" offers the app's choices; a pick redraws the stop's sentences and figure as
@@ -283,19 +309,8 @@ def test_try_it_changes_the_figure_as_the_apps_does(served, name, monkeypatch):
     t = tour_run(name, text)
     monkeypatch.setattr(tour.calls, "gpu_translate", lambda _k, _m, src, opts, iv: translate(t.lm, src, opts, iv))
     last_word = max(i for i, x in enumerate(t.tr.src_tokens) if x not in tour.SPECIAL)
-    for index, pick in ((0, str(last_word)), (1, "off"), (5, str(len(t.tr.decoder_input_tokens) - 1))):
-        number, app = index + 1, tour.stop(t, index, pick)
-        before = stop_figure(page, number)
-        options = page.eval_on_selector_all(f"#tour li[data-stop='{number}'] select.try-pick option",
-                                            "(os) => os.map((o) => [o.textContent, o.value])")
-        assert [tuple(o) for o in options] == [tuple(c) for c in app.trial.choices], f"stop {number}: the app's choices"
-        try_it(page, number, pick)
-        ours = stop_figure(page, number)
-        assert ours["data"] != before["data"], f"stop {number}: the pick changes the figure"
-        assert_same_figure(ours, app.figure, f"{name} stop {number} {pick}")
-        sentences = shown_stops(page)[number]
-        want = app.sentences + [x for x in [tour.tried(t, index, pick)] if x]
-        assert sentences == want, f"stop {number} {pick}"
+    for index, pick in ((0, str(last_word)), (1, "off"), (5, str(len(t.tr.decoder_input_tokens) - 1)), *other_picks(t)):
+        assert_pick_is_the_apps(page, t, index, pick, name)
     before = stop_figure(page, MASKS + 1)  # the masks stop's own button: the look-ahead mask off
     page.click(f"#tour li[data-stop='{MASKS + 1}'] button")
     page.wait_for_selector(f"#tour li[data-stop='{MASKS + 1}'] p.changed")
@@ -304,6 +319,7 @@ def test_try_it_changes_the_figure_as_the_apps_does(served, name, monkeypatch):
     assert_same_figure(ours, tour.masks_figure(t, True), f"{name} stop {MASKS + 1} off")
 
 
+TYPED_COMPARED = {3, 4, 6, 7, 11}  # the typed sentence's figures compared with the app's here
 TYPED = {"de-en": "Zwei Kinder spielen im Garten mit einem roten Ball.", "en-fr": "A dog runs on the beach."}
 
 
@@ -311,7 +327,7 @@ TYPED = {"de-en": "Zwei Kinder spielen im Garten mit einem roten Ball.", "en-fr"
 @pytest.mark.parametrize("name", sorted(TYPED))
 def test_a_typed_sentence_gets_a_figure_at_every_stop(served, name, size):
     """A sentence the student types: the stops the page fills draw their figure from the page's own run (the
-    app's figure for that sentence, stop 6's compared here); every other stop says its figure needs the server
+    app's figure for that sentence, those of TYPED_COMPARED compared here); every other stop says its figure needs the server
     and links to the same stop on the same sentence in the app. Screenshots at both widths."""
     page, _ = served
     page.set_viewport_size({"width": size[0], "height": size[1]})
@@ -322,13 +338,45 @@ def test_a_typed_sentence_gets_a_figure_at_every_stop(served, name, size):
         if number in FILLED:
             ours = stop_figure(page, number)
             assert ours["filled"] == "page" and ours["data"], f"stop {number}"
-            if number == 6:
-                assert_same_figure(ours, tour.stop(t, 5).figure, f"{name} stop 6, typed")
+            if number in TYPED_COMPARED:
+                assert_same_figure(ours, tour.stop(t, number - 1).figure, f"{name} stop {number}, typed")
             continue
         assert page.locator(f"{item} .tour-figure").count() == 0, f"stop {number}: no stored figure of another sentence"
         links = [urlparse(a) for a in page.eval_on_selector_all(f"{item} a.app-link", "(as) => as.map((a) => a.href)")]
         assert any(parse_qs(a.query).items() >= {"text": [TYPED[name]], "model": [name], "tour": [str(number)]}.items()
                    for a in links), f"stop {number}: {links}"
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), "no sideways scroll"
+    for number in sorted(TYPED_COMPARED - {6}):  # the stops drawn for a typed sentence since the app's skeletons
+        page.click(f"#tour li[data-stop='{number}'] h3")
+        page.locator(f"#tour li[data-stop='{number}']").screenshot(
+            path=str(ARTIFACTS / f"web-tour-typed-{name}-stop{number}-{size[0]}.png"))
     page.click("#tour li[data-stop='1'] h3")
     page.locator("#tour").screenshot(path=str(ARTIFACTS / f"web-tour-typed-{name}-{size[0]}.png"))
+
+
+@pytest.mark.parametrize("name", sorted(TYPED))
+def test_try_it_on_a_typed_sentence_is_the_apps(served, name):
+    """On a typed sentence too, the stops whose pick is a query, a layer, a head or a step offer the app's
+    choices, and a pick draws the app's figure and sentences for it from the page's own run."""
+    page, _ = served
+    page.set_viewport_size({"width": 1440, "height": 900})
+    _translate(page, name, TYPED[name])
+    t = tour_run(name, TYPED[name])
+    for index, pick in other_picks(t):
+        assert_pick_is_the_apps(page, t, index, pick, f"{name}, typed")
+        assert page.get_attribute(f"#tour li[data-stop='{index + 1}'] .tour-figure", "data-filled") == "page"
+
+
+def test_a_pick_on_the_first_screen_draws_the_apps_figure(served):
+    """The first screen (the example's run, stored at build time without stop 3's q, K and V) shows the app's
+    stored figure at stop 3; a query picked there runs the encoder in the page and draws the app's figure."""
+    page, examples = served
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(page.url.split("?")[0])
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('✓')")
+    name = page.input_value("#dir")
+    t = tour_run(name, examples[name])
+    assert stop_figure(page, 3)["filled"] == "stored"
+    last_word = max(i for i, x in enumerate(t.tr.src_tokens) if x not in tour.SPECIAL)
+    assert_pick_is_the_apps(page, t, 2, str(last_word), f"{name}, first screen")
+    assert page.get_attribute("#tour li[data-stop='3'] .tour-figure", "data-filled") == "page"

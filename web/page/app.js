@@ -204,6 +204,7 @@ function serverNote(run, number, what = "This stop needs the server (PyTorch): "
 }
 
 const storedTours = new Map();
+const ONE_HEAD_STOP = 3;
 
 /** The app's tour of the direction's example sentence, drawn by its own viz/ code when the site was built
  * (models/<name>/tour.json): each stop's figure is the skeleton the page fills for any sentence, and, for that
@@ -238,7 +239,11 @@ async function figureOf(run, d, stop, stored, pick) {
   const kept = stored?.stops[stop.number], skeleton = kept?.picks?.[stop.off ? "off" : pick] ?? kept?.figure;
   const at = stop.number === STEP_STOP ? decodingStep(run, d, site.tour) : null;
   const what = stop.number === STEP_STOP && pick !== "beam" ? at : stop.off ? "off" : pick;
-  let fig = await stopFigure(stop.number, run, d, skeleton, what, stored?.plot_px).catch((e) => { console.warn(e); return null; });
+  // a first screen stores no tensors of stop 3's figure (web/first.py): its stored figure, or a pick's run here
+  const lean = stop.number === ONE_HEAD_STOP && !run.enc.enc_q_0;
+  if (lean && pick !== undefined) await d.encode(run.srcIds, run.switches).then(({ out }) => Object.assign(run.enc, out), (e) => console.warn(e));
+  let fig = lean && pick === undefined ? null
+    : await stopFigure(stop.number, run, d, skeleton, what, stored?.plot_px).catch((e) => { console.warn(e); return null; });
   if (!fig && stored?.example && !stop.off && pick === undefined) fig = kept?.figure ?? null;  // the app's, as stored
   if (!fig) return serverNote(run, stop.number, "Its figure for this sentence needs the server: ", pick);
   const el = Object.assign(document.createElement("div"), { className: "plot tour-figure" });
@@ -255,9 +260,9 @@ const picksOf = (run) => (tourPicks.run === run ? tourPicks : (tourPicks = { run
 /** A stop's "Try it": the app's choices (stops.js trialOf); a pick redraws the stop's text and figure. */
 function trialControl(run, stop, stored, maskOff) {
   const { picks } = picksOf(run);
-  const trial = trialOf(stop.number, run, stored?.stops[stop.number], picks[stop.number], stored?.example);
+  const trial = trialOf(stop.number, run, stored?.stops[stop.number], picks[stop.number], stored?.example, stop.value);
   if (!trial || stop.number === MASK_STOP) return [];
-  const defaultTrial = trialOf(stop.number, run, stored?.stops[stop.number], undefined, stored?.example);
+  const defaultTrial = trialOf(stop.number, run, stored?.stops[stop.number], undefined, stored?.example, stop.value);
   const sel = Object.assign(document.createElement("select"), { className: "try-pick" });
   sel.setAttribute("aria-label", trial.label);
   for (const [label, value] of trial.choices) sel.append(new Option(label, value));

@@ -3,7 +3,8 @@
 // axis words); this module fills it with the numbers this page computed for the sentence on screen, as the
 // viz/ function it came from fills it (each filler names that function).
 
-import { FIGURES, esc, short, tokenLabels } from "./player.js";
+import { FIGURES, esc, short, tokenLabels, wide } from "./player.js";
+import { crossHead, words } from "./tour.js";
 
 const SIG = 4;  // viz.computation.SIG: significant digits a figure keeps
 const MAX_TICK_LABELS = 24, MIN_LABEL_FONT = 10;  // viz.common's
@@ -31,17 +32,18 @@ function tokenAxis(tokens, maxLabel, { fontSize = null, angle = null, number = t
   return axis;
 }
 
-/** viz.common.thin_axes: a long token axis keeps every tick (hover) and a twin shows every k-th label. */
-function thinAxes(layout, data) {
+/** viz.common.thin_axes: a long token axis keeps every tick (hover) and a twin shows every k-th label;
+ * ``step``: an axis key's forced step, ``block``: the length of its repeating label block. */
+function thinAxes(layout, data, { step = {}, block = {} } = {}) {
   let kMax = 1;
   for (const key of Object.keys(layout).filter((k) => /^[xy]axis\d*$/.test(k))) {
     const ax = layout[key], vals = ax.tickvals, text = ax.ticktext;
     if (ax.showticklabels === false || !vals || !text || "overlaying" in ax) continue;
-    const k = Math.max(1, Math.ceil(vals.length / MAX_TICK_LABELS));
+    const nBlock = block[key] || vals.length, k = step[key] || Math.max(1, Math.ceil(nBlock / MAX_TICK_LABELS));
     if (k <= 1) continue;
     kMax = Math.max(kMax, k);
     const letter = key[0], ref = letter + key.slice(5);
-    const keep = vals.map((_, i) => i).filter((i) => i % k === 0);
+    const keep = vals.map((_, i) => i).filter((i) => (i % nBlock) % k === 0);
     const twin = Object.fromEntries(Object.entries(ax).filter(([kk]) => !["domain", "tickvals", "ticktext"].includes(kk)));
     Object.assign(twin, { overlaying: ref, matches: ref, tickvals: keep.map((i) => vals[i]), ticktext: keep.map((i) => text[i]),
       showticklabels: true, tickfont: { size: Math.max(MIN_LABEL_FONT, ax.tickfont?.size ?? 0) } });
@@ -181,14 +183,210 @@ function maskPanels(sk, run, meta, off, widthPx, maxLabel) {
   return fig;
 }
 
-function thin(fig) {
-  const k = thinAxes(fig.layout, fig.data);
+const THIN_NOTE = / · every \S+ label shown \(hover names every token\)/;
+
+/** thin_axes on a filled figure, its subtitle's note (viz.common.thin_note) said for this figure's step. */
+function thin(fig, opts) {
+  const k = thinAxes(fig.layout, fig.data, opts);
   const sub = fig.layout.title?.subtitle;
-  if (k > 1 && sub && !sub.text.includes("label shown")) sub.text += ` · every ${({ 2: "2nd", 3: "3rd" })[k] ?? `${k}th`} label shown (hover names every token)`;
+  if (!sub) return;
+  sub.text = sub.text.replace(THIN_NOTE, "");
+  if (k > 1) sub.text += ` · every ${({ 2: "2nd", 3: "3rd" })[k] ?? `${k}th`} label shown (hover names every token)`;
+}
+
+// ---------------------------------------------------------------- attention maps in words
+
+const displayWidth = (t) => [...String(t)].reduce((w, ch) => w + (wide(ch) ? 2 : 1), 0);
+
+/** viz.attention.label_margin: a left margin (px) wide enough for the longest label. */
+const labelMargin = (tokens, fontSize = 10, least = 90, most = 220, maxLabel = 24) =>
+  Math.trunc(Math.max(least, Math.min(most, 12 + 0.62 * fontSize * Math.max(0, ...tokens.map((t) => displayWidth(short(t, maxLabel)))))));
+
+/** viz.common.grid_domains: [[x0, x1], [y0, y1]] of a rows × cols grid, row-major, row 0 at the top. */
+function gridDomains(rows, cols, hgap, vgap) {
+  const w = (1 - hgap * (cols - 1)) / cols, h = (1 - vgap * (rows - 1)) / rows, out = [];
+  for (let r = 0; r < rows; r++) {
+    const y1 = 1 - r * (h + vgap);
+    for (let c = 0; c < cols; c++) {
+      const x0 = c * (w + hgap);
+      out.push([[Math.max(0, x0), Math.min(1, x0 + w)], [Math.max(0, y1 - h), Math.min(1, y1)]]);
+    }
+  }
+  return out;
+}
+
+/** model.engine.results.pool_words on one head's rows (queries × keys): a word's weight as a key is the sum
+ * over its pieces, as a query the mean over its pieces; rows of invalid queries (padding) blanked. */
+function pooled(m, qSpans, kSpans, valid = null) {
+  const keys = m.map((r) => kSpans.map((s) => s.reduce((a, j) => a + r[j], 0)));
+  return qSpans.map((s, i) => (valid && !valid[i] ? kSpans.map(() => null)
+    : kSpans.map((_, k) => s.reduce((a, q) => a + keys[q][k], 0) / s.length)));
+}
+
+/** viz.common.layer_head from the build's templates (figures.json). */
+const layerHead = (f, l, h) => f.layer_head[`${+(l === 0)}${+(h === 0)}`].replace("{layer}", l).replace("{head}", h);
+
+const notPad = (labels) => labels.map((x) => x !== "<pad>");
+
+// ui/style.py PHONE_JS: on a screen this narrow the app stacks panels side by side one under another and drops
+// the numbers of cells narrower than MIN_CELL_PX; the page does the same when it fills the figure
+const PHONE_PX = 600, MIN_CELL_PX = 18;
+const phone = () => typeof window !== "undefined" && window.innerWidth <= PHONE_PX;
+const isHeatmap = (t) => t.type === "heatmap" && t.name !== "masked";
+
+/** Stop 4 (viz.attention.layer_heads, as ui.present.tour._layer_figure calls it): the skeleton's layer's
+ * encoder heads, each its own panel, two to a row, in words. */
+function layerHeads(sk, run, d, widthPx, maxLabel) {
+  const fig = fresh(sk), src = words(run.srcTokens, d.spm), labels = src.labels, Q = labels.length;
+  fig.data = fig.data.filter((t) => t.type !== "heatmap" || isHeatmap(t));  // one sentence: no padding to mask
+  const heads = run.patterns.enc[fig.data[0].meta.layer], H = heads.length, cols = H === 1 || phone() ? 1 : 2, rows = Math.ceil(H / cols);
+  const fs = labelFontSize(Q), labelPx = labelMargin(labels, fs, 90, 220, maxLabel), panelPx = Math.max(120, Math.min(320, 20 * Q));
+  const underPx = labelMargin(labels, fs, 60, 180, maxLabel), titlePx = 24, area = Math.max(200, widthPx - labelPx - 70);
+  const plotH = rows * panelPx + (rows - 1) * (underPx + titlePx);
+  const doms = gridDomains(rows, cols, Math.min(0.45, (labelPx + 10) / area), (underPx + titlePx) / plotH);
+  for (const t of fig.data.filter(isHeatmap)) t.z = pooled(heads[t.meta.head], src.spans, src.spans, notPad(labels));
+  heads.forEach((_, h) => {
+    const ax = h ? String(h + 1) : "", [xd, yd] = doms[h];
+    fig.layout[`xaxis${ax}`] = { ...tokenAxis(labels, maxLabel, { fontSize: fs, angle: -90 }), domain: xd, anchor: `y${ax}` };
+    fig.layout[`yaxis${ax}`] = { ...tokenAxis(labels, maxLabel, { fontSize: fs }), domain: yd, anchor: `x${ax}`, autorange: "reversed" };
+    Object.assign(fig.layout.annotations[h], { x: (xd[0] + xd[1]) / 2, y: yd[1] });
+  });
+  Object.assign(fig.layout.margin, { l: labelPx, r: 70, b: underPx });
+  thin(fig);
+  fig.layout.height = Math.max(plotH + fig.layout.margin.t + underPx, fig.layout.margin.t + underPx + PLOT_ROOM);
+  fig.layout.coloraxis.colorbar.len = Math.min(1, 300 / plotH);
+  return fig;
+}
+
+const PLOT_ROOM = 120;  // viz.common.PLOT_ROOM: px a fixed-height figure keeps between its margins
+const SHOW_VALUES_CELLS = 300;  // viz.attention.single_head: cells up to which each shows its weight
+
+/** Stop 7 (viz.attention.single_head, as ui.present.views.attention_figure draws a head): the cross-attention
+ * head the tour picks (crossHead), rows "input → produced", in words. */
+function crossHeadFigure(sk, run, d, pick, f) {
+  const fig = fresh(sk), { l, h } = crossHead(run, d, pick), maxLabel = f.max_label;
+  fig.data = fig.data.filter(isHeatmap);  // one sentence: no padding to mask
+  const src = words(run.srcTokens, d.spm), out = words(run.outTokens, d.spm), decIn = words(run.decoderInput, d.spm);
+  const q = decIn.labels.length === out.labels.length ? stepRowLabels(decIn.labels, out.labels) : decIn.labels, k = src.labels;
+  const t = fig.data[0], was = layerHead(f, t.meta.layer, t.meta.head), now = layerHead(f, l, h);
+  const n = Math.max(q.length, k.length), fs = labelFontSize(n);
+  t.z = pooled(run.patterns.cross[l][h], decIn.spans, src.spans, notPad(decIn.labels));
+  t.meta = { ...t.meta, layer: l, head: h };
+  t.hovertemplate = t.hovertemplate.replace(was, now);
+  fig.layout.title.text = fig.layout.title.text.replace(was, now);
+  const narrow = phone() && (window.innerWidth - 12 - fig.layout.margin.l - fig.layout.margin.r) / k.length < MIN_CELL_PX;
+  if (q.length * k.length <= SHOW_VALUES_CELLS && !narrow) Object.assign(t, { texttemplate: "%{z:.2f}", textfont: { size: Math.max(7, fs - 3) } });
+  else { delete t.texttemplate; delete t.textfont; }
+  const cut = [...q, ...k].some((x) => short(x, maxLabel) !== String(x));
+  if (cut) t.customdata = q.map((a) => k.map((b) => [esc(a), esc(b)])); else delete t.customdata;
+  const { xaxis: x0, yaxis: y0 } = fig.layout;
+  fig.layout.xaxis = { ...tokenAxis(k, maxLabel, { fontSize: fs, angle: n > 8 ? -60 : null }), title: x0.title };
+  fig.layout.yaxis = { ...tokenAxis(q, maxLabel, { fontSize: fs }), autorange: "reversed", title: y0.title };
+  fig.layout.height = 140 + Math.min(640, Math.max(260, 26 * q.length));
+  thin(fig);
+  return fig;
+}
+
+const MINI_ROW_PX = 12, MINI_SRC_LABEL = 9, MINI_ROW_LABEL = 14;  // viz.steps.heads_mini: label spacing, lengths
+
+/** Stop 11 (viz.steps.heads_mini, as ui.present.views.watch_heads draws it in words): every head's cross-
+ * attention over the output words decoded up to step ``pick`` (every step where none is picked). */
+function headsMini(sk, run, d, pick, f) {
+  const fig = fresh(sk), src = words(run.srcTokens, d.spm), out = words(run.outTokens, d.spm), n = run.outTokens.length;
+  const upTo = pick === undefined || pick === null || pick === "" ? n : Math.max(1, Math.min(+pick + 1, n));
+  const spans = out.spans.map((s) => s.filter((i) => i < upTo)).filter((s) => s.length);
+  const cross = run.patterns.cross, L = cross.length, H = cross[0].length, S = src.labels.length;
+  const T = spans.length, Q = Math.max(T, out.labels.length, 1);
+  const rowLabels = stepRowLabels([d.spm.pieces[d.meta.decoder_start_id], ...out.labels.slice(0, -1)], out.labels);
+  const percent = (x) => Math.round(Math.min(1, Math.max(0, Number.isFinite(x) ? x : 0)) * 100);
+  for (const t of fig.data.filter(isHeatmap)) {
+    const { layer: l, head: h } = t.meta;
+    Object.assign(t, { z: pooled(cross[l][h], spans, src.spans).map((r) => r.map(percent)), x0: h * (S + 1), y0: l * (Q + 1) });
+  }
+  const height = fig.layout.height - 70, step = Math.max(1, Math.ceil((MINI_ROW_PX * L * (Q + 1)) / Math.max(1, height - 90)));
+  const srcText = tokenLabels(src.labels.map((x) => short(x, MINI_SRC_LABEL)), f.max_label);
+  const labels = [...rowLabels.slice(0, Q), ...Array(Math.max(0, Q - rowLabels.length)).fill("")];
+  const rows = tokenLabels(labels.map((x) => short(x, MINI_ROW_LABEL)), f.max_label), kept = [];
+  for (let i = 0; i < Q; i += step) kept.push(i);
+  const { xaxis, yaxis } = fig.layout;
+  fig.layout.xaxis = { ...xaxis, tickvals: Array.from({ length: H * S }, (_, i) => Math.floor(i / S) * (S + 1) + (i % S)),
+    ticktext: Array.from({ length: H }, () => srcText).flat(), showticklabels: true, range: [-0.5, H * (S + 1) - 1.5] };
+  fig.layout.yaxis = { ...yaxis, tickvals: kept, ticktext: kept.map((i) => rows[i]), range: [L * (Q + 1) - 1.5, -0.5] };
+  fig.layout.shapes.forEach((r, i) => {
+    const l = Math.floor(i / H), h = i % H;
+    Object.assign(r, { x0: h * (S + 1) - 0.5, x1: h * (S + 1) + S - 0.5, y0: l * (Q + 1) - 0.5, y1: l * (Q + 1) + Q - 0.5 });
+  });
+  fig.layout.annotations.forEach((a, i) => {
+    if (i < H) a.x = i * (S + 1) + (S - 1) / 2; else a.y = (i - H) * (Q + 1) + (Q - 1) / 2;
+  });
+  const sub = fig.layout.title.subtitle;
+  if (sub) sub.text = sub.text.replace(/^\d+ of \d+ rows/, `${T} of ${Q} rows`);
+  thin(fig, { step: { xaxis: Math.ceil((MINI_ROW_PX * H * (S + 1)) / f.mini_width_px), yaxis: 1 }, block: { xaxis: S } });
+  return fig;
+}
+
+// ---------------------------------------------------------------- one head, one query
+
+const STRIP_PX = 28, TITLE_PX = 26, DIM_LABELS_PX = 22, ALPHA_TEXT_MAX = 16, KEY_ROW_LABEL = 12;  // viz.computation's
+const KEY_LABELS_PX = 70;  // a phone stacks V under α: room for α's slanted key labels between them
+const absMax = (xs, dflt = 1e-6) => { const m = Math.max(...xs.filter(Number.isFinite).map(Math.abs)); return m > 0 ? m : dflt; };
+
+/** (1, H, A, B) tensor: head ``h``'s A rows. */
+const headRows = (t, h) => { const [, , A, B] = t.dims; return Array.from({ length: A }, (_, a) => Array.from(t.data.subarray((h * A + a) * B, (h * A + a + 1) * B))); };
+
+/** viz.computation._column_domains: the panels' y domains, stacked per column under their titles; the height. */
+function columnDomains(panels, keysPx) {
+  const tops = [], heights = [], used = {}, above = {};
+  for (const { col, keys, showX } of panels) {
+    tops.push((used[col] ?? 0) + TITLE_PX + (above[col] ?? 0));
+    heights.push(keys ? keysPx : STRIP_PX);
+    used[col] = tops.at(-1) + heights.at(-1);
+    above[col] = showX === true ? DIM_LABELS_PX : showX || 0;  // a number: the px its labels take
+  }
+  const total = Math.max(...Object.values(used));
+  return { doms: tops.map((t, i) => [1 - (t + heights[i]) / total, 1 - t / total]), total };
+}
+
+/** Stop 3 (viz.computation.head_computation, as ui.present.inside.head_figure draws export.TOUR_HEAD): one
+ * query's q, the keys, the scores, the mask, α, the values, z = αV and the head's output after W_O. */
+function headComputation(sk, run, query, maxLabel) {
+  const fig = fresh(sk), toks = run.srcTokens, Tk = toks.length, head = 0;
+  const names = Object.keys(run.enc), v = names.find((n) => n.startsWith("enc_v_")), res = names.find((n) => n.startsWith("enc_result_"));
+  const q = headRows(run.enc.enc_q_0, head)[query], K = headRows(run.enc.enc_k_0, head), V = headRows(run.enc[v], head);
+  const scores = headRows(run.enc.enc_scores_0, head)[query], alpha = headRows(run.enc.enc_pattern_0, head)[query];
+  const z = q.map((_, c) => alpha.reduce((a, w, j) => a + w * V[j][c], 0));
+  const out = row(run.enc[res], query);
+  const qk = absMax([...q, ...K.flat()]), vz = absMax([...V.flat(), ...z]), sLo = absMax(scores);
+  const r = (m) => m.map((x) => x.map(rounded));
+  const panels = [[[q], qk, 0, false, false], [K, qk, 0, true, true], [[scores], sLo, 0, false, false], [[scores], sLo, 0, false, false],
+    [[alpha], 1, 0, false, phone() ? KEY_LABELS_PX : true], [V, vz, 1, true, true], [[z], vz, 1, false, false], [[out], absMax(out), 1, false, true]]
+    .map(([m, top, col, keys, showX]) => ({ m, top, col: phone() ? 0 : col, keys, showX }));  // a phone: one column
+  fig.data = fig.data.filter(isHeatmap);  // one sentence: no key hidden
+  panels.forEach((p, i) => Object.assign(fig.data[i], { z: r(p.m), zmax: p.top, zmin: i === 4 ? 0 : -p.top }));
+  if (Tk <= ALPHA_TEXT_MAX) {
+    const text = [alpha.map((x) => rounded(x)).map((x) => (x >= 0.995 ? "1" : x.toFixed(2).replace(/^0/, "")))];
+    Object.assign(fig.data[4], { text, texttemplate: "%{text}", textfont: fig.data[4].textfont ?? { size: 9 } });
+  } else { delete fig.data[4].text; delete fig.data[4].texttemplate; }
+  const { doms, total } = columnDomains(panels, Math.max(60, Math.min(420, 18 * Tk)));
+  const fs = labelFontSize(Tk), keyAxis = (n, show, extra = {}) => ({ ...tokenAxis(toks.map((t) => short(t, n)), maxLabel, { fontSize: fs, ...extra }), showticklabels: show });
+  panels.forEach((p, i) => {
+    const ax = i ? String(i + 1) : "", ya = fig.layout[`yaxis${ax}`];
+    const xa = phone() ? { ...fig.layout[`xaxis${ax}`], domain: [0, 1] } : fig.layout[`xaxis${ax}`];
+    if ([2, 3, 4].includes(i)) fig.layout[`xaxis${ax}`] = { ...keyAxis(maxLabel, Boolean(p.showX), { angle: -60 }), domain: xa.domain, anchor: xa.anchor, ...(xa.matches ? { matches: xa.matches } : {}) };
+    else fig.layout[`xaxis${ax}`] = { ...xa, showticklabels: Boolean(p.showX) };
+    fig.layout[`yaxis${ax}`] = p.keys ? { ...keyAxis(KEY_ROW_LABEL, true), autorange: "reversed", domain: doms[i], anchor: ya.anchor } : { ...ya, domain: doms[i] };
+    Object.assign(fig.layout.annotations[i], { x: (xa.domain[0] + xa.domain[1]) / 2, y: doms[i][1] });
+  });
+  const label = `${query}: ${toks[query]}`;
+  fig.layout.title.text = fig.layout.title.text.replace(/query \d+: .*$/, esc(`query ${label}`));
+  fig.layout.annotations[0].text = fig.layout.annotations[0].text.replace(/ of “.*”$/, String(toks[query]) ? ` of “${esc(short(toks[query], maxLabel))}”` : "");
+  fig.layout.height = total + 60 + 90;
+  thin(fig);
+  return fig;
 }
 
 /** The stops whose figure this page fills (the others: the app's, stored for the example sentence). */
-export const FILLED = new Set([1, 2, 5, 6, 8]);
+export const FILLED = new Set([1, 2, 3, 4, 5, 6, 7, 8, 11]);
 export const POS_STOP = 2, STEP_STOP = 8;  // positional encoding (its pick: "off"), one decoding step
 
 /** The content token the app's tour starts on (TourRun.content_src). */
@@ -201,8 +399,9 @@ const posChoices = (labels, skipSpecial = true) => {
 };
 
 /** The app's trial at stop ``number`` for this run ({label, choices [[label, value]], value}); ``stored``: the
- * stop as the build stored it for the example sentence (its label and fixed choices). Null: no trial here. */
-export function trialOf(number, run, stored, pick, example) {
+ * stop as the build stored it for the example sentence (its label and fixed choices); ``first``: the value the
+ * stop opens on where the run decides it (tour.js). Null: no trial here. */
+export function trialOf(number, run, stored, pick, example, first = undefined) {
   const trial = stored?.trial;
   if (!trial) return null;
   let choices = trial.choices, value = pick;
@@ -210,7 +409,7 @@ export function trialOf(number, run, stored, pick, example) {
   if (number === 11) { choices = run.outTokens.map((x, k) => [`step ${k}: ${x}`, String(k)]); value ??= String(choices.length - 1); }
   if (number === 9 && !example) return null;  // its pick names the word ALTI+ found: the server's
   if (number === 6) { choices = posChoices(run.decoderInput, false); value ??= String(Math.min(1, run.decoderInput.length - 1)); }
-  value ??= choices[0][1];
+  value ??= first ?? choices[0][1];
   return { label: trial.label, choices, value };
 }
 
@@ -227,5 +426,9 @@ export async function stopFigure(number, run, d, skeleton, pick, plotPx) {
   if (number === 5) return maskPanels(skeleton, run, d.meta, pick === "off", plotPx, maxLabel);
   if (number === 6) return residualNorms(skeleton, run, +(pick ?? Math.min(1, run.decoderInput.length - 1)), maxLabel);
   if (number === 8) return topkBars(skeleton, f.topk_bars, run, +pick, maxLabel, f.inside_from);
+  if (number === 3) return headComputation(skeleton, run, +(pick ?? contentSrc(run)), maxLabel);
+  if (number === 4) return layerHeads(skeleton, run, d, plotPx, maxLabel);
+  if (number === 7) return crossHeadFigure(skeleton, run, d, pick, f);
+  if (number === 11) return headsMini(skeleton, run, d, pick, f);
   return null;
 }

@@ -10,6 +10,7 @@ const UNSPACED = [[0x0E00, 0x0EFF], [0x0F00, 0x0FFF], [0x1000, 0x109F], [0x1780,
   [0x3000, 0x30FF], [0x31F0, 0x31FF], [0x3400, 0x4DBF], [0x4E00, 0x9FFF], [0xF900, 0xFAFF], [0xFE30, 0xFE4F],
   [0xFF00, 0xFF9F], [0x20000, 0x3134F]];
 export const MASK_STOP = 5;  // its "Try it": the look-ahead mask switched off (app.js runs the model)
+const CROSS_STOP = 7;  // its "Try it" picks a head of the sharpest head's layer, that head first
 
 /** ui.present.md_escape: HTML first, then Markdown punctuation. */
 export const mdEscape = (x) => String(x).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
@@ -76,7 +77,8 @@ export function wordSpans(tokens) {
   return spans;
 }
 
-function words(tokens, spm) {
+/** Word labels and the token indices under each, as the app's vocabularies join and split them. */
+export function words(tokens, spm) {
   const spans = wordSpans(tokens);
   const labels = spans.map((s) => (PIECE_SPECIALS.has(tokens[s[0]]) ? tokens[s[0]] : spm.decode(s.map((i) => tokens[i])).trim()));
   return { labels, spans };
@@ -105,24 +107,34 @@ class TourRun {
       total: norm(scaled.map((x, k) => x + pos[k])) };
   }
 
-  /** ui.tour.peak_cross: (layer, head, output word, source word, weight), queries averaged, keys summed. */
-  peakCross() {
+  /** ui.tour.peak_cross: (layer, head, output word, source word, weight), queries averaged, keys summed; the
+   * sharpest head, or ``layer`` and ``head`` where given. */
+  peakCross(layer = null, head = null) {
     const cross = this.run.patterns.cross;
     const w = cross.map((heads) => heads.map((rows) => this.out.spans.map((os, o) => this.src.spans.map((ks, k) => {
       if (SPECIAL.has(this.out.labels[o]) || SPECIAL.has(this.src.labels[k])) return -1;
       return ks.reduce((sum, j) => sum + os.reduce((m, r) => m + rows[r][j], 0) / os.length, 0);
     }))));
-    let best = [0, 0], sharpest = -Infinity;
-    w.forEach((heads, l) => heads.forEach((m, h) => {
-      const peaks = m.map((r) => Math.max(...r)).filter((x) => x >= 0);
-      const mean = peaks.length ? peaks.reduce((a, b) => a + b, 0) / peaks.length : -Infinity;
-      if (mean > sharpest) { sharpest = mean; best = [l, h]; }
-    }));
+    let best = [layer ?? 0, head ?? 0], sharpest = -Infinity;
+    if (layer === null || head === null) {
+      w.forEach((heads, l) => heads.forEach((m, h) => {
+        const peaks = m.map((r) => Math.max(...r)).filter((x) => x >= 0);
+        const mean = peaks.length ? peaks.reduce((a, b) => a + b, 0) / peaks.length : -Infinity;
+        if (mean > sharpest) { sharpest = mean; best = [l, h]; }
+      }));
+    }
     const [l, h] = best, m = w[l][h];
     let o = 0, k = 0;
     m.forEach((r, a) => r.forEach((x, b) => { if (x > m[o][k]) { o = a; k = b; } }));
     return { l, h, o, k, weight: m[o][k] };
   }
+}
+
+/** The cross-attention head stop 7 shows: the sharpest one's layer, and its head or the picked one. */
+export function crossHead(run, d, pick) {
+  const t = new TourRun(run, d, null), best = t.peakCross();
+  const h = pick === undefined || pick === null || pick === "" ? best.h : pickIndex(pick, best.h, run.patterns.cross[best.l].length);
+  return t.peakCross(best.l, h);
 }
 
 /** ui.state.read_index: a picked index as a number in 0..n-1, else ``fallback``. */
@@ -152,8 +164,8 @@ function stopPositions(t, pick) {
     t.say("positions_other", { j })];
 }
 
-function stopOneHead(t) {
-  const toks = t.run.srcTokens, q = t.i0, d_k = t.meta.d_model / t.meta.encoder_heads;
+function stopOneHead(t, pick) {
+  const toks = t.run.srcTokens, q = pickIndex(pick, t.i0, toks.length), d_k = t.meta.d_model / t.meta.encoder_heads;
   const scores = row(t.run.enc.enc_scores_0, q, 0), pattern = row(t.run.enc.enc_pattern_0, q, 0);
   const ok = t.run.srcIds.map((id, k) => (id !== t.meta.pad_id ? k : -1)).filter((k) => k >= 0);
   const top = ok[argmax(ok.map((k) => scores[k]))], low = ok[argmin(ok.map((k) => scores[k]))];
@@ -163,8 +175,9 @@ function stopOneHead(t) {
     t.say("head_output")];
 }
 
-function stopManyHeads(t) {
-  const q = t.i0, heads = t.run.patterns.enc[0], d_k = t.meta.d_model / t.meta.encoder_heads;
+function stopManyHeads(t, pick) {
+  const layer = pickIndex(pick, 0, t.run.patterns.enc.length);
+  const q = t.i0, heads = t.run.patterns.enc[layer], d_k = t.meta.d_model / t.meta.encoder_heads;
   const rows = heads.map((m, h) => {
     const pooled = t.src.spans.map((s) => s.reduce((a, j) => a + m[q][j], 0));
     const k = argmax(pooled);
@@ -172,7 +185,7 @@ function stopManyHeads(t) {
   });
   const listed = rows.slice(0, 4).map((r) => t.say("heads_item", r)).join("; ");
   const more = rows.length > 4 ? t.say("heads_more", { n: rows.length - 4 }) : "";
-  return [t.say("heads_side", { layer: 0, n: rows.length, d_k }),
+  return [t.say("heads_side", { layer, n: rows.length, d_k }),
     t.say("heads_look", { query: t.run.srcTokens[q], listed, more }),
     t.say("heads_join", { d: t.meta.d_model })];
 }
@@ -230,8 +243,8 @@ function stopResidual(t, pick) {
     t.say("residual_largest", { verb: t.T.residual_verbs.pre, ...best })];
 }
 
-function stopCross(t) {
-  const { l, h, o, k, weight } = t.peakCross();
+function stopCross(t, pick) {
+  const { l, h, o, k, weight } = crossHead(t.run, t.d, pick);
   const reads = o > 0 ? t.out.labels[o - 1] : t.d.spm.pieces[t.meta.decoder_start_id];
   return [t.say("cross_what", { unit: "words" }),
     t.say("cross_peak", { reads, out: t.out.labels[o], h, l, weight, key: t.src.labels[k] }),
@@ -252,13 +265,14 @@ function stopStep(t) {
     t.say("step_greedy", { token: t.run.outTokens[step] })];
 }
 
-function stopWhole(t) {
+function stopWhole(t, pick) {
   const { run, meta } = t, probs = run.steps.map((s) => s.prob), n = probs.length;
-  const hi = argmax(probs), lo = argmin(probs);
+  const hi = argmax(probs), lo = argmin(probs), j = pickIndex(pick, lo, n);
+  const picked = pick === undefined || pick === null || pick === "" ? [] : [t.say("whole_step", { j, token: run.outTokens[j], p: probs[j] })];
   return [t.say("whole_run", { src: cut(run.srcText, 120), text: cut(run.text, 120), n_src: run.srcTokens.length,
     enc_layers: meta.encoder_layers, n, last: n - 1, dec_layers: meta.decoder_layers, heads: meta.decoder_heads }),
   t.say("whole_sure", { hi, hi_token: run.outTokens[hi], hi_p: probs[hi], lo, lo_token: run.outTokens[lo], lo_p: probs[lo] }),
-  t.say("whole_leave")];
+  ...picked, t.say("whole_leave")];
 }
 
 /** The stops the browser computes, by the app's stop number (1 to 11). */
@@ -275,6 +289,7 @@ export function tourStops(run, d, T, maskOff = null, picks = {}) {
     const number = k + 1;
     if ((number === 6 && d.meta.norm_first === false) || !STOPS[number]) return { number, title, server: true };
     if (number === MASK_STOP && maskOff) return { number, title, sentences: stopMasks(t, maskOff), changed: changedMasks(t, maskOff), off: true };
-    return { number, title, sentences: STOPS[number](t, picks[number]) };
+    const value = number === CROSS_STOP && run.outTokens.length ? String(t.peakCross().h) : undefined;  // its trial's default
+    return { number, title, sentences: STOPS[number](t, picks[number]), value };
   });
 }
