@@ -48,10 +48,10 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                 learn_parts = learn.build(shell)
         bar.follow_runs(shell)
         learn.follow_runs(shell, learn_parts)  # before any section takes the list of what a run refreshes
-        track_sections(shell, [sid for _, sid, _ in SECTIONS])
         clear_link_notice(shell)
         for _, _, section in SECTIONS[1:]:
             section.wire(shell)
+        track_sections(shell, [sid for _, sid, _ in SECTIONS])  # the views the sections mounted
         # the events that make a run, once every section has said what a run refreshes
         translate_event = translate.wire(shell)
         interventions.wire_preset(shell, translate_event)

@@ -72,6 +72,7 @@ class Shell:
     sel_state: gr.State | None = None  # the Selection itself, held once (``track_selection`` writes it)
     refreshers: list[Refresher] = field(default_factory=list)
     lazy_views: list = field(default_factory=list)  # SubView: every mounted view
+    opens: dict = field(default_factory=dict)  # section id -> its mounted views (a section's opening draws one)
     laid_out: dict = field(default_factory=dict)  # view name -> (tab, outputs, controls) that ``place`` built
     # each section's components as its build returns them: one typed dataclass per section and sub-view
     # (typed by name only: the section modules import this one)
@@ -239,10 +240,38 @@ def head_choices(n: int):
 
 
 def track_sections(shell: Shell, sids) -> None:
-    """Which section shows: each section's tab writes its id (queued, so that the Selection state follows it)."""
+    """Once the sections are wired: which section shows (each section's tab writes its id, queued so that
+    the Selection state follows it), and the mounted view its held sub-tab shows drawn when it opens."""
     for sid in sids:
         shell.section_tabs[sid].select(lambda s=sid: s, None, shell.section, api_visibility="private",
                                        concurrency_limit=None, show_progress="hidden")
+    for sid, svs in shell.opens.items():
+        for model_call in (False, True):  # a view that runs the model queues with the model's runs
+            group = [sv for sv in svs if sv.view.model_call == model_call]
+            if group:
+                _wire_open(shell, sid, group)
+
+
+def _wire_open(shell: Shell, sid: str, group: list) -> None:
+    """One event for ``group`` (mounted views of section ``sid``): opening the section draws the one of them
+    its held sub-tab shows (at first its first), not one queued event per view."""
+    ins = [shell.run_state, shell.sel_state, shell.section, shell.subviews]
+    for sv in group:
+        ins += [sv.stamp, *sv.inputs]
+    outs = [shell.section, shell.subviews, *(c for sv in group for c in (sv.stamp, *sv.outputs))]
+
+    def on_open(run, sel, section, held, *rest):
+        shown = dict(held or {}).get(sid, SUBVIEWS.get(sid, ("",))[0])
+        rest = iter(rest)
+        for sv in group:
+            seen, own = next(rest), [next(rest) for _ in sv.inputs]
+            if sv.view.subview == shown:
+                out = sv.handler(run, sel, seen, section, held, *own, opened="section")
+                return dict(zip([shell.section, shell.subviews, sv.stamp, *sv.outputs], out))
+        return {}
+
+    opts = dict(shell.model_event(), show_progress="hidden") if group[0].view.model_call else VIEW
+    shell.section_tabs[sid].select(on_open, ins, list(dict.fromkeys(outs)), api_visibility="private", **opts)
 
 
 @dataclass
@@ -255,6 +284,7 @@ class SubView:
     fn: Callable
     stamp: gr.State
     view: View | None = None
+    handler: Callable | None = None  # (run, sel, stamp, section, sub-tabs, *own, opened, force) -> outputs
 
 
 Mounted = SubView
@@ -334,12 +364,11 @@ def mount(shell: Shell, view: View | str, tab=None, outputs: list | None = None,
     opts = dict(shell.model_event(), show_progress="hidden") if view.model_call else VIEW
     ins = [shell.run_state, shell.sel_state, sv.stamp, shell.section, shell.subviews, *controls]
     outs = [shell.section, shell.subviews, sv.stamp, *sv.outputs]
-    handler = _mounted_handler(shell, sv)
+    handler = sv.handler = _mounted_handler(shell, sv)
     tab.select(lambda *a: handler(*a, opened="tab"), ins, outs, api_name=view.api_name,
                api_visibility="undocumented" if view.api_name else "private", **opts)
-    if tab is not shell.section_tabs[view.section]:
-        shell.section_tabs[view.section].select(lambda *a: handler(*a, opened="section"), ins, outs,
-                                                  api_visibility="private", **opts)
+    if tab is not shell.section_tabs[view.section]:  # its section's opening (``track_sections``) draws it
+        shell.opens.setdefault(view.section, []).append(sv)
     fields = [f for f in sorted(view.reads) if f not in ("section", "subview")]
     if fields and follow:
         shell.on_pick(fields, handler, outs, ins[2:], api_name=follow_api,
