@@ -20,7 +20,7 @@ import torch
 from ui import assets, calls, overhead, settings
 from ui.api import make_api, make_continue_api
 from ui.style import CSS, HEAD
-from ui.sections import Shell, bar, build_link_notice, clear_link_notice, lazy_section
+from ui.sections import Shell, bar, build_link_notice, clear_link_notice, track_sections
 from ui.sections import analysis, attention, branch, computation, generation, interventions, translate
 from ui.sections import corpus, learn, tour
 from ui.present.views import warm_up
@@ -28,18 +28,6 @@ from ui.present.views import warm_up
 SECTIONS = [("Translate & watch", "translate", translate), ("Attention", "attention", attention),
             ("Generation", "generation", generation), ("Masks & interventions", "interventions", interventions),
             ("Computation", "computation", computation), ("Analysis & export", "analysis", analysis)]
-
-
-def _lazy(shell: Shell) -> None:
-    """Sections drawn when opened: their views for the current run, unless already drawn."""
-    tabs = shell.section_tabs
-    lazy_section(shell, "generation", tabs["generation"], shell.generation.step_outputs, [shell.step],
-                 lambda run, step: generation.refresh(shell, run, step))
-    lazy_section(shell, "interventions", tabs["interventions"], *interventions.lazy_io(shell))
-    lazy_section(shell, "computation", tabs["computation"], *computation.lazy_io(shell))
-    for sid in ("translate", "attention", "analysis"):
-        tabs[sid].select(lambda s=sid: s, None, shell.section, api_visibility="private", concurrency_limit=None,
-                         show_progress="hidden")  # queued, so that the Selection state follows it
 
 
 def build_app(root=None, device: str | None = None, warm: bool = True, max_queue: int | None = None) -> gr.Blocks:
@@ -60,14 +48,14 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                 learn_parts = learn.build(shell)
         bar.follow_runs(shell)
         learn.follow_runs(shell, learn_parts)  # before any section takes the list of what a run refreshes
-        _lazy(shell)
         clear_link_notice(shell)
-        # Analysis first: its Two models view refreshes on every run, and the forced run (Computation) and the
-        # preset (Masks) take the list of what a run refreshes as they are wired
-        for section in sorted((s for _, _, s in SECTIONS[1:]), key=lambda s: s is not analysis):
+        for _, _, section in SECTIONS[1:]:
             section.wire(shell)
-        translate_event = translate.wire(shell)  # last: a new run refreshes every section
+        track_sections(shell, [sid for _, sid, _ in SECTIONS])  # the views the sections mounted
+        # the events that make a run, once every section has said what a run refreshes
+        translate_event = translate.wire(shell)
         interventions.wire_preset(shell, translate_event)
+        computation.wire_force(shell)
         tour.wire(shell, translate_event)
         corpus.wire_heads(shell, translate_event)  # a head opened from a corpus translates its sentence
         branch.wire(shell)  # continue from here, and the run history

@@ -47,10 +47,10 @@ def ui_translate(client, text, direction="de-en", decoding="greedy", beam=4, max
     return named(client, client.src, out)
 
 
-def open_generation(client, step=0) -> dict:
-    """The Generation section opened: the step slider and step 0's views of the current run."""
+def open_generation(client) -> dict:
+    """Generation's Step by step opened: the step slider and the selected step's views of the current run."""
     keys = ("step", "step_md", "prefix", "strip_plot", "topk_plot", "cross_plot", "self_plot")
-    return dict(zip(keys, client.predict(step, api_name="/open_generation")))
+    return dict(zip(keys, client.predict(api_name="/open_generation")))
 
 
 def plot_json(value) -> dict:
@@ -140,7 +140,7 @@ def test_translate_ui_fills_every_view(client):
     for fig in (probs, maps):
         assert "press Compare" in json.dumps(plot_json(fig)["layout"])
     select(client, "decoder.cross_attn", query=0)
-    _, norms, heat, *_ = client.predict(32, "0, 1", "encoder", 1, "decoder", api_name="/open_computation")
+    _, norms, heat, *_ = client.predict(32, "0, 1", "encoder", 1, api_name="/open_computation")
     assert plot_json(norms)["data"] and plot_json(heat)["data"]
 
 
@@ -297,7 +297,7 @@ def test_html_and_script_are_text(client):
     assert any("script" in t for t in toks)  # kept as plain text for the chip component
     masks = client.predict(api_name="/open_interventions")[0]
     select(client, "decoder.cross_attn", query=0)
-    norms = client.predict(32, "0, 1", "encoder", 1, "decoder", api_name="/open_computation")[1]
+    norms = client.predict(32, "0, 1", "encoder", 1, api_name="/open_computation")[1]
     for name, fig in (("attn_plot", r["attn_plot"]), ("watch_heads", r["watch_heads"]), ("masks", masks),
                       ("norms", norms)):
         strings = list(all_strings(plot_json(fig)))

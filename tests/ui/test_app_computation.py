@@ -44,20 +44,29 @@ def decode(z):
     return np.asarray(z, dtype=float)
 
 
+SUBVIEWS = (("open_computation", (32, "0, 1", "encoder", 1)), ("inside_view", ()), ("residual_view", None),
+            ("lens_view", ()), ("forced_result_view", ()))
+
+
 def open_section(c, kind="decoder.cross_attn", layer=1, head=2, query=1, part="decoder") -> dict:
+    """Each sub-view of the section opened in turn (its tab's event, by name), keyed by the outputs' elem_ids;
+    Inside one head opened last, so that the section shows it (as after a click on its tab)."""
     select(c, kind, layer, head, query=query)
-    return named(c, c.src, c.predict(32, "0, 1", "encoder", 1, part, api_name="/open_computation"),
-                 "open_computation")
+    opened = {}
+    for api, args in (*SUBVIEWS[2:], SUBVIEWS[0], SUBVIEWS[1]):
+        out = c.predict(*(args if args is not None else (part,)), api_name=f"/{api}")
+        opened |= named(c, c.src, out if isinstance(out, tuple) else (out,), api)
+    return opened
 
 
-def test_opening_the_section_draws_every_view_of_the_current_run(client):
+def test_opening_each_sub_view_draws_it_for_the_current_run(client):
     o = open_section(client)
     assert [q[1] for q in o["head_query"]["choices"]][:2] == [0, 1]
     assert o["head_query"]["choices"][0][0].startswith("0: <bos>→")  # decoder queries read input→token
     assert "cross-attention, layer 1, head 2" in plot(o["head_comp"])["layout"]["title"]["text"]
     assert plot(o["pe_norms"])["data"] and plot(o["pe_heat"])["data"]
     assert plot(o["resid_plot"])["data"] and plot(o["normw_plot"])["data"] and plot(o["lens_plot"])["data"]
-    assert "attr_pos" not in o and "forced_md" not in o  # registered views of their own, drawn when opened
+    assert "attr_pos" not in o  # a model call: drawn only when its own tab opens
     assert o["ref_example"]["choices"]  # test-set sentences with their references (or the built-in ones)
 
 
@@ -83,20 +92,21 @@ def test_inside_one_head_for_every_kind(client, kind, keys):
     """The softmax panel is a distribution over the keys; cross-attention's keys are the source tokens."""
     open_section(client)
     select(client, kind, 1, 2, query=2)
-    query, fig, normw = client.predict(api_name="/head_computation")
+    query, fig = client.predict(api_name="/head_computation")
     f = plot(fig)
     assert "layer 1, head 2, query 2" in f["layout"]["title"]["text"]
     ticks = [t for ax in f["layout"].values() if isinstance(ax, dict) for t in ax.get("ticktext", [])]
     assert ("Hunde" in " ".join(ticks)) == (keys == "source")
-    assert plot(normw)["data"]
     assert shown(query)["value"] == 2
+    _, normw = client.predict("encoder", api_name="/residual_view")  # another stack: the view is stale
+    assert "layer 1, head 2: α beside" in plot(normw)["layout"]["title"]["text"]
 
 
 def test_inside_one_head_waits_while_another_section_shows(client):
-    """A shared-selection change elsewhere draws nothing here (it is drawn when the section opens)."""
+    """A shared-selection change elsewhere draws nothing here (it is drawn when its tab opens)."""
     select(client, "decoder.cross_attn", 1, 2, query=1)
-    query, fig, normw = client.predict(api_name="/head_computation")
-    assert fig == normw == {"__type__": "update"}  # gr.skip(): nothing sent
+    query, fig = client.predict(api_name="/head_computation")
+    assert query == fig == {"__type__": "update"}  # gr.skip(): nothing sent
 
 
 def test_attribution_api(url):
@@ -136,7 +146,7 @@ def forced_result(c) -> dict:
 
 def force(c, src=SRC, ref=REF) -> dict:
     select(c, "decoder.cross_attn", 0, 0, query=1)
-    return named(c, c.src, c.predict(src, ref, "de-en", 32, "0, 1", "encoder", 1, "decoder", api_name="/forced_view"),
+    return named(c, c.src, c.predict(src, ref, "de-en", api_name="/forced_view"),
                  "forced_view")
 
 
@@ -194,8 +204,7 @@ def test_forced_decoding_becomes_the_current_run(client):
 
 def test_forced_decoding_needs_a_reference(client):
     select(client, "decoder.cross_attn", 0, 0, query=1)
-    out = named(client, client.src, client.predict(SRC, "  ", "de-en", 32, "0, 1", "encoder", 1, "decoder",
-                                                   api_name="/forced_view"), "forced_view")
+    out = named(client, client.src, client.predict(SRC, "  ", "de-en", api_name="/forced_view"), "forced_view")
     assert "reference" in out["forced_md"]
     assert out["run_status"] == {"__type__": "update"}  # the current run is untouched
 

@@ -151,9 +151,8 @@ def test_the_run_counter_counts_a_links_run_a_forced_run_and_back(server):
     record = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "_record")
     hist, label, *_ = record(run, None)  # what every event of Translate's chain (a link's load too) runs after it
     assert label == "run 1 of 1"
-    lazy = (32, "0, 1", "encoder", 1, Selection.of(CROSS, 0, 0, query=1), "decoder")  # Computation's inputs
     forced = handler(demo, "forced_view")(SimpleNamespace(headers={}), run, DE, "Two dogs play in the snow.",
-                                          "de-en", Selection(section="computation", subview="forced"), hist, *lazy)
+                                          "de-en", Selection(section="computation", subview="forced"), hist)
     assert forced["run-status"].startswith("✓ forced") and forced["hist-md"] == "run 2 of 2"
     new = forced["Run"]
     back = handler(demo, "history_back")(new, forced["History"], _sel("computation", "forced"))

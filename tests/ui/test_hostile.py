@@ -135,10 +135,11 @@ def test_html_and_script_are_inert_in_every_view(client):
     figs = {name: plot_json(r[name]) for name in ("attn_plot", "watch_heads")}
     figs["masks"] = plot_json(client.predict(api_name="/open_interventions")[0])
     select(client, "decoder.cross_attn", query=0)
-    opened = client.predict(32, "0, 1", "encoder", 1, "decoder", api_name="/open_computation")
-    for i, name in ((1, "norms"), (7, "inside_head"), (8, "residual"), (9, "norm_weights"), (10, "logit_lens")):
-        figs[name] = plot_json(opened[i])
-    gen = client.predict(0, api_name="/open_generation")
+    figs["norms"] = plot_json(client.predict(32, "0, 1", "encoder", 1, api_name="/open_computation")[1])
+    figs["inside_head"] = plot_json(client.predict(api_name="/inside_view")[1])
+    figs["residual"], figs["norm_weights"] = map(plot_json, client.predict("decoder", api_name="/residual_view"))
+    figs["logit_lens"] = plot_json(client.predict(api_name="/lens_view"))
+    gen = client.predict(api_name="/open_generation")
     r["step"] = gen[0]
     for kind in ("encoder.self_attn", "decoder.self_attn", "decoder.cross_attn"):
         for view in ("grid", "head", "mean"):

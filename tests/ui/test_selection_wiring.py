@@ -51,7 +51,7 @@ def test_no_event_a_bar_control_triggers_reads_the_selection_before_it_is_built(
 @pytest.mark.parametrize("api_name, fields", [
     ("attention_view", {"attn-kind", "attn-view", "attn-layer", "attn-head", "attn-units", "attn-scale"}),
     ("thumbnails", {"attn-kind", "attn-layer", "attn-head", "attn-units"}),
-    ("head_computation", {"attn-kind", "attn-layer", "attn-head", "attn-units", "head-query"}),
+    ("head_computation", {"attn-kind", "attn-layer", "attn-head", "head-query"}),
     ("compare_maps", {"attn-kind", "attn-layer", "attn-head"}),
 ])
 def test_a_view_follows_its_fields_through_the_built_selection(demo, api_name, fields):

@@ -36,7 +36,7 @@ def test_two_replicas_keep_32_sessions_apart(tmp_path):
                 c = clients[u]
                 text = f"Ein {WORDS[u % 8]} und ein {WORDS[(u // 8) % 8]} spielen {u}."
                 out = named(c, r.url, c.predict(text, "de-en", "greedy", 4, 12, api_name="/translate_stream"))
-                c.predict(0, api_name="/open_generation")  # reads the session's run: lost state = no run
+                c.predict(api_name="/open_generation")  # reads the session's run: lost state = no run
                 _, md, *_ = c.predict(2, api_name="/step_view")
                 own = c.predict(text, "de-en", 1, 12, api_name="/translate")["output_tokens"]  # the same decode
                 results[u] = (out["run_status"], out["translation"], md, own, c.cookies.get("route"))

@@ -1,6 +1,6 @@
 """The six top-level sections, one module each (layout and handlers together), and the ``Shell``
 they share: the checkpoints, the current run, the controls of the shared ``Selection``, the list of
-outputs a new run refreshes (named once), and the sub-views drawn when opened (``SubView``)."""
+outputs a new run refreshes (named once), and the views drawn when opened (``mount``)."""
 from __future__ import annotations
 
 import logging
@@ -71,6 +71,7 @@ class Shell:
     sel_state: gr.State | None = None  # the Selection itself, held once (``track_selection`` writes it)
     refreshers: list[Refresher] = field(default_factory=list)
     lazy_views: list = field(default_factory=list)  # SubView: every mounted view
+    opens: dict = field(default_factory=dict)  # section id -> its mounted views (a section's opening draws one)
     laid_out: dict = field(default_factory=dict)  # view name -> (tab, outputs, controls) that ``place`` built
     # each section's components as its build returns them: one typed dataclass per section and sub-view
     # (typed by name only: the section modules import this one)
@@ -85,7 +86,6 @@ class Shell:
     tour: "object | None" = None           # tour.TourParts
     section_tabs: dict = field(default_factory=dict)  # section id -> its gr.Tab
     subtabs: dict = field(default_factory=dict)       # section id -> its gr.Tabs of sub-views
-    lazy: dict = field(default_factory=dict)          # section id -> Lazy
     click: "object | None" = None          # attention.ClickProxy: the hidden control a panel click drives
     # what follows every event that makes a run through Translate's chain (e.g. the run history records it):
     # each ``then(dep)`` chains its own step after ``dep``
@@ -233,41 +233,39 @@ def head_choices(n: int):
     return [(counted("head", i, n), i) for i in range(n)]
 
 
-@dataclass
-class Lazy:
-    """A section drawn when it is opened (not on every run): its outputs, the extra inputs its
-    ``fn(run, *extra)`` reads, and a stamp with the id of the run it last drew."""
-    outputs: list
-    inputs: list
-    fn: Callable
-    stamp: gr.State
+def track_sections(shell: Shell, sids) -> None:
+    """Once the sections are wired: which section shows (each section's tab writes its id, queued so that
+    the Selection state follows it), and the mounted view its held sub-tab shows drawn when it opens."""
+    for sid in sids:
+        shell.section_tabs[sid].select(lambda s=sid: s, None, shell.section, api_visibility="private",
+                                       concurrency_limit=None, show_progress="hidden")
+    for sid, svs in shell.opens.items():
+        for model_call in (False, True):  # a view that runs the model queues with the model's runs
+            group = [sv for sv in svs if sv.view.model_call == model_call]
+            if group:
+                _wire_open(shell, sid, group)
 
 
-def lazy_section(shell: Shell, sid: str, tab, outputs: list, inputs: list, fn: Callable) -> None:
-    """Draw section ``sid`` from the current run when its tab opens, unless it already shows that run."""
-    stamp = gr.State("")
-    shell.lazy[sid] = Lazy(outputs, inputs, fn, stamp)
+def _wire_open(shell: Shell, sid: str, group: list) -> None:
+    """One event for ``group`` (mounted views of section ``sid``): opening the section draws the one of them
+    its held sub-tab shows (at first its first), not one queued event per view."""
+    ins = [shell.run_state, shell.sel_state, shell.section, shell.subviews]
+    for sv in group:
+        ins += [sv.stamp, *sv.inputs]
+    outs = [shell.section, shell.subviews, *(c for sv in group for c in (sv.stamp, *sv.outputs))]
 
-    def on_open(run, seen, *extra):
-        if run is None or seen == run.id:
-            return (sid, seen, *[gr.skip()] * len(outputs))
-        try:
-            return (sid, run.id, *fn(run, *extra))
-        except Exception:
-            log.error("section %s failed: %s", sid, traceback.format_exc())
-            return (sid, seen, *failed(outputs))
-
-    tab.select(on_open, [shell.run_state, stamp, *inputs], [shell.section, stamp, *outputs],
-               api_name=f"open_{sid}", api_visibility="undocumented", **VIEW)
-
-
-def lazy_values(shell: Shell, sid: str, run, *extra) -> dict:
-    """The values a lazy section shows for ``run`` (for a link that lands on it)."""
-    lz = shell.lazy.get(sid)
-    if lz is None or run is None:
+    def on_open(run, sel, section, held, *rest):
+        shown = dict(held or {}).get(sid, SUBVIEWS.get(sid, ("",))[0])
+        rest = iter(rest)
+        for sv in group:
+            seen, own = next(rest), [next(rest) for _ in sv.inputs]
+            if sv.view.subview == shown:
+                out = sv.handler(run, sel, seen, section, held, *own, opened="section")
+                return dict(zip([shell.section, shell.subviews, sv.stamp, *sv.outputs], out))
         return {}
-    extra = extra or tuple(c.value for c in lz.inputs)
-    return dict(zip([lz.stamp, *lz.outputs], [run.id, *lz.fn(run, *extra)]))
+
+    opts = dict(shell.model_event(), show_progress="hidden") if group[0].view.model_call else VIEW
+    shell.section_tabs[sid].select(on_open, ins, list(dict.fromkeys(outs)), api_visibility="private", **opts)
 
 
 @dataclass
@@ -280,6 +278,7 @@ class SubView:
     fn: Callable
     stamp: gr.State
     view: View | None = None
+    handler: Callable | None = None  # (run, sel, stamp, section, sub-tabs, *own, opened, force) -> outputs
 
 
 Mounted = SubView
@@ -338,14 +337,18 @@ def mount_views(shell: Shell, section: str) -> None:
 
 
 def mount(shell: Shell, view: View | str, tab=None, outputs: list | None = None, controls: list | None = None,
-          draw: Callable | None = None, own_events: bool = True) -> SubView:
+          draw: Callable | None = None, own_events: bool = True, follow: bool = True,
+          follow_api: str | None = None) -> SubView:
     """Put ``view`` on the page. It is drawn when it is visible and what it shows (its stamp: the run, the
     fields it reads, its own controls' values) is not current: when its tab or its section opens, when a
     field it reads changes while it shows, and (always) when one of its own controls changes (unless
     ``own_events`` is False: the section wires them itself). Hidden, it keeps its stamp and waits to be
     opened. An exception draws the one error figure; a link restores it (``subview_values``); it is served
     on the API under ``view.api_name``. ``tab``, ``outputs`` and ``controls`` are the section's layout (else
-    what ``place`` built); ``draw(run, sel, *own)`` replaces the definition's where the section draws it."""
+    what ``place`` built; a section without sub-tabs hands its own tab); ``draw(run, sel, *own)`` replaces the
+    definition's where the section draws it. ``follow`` False: the section's own controls redraw it when a
+    field it reads changes (the step slider, whose answer must not rewrite what is being typed);
+    ``follow_api``: the name the API serves that redraw under."""
     view = REGISTRY[view] if isinstance(view, str) else view
     if outputs is None:
         tab, outputs, controls = shell.laid_out[view.name]
@@ -354,15 +357,16 @@ def mount(shell: Shell, view: View | str, tab=None, outputs: list | None = None,
     shell.lazy_views.append(sv)
     opts = dict(shell.model_event(), show_progress="hidden") if view.model_call else VIEW
     ins = [shell.run_state, shell.sel_state, sv.stamp, shell.section, shell.subviews, *controls]
-    outs = [shell.subviews, sv.stamp, *sv.outputs]
-    handler = _mounted_handler(shell, sv)
+    outs = [shell.section, shell.subviews, sv.stamp, *sv.outputs]
+    handler = sv.handler = _mounted_handler(shell, sv)
     tab.select(lambda *a: handler(*a, opened="tab"), ins, outs, api_name=view.api_name,
                api_visibility="undocumented" if view.api_name else "private", **opts)
-    shell.section_tabs[view.section].select(lambda *a: handler(*a, opened="section"), ins, outs,
-                                              api_visibility="private", **opts)
+    if tab is not shell.section_tabs[view.section]:  # its section's opening (``track_sections``) draws it
+        shell.opens.setdefault(view.section, []).append(sv)
     fields = [f for f in sorted(view.reads) if f not in ("section", "subview")]
-    if fields:
-        shell.on_pick(fields, handler, outs, ins[2:], api_visibility="private", **opts)
+    if fields and follow:
+        shell.on_pick(fields, handler, outs, ins[2:], api_name=follow_api,
+                      api_visibility="undocumented" if follow_api else "private", **opts)
     if controls and own_events:
         gr.on([c.input for c in controls], lambda *a: handler(*a, force=True), ins, outs, api_visibility="private",
               **opts)
@@ -374,20 +378,21 @@ def _mounted_handler(shell: Shell, sv: SubView) -> Callable:
 
     def draw(run, sel, seen, section, held, *own, opened: bool | str = False, force: bool = False):
         subviews = dict(held or {})
-        if opened:  # this tab (or its section) was just opened: it is the visible one
-            subviews.setdefault(view.section, view.subview)
+        if opened:  # this tab was just opened, or its section on the sub-tab it holds (at first its first)
+            subviews.setdefault(view.section, SUBVIEWS.get(view.section, ("",))[0])
             subviews[view.section] = view.subview if opened == "tab" else subviews[view.section]
         sel = shell.placed(sel, view.section if opened else section, subviews)
         visible = (sel.section, sel.subview) == (view.section, view.subview)
         now = _stamp(sv, run, sel, own)
-        held = subviews if opened else gr.skip()  # only an opening changes which sub-tab shows
+        # only an opening changes which section and sub-tab show (a client's call of the view's name too)
+        shows = (view.section, subviews) if opened else (gr.skip(), gr.skip())
         if run is None or not visible or (seen == now and not force):
-            return (held, seen, *[gr.skip()] * len(sv.outputs))
+            return (*shows, seen, *[gr.skip()] * len(sv.outputs))
         try:
-            return (held, now, *sv.fn(run, sel, *own))
+            return (*shows, now, *sv.fn(run, sel, *own))
         except Exception:
             log.error("view %s failed: %s", sv.name, traceback.format_exc())
-            return (held, seen, *failed(sv.outputs))
+            return (*shows, seen, *failed(sv.outputs))
     return draw
 
 
@@ -414,12 +419,23 @@ def track_subtabs(shell: Shell, section: str, tabs: dict) -> None:
                    api_visibility="private", concurrency_limit=None, show_progress="hidden")  # queued: see above
 
 
+def drawn(sv: SubView, run: Run, sel: Selection, own: list | None = None) -> dict:
+    """The stamp and values of the mounted view ``sv`` drawn for ``run`` (its own controls as they start,
+    unless ``own`` gives their values)."""
+    own = [c.value for c in sv.inputs] if own is None else list(own)
+    return dict(zip([sv.stamp, *sv.outputs], [_stamp(sv, run, sel, own), *sv.fn(run, sel, *own)]))
+
+
 def subview_values(shell: Shell, run: Run, sel: Selection) -> dict:
-    """The stamp and values of the mounted view ``sel`` shows (for a link that lands on it)."""
+    """The stamp and values of the mounted view ``sel`` shows (for a link, Back or a kept run that lands on it)."""
     values = {}
     for sv in shell.lazy_views:
         spec = sv.view or REGISTRY[sv.name]
         if (spec.section, spec.subview) == (sel.section, sel.subview):
-            own = [c.value for c in sv.inputs]
-            values.update(zip([sv.stamp, *sv.outputs], [_stamp(sv, run, sel, own), *sv.fn(run, sel, *own)]))
+            values |= drawn(sv, run, sel)
     return values
+
+
+def mounted_outputs(shell: Shell) -> list:
+    """Every mounted view's stamp and outputs (what an event that may land on any of them sets)."""
+    return [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]

@@ -14,7 +14,7 @@ import gradio as gr
 
 from model.engine import branching
 
-from . import VIEW, RunContext, Shell, lazy_values, log, subview_values
+from . import VIEW, RunContext, Shell, log, mounted_outputs, subview_values
 from ..present import md_escape
 from ..state import Run, RunInputs, Selection, Toggles, read_index
 from .translate import base_url, translate_values
@@ -128,18 +128,12 @@ def _screen(shell: Shell, run: Run, sel, base: str, step: int, run_views: bool =
     """Every view of ``run`` as a new run's (unless ``run_views`` is False: already drawn), plus the section
     and sub-view on screen drawn at once."""
     values = shell.run_values(run, RunContext(sel, False, base)) if run_views else {}
-    if sel.section == "generation":
-        values |= lazy_values(shell, "generation", run, step)
-    elif sel.section in shell.lazy:
-        values |= lazy_values(shell, sel.section, run)
-    return values | subview_values(shell, run, sel)
+    return values | subview_values(shell, run, replace(sel, step=step))
 
 
 def _screen_outputs(shell: Shell, extra: list) -> list:
-    lazy = [c for lz in shell.lazy.values() for c in (lz.stamp, *lz.outputs)]
-    sub = [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]
     # the selection fitted to the run shown goes out with it, as Translate's event writes it
-    return list(dict.fromkeys([shell.translate.run_status, *shell.run_outputs(), *lazy, *sub, *extra,
+    return list(dict.fromkeys([shell.translate.run_status, *shell.run_outputs(), *mounted_outputs(shell), *extra,
                                *_nav_outputs(shell.bar.nav), shell.sel_state]))
 
 

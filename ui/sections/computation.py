@@ -11,13 +11,12 @@ import gradio as gr
 from model.analysis.attribution import IG_START, METHODS
 from model.analysis.contrast import resolve_foil
 
-from . import VIEW, RunContext, Shell, branch, decoderlens, encodings, log, mount, safe, track_subtabs
+from . import VIEW, RunContext, Shell, SubView, branch, decoderlens, drawn, encodings, log, mount
 from .. import calls
 from ..present import contrast, inside, views
 from ..present.payload import reference_pairs
 from ..present import is_blank, md_escape, no_model_message
 from ..state import Run, Selection, WhatIf, read_index
-from ..present.views import stamp_of
 from .translate import base_url, make_run, read_inputs
 
 SID = "computation"
@@ -59,6 +58,7 @@ class ComputationParts:
     forced_plot: gr.Plot
     lens: decoderlens.LensParts
     sub_tabs: dict  # sub-view id -> its gr.Tab
+    forced_view: SubView | None = None  # Forced decoding as mounted (what a forced run draws at once)
 
 
 def _attribution_tab(tab: gr.Tab) -> AttributionParts:
@@ -153,68 +153,43 @@ def build(shell: Shell) -> ComputationParts:
                             forced_md=forced_md, forced_plot=forced_plot, lens=lens, sub_tabs=sub_tabs)
 
 
-def lazy_io(shell: Shell) -> tuple[list, list, callable]:
-    """(outputs, extra inputs, fn(run, *extra)) of the section as drawn when opened. Attribution and Forced
-    decoding are registered views of their own (``_wire_attribution``, ``_wire_forced``)."""
-    p = shell.computation
-    enc_out, enc_in = encodings.lazy_io(shell)
-    outs = [p.head_query, p.head_plot, p.resid_plot, p.normw_plot, p.lens_plot, p.ref_example]
-    ins = [shell.sel_state, p.resid_part]  # the head picker's query is the selection's
-    k = len(enc_in)
-    return ([*enc_out, *outs], [*enc_in, *ins],
-            lambda run, *x, positional=True: (encodings.refresh(shell, run, *x[:k], positional=positional)
-                                              + refresh(shell, run, *x[k:])))
-
-
-def refresh(shell: Shell, run: Run, sel: Selection, part) -> list:
+def _reference_choices(shell: Shell, run: Run):
+    """The validation and test pairs of the run's languages, to force one of them (none picked)."""
     lm = shell.lm(run)
-    query_dd, head_fig, normw_fig = _one_head(shell, run, Selection.held(sel))
     pairs = reference_pairs(lm.src_lang, lm.tgt_lang, calls.DATA_DIRS)
-    return [query_dd, head_fig, inside.residual_figure(run, lm, part), normw_fig, inside.lens_figure(run, lm),
-            gr.Dropdown(choices=[(pair.label, i) for i, pair in enumerate(pairs)], value=None)]
+    return gr.Dropdown(choices=[(pair.label, i) for i, pair in enumerate(pairs)], value=None)
 
 
-def _one_head(shell: Shell, run: Run, sel: Selection) -> tuple:
-    """(query choices, Inside one head, its norm-based weights) for the selection's head and query."""
-    lm = shell.lm(run)
+def _one_head(shell: Shell, run: Run, sel: Selection) -> list:
+    """(query choices, Inside one head) for the selection's head and query."""
     n = len(inside.query_labels(run, sel.kind))
     query = read_index(sel.query, inside.default_query(sel.kind, n), n)
-    return (gr.Dropdown(choices=inside.query_choices(run, sel.kind), value=query),
-            inside.head_figure(run, lm, sel.head_ref, query),
-            inside.norm_weight_figure(run, lm, sel.head_ref, sel.units))
+    return [gr.Dropdown(choices=inside.query_choices(run, sel.kind), value=query),
+            inside.head_figure(run, shell.lm(run), sel.head_ref, query)]
+
+
+def _residual(shell: Shell, run: Run, sel: Selection, part) -> list:
+    """The residual stream of ``part``, and the selected head's norm-based weights."""
+    lm = shell.lm(run)
+    return [inside.residual_figure(run, lm, part), inside.norm_weight_figure(run, lm, sel.head_ref, sel.units)]
 
 
 def wire(shell: Shell) -> None:
-    p = shell.computation
-    # Attribution and Forced decoding are mounted views: ``mount`` keeps their sub-tab itself
-    track_subtabs(shell, SID, {k: t for k, t in p.sub_tabs.items() if k not in ("attribution", "forced")})
+    """Each sub-view mounted: drawn from the current run and selection when its tab (or the section on it)
+    opens, and when a field it reads changes while it shows."""
+    p, enc = shell.computation, shell.computation.enc
     decoderlens.wire(shell, shell.computation.lens)
-    encodings.wire(shell)
-    _wire_head(shell)
-    resid = lambda run, part: inside.residual_figure(run, shell.lm(run), part)  # noqa: E731
-    p.resid_part.input(safe(resid, "residual stream"), [shell.run_state, p.resid_part], p.resid_plot,
-                       api_name="residual_view", api_visibility="undocumented", **VIEW)
+    encodings.wire(shell)  # its controls redraw their own figures
+    mount(shell, "computation/encodings", p.sub_tabs["encodings"], encodings.outputs(shell),
+          [enc.n_pos, enc.dims, enc.emb_part, enc.emb_pos],
+          draw=lambda run, sel, *own: encodings.refresh(shell, run, *own), own_events=False)
+    mount(shell, "computation/inside", p.sub_tabs["inside"], [p.head_query, p.head_plot],
+          draw=lambda run, sel: _one_head(shell, run, sel), follow_api="head_computation")
+    mount(shell, "computation/residual", p.sub_tabs["residual"], [p.resid_plot, p.normw_plot], [p.resid_part],
+          draw=lambda run, sel, part: _residual(shell, run, sel, part))
+    mount(shell, "computation/lens", p.sub_tabs["lens"], [p.lens_plot])
     _wire_attribution(shell)
     _wire_forced(shell)
-
-
-def _wire_head(shell: Shell) -> None:
-    """Kind, layer, head or query changed: redraw one head (and its norm weights) where the section shows."""
-    p = shell.computation
-    stamp = shell.lazy[SID].stamp
-    outs = [p.head_query, p.head_plot, p.normw_plot, stamp]
-
-    def on_head(run, sel: Selection, section, seen):
-        if run is None or section != SID:  # drawn when the section opens instead
-            return gr.skip(), gr.skip(), gr.skip(), ""
-        try:
-            return (*_one_head(shell, run, sel), seen)
-        except Exception:
-            log.exception("inside one head failed")
-            return gr.skip(), views.message_figure("This head could not be drawn."), gr.skip(), seen
-
-    shell.on_pick(("kind", "layer", "head", "query", "units"), on_head, outs, [shell.section, stamp],
-                  api_name="head_computation", api_visibility="undocumented", **VIEW)
 
 
 def _attribution_values(run: Run, c, units) -> tuple:
@@ -363,14 +338,20 @@ def _wire_forced(shell: Shell) -> None:
 
     p.ref_example.input(on_example, [shell.direction, p.ref_example], [shell.text, p.ref_text],
                         api_visibility="private", queue=False, show_progress="hidden")
-    # a registered view: a later run (or a hidden tab) never leaves a previous forced run on it
-    sv = mount(shell, "computation/forced", p.forced_tab, [p.forced_md, p.forced_plot])
-    lz = shell.lazy[SID]
-    outputs = [shell.translate.run_status, lz.stamp, *lz.outputs, sv.stamp, *sv.outputs, *shell.run_outputs(),
-               *branch.nav_outputs(shell)]
+    # a registered view: a later run (or a hidden tab) never leaves a previous forced run on it; opened on
+    # another model's run, its list of references is that model's languages'
+    p.forced_view = mount(shell, "computation/forced", p.forced_tab, [p.forced_md, p.forced_plot, p.ref_example],
+                          draw=lambda run, sel: [*inside.forced_view(run), _reference_choices(shell, run)])
+
+
+def wire_force(shell: Shell) -> None:
+    """Force the reference: a run made here, so wired once every section has said what a run refreshes."""
+    p = shell.computation
+    sv = p.forced_view
+    outputs = [shell.translate.run_status, sv.stamp, *sv.outputs, *shell.run_outputs(), *branch.nav_outputs(shell)]
 
     # the request first: Gradio hands a gr.Request only to a positional parameter before any *args
-    def on_force(request: gr.Request, before, text, reference, name, sel, hist, *lazy_extra):
+    def on_force(request: gr.Request, before, text, reference, name, sel, hist):
         inputs, notices = read_inputs(text, name, "greedy", 1, None, reference)
         problem = no_model_message(shell.reg, name)
         if problem or is_blank(inputs.text) or is_blank(inputs.reference):
@@ -382,18 +363,16 @@ def _wire_forced(shell: Shell) -> None:
             log.exception("forced decoding failed")
             return {p.forced_md: f"⚠️ Forced decoding failed ({md_escape(type(e).__name__)})."}
         sel = Selection.held(sel)
-        # a new run starts at step 0 on each view's own query, on this section (the sub-view shown kept)
+        # a new run starts at step 0 on each view's own query, on this section (the sub-view shown kept);
+        # the section's other views are stale now, and drawn for it when opened
         sel = Selection.of(sel.kind, sel.layer, sel.head, 0, None, sel.units, sel.view, sel.scale, SID,
                            sel.subview if sel.section == SID else "")
-        # the encoding figures are the model's own: unchanged (and not rebuilt) when the model is
-        same_model = before is not None and before.model == name
-        lazy = dict(zip([lz.stamp, *lz.outputs], [run.id, *lz.fn(run, *lazy_extra, positional=not same_model)]))
-        if same_model:  # keep the picked example and its choices
-            lazy[p.ref_example] = gr.skip()
-        shown = dict(zip([sv.stamp, *sv.outputs], [stamp_of(sv.name, run, sel), *sv.fn(run, sel)]))
-        return (shell.run_values(run, RunContext(sel, base_url=base_url(request))) | lazy | shown |
+        shown = drawn(sv, run, sel)
+        if before is not None and before.model == name:  # keep the picked example and its choices
+            shown[p.ref_example] = gr.skip()
+        return (shell.run_values(run, RunContext(sel, base_url=base_url(request))) | shown |
                 branch.recorded(shell, hist, before, run) | {shell.translate.run_status: f"✓ forced · run {run.id}"})
 
     p.force_btn.click(on_force, [shell.run_state, shell.text, p.ref_text, shell.direction, shell.sel_state,
-                                 shell.bar.nav.state, *lz.inputs], outputs, api_name="forced_view",
+                                 shell.bar.nav.state], outputs, api_name="forced_view",
                       api_visibility="undocumented", **shell.model_event())

@@ -63,17 +63,15 @@ def embedding(shell: Shell, run, part, position) -> list:
             inside.embedding_figure(run, shell.lm(run), part, position)]
 
 
-def lazy_io(shell: Shell) -> tuple[list, list]:
-    """(outputs, extra inputs) as drawn when Computation opens: the order ``refresh`` takes and returns."""
+def outputs(shell: Shell) -> list:
+    """What the view draws when opened, in ``refresh``'s order."""
     p = shell.computation.enc
-    return ([p.emb_pos, p.norms_plot, p.pe_heat, p.pe_curves, p.pe_sim, p.pe_var],
-            [p.n_pos, p.dims, p.emb_part, p.emb_pos])
+    return [p.emb_pos, p.norms_plot, p.pe_heat, p.pe_curves, p.pe_sim, p.pe_var]
 
 
-def refresh(shell: Shell, run, n_pos, dims, part, position, positional: bool = True) -> list:
-    """The embedding view of ``run``, then the model's encoding figures (skipped: ``positional`` False)."""
-    pe = views.positional_figures(shell.reg, run.model, n_pos, dims) if positional else [gr.skip()] * 4
-    return [*embedding(shell, run, part, position), *pe]
+def refresh(shell: Shell, run, n_pos, dims, part, position) -> list:
+    """The embedding view of ``run`` (its controls' values), then the model's encoding figures."""
+    return [*embedding(shell, run, part, position), *views.positional_figures(shell.reg, run.model, n_pos, dims)]
 
 
 def wire(shell: Shell) -> None:

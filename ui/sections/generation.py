@@ -9,7 +9,7 @@ import gradio as gr
 from model.analysis import readouts
 from viz import beam as v_beam
 
-from . import VIEW, Shell, branch, log, mount, track_subtabs
+from . import VIEW, Shell, branch, log, mount
 from .. import calls
 from ..present import views
 from ..present import md_escape
@@ -45,7 +45,7 @@ class GenerationParts:
     beam_attn: gr.Plot
     node_pick: branch.PickParts  # continue from any node of the tree
     beam_state: gr.State  # the beam search drawn (Analysis exports its figure)
-    step_outputs: list  # what the section draws when opened: the slider and the step's views
+    step_outputs: list  # what Step by step draws: the slider sized to the run, and the step's views
 
 
 def build(shell: Shell) -> GenerationParts:
@@ -91,7 +91,7 @@ def build(shell: Shell) -> GenerationParts:
             node_pick = branch.build_node_picker()  # continue from any node of the tree
             beam_state = gr.State(None)
     shell.subtabs["generation"] = tabs
-    # a new run starts at its first step (the section draws it when opened)
+    # a new run starts at its first step (Step by step draws it when opened)
     shell.on_run([shell.step], lambda run, ctx: [gr.Slider(minimum=0, maximum=max(1, run.n_steps - 1), value=0)])
     step_outputs = [shell.step, step_md, prefix, strip_plot, topk_plot, cross_plot,
                     self_plot]
@@ -107,11 +107,6 @@ def step_values(run, t, delta: int = 0, head=None) -> list:
     n = len(run.tr.steps) if run is not None else 1
     t = max(0, min(int(t or 0) + int(delta), max(0, n - 1)))
     return [gr.Slider(minimum=0, maximum=max(1, n - 1), value=t), *views.step_figures(run, t, head)]
-
-
-def refresh(shell: Shell, run, step) -> list:
-    """The section's views for a new run (when the section is opened, or a link lands on it)."""
-    return step_values(run, step)
 
 
 def _on_step(run, t, delta=0):
@@ -202,9 +197,11 @@ def wire(shell: Shell) -> None:
                       show_progress="hidden")
     p.timer.tick(on_tick, [shell.run_state, shell.step], [p.timer, *outs], api_visibility="private", **VIEW)
 
+    # the step follows its own controls above (whose answer leaves a typed step alone), not the mount's
+    mount(shell, "generation/steps", p.steps_tab, outs, draw=lambda run, sel: step_values(run, sel.step),
+          follow=False)
     beam_outs = [p.beam_md, p.beam_plot, p.beam_table, p.beam_pick, p.beam_state]
     beam_in = [shell.run_state, p.beam_state, p.beam_size]
-    track_subtabs(shell, "generation", {"steps": p.steps_tab})
     mount(shell, "generation/beam-tree", p.beam_tab, beam_outs, [p.beam_state, p.beam_size],
           draw=lambda run, sel, old, size: _beam_outputs(shell, run, old, size), own_events=False)
     p.beam_btn.click(lambda r, o, s: _beam_outputs(shell, r, o, s, True), beam_in, beam_outs,

@@ -15,7 +15,7 @@ from model.engine.decoding import prepare_source
 from model.engine.names import HeadRef
 from model.engine.transformer import DEC_SELF, ENC_SELF
 
-from . import VIEW, RunContext, Shell, layer_choices, lazy_values, log
+from . import VIEW, RunContext, Shell, SubView, drawn, layer_choices, log, mount
 from . import head_choices as sel_head_choices
 from .. import calls
 from ..present import views
@@ -76,6 +76,7 @@ class InterventionsParts:
     preset_back: gr.State  # PresetBack: what the word-order preset replaced
     # how a link sets the toggles (and Compare's results): (shell, run, RunInputs, Selection) -> values
     restore: Callable
+    view: SubView | None = None  # the section as mounted: drawn for the current run when opened
 
     @property
     def toggles(self) -> list:
@@ -159,14 +160,6 @@ def restore(shell: Shell, run, inputs: RunInputs, sel: Selection) -> dict:
         values |= _compare(shell, run, t.pad_to, t.padding, t.causal, t.positional, [str(HeadRef(*h)) for h in t.heads],
                            [i for i in t.src if i < len(names)], sel)
     return values
-
-
-def lazy_io(shell: Shell) -> tuple[list, list, callable]:
-    """(outputs, extra inputs, fn(run, *extra)) of the section as drawn when opened."""
-    p = shell.interventions
-    outs = [p.masks_plot, p.ablate_src, p.cmp_stale, p.base_chips, p.mod_chips, p.prob_plot,
-            p.cmp_plot]
-    return outs, [p.cmp_state], lambda run, cmp: refresh(shell, run, cmp)
 
 
 def refresh(shell: Shell, run, cmp=None) -> list:
@@ -260,6 +253,9 @@ def compare_io(shell: Shell) -> tuple[list, list, list]:
 
 def wire(shell: Shell) -> None:
     p = shell.interventions
+    p.view = mount(shell, "interventions", shell.section_tabs["interventions"],
+                   [p.masks_plot, p.ablate_src, p.cmp_stale, p.base_chips, p.mod_chips, p.prob_plot, p.cmp_plot],
+                   [p.cmp_state], draw=lambda run, sel, cmp: refresh(shell, run, cmp), own_events=False)
     toggles, cmp_in, outs = compare_io(shell)
     p.compare_btn.click(lambda *a: _compare(shell, *a), cmp_in, outs, api_name="compare_ui",
                         api_visibility="undocumented", **shell.model_event())
@@ -366,7 +362,7 @@ def back_values(shell: Shell, back: PresetBack | None, cmp, sel: Selection | Non
         return hide
     sel = replace(Selection.held(sel), kind=back.kind, layer=back.layer, head=back.head)
     sel = sel.fit(ModelShape.of(shell.lm(back.run)))
-    values = lazy_values(shell, "interventions", back.run, cmp) | shell.run_values(back.run, RunContext(sel, False, base))
+    values = drawn(p.view, back.run, sel, [cmp]) | shell.run_values(back.run, RunContext(sel, False, base))
     return values | hide | {
         shell.text: back.text, shell.direction: back.direction, shell.kind: sel.kind,
         p.pad_mask: back.padding, p.causal: back.causal, p.pos_enc: back.positional,
@@ -376,9 +372,8 @@ def back_values(shell: Shell, back: PresetBack | None, cmp, sel: Selection | Non
 def back_outputs(shell: Shell) -> list:
     """Back's outputs, each once: the run's (as Translate's), the section's own, and the controls it resets."""
     p = shell.interventions
-    lz = shell.lazy.get("interventions")
     return list(dict.fromkeys([
-        shell.translate.run_status, *shell.run_outputs(), *([lz.stamp, *lz.outputs] if lz else []), shell.text,
+        shell.translate.run_status, *shell.run_outputs(), p.view.stamp, *p.view.outputs, shell.text,
         shell.direction, shell.kind, p.pad_mask, p.causal, p.pos_enc, p.preset_back,
         p.back_btn]))
 

@@ -15,7 +15,7 @@ from ..present import md_escape, model_choices, tour
 from ..state import CLOSED, ModelShape, Selection, from_query, link_url, tour_pick, tour_stop, tour_url
 from ..present.shared import SharedFigure, shared_view
 from ..present.views import REGISTRY
-from . import VIEW, RunContext, Shell, error_figure, lazy_values, log, subview_values
+from . import VIEW, RunContext, Shell, error_figure, log, mounted_outputs, subview_values
 from .translate import base_url, replay_event
 
 RELOAD = "reload:"  # the leave link's mark where the stop shows another model (a training frame): a new page
@@ -155,12 +155,7 @@ def leave_values(shell: Shell, run, link: str, held: Selection, base: str = "/")
     taken = {"section", "subview", *(spec.reads if spec else ())} - {"units"}
     sel = replace(held, **{f: getattr(stop, f) for f in taken}).fit(ModelShape.of(shell.lm(run))).within(run.n_steps)
     values = shell.run_values(run, RunContext(sel, False, base))
-    lz = shell.lazy.get(sel.section)
-    if lz is not None:  # the section on screen, drawn from the selection (its other inputs as they stand)
-        fields = {c: getattr(sel, f) for f, c in shell.sel_controls().items() if f not in ("section", "subview")}
-        fields[shell.sel_state] = sel
-        values |= lazy_values(shell, sel.section, run, *(fields.get(c, c.value) for c in lz.inputs))
-    values |= subview_values(shell, run, sel)
+    values |= subview_values(shell, run, sel)  # the view on screen, drawn from the selection
     values |= {shell.kind: sel.kind, shell.view: sel.view, shell.scale: sel.scale, shell.section: sel.section,
                shell.subviews: {sel.section: sel.subview} if sel.subview else {},
                shell.step: gr.Slider(minimum=0, maximum=max(1, run.n_steps - 1), value=sel.step)}
@@ -172,10 +167,8 @@ def leave_values(shell: Shell, run, link: str, held: Selection, base: str = "/")
 
 
 def leave_outputs(shell: Shell) -> list:
-    lazy = [c for lz in shell.lazy.values() for c in (lz.stamp, *lz.outputs)]
-    sub = [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]
     p = shell.tour
-    return list(dict.fromkeys([*shell.run_outputs(), *lazy, *sub, shell.kind, shell.view, shell.scale,
+    return list(dict.fromkeys([*shell.run_outputs(), *mounted_outputs(shell), shell.kind, shell.view, shell.scale,
                                shell.section, shell.subviews, shell.step, *shell.subtabs.values(), shell.tabs,
                                *([shell.query] if shell.query is not None else []),
                                p.panel, p.start, p.stop]))

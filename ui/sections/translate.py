@@ -14,7 +14,7 @@ from model.engine.transformer import CROSS
 from model.families import catalog
 from model.families.ours import CheckpointError
 
-from . import VIEW, RunContext, Shell, layer_choices, lazy_values, link_notice_md, log, safe, subview_values
+from . import VIEW, RunContext, Shell, layer_choices, link_notice_md, log, mounted_outputs, safe, subview_values
 from .. import calls, languages, settings
 from ..present import domain, inside, trust, views, whatif
 from ..present.payload import examples_for
@@ -478,9 +478,6 @@ def _past_the_run(run: Run, inputs: RunInputs, sel: Selection, shown: Selection)
 def _wire_first_screen(shell: Shell, outputs: list) -> None:
     """On page load: the shared link's run and screen, or the first example, translated at once."""
     p = shell.translate
-    lazy = shell.lazy
-    lazy_outputs = [c for lz in lazy.values() for c in (lz.stamp, *lz.outputs)]
-    sub_outputs = [c for sv in shell.lazy_views for c in (sv.stamp, *sv.outputs)]
     head_outputs = [shell.link_notice, shell.text, shell.direction, shell.decoding, shell.beam, shell.max_len, shell.kind, shell.layer,
                     shell.head, shell.units, shell.step, shell.view, shell.scale, shell.tabs, shell.section,
                     shell.subviews, *shell.subtabs.values(), shell.computation.ref_text, shell.computation.forced_md,
@@ -504,9 +501,6 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
             return _controls(shell, inputs, sel) | values | {shell.link_notice: link_notice_md(problems)}
         sel = sel.fit(ModelShape.of(shell.lm(run)))
         shown = sel.within(run.n_steps)
-        if sel.section in lazy:  # the section the link opens, drawn at once (under the run's own values)
-            extra = (shown.step,) if sel.section == "generation" else ()
-            values = lazy_values(shell, sel.section, run, *extra) | values
         values |= subview_values(shell, run, shown) | shell.interventions.restore(shell, run, inputs, shown)
         extra, bad = whatif.restore(shell, run, params, shown)  # the bench and the foil the link names
         values |= extra
@@ -519,7 +513,7 @@ def _wire_first_screen(shell: Shell, outputs: list) -> None:
             minimum=0, maximum=max(1, run.n_steps - 1), value=shown.step)}
 
     # controls set by the link are also refreshed by the run: each listed once
-    p.load_event = (on_load, list(dict.fromkeys([*head_outputs, *lazy_outputs, *sub_outputs, *outputs,
+    p.load_event = (on_load, list(dict.fromkeys([*head_outputs, *mounted_outputs(shell), *outputs,
                                                  *whatif.load_outputs(shell)])))
 
 
