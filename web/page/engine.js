@@ -12,10 +12,14 @@ const wordRules = new Map();
 
 /** The worker that runs ONNX Runtime (worker.js), started on first use and again after it failed: calls
  * answer by id; ``onProgress`` hears the bytes of a model while it loads. */
+// ONNX Runtime's threads: only where the host isolates the page (the Space's README asks for the headers), and
+// half the cores at most, up to 4: on 2 cores a second thread made our small models slower (bench/web_threads.json)
+const THREADS = globalThis.crossOriginIsolated ? Math.max(1, Math.min(4, Math.floor((navigator.hardwareConcurrency || 1) / 2))) : 1;
+
 const runtime = {
   worker: null, calls: new Map(), next: 0, onProgress: null,
   start() {
-    const w = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+    const w = new Worker(new URL("./worker.js", import.meta.url), { type: "module", name: `threads=${THREADS}` });
     w.onmessage = ({ data }) => {
       if (data.progress) return this.onProgress?.(data.progress);
       const call = this.calls.get(data.id);

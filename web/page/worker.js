@@ -5,9 +5,9 @@
 import * as ort from "./vendor/ort.wasm.min.mjs";
 import { Direction, remembered, topK } from "./engine.js";
 
-// Threads share memory, which a browser allows only a cross-origin isolated page (the Space's README sets
-// the headers); elsewhere one thread. More than 4 gains little on graphs this small.
-const THREADS = self.crossOriginIsolated ? Math.max(1, Math.min(4, navigator.hardwareConcurrency || 1)) : 1;
+// Threads share memory, which a browser allows only a cross-origin isolated page; the page says how many in
+// the worker's name (engine.js).
+const THREADS = self.crossOriginIsolated ? Math.max(1, Number(/threads=(\d+)/.exec(self.name)?.[1] ?? 1)) : 1;
 ort.env.wasm.numThreads = THREADS;
 ort.env.wasm.wasmPaths = new URL("./vendor/", import.meta.url).href;
 
