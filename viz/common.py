@@ -340,7 +340,7 @@ def finite_absmax(z: np.ndarray, default: float = 1e-6) -> float:
 PLOT_ROOM = 120  # px a fixed-height figure keeps between its margins; Plotly refuses to draw below ~64
 
 
-def _with_font(layout: dict) -> dict:
+def _finished(layout: dict) -> dict:
     layout.setdefault("font", {}).setdefault("family", FONT_FAMILY)
     margin, height = layout.get("margin") or {}, layout.get("height")
     if height is not None:  # tall titles and tick labels may take the plot's height (Plotly: "axis scaling")
@@ -353,7 +353,7 @@ def figure(data: list, layout: dict) -> go.Figure:
 
     The tests rebuild every figure with validation on, so a wrong property still fails there.
     """
-    return go.Figure(data=data, layout=_with_font(layout), _validate=False)
+    return go.Figure(data=data, layout=_finished(layout), _validate=False)
 
 
 MESSAGE_LINE = 52  # characters a message line holds: half a desktop row, or a phone's width, at 14 px
@@ -379,4 +379,4 @@ def message_figure(text: str, height: int = 160) -> go.Figure:
     layout.update(xaxis=dict(visible=False), yaxis=dict(visible=False),
                   annotations=[dict(text="<br>".join(esc(x) for x in lines), x=0.5, y=0.5, xref="paper",
                                     yref="paper", showarrow=False, font=dict(size=14, color="#666"))])
-    return go.Figure(layout=_with_font(layout), _validate=False)
+    return go.Figure(layout=_finished(layout), _validate=False)
