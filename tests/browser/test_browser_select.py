@@ -183,6 +183,10 @@ def test_a_foil_typed_in_the_bench_is_the_word_not_the_mid_word_piece(browser, s
     _tab(pg, "Two sentences")
     pg.locator("#pair-a textarea").fill("Der Hund jagt die Katze.")
     pg.locator("#pair-b textarea").fill("Die Katze jagt den Hund.")
+    # as a person would, read the target step the bench moved to (B's first differing step) before pressing
+    # Patch; on a busy server that list arrives after the typing
+    pg.wait_for_function("() => /cat/.test(document.querySelector('#patch-step input')?.value || '')",
+                         timeout=WAIT)
     pg.get_by_label("This one patch (the head selected above)").check()
     pg.locator("#patch-foil textarea, #patch-foil input").first.fill("dog")
     pg.locator("#patch-btn").click()

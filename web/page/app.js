@@ -248,6 +248,8 @@ async function figureOf(run, d, stop, stored, pick) {
   if (!fig) return serverNote(run, stop.number, "Its figure for this sentence needs the server: ", pick);
   const el = Object.assign(document.createElement("div"), { className: "plot tour-figure" });
   el.figure = fig;
+  // its height held before Plotly draws it, so that what lies below does not move under a reader's click
+  el.style.minHeight = `${fig.layout?.height ?? 450}px`;
   el.dataset.filled = fig === kept?.figure ? "stored" : "page";
   if (figureObserver) figureObserver.observe(el);
   else queueMicrotask(() => drawStoredFigure(el));
