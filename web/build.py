@@ -34,6 +34,7 @@ FIRST = "first.json"  # a direction's first screen (web/first.py)
 TOUR = "tour.json"  # the tour's titles and sentence templates, from the app's presenter
 APP_URL = "http://127.0.0.1:7860/"  # where `python app.py` serves the app; --app names a deployed one
 WASM = "vendor/ort-wasm-simd-threaded.wasm"
+PHONE = "phone.js"  # written by the build from the app's own phone script
 SW_FILES = "const FILES = {};"  # the line of page/sw.js that the build fills with every file's content hash
 LFS_MB = 10  # the Hub refuses a file over 10 MB pushed without Git LFS
 VENDOR = {  # node_modules path -> name in the site's vendor/ folder
@@ -217,6 +218,17 @@ def copy_page(out: Path, node_modules: Path) -> None:
     (out / "vendor").mkdir(exist_ok=True)
     for src, name in VENDOR.items():
         shutil.copyfile(node_modules / src, out / "vendor" / name)
+    (out / PHONE).write_text(phone_script(), encoding="utf-8")
+
+
+def phone_script() -> str:
+    """The app's own script that fits every figure to a phone once drawn (titles wrapped, bars thinned, panels
+    stacked), as a file the page loads: written once, in ui/style.py."""
+    from ui.style import PHONE_JS  # gradio-free: the app's head as strings
+    body = PHONE_JS.strip()
+    if not (body.startswith("<script>") and body.endswith("</script>")):
+        raise ValueError("ui.style.PHONE_JS should be one <script> element")
+    return body[len("<script>"):-len("</script>")].strip() + "\n"
 
 
 def build_site(out: Path, checkpoints: Path, node_modules: Path = ROOT / "node_modules", marian=(),
