@@ -204,10 +204,15 @@ def write_tour(lm, target: Path, text: str) -> None:
 
 def tour_texts() -> dict:
     """The app's tour as the page fills it: the stops' titles, every sentence's template with its named slots
-    (ui/present/tour.py's SAY) and the words those sentences pick from."""
-    from ui.present import tour  # gradio-free: the app's own tour presenter
+    (ui/present/tour.py's SAY) and the words those sentences pick from; and the model's overview
+    (ui/present's MODEL_PARTS)."""
+    from model.engine.names import SHORT_NAMES
+    from ui.present import MODEL_PARTS, tour  # gradio-free: the app's own presenters
+    # an attention kind as the link names it (the page's pageKind reads it)
+    overview = {stack: {"title": title, "parts": [[SHORT_NAMES.get(view, view), words] for view, words in parts]}
+                for stack, (title, parts) in MODEL_PARTS.items()}
     return {"titles": list(tour.TITLES), "say": tour.SAY, "residual_verbs": tour.RESIDUAL_VERBS,
-            "sublayers": list(tour.SUBLAYER_NAMES)}
+            "sublayers": list(tour.SUBLAYER_NAMES), "overview": overview}
 
 
 def copy_page(out: Path, node_modules: Path) -> None:

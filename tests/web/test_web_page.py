@@ -130,3 +130,37 @@ def test_the_first_screen_is_what_the_page_computes(served, direction):
     translate_in_page(page, direction, page.input_value("#text"))
     assert "in this browser" in page.inner_text("#timing") and "when this page was built" not in page.inner_text("#timing")
     assert page.locator("#tour li").all_inner_texts() == tour
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (390, 844)])
+def test_the_models_overview_names_its_parts_in_the_apps_words_and_opens_each_view(served, size):
+    """The model at a glance: both stacks with this model's layers and heads, in the app's words
+    (ui.present.MODEL_PARTS); a part with a view opens it: an attention kind's map, the step player."""
+    from model.engine.names import CROSS, DEC_SELF, ENC_SELF
+    from model.families.ours import load
+    from ui.present import KIND_LABELS, MODEL_PARTS
+    from web.serve import ROOT
+    cfg = load(ROOT / "checkpoints" / "en-cs").model.cfg
+    base, browser = served
+    page = new_page(browser, *size)
+    open_site(page, base + "/index.html")
+    translate_in_page(page, "en-cs", "Two dogs run through the snow.")
+    titles = page.locator("#overview h3").all_inner_texts()
+    assert titles == [MODEL_PARTS["encoder"][0].format(layers=cfg.n_encoder_layers),
+                      MODEL_PARTS["decoder"][0].format(layers=cfg.n_decoder_layers)]
+    parts = page.locator("#overview .decoder li").all_inner_texts()
+    assert [p.strip() for p in parts] == [w.format(heads=cfg.decoder_heads) for _, w in MODEL_PARTS["decoder"][1]]
+    buttons = page.locator("#overview button.part")
+    for kind, value in ((ENC_SELF, "enc"), (DEC_SELF, "self"), (CROSS, "cross")):
+        buttons.filter(has_text=KIND_LABELS[kind]).click()
+        assert page.input_value("#grid-kind") == value
+        shown = page.locator(f"#grid-kind option[value='{value}']").inner_text()  # the map's title names its kind
+        page.wait_for_function("(k) => document.querySelector('#grid')._fullLayout?.title?.text?.endsWith(k)",
+                               arg=shown, timeout=30_000)
+        top = page.evaluate("document.getElementById('every-head').getBoundingClientRect().top")
+        assert abs(top) <= 2, top  # scrolled to the map
+    page.locator("#overview button.part", has_text="step by step").click()
+    top = page.evaluate("document.getElementById('step-by-step').getBoundingClientRect().top")
+    assert abs(top) <= 2, top
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")  # no sideways scroll
+    page.locator("#overview-box").screenshot(path=str(ARTIFACTS / f"web-overview-{size[0]}.png"))

@@ -30,6 +30,23 @@ LANG_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech", "z
 KIND_LABELS = {ENC_SELF: "Encoder self-attention", DEC_SELF: "Decoder masked self-attention",
                CROSS: "Decoder cross-attention"}
 KIND_JSON = {ENC_SELF: "encoder_self", DEC_SELF: "decoder_self", CROSS: "cross"}
+# The model at a glance (the browser edition's overview): each stack's parts in the order a sentence meets them,
+# each with the view it opens (an attention kind, "positions", "steps", "masks"; None: no view of its own).
+# {layers} and {heads} are the model's own sizes.
+MODEL_PARTS = {
+    "encoder": ("Encoder: {layers} layers, run once over the source sentence", (
+        ("positions", "First: the source words are embedded, and the positional encoding is added"),
+        (ENC_SELF, "In each layer: " + KIND_LABELS[ENC_SELF] + " ({heads} heads), every word reads every word"),
+        (None, "then a feed-forward network, word by word"))),
+    "decoder": ("Decoder: {layers} layers, run once for every word it writes", (
+        ("positions", "First: the words written so far are embedded, and the positional encoding is added"),
+        (DEC_SELF, "In each layer: " + KIND_LABELS[DEC_SELF] + " ({heads} heads), each word reads only the "
+                   "words before it"),
+        ("masks", "(the look-ahead and padding masks: switch them off and compare)"),
+        (CROSS, "then " + KIND_LABELS[CROSS] + " ({heads} heads), each word reads the encoder's output"),
+        (None, "then a feed-forward network, word by word"),
+        ("steps", "Last: the next word's probabilities, step by step"))),
+}
 DOMAIN_HINT = ("The models know image captions (Multi30k): short descriptions of people, animals and scenes; "
                "other text translates poorly.")
 TRY_THIS = ("**Try this:** ① **Watch a step**: open *Generation* and press *next ▶* to see what each step reads "

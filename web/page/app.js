@@ -9,6 +9,7 @@ import { POS_STOP, STEP_STOP, stopFigure, trialOf } from "./stops.js";
 import { appLink, fromQuery, pageKind, toQuery, unshown } from "./link.js";
 import { Player } from "./player.js";
 import { Masks } from "./masks.js";
+import { drawOverview } from "./overview.js";
 import { aboutModel, modelFiles, offerModels, openDirection } from "./models.js";
 
 const BASE = new URL(".", import.meta.url).href.replace(/\/$/, "");
@@ -321,6 +322,17 @@ async function tour(run, maskOff = null) {
   if (openStop) openTourStop(openStop, false);
 }
 
+/** A part of the model's overview opened: its view's section scrolled to (an attention kind: its map). */
+function openView(view) {
+  const kind = pageKind(view);
+  if (kind) {
+    $("grid-kind").value = kind;
+    $("grid-kind").dispatchEvent(new Event("change"));
+  }
+  const box = { positions: "positions-box", steps: "step-by-step", masks: "masks-box" }[view] ?? (kind && "every-head");
+  if (box) $(box).scrollIntoView({ block: "start" });
+}
+
 /** Stop ``number`` marked open (and scrolled to, when a link asked for it), and kept in the link. */
 function openTourStop(number, byClick = true) {
   openStop = number;
@@ -434,6 +446,7 @@ async function show(run) {
   fillHeadPicker(run, linked.head);
   linked.head = null;
   await drawHeadView(run);
+  drawOverview($("overview"), site.tour.overview, (await direction(run.dir)).meta, openView);
   await breathe();
   stepsTable(run);
   masks.reset(run);  // a new sentence: the old comparison goes
