@@ -332,6 +332,12 @@ def _heads_of_layer(t: TourRun, layer: int, q: int) -> list[tuple[int, str, floa
     return [(h, keys[int(np.argmax(row))], float(row.max())) for h, row in enumerate(pooled)]
 
 
+def _word_of(t: TourRun, q: int) -> str:
+    """Source piece ``q`` in the units shown: the word it is part of (its keys are words too), else the piece."""
+    keys, spans = t.src_axis()
+    return next((k for k, s in zip(keys, spans) if q in s), t.tr.src_tokens[q])
+
+
 def stop_many_heads(t: TourRun, choice: str | None = None) -> Stop:
     n_layers = t.lm.model.cfg.n_encoder_layers
     layer = read_index(choice, 0, n_layers)
@@ -341,7 +347,7 @@ def stop_many_heads(t: TourRun, choice: str | None = None) -> Stop:
     listed = "; ".join(say("heads_item", h=h, key=k, weight=w) for h, k, w in rows[:4])
     more = say("heads_more", n=len(rows) - 4) if len(rows) > 4 else ""
     s = [say("heads_side", layer=layer, n=len(rows), d_k=d_k),
-         say("heads_look", query=t.tr.src_tokens[q], listed=listed, more=more),
+         say("heads_look", query=_word_of(t, q), listed=listed, more=more),
          say("heads_join", d=t.lm.model.cfg.d_model)]
     return Stop(3, TITLES[3], s, Selection(kind=ENC_SELF, layer=layer, view="grid", section="attention",
                                            subview="maps", units=t.units),

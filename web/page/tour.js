@@ -186,7 +186,7 @@ function stopManyHeads(t, pick) {
   const listed = rows.slice(0, 4).map((r) => t.say("heads_item", r)).join("; ");
   const more = rows.length > 4 ? t.say("heads_more", { n: rows.length - 4 }) : "";
   return [t.say("heads_side", { layer, n: rows.length, d_k }),
-    t.say("heads_look", { query: t.run.srcTokens[q], listed, more }),
+    t.say("heads_look", { query: t.src.labels[t.src.spans.findIndex((s) => s.includes(q))] ?? t.run.srcTokens[q], listed, more }),
     t.say("heads_join", { d: t.meta.d_model })];
 }
 
