@@ -102,10 +102,13 @@ def _lay_out(shell: Shell, shown: FrameView) -> LearnParts:
                     "each frame on its own greedy translation.")
     form_plot = gr.Plot(show_label=False, elem_id="form-plot")
     with gr.Accordion("Train a toy model here (about 100 steps, a few seconds)", open=False, elem_id="toy-box"):
-        toy_pairs = gr.Textbox(DEFAULT_TEXT, lines=4, max_lines=12, label="Sentence pairs (source ||| target, "
-                               "one a line, at most 50; words split on spaces)", elem_id="toy-pairs")
+        # interactive said outright: a component a render makes is not seen as some event's input
+        toy_pairs = gr.Textbox(DEFAULT_TEXT, lines=4, max_lines=12, interactive=True, elem_id="toy-pairs",
+                               label="Sentence pairs (source ||| target, one a line, at most 50; words split on "
+                                     "spaces)")
         with gr.Row():
-            toy_seed = gr.Number(0, precision=0, label="Seed", minimum=0, maximum=2**31 - 1, scale=0, min_width=120)
+            toy_seed = gr.Number(0, precision=0, label="Seed", interactive=True, minimum=0, maximum=2**31 - 1,
+                                 scale=0, min_width=120)
             toy_btn = gr.Button("Train", variant="primary", elem_id="toy-btn", scale=0)
         toy_status = gr.Markdown("", elem_id="toy-status")
         toy_plot = gr.Plot(show_label=False, elem_id="toy-plot")
