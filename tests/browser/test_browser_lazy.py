@@ -58,3 +58,16 @@ def test_opening_the_section_builds_it_drawn_and_once(app_url, size):
         page.wait_for_function(CURVES_DRAWN, timeout=WAIT)
         assert page.locator("#toy-pairs textarea").input_value() == "haus ||| house"  # not built again
         assert page.locator("#frame-md").count() == 1
+
+
+def test_a_link_to_the_section_lands_on_it_built_with_its_frame(app_url):
+    """A link that opens Watch it learn on a frame (as the tour's "leave" link does): the section is built on
+    arrival, on that frame, with no click."""
+    with chromium() as browser:
+        page = new_page(browser)
+        page.goto(app_url + "?text=haus+katze+hund&model=de-en%408&section=learn")
+        wait_done(page)
+        page.wait_for_function(CURVES_DRAWN, timeout=WAIT)
+        assert "Frame 3 of 6" in page.locator("#frame-md").inner_text()
+        assert page.get_by_role("tab", name="Watch it learn", exact=True).get_attribute("aria-selected") == "true"
+        page.screenshot(path=str(ARTIFACTS / "lazy-learn-from-link.png"))
