@@ -45,9 +45,8 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
                 with gr.Tab(label, id=sid) as shell.section_tabs[sid]:
                     setattr(shell, sid, section.build(shell))  # the parts the other sections read
             with gr.Tab("Watch it learn", id="learn") as shell.section_tabs["learn"]:
-                learn_parts = learn.build(shell)
+                learn_section = learn.build(shell)  # built when a visitor first opens it
         bar.follow_runs(shell)
-        learn.follow_runs(shell, learn_parts)  # before any section takes the list of what a run refreshes
         clear_link_notice(shell)
         for _, _, section in SECTIONS[1:]:
             section.wire(shell)
@@ -59,7 +58,7 @@ def build_app(root=None, device: str | None = None, warm: bool = True, max_queue
         tour.wire(shell, translate_event)
         corpus.wire_heads(shell, translate_event)  # a head opened from a corpus translates its sentence
         branch.wire(shell)  # continue from here, and the run history
-        learn.wire(shell, learn_parts, translate_event)
+        learn.wire(shell, learn_section, translate_event)
         translate.wire_load(shell, demo)
         api_translate, api_compare, api_attribution, api_models = make_api(reg_key)
         gr.api(api_translate, api_name="translate", **shell.model_event())

@@ -28,6 +28,7 @@ BENCHES = [
     Bench("load", "concurrent gradio_client users: throughput, latency, errors, memory, leak check"),
     Bench("serving", "old serving against new side by side: load, the UI's Translate event, a classroom, busy"),
     Bench("page_cost", "one new visitor's page: components, handlers, server CPU, HTML; an older tree against today's"),
+    Bench("patch_cost", "what each of ui/overhead.py's patches of Gradio saves a new visitor's server CPU today"),
     Bench("translate_cpu", "server CPU of one warm /translate, an older tree against today's"),
     Bench("classroom", "40 clients open one link (within 5 s, then at once): before the cache, cache, model slots"),
     Bench("classroom_link", "40 visitors at one instant on one tour link, each the requests a browser makes (needs "

@@ -11,6 +11,7 @@ import pytest
 
 from tests.frames_fixtures import framed_run  # noqa: F401 (a fixture)
 from model.engine.names import Kind
+from ui.sections import learn as learn_section
 from ui.state import Run, Selection, from_query
 from viz.learning import Curve, curves_figure
 
@@ -28,20 +29,25 @@ def app_fns(framed_run, tmp_path_factory):
     return demo, {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
 
 
-def run_of(fns, model: str, text: str = TEXT) -> dict:
+def run_of(fns, model: str, text: str = TEXT, demo=None) -> dict:
+    """The run's values, and (given ``demo``) what Watch it learn, opened, shows of it: it is built when a
+    visitor opens it and draws itself from the run, so the run's own event does not carry it."""
     values = fns["translate_stream"](text, model, "greedy", 4, 20, Selection())
-    return {getattr(c, "elem_id", None) or type(v).__name__: v for c, v in values.items()}
+    out = {getattr(c, "elem_id", None) or type(v).__name__: v for c, v in values.items()}
+    if demo is not None:
+        out |= dict(zip(("frame-md", "frame-scrub"), learn_section.frame_values(demo.shell, out["Run"])))
+    return out
 
 
 def test_frames_are_offered_and_the_scrubber_makes_one_the_run(app_fns):
     demo, fns = app_fns
     assert [k for k in demo.registry.names if "@" in k] == [f"de-en@{s}" for s in (0, 4, 8, 16, 32, 48)]
-    first = run_of(fns, "de-en")
+    first = run_of(fns, "de-en", demo=demo)
     assert "Frame 6 of 6" in first["frame-md"] and "the run shows the default model, not a frame" in first["frame-md"]
     assert first["frame-scrub"].maximum == 6 and first["frame-scrub"].value == 6  # counted as the text counts
     pick = fns["pick_frame"](first["Run"], 3)
     assert pick.value == "de-en@8"
-    v = run_of(fns, pick.value)
+    v = run_of(fns, pick.value, demo=demo)
     assert v["Run"].model == "de-en@8"
     assert "de→en at step 8 of 48" in v["run-bar"]
     assert "Frame 3 of 6" in v["frame-md"] and v["frame-scrub"].value == 3
@@ -67,7 +73,7 @@ def test_one_click_compares_a_frame_with_the_default_model(app_fns):
     assert (tabs.selected, section, sub.selected, held["analysis"]) == ("analysis", "analysis", "sidebyside",
                                                                          "sidebyside")
     assert out[5].value == "de-en" and "| model | de\\-en@8 | de\\-en |" in md.replace("\\@", "@")
-    finished = run_of(fns, "de-en")
+    finished = run_of(fns, "de-en", demo=demo)
     assert "the run shows the default model" in finished["frame-md"]
     assert fns["compare_frame"](finished["Run"], 2, Selection(), {})[5].value == "de-en@4"   # the scrubber's frame
 
@@ -133,7 +139,7 @@ def test_a_tour_pick_redraws_its_stop_and_its_link_opens_that_pick(app_fns):
 
 
 def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns, monkeypatch):
-    _, fns = app_fns
+    demo, fns = app_fns
     toasts = []
     monkeypatch.setattr(gr, "Info", lambda message, *a, **k: toasts.append(message))
     steps = list(fns["train_toy"]("我 有 一 个 好 朋 友 ||| I have a good friend .", 0,
@@ -141,7 +147,7 @@ def test_toy_trains_becomes_the_run_and_a_second_is_refused(app_fns, monkeypatch
     status, _, direction, text = steps[-1]
     assert status.startswith("✓ trained") and direction.value == "toy-sessio@100"
     assert text == "我 有 一 个 好 朋 友"
-    v = run_of(fns, direction.value, text)
+    v = run_of(fns, direction.value, text, demo=demo)
     assert v["Run"].tr.text == "I have a good friend ."
     # a toy loads at once: its toast does not warn of a large model
     assert all("large" not in t for t in toasts) and any(t.startswith("Loading ") for t in toasts), toasts

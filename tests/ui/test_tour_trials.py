@@ -16,6 +16,7 @@ import pytest
 from model.families import load_checkpoint
 from tests.app_fixtures import make_checkpoint
 from ui.present import learn, tour
+from ui.sections import learn as learn_section
 from ui.sections import tour as tour_section
 from ui.state import Selection
 
@@ -103,13 +104,15 @@ def test_one_account_of_the_snapshots_in_the_tour_the_tab_and_the_run_bar(app_fn
     """The snapshots come from another run than the default model: the learn tab, the run bar and the tour say
     so in the same words, no view calls a snapshot "the finished model", and beside a snapshot's sentence
     the default model's own is shown."""
-    _, fns = app_fns
+    demo, fns = app_fns
     default = run_of(fns)
+    default["frame-md"] = learn_section.frame_values(demo.shell, default["Run"])[0]  # the section, opened
     fs = learn.frame_set(app_fns[0].registry, "de-en")
     account = learn.account(fs)
     assert NOTE in account and "not one of them" in account
     assert "the run shows the default model, not a frame" in default["frame-md"] and account in default["frame-md"]
     frame = run_of(fns, "de-en@16")
+    frame["frame-md"] = learn_section.frame_values(demo.shell, frame["Run"])[0]
     assert NOTE in frame["run-bar"].replace("\\", "")
     text, own = default["Run"].tr.text, frame["Run"].tr.text
     assert account in frame["frame-md"]

@@ -28,7 +28,7 @@ from ..present.tour import clip
 from ..state import Run, Selection
 from ..present.shared import shared
 from ..present.views import stamp_of
-from . import Shell, log
+from . import Shell, lazy, log
 from . import sidebyside as sbs_section
 
 TOY_GROUP = "toy"   # the toy trainer's own concurrency group: it never queues behind or ahead of translations
@@ -62,50 +62,93 @@ class Toys:
 TOYS: dict[str, Toys] = {}
 
 
-def build(shell: Shell) -> LearnParts:
+@dataclass
+class LearnSection:
+    """What the page holds of Watch it learn before a visitor opens it: whether it is built, the hidden
+    stand-ins its API twins answer on, and the translate event the built section chains (set by ``wire``)."""
+    opened: gr.State
+    stand_ins: dict
+    translate_event: tuple | None = None
+
+
+def build(shell: Shell) -> LearnSection:
+    """At load: nothing on the page yet (``wire`` places the section, built when first opened)."""
     learn.offer_shipped(shell.reg)
+    TOYS.setdefault(shell.reg_key, Toys(ToyGate(cap=1), ToyShelf(shell.reg)))
+    return LearnSection(None, {})
+
+
+def _built(shell: Shell, run: Run | None, holder: LearnSection) -> None:
+    """One visitor's section: laid out drawn for ``run``, following later runs, its controls wired."""
+    parts = _lay_out(shell, frame_view(shell, run))
+    outputs = [parts.frame_md, parts.scrub, parts.curves, parts.compare]
+    shell.on_run(outputs, lambda r, ctx: frame_values(shell, r))
+    _wire_events(shell, parts, holder.translate_event, named=False)
+
+
+def _lay_out(shell: Shell, shown: FrameView) -> LearnParts:
     gr.Markdown("Every frame is the model at one update of its training run. Move the scrubber to make that "
                 "frame the current run's model: every section then shows it on the current sentence.")
-    frame_md = gr.Markdown(NO_FRAMES, elem_id="frame-md")
+    frame_md = gr.Markdown(shown.md, elem_id="frame-md")
     # counted from 1, as the text above it counts frames ("Frame 3 of 6")
-    scrub = gr.Slider(1, 2, value=1, step=1, label="Frame", elem_id="frame-scrub", interactive=True)
+    scrub = gr.Slider(1, shown.maximum, value=shown.value, step=1, label="Frame", elem_id="frame-scrub",
+                      interactive=shown.interactive)
     compare = gr.Button("Compare this frame with the default model (Analysis › Two models)",
-                        elem_id="frame-compare", size="sm")
-    curves = gr.Plot(show_label=False, elem_id="frame-curves")
+                        elem_id="frame-compare", size="sm", visible=shown.compare)
+    curves = gr.Plot(shown.curves, show_label=False, elem_id="frame-curves")
     with gr.Row():
         form_btn = gr.Button("Watch the selected head form", elem_id="form-btn", size="sm", scale=0)
         gr.Markdown("One panel per frame: the head chosen above (kind, layer, head) on the current sentence, "
                     "each frame on its own greedy translation.")
     form_plot = gr.Plot(show_label=False, elem_id="form-plot")
     with gr.Accordion("Train a toy model here (about 100 steps, a few seconds)", open=False, elem_id="toy-box"):
-        toy_pairs = gr.Textbox(DEFAULT_TEXT, lines=4, max_lines=12, label="Sentence pairs (source ||| target, "
-                               "one a line, at most 50; words split on spaces)", elem_id="toy-pairs")
+        # interactive said outright: a component a render makes is not seen as some event's input
+        toy_pairs = gr.Textbox(DEFAULT_TEXT, lines=4, max_lines=12, interactive=True, elem_id="toy-pairs",
+                               label="Sentence pairs (source ||| target, one a line, at most 50; words split on "
+                                     "spaces)")
         with gr.Row():
-            toy_seed = gr.Number(0, precision=0, label="Seed", minimum=0, maximum=2**31 - 1, scale=0, min_width=120)
+            toy_seed = gr.Number(0, precision=0, label="Seed", interactive=True, minimum=0, maximum=2**31 - 1,
+                                 scale=0, min_width=120)
             toy_btn = gr.Button("Train", variant="primary", elem_id="toy-btn", scale=0)
         toy_status = gr.Markdown("", elem_id="toy-status")
         toy_plot = gr.Plot(show_label=False, elem_id="toy-plot")
-    TOYS.setdefault(shell.reg_key, Toys(ToyGate(cap=1), ToyShelf(shell.reg)))
     return LearnParts(frame_md=frame_md, scrub=scrub, compare=compare, curves=curves, form_btn=form_btn,
                       form_plot=form_plot,
                       toy_pairs=toy_pairs, toy_seed=toy_seed, toy_btn=toy_btn, toy_status=toy_status,
                       toy_plot=toy_plot)
 
 
-def _frame_values(shell: Shell, run: Run | None) -> list:
-    """The markdown, the scrubber and the curves for the frames of ``run``'s model."""
+@dataclass(frozen=True)
+class FrameView:
+    """What the section shows of the frames of a run's model: the text, the scrubber (counted from 1), the
+    curves, and whether "compare with the default model" is offered."""
+    md: str
+    maximum: int
+    value: int
+    interactive: bool
+    curves: object  # a Plotly figure
+    compare: bool
+
+
+def frame_view(shell: Shell, run: Run | None) -> FrameView:
     fs = learn.frame_set(shell.reg, run.model) if run is not None else None
     if fs is None:
-        return [NO_FRAMES, gr.Slider(minimum=1, maximum=2, value=1, interactive=False),
-                message_figure("No training frames for this model."), gr.Button(visible=False)]
+        return FrameView(NO_FRAMES, 2, 1, False, message_figure("No training frames for this model."), False)
     k = fs.index_of(run.model)
     shown = len(fs.keys) - 1 if k is None else k
     title = f"Training of {fs.pair}: {len(fs.steps)} frames"
     fig = shared(fs.dynamics, ("curves", fs.keys, fs.steps, fs.train_loss, fs.val_loss, k, title),
                  lambda: curves_figure(fs.steps, learn.curves(fs), fs.steps[k] if k is not None else None, title))
     md = learn.frame_markdown(fs, shown) + (default_note(fs) if k is None else beside_default(shell, run, fs))
-    return [md, gr.Slider(minimum=1, maximum=max(2, len(fs.keys)), value=shown + 1, interactive=True), fig,
-            gr.Button(visible=fs.pair in shell.reg.names)]
+    return FrameView(md, max(2, len(fs.keys)), shown + 1, True, fig, fs.pair in shell.reg.names)
+
+
+def frame_values(shell: Shell, run: Run | None) -> list:
+    """The markdown, the scrubber, the curves and the compare button for the frames of ``run``'s model, as
+    an event's values."""
+    v = frame_view(shell, run)
+    return [v.md, gr.Slider(minimum=1, maximum=v.maximum, value=v.value, interactive=v.interactive), v.curves,
+            gr.Button(visible=v.compare)]
 
 
 def default_note(fs: learn.FrameSet) -> str:
@@ -200,16 +243,38 @@ def _toy(shell: Shell, pairs_text: str, seed, request: gr.Request):
            gr.Dropdown(choices=model_choices(shell.reg), value=keys[-1]), pairs[0][0])
 
 
-def follow_runs(shell: Shell, parts: LearnParts) -> None:
-    """Before the translate event is wired: every run redraws the frames of its model."""
-    shell.on_run([parts.frame_md, parts.scrub, parts.curves, parts.compare],
-                 lambda run, ctx: _frame_values(shell, run))
+def wire(shell: Shell, holder: LearnSection, translate_event: tuple) -> None:
+    """At load: the section's tab marks it shown, and its API answers on the stand-ins (the built section
+    wires its own controls, chaining ``translate_event``)."""
+    holder.translate_event = translate_event
+    with shell.section_tabs["learn"]:  # placed now: the render reads the selection state, made after the sections
+        holder.opened = lazy.on_first_open(shell, "learn", lambda own, run, sel: _built(own, run, holder))
+        holder.stand_ins = lazy.stand_ins(scrub=lambda: gr.Number(1, precision=0), text=gr.Textbox,
+                                          status=gr.Markdown, plot=gr.Plot)
+    shell.section_tabs["learn"].select(lambda: "learn", None, shell.section, api_visibility="private",
+                                       concurrency_limit=None, show_progress="hidden")
+    s = holder.stand_ins
+    lazy.api_twin(lambda run, index: _pick(shell, run, index), [shell.run_state, s["scrub"]], shell.direction,
+                  "pick_frame", concurrency_limit=None)
+    lazy.api_twin(lambda run, sel: _head_forms(shell, run, sel), [shell.run_state, shell.sel_state], s["plot"],
+                  "head_forms", **shell.model_event())
+
+    def toy(pairs_text, seed, request: gr.Request):
+        yield from _toy(shell, pairs_text, seed, request)
+    lazy.api_twin(toy, [s["text"], s["scrub"]], [s["status"], s["plot"], shell.direction, shell.text], "train_toy",
+                  concurrency_id=TOY_GROUP, concurrency_limit=1)
+    compare, _ = _compare_event(shell)
+    lazy.api_twin(compare, [shell.run_state, s["scrub"], shell.sel_state, shell.subviews], _compare_outputs(shell),
+                  "compare_frame", **shell.model_event())
 
 
-def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
+def _wire_events(shell: Shell, parts: LearnParts, translate_event: tuple, named: bool = True) -> None:
     """The scrubber, "watch a head form" and the toy trainer; the first and the last run the current
-    sentence again (``translate_event``) on the model they picked."""
+    sentence again (``translate_event``) on the model they picked. ``named`` False: the API names are the
+    twins' (``wire``), not these events'."""
     translate, t_inputs, t_outputs = translate_event
+    api = (lambda name: dict(api_name=name, api_visibility="undocumented")) if named else (
+        lambda name: dict(api_visibility="private"))
 
     # named parameters: Gradio hands a gr.Request only to a handler that declares it beside its inputs, and
     # the link box needs the page's address from it
@@ -225,30 +290,32 @@ def wire(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
     def toy(pairs_text, seed, request: gr.Request):
         yield from _toy(shell, pairs_text, seed, request)
 
-    _wire_compare(shell, parts)
-    shell.section_tabs["learn"].select(lambda: "learn", None, shell.section, api_visibility="private",
-                                       concurrency_limit=None, show_progress="hidden")
+    _wire_compare(shell, parts, api("compare_frame"))
     # the number box answers with input, a drag with input as it goes and release at the end: the last wins
     gr.on([parts.scrub.release, parts.scrub.input], pick, [shell.run_state, parts.scrub], shell.direction,
-          api_name="pick_frame", api_visibility="undocumented", concurrency_limit=None, show_progress="hidden",
+          **api("pick_frame"), concurrency_limit=None, show_progress="hidden",
           trigger_mode="always_last").success(
         again, t_inputs, t_outputs, api_visibility="private", **shell.model_event())
     # the selection as one value: the state every bar control writes, never a copy of the controls
     parts.form_btn.click(forms, [shell.run_state, shell.sel_state], parts.form_plot,
-                         api_name="head_forms", api_visibility="undocumented", show_progress="minimal",
+                         **api("head_forms"), show_progress="minimal",
                          **shell.model_event())
     parts.toy_btn.click(toy, [parts.toy_pairs, parts.toy_seed],
-                        [parts.toy_status, parts.toy_plot, shell.direction, shell.text], api_name="train_toy",
-                        api_visibility="undocumented", concurrency_id=TOY_GROUP, concurrency_limit=1,
+                        [parts.toy_status, parts.toy_plot, shell.direction, shell.text], **api("train_toy"),
+                        concurrency_id=TOY_GROUP, concurrency_limit=1,
                         show_progress="minimal").success(
         again, t_inputs, t_outputs, api_visibility="private", **shell.model_event())
 
 
-def _wire_compare(shell: Shell, parts: LearnParts) -> None:
-    """One click from a frame to Analysis › Two models: that frame beside the default model, drawn at once."""
+def _compare_outputs(shell: Shell) -> list:
     side = shell.analysis.sbs
     stamp = next(sv.stamp for sv in shell.lazy_views if sv.name == sbs_section.NAME)
+    return [shell.tabs, shell.section, shell.subtabs["analysis"], shell.subviews, stamp, side.second, *side.outputs()]
 
+
+def _compare_event(shell: Shell):
+    """One click from a frame to Analysis › Two models: that frame beside the default model, drawn at once.
+    Returns the handler and its outputs."""
     def compare(run, number, sel, held):
         pair = compare_pair(shell, run, number)
         if pair is None:
@@ -259,8 +326,10 @@ def _wire_compare(shell: Shell, parts: LearnParts) -> None:
                 {**(held or {}), "analysis": "sidebyside"}, (*stamp_of(sbs_section.NAME, run, sel), second),
                 gr.Dropdown(choices=sbs.candidates(shell.reg, run), value=second),
                 *sbs_section.values(shell, run, sel, second))
+    return compare, _compare_outputs(shell)
 
-    parts.compare.click(compare, [shell.run_state, parts.scrub, shell.sel_state, shell.subviews],
-                        [shell.tabs, shell.section, shell.subtabs["analysis"], shell.subviews, stamp, side.second,
-                         *side.outputs()], api_name="compare_frame", api_visibility="undocumented",
+
+def _wire_compare(shell: Shell, parts: LearnParts, api: dict) -> None:
+    compare, outputs = _compare_event(shell)
+    parts.compare.click(compare, [shell.run_state, parts.scrub, shell.sel_state, shell.subviews], outputs, **api,
                         show_progress="minimal", **shell.model_event())
