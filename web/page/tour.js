@@ -244,7 +244,7 @@ export function changed(run, d, T, what, other) {
   return t.say("changed_other", { what, other: other.text, text: run.text, same, n: base.length });
 }
 
-/** Stop 6, from the decoder's residual norms over the whole prefix ((L, 5, T): in, self-attention, cross-
+/** Stop 6, read in the decoder's residual norms over the whole prefix ((L, 5, T): in, self-attention, cross-
  * attention and FFN additions, out), at the first position after the start token. */
 function stopResidual(t, pick) {
   const labels = t.run.decoderInput, i = pickIndex(pick, Math.min(1, labels.length - 1), labels.length);
@@ -295,7 +295,7 @@ const sum = (xs) => xs.reduce((a, b) => a + b, 0);
 export const hiddenWord = (pick, n) => (/^\d+$/.test(String(pick ?? "")) && +pick < n ? +pick : null);
 
 /** ui.tour.stop_moved's numbers: at the tour's decoding step, what moved the output (ALTI+ shares of each source
- * word and of the output so far), its sentences, its trial's choices and its figure's bars; with a word hidden
+ * word and of the prefix written before the step), its sentences, its trial's choices and its figure's bars; with a word hidden
  * (``pick``), the shares of the run decoded without it (run.ablated, made by app.js). */
 function moved(t, pick, firstChoice) {
   const { run } = t, keys = t.src.labels, S = run.srcTokens.length;
