@@ -128,16 +128,17 @@ def share_weights(models: list[onnx.ModelProto], location: str = WEIGHTS) -> byt
 
 
 def borrow_weights(model: onnx.ModelProto, others: list[onnx.ModelProto]) -> onnx.ModelProto:
-    """``model``'s large initializers that one of ``others`` holds as a float32 matrix (as it is or transposed,
-    in any shape, or cast to float64 where ``model`` computes in float64) rebuilt from a copy of that matrix
-    by Transpose, Reshape and Cast nodes, so that share_weights stores its bytes once."""
+    """``model``'s large initializers that one of ``others`` holds as a float32 vector or matrix (as it is or
+    transposed, in any shape, or cast to float64 where ``model`` computes in float64) rebuilt from a copy of
+    that tensor by Transpose, Reshape and Cast nodes, so that share_weights stores its bytes once."""
     have = {}
     for other in others:
         for init in other.graph.initializer:
-            if init.data_type == TensorProto.FLOAT and len(init.dims) == 2:
+            if init.data_type == TensorProto.FLOAT and len(init.dims) in (1, 2):
                 a = numpy_helper.to_array(init)
                 have.setdefault(a.tobytes(), (a, False))
-                have.setdefault(np.ascontiguousarray(a.T).tobytes(), (a, True))
+                if a.ndim == 2:
+                    have.setdefault(np.ascontiguousarray(a.T).tobytes(), (a, True))
     kept, nodes, added = [], [], []
     for init in model.graph.initializer:
         a = numpy_helper.to_array(init)
@@ -148,7 +149,8 @@ def borrow_weights(model: onnx.ModelProto, others: list[onnx.ModelProto]) -> onn
             continue
         matrix, transposed = found
         name = f"{init.name}_borrowed"
-        added += [numpy_helper.from_array(matrix, name), numpy_helper.from_array(np.array(a.shape, np.int64), name + "_shape")]
+        shape = numpy_helper.from_array(np.array(a.shape, np.int64), name + "_shape")
+        added += [numpy_helper.from_array(matrix, name), shape]
         x = name
         if transposed:
             nodes.append(helper.make_node("Transpose", [x], [name + "_t"], perm=[1, 0]))
