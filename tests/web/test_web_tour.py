@@ -405,3 +405,21 @@ def test_the_exported_alti_is_the_engines(name):
         got, logits = out["alti"], out["logits"]
         assert got.shape == want.shape and np.abs(got - want).max() < 1e-6, (name, sorted(hidden))
         assert int(logits[0].argmax()) == tr.output_ids[-1]
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (390, 844)])
+@pytest.mark.parametrize("name", DIRECTIONS)
+def test_what_moved_the_output_at_both_widths(served, name, size):
+    """Stop 9 on each direction's default sentence, at a desktop's and a phone's width: the app's sentences and
+    figure, drawn from the page's own ALTI+, and no sideways scroll. Screenshots."""
+    page, examples = served
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    _translate(page, name, examples[name])
+    app = tour.stop(tour_run(name, examples[name]), MOVED)
+    ours = stop_figure(page, MOVED + 1)
+    assert ours["filled"] == "page"
+    assert_same_figure(ours, app.figure, f"{name} stop {MOVED + 1} at {size[0]} px")
+    assert shown_stops(page)[MOVED + 1] == app.sentences
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), "no sideways scroll"
+    page.locator(f"#tour li[data-stop='{MOVED + 1}']").screenshot(
+        path=str(ARTIFACTS / f"web-tour-{name}-stop{MOVED + 1}-{size[0]}.png"))
