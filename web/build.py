@@ -127,7 +127,7 @@ def build_direction(folder: Path, out: Path, precision: str = PRECISION, checkpo
             **({"precision_check": check} if check else {}), **(opus.meta(lm, folder) if opus.owns(lm) else {})}
     # what the page downloads to run it: its progress bar's total
     meta["bytes"] = {f: (target / f).stat().st_size for f in ("encoder.onnx", "decoder.onnx", *weights)}
-    meta["bytes"][ALTI] = (target / ALTI).stat().st_size  # fetched when a tour first needs it, with the same weights
+    meta["alti_bytes"] = (target / ALTI).stat().st_size  # fetched when a tour first needs it (not in the model's bar)
     if (out / WASM).is_file():
         meta["bytes"][WASM] = (out / WASM).stat().st_size
     (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")

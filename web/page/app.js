@@ -314,7 +314,7 @@ async function hiddenRun(run, d, span, h) {
 /** The run's ALTI+ (stop 9), where the page computed the run (a first screen's stays the stored one) and the
  * build exported the graph; a failure leaves the stop to the app. */
 async function withAlti(run, d) {
-  if (run.alti !== undefined || run.ms === null || run.empty || !d.meta.bytes?.["alti.onnx"]) return;
+  if (run.alti !== undefined || run.ms === null || run.empty || !d.meta.alti_bytes) return;
   run.alti = await d.alti(run.srcIds, run.srcIds.map(() => 1), run.outIds).then((r) => r.alti, (e) => { console.warn(e); return null; });
 }
 

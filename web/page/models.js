@@ -69,7 +69,7 @@ export function modelFiles(d) {
     ? [d.meta.tokenizer, ...new Set([d.tokenizer.spec.source.charsmap, d.tokenizer.spec.target.charsmap].filter(Boolean))]
     : ["spm.json"];
   const files = ["meta.json", ...own, "first.json", "encoder.onnx", "decoder.onnx", ...(d.meta.weights ?? ["weights.bin"]),
-    ...(d.meta.bytes?.["alti.onnx"] ? ["alti.onnx"] : [])];  // the tour's ALTI+: stop 9 offline too
+    ...(d.meta.alti_bytes ? ["alti.onnx"] : [])];  // the tour's ALTI+: stop 9 offline too
   return [...files.map((f) => `models/${d.name}/${f}`), ...(d instanceof MarianDirection ? [] : [`models/spacy_${d.meta.src_lang}.json`])];
 }
 
