@@ -19,7 +19,7 @@ import onnx
 from model.families.ours import CheckpointError
 
 from . import marian as opus
-from .compact import WEIGHTS, share_weights, store
+from .compact import WEIGHTS, borrow_weights, share_weights, store
 from .export import FLAGS, DecoderGraph, EncoderGraph, export_model
 from .figures import write_figures
 from .first import first_screen
@@ -32,6 +32,7 @@ PRECISION = "fp16"  # the stored weights' precision, chosen by bench/web_int8.py
 PAGE = ROOT / "page"
 FIRST = "first.json"  # a direction's first screen (web/first.py)
 TOUR = "tour.json"  # the tour's titles and sentence templates, from the app's presenter
+ALTI = "alti.onnx"  # ALTI+ of a run (web/export.py AltiGraph): the tour's "What moved the output"
 APP_URL = "http://127.0.0.1:7860/"  # where `python app.py` serves the app; --app names a deployed one
 WASM = "vendor/ort-wasm-simd-threaded.wasm"
 PHONE = "phone.js"  # written by the build from the app's own phone script
@@ -113,6 +114,7 @@ def build_direction(folder: Path, out: Path, precision: str = PRECISION, checkpo
     check = None
     if precision == "auto":
         precision, check = opus.choose_precision(lm, fp32, meta)
+    borrow_weights(fp32["alti"], [fp32["encoder"], fp32["decoder"]])  # its weights are theirs
     graphs = {part: store(graph, precision) for part, graph in fp32.items()}
     weights = write_weights(target, share_weights(list(graphs.values())))
     for part, graph in graphs.items():
@@ -126,6 +128,7 @@ def build_direction(folder: Path, out: Path, precision: str = PRECISION, checkpo
             **({"precision_check": check} if check else {}), **(opus.meta(lm, folder) if opus.owns(lm) else {})}
     # what the page downloads to run it: its progress bar's total
     meta["bytes"] = {f: (target / f).stat().st_size for f in ("encoder.onnx", "decoder.onnx", *weights)}
+    meta["alti_bytes"] = (target / ALTI).stat().st_size  # fetched when a tour first needs it (not in the model's bar)
     if (out / WASM).is_file():
         meta["bytes"][WASM] = (out / WASM).stat().st_size
     (target / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")

@@ -113,7 +113,7 @@ def share_weights(models: list[onnx.ModelProto], location: str = WEIGHTS) -> byt
             raw = numpy_helper.to_array(init).tobytes()
             if len(raw) < MIN_SHARED:
                 continue
-            key = (init.data_type, tuple(init.dims), raw)
+            key = (init.data_type, raw)  # each initializer keeps its own dims: a reshaped copy is the same bytes
             if key not in where:
                 blob.extend(b"\0" * (-len(blob) % ALIGN))
                 where[key] = len(blob)
@@ -125,3 +125,43 @@ def share_weights(models: list[onnx.ModelProto], location: str = WEIGHTS) -> byt
             for k, v in (("location", location), ("offset", str(where[key])), ("length", str(len(raw)))):
                 init.external_data.add(key=k, value=v)
     return bytes(blob)
+
+
+def borrow_weights(model: onnx.ModelProto, others: list[onnx.ModelProto]) -> onnx.ModelProto:
+    """``model``'s large initializers that one of ``others`` holds as a float32 vector or matrix (as it is or
+    transposed, in any shape, or cast to float64 where ``model`` computes in float64) rebuilt from a copy of
+    that tensor by Transpose, Reshape and Cast nodes, so that share_weights stores its bytes once."""
+    have = {}
+    for other in others:
+        for init in other.graph.initializer:
+            if init.data_type == TensorProto.FLOAT and len(init.dims) in (1, 2):
+                a = numpy_helper.to_array(init)
+                have.setdefault(a.tobytes(), (a, False))
+                if a.ndim == 2:
+                    have.setdefault(np.ascontiguousarray(a.T).tobytes(), (a, True))
+    kept, nodes, added = [], [], []
+    for init in model.graph.initializer:
+        a = numpy_helper.to_array(init)
+        as32 = a.astype(np.float32) if a.dtype in (np.float32, np.float64) else None
+        found = have.get(as32.tobytes()) if as32 is not None and a.nbytes >= MIN_SHARED else None
+        if found is None or not np.array_equal(as32.astype(a.dtype), a):
+            kept.append(init)
+            continue
+        matrix, transposed = found
+        name = f"{init.name}_borrowed"
+        shape = numpy_helper.from_array(np.array(a.shape, np.int64), name + "_shape")
+        added += [numpy_helper.from_array(matrix, name), shape]
+        x = name
+        if transposed:
+            nodes.append(helper.make_node("Transpose", [x], [name + "_t"], perm=[1, 0]))
+            x = name + "_t"
+        cast = a.dtype == np.float64
+        nodes.append(helper.make_node("Reshape", [x, name + "_shape"], [name + "_r" if cast else init.name]))
+        if cast:
+            nodes.append(helper.make_node("Cast", [name + "_r"], [init.name], to=TensorProto.DOUBLE))
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept + added)
+    old = list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes + old)
+    return model

@@ -2,6 +2,10 @@
 
 - the encoder: source ids -> memory, with every head's pattern (and the scores, q and K the tour reads, and
   for the tour's one head, TOUR_HEAD, its values and its output after W_O);
+- ALTI+ (model/analysis/attribution.py ``alti_tensors``): source ids, the decoder's input and which source
+  tokens stay visible -> the decoder's contributions over [source; target prefix] at every step, the engine's
+  own code traced through a Computation of the run (float64, as the app computes it), and the last step's
+  logits (the greedy loop of a run with source tokens hidden, as Interventions.ablate_src_tokens hides them);
 - the decoder over new target positions after a cache of past self-attention keys and values: prefix ids
   and the cache -> the next token's logits, the cache grown by the new positions, and every self- and
   cross-attention pattern of the new positions. One graph serves both ways the engine decodes
@@ -21,6 +25,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from model.analysis.attribution import alti_tensors
+from model.analysis.computation import Computation
 from model.analysis.postnorm import SUBLAYERS
 from model.engine.hooks import capture
 from model.engine.names import CROSS, DEC_SELF, ENC_SELF, hook_name
@@ -141,6 +147,26 @@ class DecoderGraph(nn.Module):
                 _norms(trace, "decoder", cfg.n_decoder_layers), *(trace[h] for _, h in self.attn), *present)
 
 
+class AltiGraph(nn.Module):
+    """``src`` (1, S), the decoder's input ``tgt`` (1, T) and ``keep`` (1, S; 0: that source token hidden from
+    every attention that reads the source, as Interventions.ablate_src_tokens) -> ``alti`` (T, S + T): ALTI+
+    contributions of the source and the target prefix to each step, and the last step's ``logits``."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.names = GraphNames(("src", "tgt", "keep"), ("alti", "logits"))
+
+    def forward(self, src, tgt, keep):
+        m = self.model
+        src_mask = ((src != m.cfg.pad_id) & (keep > 0.5))[:, None, None, :]
+        with capture(m) as trace:
+            memory = m.encode(src, src_mask)
+            h = m.decode(tgt, memory, src_mask, m.tgt_mask(tgt))
+        _, r = alti_tensors(Computation(trace, m))
+        return r, m.generator(h[:, -1])
+
+
 def _dynamic_axes(names: GraphNames, axes: dict[str, dict[int, str]]) -> dict:
     return {n: axes[n] for n in names.inputs + names.outputs if n in axes}
 
@@ -187,4 +213,7 @@ def export_model(model, out: Path) -> dict[str, Path]:
     with torch.no_grad():
         memory = model.encoder(src, (src != model.cfg.pad_id)[:, None, None, :])
     export_graph(dec, (tgt, memory, src, one, one, one, *past), paths["decoder"], axes_for(dec))
+    paths["alti"] = out / "alti.onnx"
+    alti_axes = {"src": {1: "S"}, "tgt": {1: "T"}, "keep": {1: "S"}, "alti": {0: "T", 1: "ST"}}
+    export_graph(AltiGraph(model), (src, tgt, torch.ones(src.shape)), paths["alti"], alti_axes)
     return paths

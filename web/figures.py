@@ -6,6 +6,8 @@ that a figure the app and the page share is laid out once (``figures.json`` besi
 - ``layer_head``: viz.common.layer_head as four templates with {layer} and {head} slots, by whether the layer
   and the head are the first ("00": neither, "11": both): how a figure names a head.
 - ``mini_width_px``: viz.steps.MINI_WIDTH_PX, the width the heads' mosaic thins its source labels for.
+- ``contribution_colors``: viz.tour's colours of the tour's ALTI+ bars (the word the text names, the others,
+  the output so far).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from viz.common import MAX_LABEL, STEP_ROW_TITLE, layer_head
 from viz.steps import INSIDE_FROM, MINI_WIDTH_PX, topk_bars
+from viz.tour import OTHER_COLOR, PREFIX_COLOR, TOP_COLOR
 
 FIGURES = "figures.json"
 TOP_K = 10  # the candidates a step records (web/page/engine.js TOP_K, DecodeOptions.top_k)
@@ -37,7 +40,8 @@ def skeletons() -> dict:
     bars = topk_bars([f"t{i}" for i in range(TOP_K)], probs, 0, title=TITLE).to_plotly_json()
     return {"topk_bars": {"data": bars["data"], "layout": bars["layout"]}, "inside_from": INSIDE_FROM,
             "max_label": MAX_LABEL, "step_row_title": STEP_ROW_TITLE, "layer_head": layer_head_templates(),
-            "mini_width_px": MINI_WIDTH_PX}
+            "mini_width_px": MINI_WIDTH_PX,
+            "contribution_colors": {"top": TOP_COLOR, "other": OTHER_COLOR, "prefix": PREFIX_COLOR}}
 
 
 def write_figures(out: Path) -> None:

@@ -21,6 +21,7 @@ class Graphs:
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         folder = self._joined(folder, meta.get("weights", ["weights.bin"]))
+        self.folder, self.options, self._alti = folder, so, None
         self.enc = ort.InferenceSession(str(folder / "encoder.onnx"), so)
         self.dec = ort.InferenceSession(str(folder / "decoder.onnx"), so)
         self.meta = meta
@@ -37,9 +38,19 @@ class Graphs:
         with (joined / "weights.bin").open("wb") as f:
             for part in parts:
                 f.write((folder / part).read_bytes())
-        for graph in ("encoder.onnx", "decoder.onnx"):
-            shutil.copyfile(folder / graph, joined / graph)
+        for graph in ("encoder.onnx", "decoder.onnx", "alti.onnx"):
+            if (folder / graph).is_file():
+                shutil.copyfile(folder / graph, joined / graph)
         return joined
+
+    def alti(self, src_ids: list[int], tgt: list[int], keep: list[float]) -> dict[str, np.ndarray]:
+        """alti.onnx (made on first use): ALTI+ (T, S + T) over the decoder input ``tgt``, with the source tokens
+        ``keep`` marks 0 hidden, and the last position's logits."""
+        if self._alti is None:
+            self._alti = ort.InferenceSession(str(self.folder / "alti.onnx"), self.options)
+        out = self._alti.run(None, {"src": np.array([src_ids], np.int64), "tgt": np.array([tgt], np.int64),
+                                    "keep": np.array([keep], np.float32)})
+        return dict(zip([o.name for o in self._alti.get_outputs()], out))
 
     def empty_cache(self) -> dict[str, np.ndarray]:
         return {n: np.zeros((1, self.meta["decoder_heads"], 0, self.d_k), np.float32) for n in self.past}

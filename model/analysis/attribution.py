@@ -129,7 +129,7 @@ def _shares(terms: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """(Tq, Tk) ALTI contributions, rows non-negative and summing to 1 (uniform if all are 0)."""
     c = (y.abs().sum(-1)[:, None] - (y[:, None, :] - terms).abs().sum(-1)).clamp(min=0)
     total = c.sum(-1, keepdim=True)
-    return torch.where(total > 0, c / total.clamp(min=1e-30), torch.full_like(c, 1.0 / c.size(1)))
+    return torch.where(total > 0, c / total.clamp(min=1e-30), torch.ones_like(c) / c.size(1))
 
 
 def attention_block(comp: Computation, kind: str, layer: int) -> Decomposed:
@@ -142,7 +142,7 @@ def attention_block(comp: Computation, kind: str, layer: int) -> Decomposed:
     if cross:
         terms = torch.cat([terms, x[:, None, :]], 1)
     else:
-        terms[torch.arange(len(x)), torch.arange(len(x))] += x
+        terms = terms + _eye(x.size(0))[:, :, None] * x[:, None, :]  # adding 0·x elsewhere changes no number
     bias = comp.attn_module(kind, layer).w_o.bias.detach().double().cpu()
     if comp.model.cfg.norm_first:
         return Decomposed(terms, bias.expand_as(x), y + x)
@@ -150,8 +150,20 @@ def attention_block(comp: Computation, kind: str, layer: int) -> Decomposed:
     return ln_linear(terms, bias.expand_as(x), block.norm_2 if cross else block.norm_1)
 
 
+def _eye(n) -> torch.Tensor:
+    """(n, n) identity in float64, written with sizes only (so that an ONNX export keeps ``n`` dynamic)."""
+    i = torch.arange(n)
+    return (i[:, None] == i[None, :]).double()
+
+
 def alti_matrices(comp: Computation) -> tuple[np.ndarray, np.ndarray]:
     """(S, S) encoder ALTI rollout and (T, S + T) decoder contributions over [source; target prefix]."""
+    r_enc, r = alti_tensors(comp)
+    return r_enc.numpy(), r.numpy()
+
+
+def alti_tensors(comp: Computation) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`alti_matrices` as float64 tensors, in torch operations only (web/export.py traces it to ONNX)."""
     enc, dec = comp.n_layers("encoder"), comp.n_layers("decoder")
     r_enc = None
     for i in range(enc):
@@ -160,7 +172,7 @@ def alti_matrices(comp: Computation) -> tuple[np.ndarray, np.ndarray]:
         r_enc = c if r_enc is None else c @ r_enc
     S = r_enc.size(0)
     T = comp.get("resid_pre", "decoder", 0).size(1)
-    r = torch.cat([torch.zeros(T, S, dtype=torch.float64), torch.eye(T, dtype=torch.float64)], 1)
+    r = torch.cat([torch.zeros(T, S, dtype=torch.float64), _eye(T)], 1)
     for i in range(dec):
         d = attention_block(comp, "decoder.self_attn", i)
         r = _shares(d.terms, d.output) @ r
@@ -168,7 +180,7 @@ def alti_matrices(comp: Computation) -> tuple[np.ndarray, np.ndarray]:
         c = _shares(d.terms, d.output)
         src = torch.cat([r_enc, torch.zeros(S, T, dtype=torch.float64)], 1)
         r = c[:, :S] @ src + c[:, S:] * r
-    return r_enc.numpy(), r.numpy()
+    return r_enc, r
 
 
 # --------------------------------------------------------------------------- gradients

@@ -14,6 +14,8 @@ from urllib.parse import parse_qs, urlencode, urlparse
 import numpy as np
 import pytest
 
+from model.analysis.attribution import alti_matrices
+from model.analysis.computation import Computation
 from model.engine.config import Interventions
 from model.engine.decoding import DecodeOptions, full_trace, translate
 from model.families.ours import find_checkpoints, load
@@ -23,14 +25,15 @@ from model.engine.names import ENC_SELF
 from ui import state
 from ui.present import tour
 from web.build import APP_URL
+from web.runtime import Graphs
 from web.serve import WEB
 
 DIRECTIONS = tuple(p.name for p in find_checkpoints(ROOT / "checkpoints"))
-IN_BROWSER = (0, 1, 2, 3, 4, 5, 6, 7, 10)  # the app's stop indices the page computes (its stops 1-8, 11)
+IN_BROWSER = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10)  # the app's stop indices the page computes (its stops 1-9, 11)
 MASKS = 4  # the masks stop's index: its "Try it" switches the look-ahead mask off
-MOVED = 8  # What moved the output: ALTI+ needs the server; the example sentence's is stored at build time
+MOVED = 8  # What moved the output: ALTI+ from the build's alti.onnx; its "Try it" hides the word it names
 STORED = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10)  # the stops whose figure the build stores (web/build.py STORED_STOPS)
-FILLED = {1, 2, 3, 4, 5, 6, 7, 8, 11}  # the stops whose figure the page fills from its own run (page/stops.js FILLED)
+FILLED = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11}  # the stops whose figure the page fills from its own run (page/stops.js FILLED)
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -297,13 +300,14 @@ def assert_pick_is_the_apps(page, t: tour.TourRun, index: int, pick: str, name: 
 
 
 def other_picks(t: tour.TourRun) -> tuple[tuple[int, str], ...]:
-    """A pick other than the default at the stops whose pick is a query, a layer, a head or a step: the last
-    source word (stop 3), the last encoder layer (stop 4), the head after the sharpest cross-attention head
-    (stop 7), the first step (stop 11)."""
+    """A pick other than the default at the stops whose pick is a query, a layer, a head, a word or a step: the
+    last source word (stop 3), the last encoder layer (stop 4), the head after the sharpest cross-attention head
+    (stop 7), the word ALTI+ names hidden (stop 9), the first step (stop 11)."""
     cfg = t.lm.model.cfg
     last_word = max(i for i, x in enumerate(t.tr.src_tokens) if x not in tour.SPECIAL)
     return ((2, str(last_word)), (3, str(cfg.n_encoder_layers - 1)),
-            (6, str((tour.peak_cross(t)[1] + 1) % cfg.n_heads)), (10, "0"))
+            (6, str((tour.peak_cross(t)[1] + 1) % cfg.n_heads)), (MOVED, tour.stop(t, MOVED).trial.choices[1][1]),
+            (10, "0"))
 
 
 @pytest.mark.parametrize("name", DIRECTIONS)
@@ -326,7 +330,7 @@ def test_try_it_changes_the_figure_as_the_apps_does(served, name, monkeypatch):
     assert_same_figure(ours, tour.masks_figure(t, True), f"{name} stop {MASKS + 1} off")
 
 
-TYPED_COMPARED = {3, 4, 6, 7, 11}  # the typed sentence's figures compared with the app's here
+TYPED_COMPARED = {3, 4, 6, 7, 9, 11}  # the typed sentence's figures compared with the app's here
 TYPED = {"de-en": "Zwei Kinder spielen im Garten mit einem roten Ball.", "en-fr": "A dog runs on the beach."}
 
 
@@ -373,13 +377,14 @@ def test_a_typed_sentence_gets_a_figure_at_every_stop(served, name, size):
 
 
 @pytest.mark.parametrize("name", sorted(TYPED))
-def test_try_it_on_a_typed_sentence_is_the_apps(served, name):
-    """On a typed sentence too, the stops whose pick is a query, a layer, a head or a step offer the app's
-    choices, and a pick draws the app's figure and sentences for it from the page's own run."""
+def test_try_it_on_a_typed_sentence_is_the_apps(served, name, monkeypatch):
+    """On a typed sentence too, the stops whose pick is a query, a layer, a head, a word or a step offer the
+    app's choices, and a pick draws the app's figure and sentences for it from the page's own run."""
     page, _ = served
     page.set_viewport_size({"width": 1440, "height": 900})
     _translate(page, name, TYPED[name])
     t = tour_run(name, TYPED[name])
+    monkeypatch.setattr(tour.calls, "gpu_translate", lambda _k, _m, src, opts, iv: translate(t.lm, src, opts, iv))
     for index, pick in other_picks(t):
         assert_pick_is_the_apps(page, t, index, pick, f"{name}, typed")
         assert page.get_attribute(f"#tour li[data-stop='{index + 1}'] .tour-figure", "data-filled") == "page"
@@ -398,3 +403,41 @@ def test_a_pick_on_the_first_screen_draws_the_apps_figure(served):
     last_word = max(i for i, x in enumerate(t.tr.src_tokens) if x not in tour.SPECIAL)
     assert_pick_is_the_apps(page, t, 2, str(last_word), f"{name}, first screen")
     assert page.get_attribute("#tour li[data-stop='3'] .tour-figure", "data-filled") == "page"
+
+
+@pytest.mark.parametrize("name", DIRECTIONS)
+def test_the_exported_alti_is_the_engines(name):
+    """alti.onnx, as built (fp16-stored weights, read from the shared weights file): ALTI+ of the example and of
+    a run with its first word hidden equal the engine's alti_matrices within 1e-6, and its logits decode the
+    hidden run's own next tokens."""
+    folder = site() / "models" / name
+    meta = json.loads((folder / "meta.json").read_text())
+    graphs = Graphs(folder, meta)  # the weights file joined from its parts, as the page joins them
+    t = tour_run(name, meta["example"])
+    for hidden in (frozenset(), frozenset(t.src_axis()[1][1])):
+        tr = translate(t.lm, meta["example"], t.opts(), Interventions(ablate_src_tokens=hidden))
+        want = alti_matrices(Computation(tr.trace, t.lm.model, tr.interventions))[1]
+        dec_in = [meta["decoder_start_id"], *tr.output_ids[:-1]]
+        keep = [0.0 if i in hidden else 1.0 for i in range(len(tr.src_ids))]
+        out = graphs.alti(tr.src_ids, dec_in, keep)
+        got, logits = out["alti"], out["logits"]
+        assert got.shape == want.shape and np.abs(got - want).max() < 1e-6, (name, sorted(hidden))
+        assert int(logits[0].argmax()) == tr.output_ids[-1]
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (390, 844)])
+@pytest.mark.parametrize("name", DIRECTIONS)
+def test_what_moved_the_output_at_both_widths(served, name, size):
+    """Stop 9 on each direction's default sentence, at a desktop's and a phone's width: the app's sentences and
+    figure, drawn from the page's own ALTI+, and no sideways scroll. Screenshots."""
+    page, examples = served
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    _translate(page, name, examples[name])
+    app = tour.stop(tour_run(name, examples[name]), MOVED)
+    ours = stop_figure(page, MOVED + 1)
+    assert ours["filled"] == "page"
+    assert_same_figure(ours, app.figure, f"{name} stop {MOVED + 1} at {size[0]} px")
+    assert shown_stops(page)[MOVED + 1] == app.sentences
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), "no sideways scroll"
+    page.locator(f"#tour li[data-stop='{MOVED + 1}']").screenshot(
+        path=str(ARTIFACTS / f"web-tour-{name}-stop{MOVED + 1}-{size[0]}.png"))

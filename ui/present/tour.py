@@ -195,6 +195,18 @@ SAY = {
                  "translations at every step, {n} hypotheses in all on this sentence, and picks the best whole one.",
     "step_greedy": "Greedy decoding takes the most probable token at every step (here {token:em}); beam search "
                    "keeps several partial translations and picks the best whole one.",
+    "moved_mix": "To write {token:em} at step {step}, the model mixed the source with the tokens it had already "
+                 "written.",
+    "moved_alti": "ALTI+ follows every contribution through every layer: {source:pct} came from the source, "
+                  "{prefix:pct} from the output so far.",
+    "moved_top": "The source {unit} that moved it most is {key:em} ({share:pct}).",
+    "moved_hidden": "With {key:em} hidden, the model writes {said:em} at step {at}, and {key:em}'s share is "
+                    "{share:pct}.",
+    "moved_hide": "hide {key} from the decoder",
+    "moved_hidden_what": "With {key:em} hidden from the cross-attention,",
+    "moved_title": "What moved {token:repr} at step {step} (ALTI+ shares)",
+    "moved_title_hidden": "What moved {token:repr} at step {at} with {key:repr} hidden (ALTI+ shares)",
+    "moved_prefix": "output so far",
     "whole_run": "“{src:md}” → “{text:md}”: {n_src} source tokens through {enc_layers} encoder layers, then "
                  "{n} decoding steps (0–{last}) through {dec_layers} decoder layers of {heads} heads each.",
     "whole_sure": "The model was surest at step {hi} ({hi_token:em}, {hi_p:pct}) and least sure at step {lo} "
@@ -213,7 +225,7 @@ def fill(template: str, /, **slots) -> str:
     """``template`` with its slots filled; the page's tour.js fills the same way."""
     def one(m: re.Match) -> str:
         value, spec = slots[m[1]], m[2] or ""
-        shown = {"": str, "md": md_escape, "em": em, "pct": pct}.get(spec)
+        shown = {"": str, "md": md_escape, "em": em, "pct": pct, "repr": repr}.get(spec)
         return shown(value) if shown else format(value, spec)
     return SLOT.sub(one, template)
 
@@ -554,27 +566,24 @@ def stop_moved(t: TourRun, choice: str | None = None) -> Stop:
     ok = [j for j, k in enumerate(keys) if k not in SPECIAL] or list(range(len(keys)))
     j = max(ok, key=lambda x: shares[x])
     token = t.tr.output_tokens[step]
-    s = [f"To write {em(token)} at step {step}, the model mixed the source with the tokens it had already written.",
-         f"ALTI+ follows every contribution through every layer: {pct(float(shares.sum()))} came from the source, "
-         f"{pct(prefix)} from the output so far.",
-         f"The source {'word' if t.by_word else 'token'} that moved it most is {em(keys[j])} ({pct(float(shares[j]))})."]
-    trial = Trial("Try it", (("as it is", "as-is"), (f"hide {keys[j]} from the decoder", str(j))))
+    s = [say("moved_mix", token=token, step=step),
+         say("moved_alti", source=float(shares.sum()), prefix=prefix),
+         say("moved_top", unit="word" if t.by_word else "token", key=keys[j], share=float(shares[j]))]
+    trial = Trial("Try it", (("as it is", "as-is"), (say("moved_hide", key=keys[j]), str(j))))
     facts = [Fact("source_share", float(shares.sum())), Fact("prefix_share", prefix),
              Fact("top_share", float(shares[j]))]
     hidden = _hidden(t, choice)
     if hidden is None:
-        fig = vt.contribution_bars([*keys, "output so far"], [*map(float, shares), prefix], j,
-                                   title=f"What moved {token.strip()!r} at step {step} (ALTI+ shares)")
+        fig = vt.contribution_bars([*keys, say("moved_prefix")], [*map(float, shares), prefix], j,
+                                   title=say("moved_title", token=token.strip(), step=step))
     else:
         h, other = hidden, _ablated(t, hidden)
         at = min(step, len(other.tr.output_tokens) - 1)
         got, rest = contributions(other, at)
         said = other.tr.output_tokens[at]
-        s.append(f"With {em(keys[h])} hidden, the model writes {em(said)} at step {at}, and {em(keys[h])}'s share "
-                 f"is {pct(float(got[h]))}.")
-        fig = vt.contribution_bars([*keys, "output so far"], [*map(float, got), rest], h,
-                                   title=f"What moved {said.strip()!r} at step {at} with {keys[h].strip()!r} hidden "
-                                         "(ALTI+ shares)")
+        s.append(say("moved_hidden", key=keys[h], said=said, at=at, share=float(got[h])))
+        fig = vt.contribution_bars([*keys, say("moved_prefix")], [*map(float, got), rest], h,
+                                   title=say("moved_title_hidden", token=said.strip(), at=at, key=keys[h].strip()))
         facts.append(Fact("hidden_share", float(got[h])))
     return Stop(8, TITLES[8], s, Selection(step=step, section="computation", subview="attribution", units=t.units),
                 trial, fig, facts)
@@ -596,7 +605,7 @@ def tried_moved(t: TourRun, choice: str) -> str:
     j = _hidden(t, choice)
     if j is None:
         return ""
-    return _changed(f"With {em(t.src_axis()[0][j])} hidden from the cross-attention,", t.tr, _ablated(t, j).tr)
+    return _changed(say("moved_hidden_what", key=t.src_axis()[0][j]), t.tr, _ablated(t, j).tr)
 
 
 # --------------------------------------------------------------------------- stop 10: how it learned

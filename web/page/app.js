@@ -4,7 +4,7 @@
 import { cleanInput, isBlank, onModelProgress, remembered } from "./engine.js";
 import { toText } from "./text.js";
 import { drawGrid, drawHead, drawPositions, axesOf, KINDS } from "./views.js";
-import { MASK_STOP, changed, decodingStep, fill, markdown, tourStops } from "./tour.js";
+import { MASK_STOP, MOVED_STOP, changed, decodingStep, fill, hiddenWord, markdown, tourStops, words as wordsOf } from "./tour.js";
 import { POS_STOP, STEP_STOP, stopFigure, trialOf } from "./stops.js";
 import { appLink, fromQuery, pageKind, toQuery, unshown } from "./link.js";
 import { Player } from "./player.js";
@@ -239,7 +239,7 @@ function drawStoredFigure(el) {
 async function figureOf(run, d, stop, stored, pick) {
   const kept = stored?.stops[stop.number], skeleton = kept?.picks?.[stop.off ? "off" : pick] ?? kept?.figure;
   const at = stop.number === STEP_STOP ? decodingStep(run, d, site.tour) : null;
-  const what = stop.number === STEP_STOP && pick !== "beam" ? at : stop.off ? "off" : pick;
+  const what = stop.number === MOVED_STOP ? stop.bars : stop.number === STEP_STOP && pick !== "beam" ? at : stop.off ? "off" : pick;
   // a first screen stores no tensors of stop 3's figure (web/first.py): its stored figure, or a pick's run here
   const lean = stop.number === ONE_HEAD_STOP && !run.enc.enc_q_0;
   if (lean && pick !== undefined) await d.encode(run.srcIds, run.switches).then(({ out }) => Object.assign(run.enc, out), (e) => console.warn(e));
@@ -263,9 +263,9 @@ const picksOf = (run) => (tourPicks.run === run ? tourPicks : (tourPicks = { run
 /** A stop's "Try it": the app's choices (stops.js trialOf); a pick redraws the stop's text and figure. */
 function trialControl(run, stop, stored, maskOff) {
   const { picks } = picksOf(run);
-  const trial = trialOf(stop.number, run, stored?.stops[stop.number], picks[stop.number], stored?.example, stop.value);
+  const trial = trialOf(stop.number, run, stored?.stops[stop.number], picks[stop.number], stored?.example, stop.value, stop.choices);
   if (!trial || stop.number === MASK_STOP) return [];
-  const defaultTrial = trialOf(stop.number, run, stored?.stops[stop.number], undefined, stored?.example, stop.value);
+  const defaultTrial = trialOf(stop.number, run, stored?.stops[stop.number], undefined, stored?.example, stop.value, stop.choices);
   const sel = Object.assign(document.createElement("select"), { className: "try-pick" });
   sel.setAttribute("aria-label", trial.label);
   for (const [label, value] of trial.choices) sel.append(new Option(label, value));
@@ -290,8 +290,33 @@ async function tried(run, number, pick, trial) {
     const outTokens = other.ids.map((i) => d.spm.pieces[i]);
     return changed(run, d, site.tour, site.tour.say.positions_without, { outTokens, text: toText(outTokens, d.spm, d.meta.tgt_lang) });
   }
+  if (number === MOVED_STOP) {
+    const src = wordsOf(run.srcTokens, d.spm), h = hiddenWord(pick, src.labels.length);
+    if (h === null) return "";
+    const other = await hiddenRun(run, d, src.spans[h], h);
+    return changed(run, d, site.tour, fill(site.tour.say.moved_hidden_what, { key: src.labels[h] }), other);
+  }
   const label = (v) => trial.choices.find(([, value]) => value === v)?.[0];
   return pick === trial.value || !label(pick) ? "" : fill(site.tour.say.tried_pick, { now: label(pick), was: label(trial.value) });
+}
+
+/** The run's sentence decoded with source word ``h`` (its tokens ``span``) hidden, as the app's tour hides it
+ * (Interventions.ablate_src_tokens), and its ALTI+: kept as run.ablated[h] for stop 9. */
+async function hiddenRun(run, d, span, h) {
+  run.ablated ??= {};
+  if (!run.ablated[h]) {
+    const res = await d.alti(run.srcIds, run.srcIds.map((_, i) => (span.includes(i) ? 0 : 1)));
+    const outTokens = res.ids.map((i) => d.spm.pieces[i]);
+    run.ablated[h] = { alti: res.alti, outTokens, text: toText(outTokens, d.spm, d.meta.tgt_lang) };
+  }
+  return run.ablated[h];
+}
+
+/** The run's ALTI+ (stop 9), where the page computed the run (a first screen's stays the stored one) and the
+ * build exported the graph; a failure leaves the stop to the app. */
+async function withAlti(run, d) {
+  if (run.alti !== undefined || run.ms === null || run.empty || !d.meta.alti_bytes) return;
+  run.alti = await d.alti(run.srcIds, run.srcIds.map(() => 1), run.outIds).then((r) => r.alti, (e) => { console.warn(e); return null; });
 }
 
 /** The tour's stops: those that need no server computed here from this run, in the app's own sentences;
@@ -300,8 +325,10 @@ async function tried(run, number, pick, trial) {
 async function tour(run, maskOff = null) {
   const d = await direction(run.dir);
   const stored = await storedTour(run);
+  await withAlti(run, d);
   const n = site.tour.titles.length, { picks, changed: said } = picksOf(run);
-  const items = await Promise.all(tourStops(run, d, site.tour, maskOff, picks).map(async (stop) => {
+  const movedTrial = stored?.stops[MOVED_STOP]?.trial;
+  const items = await Promise.all(tourStops(run, d, site.tour, maskOff, picks, movedTrial).map(async (stop) => {
     const li = document.createElement("li");
     li.dataset.stop = String(stop.number);
     li.dataset.pick = picks[stop.number] ?? "";  // what the stop is drawn for (its "Try it" pick; "": the default)

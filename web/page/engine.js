@@ -134,6 +134,13 @@ export class Direction {
     await this.graphs();
     return runtime.call("greedy", this.base, ids, sw, views, TOP_K);
   }
+
+  /** ALTI+ (the build's alti.onnx) of source ``ids`` with the tokens ``keep`` marks 0 hidden, over output
+   * ``outIds`` or, where null, over the greedy output with them hidden: {ids, alti: {dims: [T, S + T], data}}. */
+  async alti(ids, keep, outIds = null) {
+    await this.graphs();
+    return runtime.call("alti", this.base, ids, keep, outIds);
+  }
 }
 
 /** The chosen next token (the argmax among those decoding may choose) and the model's k best, with their

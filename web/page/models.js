@@ -68,7 +68,8 @@ export function modelFiles(d) {
   const own = d instanceof MarianDirection
     ? [d.meta.tokenizer, ...new Set([d.tokenizer.spec.source.charsmap, d.tokenizer.spec.target.charsmap].filter(Boolean))]
     : ["spm.json"];
-  const files = ["meta.json", ...own, "first.json", "encoder.onnx", "decoder.onnx", ...(d.meta.weights ?? ["weights.bin"])];
+  const files = ["meta.json", ...own, "first.json", "encoder.onnx", "decoder.onnx", ...(d.meta.weights ?? ["weights.bin"]),
+    ...(d.meta.alti_bytes ? ["alti.onnx"] : [])];  // the tour's ALTI+: stop 9 offline too
   return [...files.map((f) => `models/${d.name}/${f}`), ...(d instanceof MarianDirection ? [] : [`models/spacy_${d.meta.src_lang}.json`])];
 }
 

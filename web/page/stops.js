@@ -385,8 +385,21 @@ function headComputation(sk, run, query, maxLabel) {
   return fig;
 }
 
+/** Stop 9 (viz.tour.contribution_bars, as ui.present.tour.stop_moved calls it): each source word's ALTI+ share
+ * and the output prefix's (last, grey), the word the text names dark (``m``: tour.js moved's bars). */
+function contributionBars(sk, m, colors, maxLabel) {
+  const fig = fresh(sk), t = fig.data[0], n = m.labels.length;
+  Object.assign(t, { x: m.shares.map(Math.fround), y: m.labels.map((_, i) => i), text: m.shares.map((x) => `${(100 * x).toFixed(1)}%`) });
+  t.marker = { ...t.marker, color: m.labels.map((_, i) => (i === n - 1 ? colors.prefix : i === m.top ? colors.top : colors.other)) };
+  fig.layout.height = 90 + 24 * Math.max(n, 3);
+  fig.layout.xaxis = { ...fig.layout.xaxis, range: [0, Math.max(1e-6, ...m.shares) * 1.25] };
+  fig.layout.yaxis = { ...tokenAxis(m.labels, maxLabel), autorange: "reversed" };
+  fig.layout.title.text = esc(m.title);
+  return fig;
+}
+
 /** The stops whose figure this page fills (the others: the app's, stored for the example sentence). */
-export const FILLED = new Set([1, 2, 3, 4, 5, 6, 7, 8, 11]);
+export const FILLED = new Set([1, 2, 3, 4, 5, 6, 7, 8, 9, 11]);
 export const POS_STOP = 2, STEP_STOP = 8;  // positional encoding (its pick: "off"), one decoding step
 
 /** The content token the app's tour starts on (TourRun.content_src). */
@@ -401,19 +414,20 @@ const posChoices = (labels, skipSpecial = true) => {
 /** The app's trial at stop ``number`` for this run ({label, choices [[label, value]], value}); ``stored``: the
  * stop as the build stored it for the example sentence (its label and fixed choices); ``first``: the value the
  * stop opens on where the run decides it (tour.js). Null: no trial here. */
-export function trialOf(number, run, stored, pick, example, first = undefined) {
+export function trialOf(number, run, stored, pick, example, first = undefined, own = null) {
   const trial = stored?.trial;
   if (!trial) return null;
-  let choices = trial.choices, value = pick;
+  let choices = own ?? trial.choices, value = pick;
   if (number === 1 || number === 3) { choices = posChoices(run.srcTokens); value ??= String(contentSrc(run)); }
   if (number === 11) { choices = run.outTokens.map((x, k) => [`step ${k}: ${x}`, String(k)]); value ??= String(choices.length - 1); }
-  if (number === 9 && !example) return null;  // its pick names the word ALTI+ found: the server's
+  if (number === 9 && !example && !own) return null;  // its pick names the word ALTI+ found (``own``: the page's)
   if (number === 6) { choices = posChoices(run.decoderInput, false); value ??= String(Math.min(1, run.decoderInput.length - 1)); }
   value ??= first ?? choices[0][1];
   return { label: trial.label, choices, value };
 }
 
-/** Stop ``number``'s figure for ``run``, the skeleton filled (null: the page does not compute this one). */
+/** Stop ``number``'s figure for ``run``, the skeleton filled (null: the page does not compute this one). ``pick``:
+ * the stop's pick, or what the stop's figure shows where tour.js computed it (stop 8's step, stop 9's bars). */
 export async function stopFigure(number, run, d, skeleton, pick, plotPx) {
   if (!FILLED.has(number) || !skeleton) return null;
   if (number === 6 && d.meta.norm_first === false) return null;  // post-norm shares need the server
@@ -430,5 +444,6 @@ export async function stopFigure(number, run, d, skeleton, pick, plotPx) {
   if (number === 4) return layerHeads(skeleton, run, d, plotPx, maxLabel);
   if (number === 7) return crossHeadFigure(skeleton, run, d, pick, f);
   if (number === 11) return headsMini(skeleton, run, d, pick, f);
+  if (number === 9) return pick?.labels ? contributionBars(skeleton, pick, f.contribution_colors, maxLabel) : null;
   return null;
 }

@@ -11,13 +11,28 @@ const UNSPACED = [[0x0E00, 0x0EFF], [0x0F00, 0x0FFF], [0x1000, 0x109F], [0x1780,
   [0xFF00, 0xFF9F], [0x20000, 0x3134F]];
 export const MASK_STOP = 5;  // its "Try it": the look-ahead mask switched off (app.js runs the model)
 const CROSS_STOP = 7;  // its "Try it" picks a head of the sharpest head's layer, that head first
+export const MOVED_STOP = 9;  // ALTI+ of the run (run.alti, the build's alti.onnx); its "Try it" hides a word
 
 /** ui.present.md_escape: HTML first, then Markdown punctuation. */
 export const mdEscape = (x) => String(x).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
   .replace(/([\\`*_{}[\]()#+!|~>-])/g, "\\$1");
 const pct = (x) => `${(100 * x).toFixed(1)} %`;
 const em = (t) => `*${mdEscape(t.trim() || t)}*`;
-const FORMATS = { "": String, md: mdEscape, em, pct, ",": (x) => x.toLocaleString("en") };
+const hex = (c, n) => c.toString(16).padStart(n, "0");
+
+/** Python's repr of a str: quoted, with its backslashes, quote and unprintable characters escaped. */
+function pyRepr(x) {
+  const s = String(x), q = s.includes("'") && !s.includes('"') ? '"' : "'";
+  const one = (ch) => {
+    const c = ch.codePointAt(0), named = { "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t" }[ch];
+    if (named) return named;
+    if (ch === q) return `\\${q}`;
+    if (ch === " " || !/[\p{C}\p{Z}]/u.test(ch)) return ch;
+    return c <= 0xff ? `\\x${hex(c, 2)}` : c <= 0xffff ? `\\u${hex(c, 4)}` : `\\U${hex(c, 8)}`;
+  };
+  return q + [...s].map(one).join("") + q;
+}
+const FORMATS = { "": String, md: mdEscape, em, pct, repr: pyRepr, ",": (x) => x.toLocaleString("en") };
 const SLOT = /\{(\w+)(?::([^{}]*))?\}/g;
 
 /** ui.present.tour.fill: a template's {name} / {name:format} slots filled. */
@@ -229,7 +244,7 @@ export function changed(run, d, T, what, other) {
   return t.say("changed_other", { what, other: other.text, text: run.text, same, n: base.length });
 }
 
-/** Stop 6, from the decoder's residual norms over the whole prefix ((L, 5, T): in, self-attention, cross-
+/** Stop 6, read in the decoder's residual norms over the whole prefix ((L, 5, T): in, self-attention, cross-
  * attention and FFN additions, out), at the first position after the start token. */
 function stopResidual(t, pick) {
   const labels = t.run.decoderInput, i = pickIndex(pick, Math.min(1, labels.length - 1), labels.length);
@@ -265,6 +280,44 @@ function stopStep(t) {
     t.say("step_greedy", { token: t.run.outTokens[step] })];
 }
 
+/** ui.tour.contributions: ALTI+ ({dims: [T, S + T], data}) at output ``step``: each source word's share and the
+ * output prefix's. */
+function contributions(alti, spans, S, step) {
+  const W = alti.dims[1], row = alti.data.subarray(step * W, (step + 1) * W);
+  let prefix = 0;
+  for (let k = S; k < W; k++) prefix += row[k];
+  return { shares: spans.map((s) => s.reduce((a, j) => a + row[j], 0)), prefix };
+}
+
+const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+
+/** The source word a stop 9 pick hides (ui.tour._hidden), or null. */
+export const hiddenWord = (pick, n) => (/^\d+$/.test(String(pick ?? "")) && +pick < n ? +pick : null);
+
+/** ui.tour.stop_moved's numbers: at the tour's decoding step, what moved the output (ALTI+ shares of each source
+ * word and of the prefix written before the step), its sentences, its trial's choices and its figure's bars; with a word hidden
+ * (``pick``), the shares of the run decoded without it (run.ablated, made by app.js). */
+function moved(t, pick, firstChoice) {
+  const { run } = t, keys = t.src.labels, S = run.srcTokens.length;
+  const step = run.outTokens.length ? t.out.spans[t.peakCross().o][0] : 0, token = run.outTokens[step];
+  const { shares, prefix } = contributions(run.alti, t.src.spans, S, step);
+  const ok = keys.map((k, j) => j).filter((j) => !SPECIAL.has(keys[j]));
+  const j = (ok.length ? ok : keys.map((_, i) => i)).reduce((b, x) => (shares[x] > shares[b] ? x : b));
+  const sentences = [t.say("moved_mix", { token, step }), t.say("moved_alti", { source: sum(shares), prefix }),
+    t.say("moved_top", { unit: "word", key: keys[j], share: shares[j] })];
+  const choices = [firstChoice, [t.say("moved_hide", { key: keys[j] }), String(j)]];
+  const h = hiddenWord(pick, keys.length), other = h === null ? null : run.ablated?.[h];
+  let bars = { shares: [...shares, prefix], top: j, title: t.say("moved_title", { token: token.trim(), step }) };
+  if (other) {
+    const at = Math.min(step, other.outTokens.length - 1), said = other.outTokens[at];
+    const got = contributions(other.alti, t.src.spans, S, at);
+    sentences.push(t.say("moved_hidden", { key: keys[h], said, at, share: got.shares[h] }));
+    bars = { shares: [...got.shares, got.prefix], top: h,
+      title: t.say("moved_title_hidden", { token: said.trim(), at, key: keys[h].trim() }) };
+  }
+  return { sentences, choices, bars: { ...bars, labels: [...keys, t.T.say.moved_prefix] }, drawn: h === null || Boolean(other) };
+}
+
 function stopWhole(t, pick) {
   const { run, meta } = t, probs = run.steps.map((s) => s.prob), n = probs.length;
   const hi = argmax(probs), lo = argmin(probs), j = pickIndex(pick, lo, n);
@@ -282,11 +335,16 @@ const STOPS = { 1: stopTokens, 2: stopPositions, 3: stopOneHead, 4: stopManyHead
 /** Every stop of the app's tour, in order: {number, title, sentences} (Markdown) or {number, title, server:
  * true}. ``T``: the build's tour.json. ``maskOff``: stop 5 tried with the look-ahead mask off
  * ({forced, outTokens, text}); it then says what changed. ``picks``: each stop's "Try it" pick, by number. Stop 6 states a pre-norm model's additions; a
- * post-norm model's shares need the server. */
-export function tourStops(run, d, T, maskOff = null, picks = {}) {
+ * post-norm model's shares need the server. Stop 9 is computed where the run has its ALTI+ (run.alti) and
+ * ``movedTrial`` is its stored trial (whose first choice, "as it is", it keeps). */
+export function tourStops(run, d, T, maskOff = null, picks = {}, movedTrial = null) {
   const t = new TourRun(run, d, T);
   return T.titles.map((title, k) => {
     const number = k + 1;
+    if (number === MOVED_STOP && run.alti && movedTrial) {
+      const m = moved(t, picks[number], movedTrial.choices[0]);
+      return { number, title, sentences: m.sentences, choices: m.choices, bars: m.drawn ? m.bars : null };
+    }
     if ((number === 6 && d.meta.norm_first === false) || !STOPS[number]) return { number, title, server: true };
     if (number === MASK_STOP && maskOff) return { number, title, sentences: stopMasks(t, maskOff), changed: changedMasks(t, maskOff), off: true };
     const value = number === CROSS_STOP && run.outTokens.length ? String(t.peakCross().h) : undefined;  // its trial's default

@@ -59,7 +59,7 @@ async function load(base, meta, sizes) {
   const opts = { executionProviders: ["wasm"], graphOptimizationLevel: "all",
     externalData: [{ path: "weights.bin", data: weights }] };
   const make = creating.then(async () => ({ encoder: await ort.InferenceSession.create(enc, opts),
-    decoder: await ort.InferenceSession.create(dec, opts), meta }));
+    decoder: await ort.InferenceSession.create(dec, opts), meta, base, opts, alti: null }));
   creating = make.catch(() => {});
   return make;
 }
@@ -135,6 +135,38 @@ async function greedy(m, ids, sw, views, k) {
   return { ids: ys.slice(1), steps, enc: plainAll(enc), dec, ms: performance.now() - t0, threads: THREADS };
 }
 
+/** The ALTI+ graph's session (alti.onnx, web/export.py AltiGraph), made on first use with the weights the
+ * model's other graphs read; a failed load is tried again next time. */
+function altiSession(m) {
+  if (!m.alti) {
+    const make = creating.then(async () => ort.InferenceSession.create(await bytesOf(`${m.base}/alti.onnx`, () => {}), m.opts));
+    creating = make.catch(() => {});
+    m.alti = make;
+    make.catch(() => { m.alti = null; });
+  }
+  return m.alti;
+}
+
+const ids64 = (ids) => new ort.Tensor("int64", BigInt64Array.from(ids.map(BigInt)), [1, ids.length]);
+
+/** ALTI+ of source ``ids`` with the tokens ``keep`` marks 0 hidden (Interventions.ablate_src_tokens), over the
+ * output ``outIds``, or, where null, over the greedy output of the graph itself with those tokens hidden (the
+ * step budget of ``greedy``): {ids, alti: (T, S + T)}. */
+async function alti(m, ids, keep, outIds) {
+  const session = await altiSession(m), meta = m.meta;
+  const feeds = (ys) => ({ src: ids64(ids), tgt: ids64(ys), keep: new ort.Tensor("float32", Float32Array.from(keep), [1, ids.length]) });
+  let out = outIds;
+  if (!out) {
+    const budget = Math.max(1, Math.min(100, meta.max_len - 1, 2 * ids.length + 10)), ys = [meta.decoder_start_id];
+    for (let t = 0; t < budget && ys.at(-1) !== meta.eos_id; t++) {
+      ys.push(topK((await session.run(feeds(ys), ["logits"])).logits.data, meta.never_generated, 1).choice);
+    }
+    out = ys.slice(1);
+  }
+  const r = await session.run(feeds([meta.decoder_start_id, ...out.slice(0, -1)]), ["alti"]);
+  return { ids: out, alti: plain(r.alti) };
+}
+
 const OPS = {
   load: (base, meta, sizes) => {
     if (!sessions.has(base)) {
@@ -155,6 +187,7 @@ const OPS = {
     return plainAll(await step(m, ys, tensor(memory), tensor(src), sw, c, fetch));
   },
   greedy: async (base, ids, sw, views, k) => greedy(await model(base), ids, sw, views, k),
+  alti: async (base, ids, keep, outIds) => alti(await model(base), ids, keep, outIds),
 };
 
 /** Every typed array's buffer in an answer, handed over rather than copied (the worker keeps none). */
