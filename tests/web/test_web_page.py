@@ -54,7 +54,8 @@ def test_translate_open_a_head_switch_the_mask_walk_the_tour(served, size):
 
     stops = page.locator("#tour li").all_inner_texts()
     assert len(stops) == 11 and "enters the encoder as" in stops[0] and "of its weight on" in stops[6]
-    assert "The top three:" in stops[7] and "needs the server" in stops[8] and "look-ahead mask" in stops[4]
+    assert "The top three:" in stops[7] and "ALTI+" in stops[8] and "needs the server" not in stops[8]
+    assert "needs the server" in stops[9] and "look-ahead mask" in stops[4]  # the training frames
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")  # no sideways scroll
     page.screenshot(path=str(ARTIFACTS / f"web-page-{size[0]}.png"), full_page=True)
     assert foreign == []

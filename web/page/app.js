@@ -4,7 +4,7 @@
 import { cleanInput, isBlank, onModelProgress, remembered } from "./engine.js";
 import { toText } from "./text.js";
 import { drawGrid, drawHead, drawPositions, axesOf, KINDS } from "./views.js";
-import { MASK_STOP, MOVED_STOP, changed, decodingStep, fill, hiddenWord, markdown, tourStops, words as wordsOf } from "./tour.js";
+import { MASK_STOP, MOVED_STOP, changed, computable, decodingStep, fill, hiddenWord, markdown, tourStops, words as wordsOf } from "./tour.js";
 import { POS_STOP, STEP_STOP, stopFigure, trialOf } from "./stops.js";
 import { appLink, fromQuery, pageKind, toQuery, unshown } from "./link.js";
 import { Player } from "./player.js";
@@ -337,7 +337,8 @@ async function tour(run, maskOff = null) {
     const kept = stop.server && stored?.example ? stored.stops[stop.number] : null;
     const text = kept ? kept.sentences.map((s) => para(s, "stored")) : stop.server ? [] : stop.sentences.map((s) => para(s));
     li.replaceChildren(head, ...text);
-    if (stop.server) li.append(serverNote(run, stop.number));
+    // the stored stop of the example, where the page computes it once a sentence runs here: no server to name
+    if (stop.server && !(kept && computable(stop.number, d))) li.append(serverNote(run, stop.number));
     if (stop.number === MASK_STOP && !stop.server) li.append(...maskTrial(run, stop));
     li.append(...trialControl(run, stop, stored, maskOff));
     if (said[stop.number]) li.append(para(said[stop.number], "changed"));

@@ -332,6 +332,13 @@ function stopWhole(t, pick) {
 const STOPS = { 1: stopTokens, 2: stopPositions, 3: stopOneHead, 4: stopManyHeads, 5: stopMasks, 6: stopResidual,
   7: stopCross, 8: stopStep, 11: stopWhole };
 
+/** Whether the page computes stop ``number`` for a run of model ``d`` (a stored first screen has no tensors
+ * for it yet, and shows the app's stored stop until a sentence is translated here). */
+export function computable(number, d) {
+  if (number === MOVED_STOP) return Boolean(d.meta.alti_bytes);
+  return Boolean(STOPS[number]) && !(number === 6 && d.meta.norm_first === false);
+}
+
 /** Every stop of the app's tour, in order: {number, title, sentences} (Markdown) or {number, title, server:
  * true}. ``T``: the build's tour.json. ``maskOff``: stop 5 tried with the look-ahead mask off
  * ({forced, outTokens, text}); it then says what changed. ``picks``: each stop's "Try it" pick, by number. Stop 6 states a pre-norm model's additions; a
@@ -345,7 +352,7 @@ export function tourStops(run, d, T, maskOff = null, picks = {}, movedTrial = nu
       const m = moved(t, picks[number], movedTrial.choices[0]);
       return { number, title, sentences: m.sentences, choices: m.choices, bars: m.drawn ? m.bars : null };
     }
-    if ((number === 6 && d.meta.norm_first === false) || !STOPS[number]) return { number, title, server: true };
+    if (!computable(number, d) || number === MOVED_STOP) return { number, title, server: true };
     if (number === MASK_STOP && maskOff) return { number, title, sentences: stopMasks(t, maskOff), changed: changedMasks(t, maskOff), off: true };
     const value = number === CROSS_STOP && run.outTokens.length ? String(t.peakCross().h) : undefined;  // its trial's default
     return { number, title, sentences: STOPS[number](t, picks[number]), value };
