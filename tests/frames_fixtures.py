@@ -37,3 +37,18 @@ def train_with_frames(root: Path, epochs: int = 12) -> FramedRun:
 @pytest.fixture(scope="module")
 def framed_run(tmp_path_factory) -> FramedRun:
     return train_with_frames(tmp_path_factory.mktemp("framed"))
+
+
+def framed_app(tmp_path_factory):
+    """An app (no warm-up) serving a checkpoint that ships frames, for a browser module's fixture: yields its
+    address, closes it after."""
+    import shutil
+
+    from tests.app_fixtures import launch
+    run = train_with_frames(tmp_path_factory.mktemp("framed"))
+    root = tmp_path_factory.mktemp("ck")
+    shutil.copytree(run.ckpt, root / "de-en")
+    shutil.copytree(run.frames, root / "de-en" / "frames")
+    demo, url = launch(root, warm=False)
+    yield url
+    demo.close()

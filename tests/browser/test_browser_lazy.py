@@ -4,14 +4,12 @@ another section was visited)."""
 from __future__ import annotations
 
 import json
-import shutil
 import urllib.request
 
 import pytest
 
-from tests.app_fixtures import launch
 from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, new_page, wait_done
-from tests.frames_fixtures import train_with_frames
+from tests.frames_fixtures import framed_app
 
 pytestmark = pytest.mark.browser
 CURVES_DRAWN = ("() => { const p = document.querySelector('#frame-curves .js-plotly-plot');"
@@ -21,13 +19,7 @@ CURVES_DRAWN = ("() => { const p = document.querySelector('#frame-curves .js-plo
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
     check_chromium()
-    run = train_with_frames(tmp_path_factory.mktemp("framed"))
-    root = tmp_path_factory.mktemp("ck")
-    shutil.copytree(run.ckpt, root / "de-en")
-    shutil.copytree(run.frames, root / "de-en" / "frames")
-    demo, url = launch(root, warm=False)
-    yield url
-    demo.close()
+    yield from framed_app(tmp_path_factory)
 
 
 def test_the_page_arrives_without_the_section(app_url):

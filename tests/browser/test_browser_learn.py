@@ -2,13 +2,10 @@
 the link restores the frame on a fresh page, and "watch a head form" draws one panel per frame."""
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
-from tests.app_fixtures import launch
 from tests.browser_fixtures import ARTIFACTS, WAIT, check_chromium, chromium, new_page, wait_done
-from tests.frames_fixtures import train_with_frames
+from tests.frames_fixtures import framed_app
 
 pytestmark = pytest.mark.browser
 
@@ -16,13 +13,7 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
     check_chromium()
-    run = train_with_frames(tmp_path_factory.mktemp("framed"))
-    root = tmp_path_factory.mktemp("ck")
-    shutil.copytree(run.ckpt, root / "de-en")
-    shutil.copytree(run.frames, root / "de-en" / "frames")
-    demo, url = launch(root, warm=False)
-    yield url
-    demo.close()
+    yield from framed_app(tmp_path_factory)
 
 
 def _status(page) -> str:

@@ -228,10 +228,8 @@ const layerHead = (f, l, h) => f.layer_head[`${+(l === 0)}${+(h === 0)}`].replac
 
 const notPad = (labels) => labels.map((x) => x !== "<pad>");
 
-// ui/style.py PHONE_JS: on a screen this narrow the app stacks panels side by side one under another and drops
-// the numbers of cells narrower than MIN_CELL_PX; the page does the same when it fills the figure
-const PHONE_PX = 600, MIN_CELL_PX = 18;
-const phone = () => typeof window !== "undefined" && window.innerWidth <= PHONE_PX;
+// The figures are filled as the app's are, whatever the width: on a phone the app's own phone script (phone.js,
+// from ui/style.py) stacks their panels and drops crowded cells' numbers once drawn, here as in the app.
 const isHeatmap = (t) => t.type === "heatmap" && t.name !== "masked";
 
 /** Stop 4 (viz.attention.layer_heads, as ui.present.tour._layer_figure calls it): the skeleton's layer's
@@ -239,7 +237,7 @@ const isHeatmap = (t) => t.type === "heatmap" && t.name !== "masked";
 function layerHeads(sk, run, d, widthPx, maxLabel) {
   const fig = fresh(sk), src = words(run.srcTokens, d.spm), labels = src.labels, Q = labels.length;
   fig.data = fig.data.filter((t) => t.type !== "heatmap" || isHeatmap(t));  // one sentence: no padding to mask
-  const heads = run.patterns.enc[fig.data[0].meta.layer], H = heads.length, cols = H === 1 || phone() ? 1 : 2, rows = Math.ceil(H / cols);
+  const heads = run.patterns.enc[fig.data[0].meta.layer], H = heads.length, cols = H === 1 ? 1 : 2, rows = Math.ceil(H / cols);
   const fs = labelFontSize(Q), labelPx = labelMargin(labels, fs, 90, 220, maxLabel), panelPx = Math.max(120, Math.min(320, 20 * Q));
   const underPx = labelMargin(labels, fs, 60, 180, maxLabel), titlePx = 24, area = Math.max(200, widthPx - labelPx - 70);
   const plotH = rows * panelPx + (rows - 1) * (underPx + titlePx);
@@ -274,8 +272,7 @@ function crossHeadFigure(sk, run, d, pick, f) {
   t.meta = { ...t.meta, layer: l, head: h };
   t.hovertemplate = t.hovertemplate.replace(was, now);
   fig.layout.title.text = fig.layout.title.text.replace(was, now);
-  const narrow = phone() && (window.innerWidth - 12 - fig.layout.margin.l - fig.layout.margin.r) / k.length < MIN_CELL_PX;
-  if (q.length * k.length <= SHOW_VALUES_CELLS && !narrow) Object.assign(t, { texttemplate: "%{z:.2f}", textfont: { size: Math.max(7, fs - 3) } });
+  if (q.length * k.length <= SHOW_VALUES_CELLS) Object.assign(t, { texttemplate: "%{z:.2f}", textfont: { size: Math.max(7, fs - 3) } });
   else { delete t.texttemplate; delete t.textfont; }
   const cut = [...q, ...k].some((x) => short(x, maxLabel) !== String(x));
   if (cut) t.customdata = q.map((a) => k.map((b) => [esc(a), esc(b)])); else delete t.customdata;
@@ -328,7 +325,6 @@ function headsMini(sk, run, d, pick, f) {
 // ---------------------------------------------------------------- one head, one query
 
 const STRIP_PX = 28, TITLE_PX = 26, DIM_LABELS_PX = 22, ALPHA_TEXT_MAX = 16, KEY_ROW_LABEL = 12;  // viz.computation's
-const KEY_LABELS_PX = 70;  // a phone stacks V under α: room for α's slanted key labels between them
 const absMax = (xs, dflt = 1e-6) => { const m = Math.max(...xs.filter(Number.isFinite).map(Math.abs)); return m > 0 ? m : dflt; };
 
 /** (1, H, A, B) tensor: head ``h``'s A rows. */
@@ -341,7 +337,7 @@ function columnDomains(panels, keysPx) {
     tops.push((used[col] ?? 0) + TITLE_PX + (above[col] ?? 0));
     heights.push(keys ? keysPx : STRIP_PX);
     used[col] = tops.at(-1) + heights.at(-1);
-    above[col] = showX === true ? DIM_LABELS_PX : showX || 0;  // a number: the px its labels take
+    above[col] = showX ? DIM_LABELS_PX : 0;
   }
   const total = Math.max(...Object.values(used));
   return { doms: tops.map((t, i) => [1 - (t + heights[i]) / total, 1 - t / total]), total };
@@ -359,8 +355,8 @@ function headComputation(sk, run, query, maxLabel) {
   const qk = absMax([...q, ...K.flat()]), vz = absMax([...V.flat(), ...z]), sLo = absMax(scores);
   const r = (m) => m.map((x) => x.map(rounded));
   const panels = [[[q], qk, 0, false, false], [K, qk, 0, true, true], [[scores], sLo, 0, false, false], [[scores], sLo, 0, false, false],
-    [[alpha], 1, 0, false, phone() ? KEY_LABELS_PX : true], [V, vz, 1, true, true], [[z], vz, 1, false, false], [[out], absMax(out), 1, false, true]]
-    .map(([m, top, col, keys, showX]) => ({ m, top, col: phone() ? 0 : col, keys, showX }));  // a phone: one column
+    [[alpha], 1, 0, false, true], [V, vz, 1, true, true], [[z], vz, 1, false, false], [[out], absMax(out), 1, false, true]]
+    .map(([m, top, col, keys, showX]) => ({ m, top, col, keys, showX }));
   fig.data = fig.data.filter(isHeatmap);  // one sentence: no key hidden
   panels.forEach((p, i) => Object.assign(fig.data[i], { z: r(p.m), zmax: p.top, zmin: i === 4 ? 0 : -p.top }));
   if (Tk <= ALPHA_TEXT_MAX) {
@@ -371,7 +367,7 @@ function headComputation(sk, run, query, maxLabel) {
   const fs = labelFontSize(Tk), keyAxis = (n, show, extra = {}) => ({ ...tokenAxis(toks.map((t) => short(t, n)), maxLabel, { fontSize: fs, ...extra }), showticklabels: show });
   panels.forEach((p, i) => {
     const ax = i ? String(i + 1) : "", ya = fig.layout[`yaxis${ax}`];
-    const xa = phone() ? { ...fig.layout[`xaxis${ax}`], domain: [0, 1] } : fig.layout[`xaxis${ax}`];
+    const xa = fig.layout[`xaxis${ax}`];
     if ([2, 3, 4].includes(i)) fig.layout[`xaxis${ax}`] = { ...keyAxis(maxLabel, Boolean(p.showX), { angle: -60 }), domain: xa.domain, anchor: xa.anchor, ...(xa.matches ? { matches: xa.matches } : {}) };
     else fig.layout[`xaxis${ax}`] = { ...xa, showticklabels: Boolean(p.showX) };
     fig.layout[`yaxis${ax}`] = p.keys ? { ...keyAxis(KEY_ROW_LABEL, true), autorange: "reversed", domain: doms[i], anchor: ya.anchor } : { ...ya, domain: doms[i] };
