@@ -186,15 +186,14 @@ FIGURE_TOL = 1e-4
 TRACE_KEYS = ("type", "name", "x", "y", "z", "text", "customdata", "orientation")
 AXIS_KEYS = ("title", "ticktext", "tickvals")  # not autorange or range: Plotly rewrites those as it lays out
 
+# the app's phone script (the page's phone.js) wraps a title wider than its figure into lines: compared unwrapped
 PAGE_FIGURE = """(el) => {
+  const unwrapped = (t) => (t == null ? null : String(t).replace(/<br>/g, ' ').replace(/\\s+/g, ' '));
   const plain = (v) => (ArrayBuffer.isView(v) ? Array.from(v) : Array.isArray(v) ? v.map(plain) : v);
   const axes = Object.fromEntries(Object.entries(el.layout).filter(([k]) => /^[xy]axis\\d*$/.test(k)));
   return { data: el._fullData.map((t) => Object.fromEntries(Object.entries(t).map(([k, v]) => [k, plain(v)]))),
     title: unwrapped(el.layout.title?.text), axes };
 }"""
-# the app's phone script (the page's phone.js) wraps a title wider than its figure into lines: compared unwrapped
-UNWRAP = "const unwrapped = (t) => (t == null ? null : String(t).replace(/<br>/g, ' ').replace(/\\s+/g, ' '));"
-PAGE_FIGURE = PAGE_FIGURE.replace("(el) => {", "(el) => {\n  " + UNWRAP, 1)
 
 
 def unwrapped(title):

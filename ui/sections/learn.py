@@ -83,7 +83,7 @@ def _built(shell: Shell, run: Run | None, holder: LearnSection) -> None:
     parts = _lay_out(shell, frame_view(shell, run))
     outputs = [parts.frame_md, parts.scrub, parts.curves, parts.compare]
     shell.on_run(outputs, lambda r, ctx: frame_values(shell, r))
-    _wire_events(shell, parts, holder.translate_event, named=False)
+    _wire_events(shell, parts, holder.translate_event)
 
 
 def _lay_out(shell: Shell, shown: FrameView) -> LearnParts:
@@ -258,23 +258,27 @@ def wire(shell: Shell, holder: LearnSection, translate_event: tuple) -> None:
                   "pick_frame", concurrency_limit=None)
     lazy.api_twin(lambda run, sel: _head_forms(shell, run, sel), [shell.run_state, shell.sel_state], s["plot"],
                   "head_forms", **shell.model_event())
-
-    def toy(pairs_text, seed, request: gr.Request):
-        yield from _toy(shell, pairs_text, seed, request)
-    lazy.api_twin(toy, [s["text"], s["scrub"]], [s["status"], s["plot"], shell.direction, shell.text], "train_toy",
-                  concurrency_id=TOY_GROUP, concurrency_limit=1)
-    compare, _ = _compare_event(shell)
-    lazy.api_twin(compare, [shell.run_state, s["scrub"], shell.sel_state, shell.subviews], _compare_outputs(shell),
+    lazy.api_twin(_toy_handler(shell), [s["text"], s["scrub"]], [s["status"], s["plot"], shell.direction, shell.text],
+                  "train_toy", concurrency_id=TOY_GROUP, concurrency_limit=1)
+    compare, outputs = _compare_event(shell)
+    lazy.api_twin(compare, [shell.run_state, s["scrub"], shell.sel_state, shell.subviews], outputs,
                   "compare_frame", **shell.model_event())
 
 
-def _wire_events(shell: Shell, parts: LearnParts, translate_event: tuple, named: bool = True) -> None:
+def _toy_handler(shell: Shell):
+    """The toy trainer's handler (named parameters: Gradio hands a gr.Request only to a handler that
+    declares it)."""
+    def toy(pairs_text, seed, request: gr.Request):
+        yield from _toy(shell, pairs_text, seed, request)
+    return toy
+
+
+def _wire_events(shell: Shell, parts: LearnParts, translate_event: tuple) -> None:
     """The scrubber, "watch a head form" and the toy trainer; the first and the last run the current
-    sentence again (``translate_event``) on the model they picked. ``named`` False: the API names are the
-    twins' (``wire``), not these events'."""
+    sentence again (``translate_event``) on the model they picked. Private: the API names are the twins'
+    (``wire``)."""
     translate, t_inputs, t_outputs = translate_event
-    api = (lambda name: dict(api_name=name, api_visibility="undocumented")) if named else (
-        lambda name: dict(api_visibility="private"))
+    private = dict(api_visibility="private")
 
     # named parameters: Gradio hands a gr.Request only to a handler that declares it beside its inputs, and
     # the link box needs the page's address from it
@@ -287,21 +291,18 @@ def _wire_events(shell: Shell, parts: LearnParts, translate_event: tuple, named:
     def forms(run, sel):
         return _head_forms(shell, run, sel)
 
-    def toy(pairs_text, seed, request: gr.Request):
-        yield from _toy(shell, pairs_text, seed, request)
-
-    _wire_compare(shell, parts, api("compare_frame"))
+    _wire_compare(shell, parts, private)
     # the number box answers with input, a drag with input as it goes and release at the end: the last wins
     gr.on([parts.scrub.release, parts.scrub.input], pick, [shell.run_state, parts.scrub], shell.direction,
-          **api("pick_frame"), concurrency_limit=None, show_progress="hidden",
+          **private, concurrency_limit=None, show_progress="hidden",
           trigger_mode="always_last").success(
         again, t_inputs, t_outputs, api_visibility="private", **shell.model_event())
     # the selection as one value: the state every bar control writes, never a copy of the controls
     parts.form_btn.click(forms, [shell.run_state, shell.sel_state], parts.form_plot,
-                         **api("head_forms"), show_progress="minimal",
+                         **private, show_progress="minimal",
                          **shell.model_event())
-    parts.toy_btn.click(toy, [parts.toy_pairs, parts.toy_seed],
-                        [parts.toy_status, parts.toy_plot, shell.direction, shell.text], **api("train_toy"),
+    parts.toy_btn.click(_toy_handler(shell), [parts.toy_pairs, parts.toy_seed],
+                        [parts.toy_status, parts.toy_plot, shell.direction, shell.text], **private,
                         concurrency_id=TOY_GROUP, concurrency_limit=1,
                         show_progress="minimal").success(
         again, t_inputs, t_outputs, api_visibility="private", **shell.model_event())

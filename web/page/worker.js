@@ -112,12 +112,15 @@ function step(m, ys, memory, src, sw, cache, fetch) {
 }
 
 
+/** The most tokens greedy decoding writes for ``n`` source tokens. */
+const stepBudget = (meta, n) => Math.max(1, Math.min(100, meta.max_len - 1, 2 * n + 10));
+
 /** Greedy decoding, as model.engine.decoding.decoder_step: with the look-ahead mask on one new token a step
  * after the cache, with it off the whole prefix again; the whole prefix's outputs at the end if ``views``. */
 async function greedy(m, ids, sw, views, k) {
   const t0 = performance.now(), meta = m.meta;
   const { src, out: enc } = await encode(m, ids, sw);
-  const budget = Math.max(1, Math.min(100, meta.max_len - 1, 2 * ids.length + 10));
+  const budget = stepBudget(meta, ids.length);
   const cached = sw.causal !== false;
   const past = meta.decoder_inputs.filter((x) => x.startsWith("past_"));
   const fetch = cached ? ["logits", ...past.map((n) => n.replace("past_", "present_"))] : ["logits"];
@@ -157,7 +160,7 @@ async function alti(m, ids, keep, outIds) {
   const feeds = (ys) => ({ src: ids64(ids), tgt: ids64(ys), keep: new ort.Tensor("float32", Float32Array.from(keep), [1, ids.length]) });
   let out = outIds;
   if (!out) {
-    const budget = Math.max(1, Math.min(100, meta.max_len - 1, 2 * ids.length + 10)), ys = [meta.decoder_start_id];
+    const budget = stepBudget(meta, ids.length), ys = [meta.decoder_start_id];
     for (let t = 0; t < budget && ys.at(-1) !== meta.eos_id; t++) {
       ys.push(topK((await session.run(feeds(ys), ["logits"])).logits.data, meta.never_generated, 1).choice);
     }
